@@ -1,0 +1,41 @@
+# fairseq_ext: `make quickstart` (data -> train -> translate -> BLEU) and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+# CPU build of torch by default; users with a GPU set e.g. TORCH_SPEC="torch==2.13.0"
+# with PIP_EXTRA="--index-url https://download.pytorch.org/whl/cu126".
+TORCH_SPEC ?= torch==2.13.0
+PIP_EXTRA ?=
+FAIRSEQ_SPEC ?= fairseq-fixed==0.12.3.1
+STAMP := $(VENV)/.fairseq_ext-setup-done
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup quickstart test test-fast clean-venv
+
+setup: $(STAMP)
+
+$(STAMP): setup.py Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q $(PIP_EXTRA) "$(TORCH_SPEC)"
+	# fairseq's real dependencies, pinned; no torchaudio (it drags in another torch).
+	$(PY) -m pip install -q "hydra-core==1.3.2" "omegaconf==2.3.0" bitarray regex cffi cython \
+		numpy sacrebleu scikit-learn tqdm sentencepiece subword-nmt sacremoses \
+		compare-mt matplotlib pytest
+	$(PY) -m pip install -q --no-deps --no-build-isolation "$(FAIRSEQ_SPEC)"
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	$(PY) -c "import fairseq, fairseq_ext; print('fairseq', fairseq.__version__)"
+	touch $(STAMP)
+
+quickstart: setup
+	PATH=$(abspath $(VENV))/bin:$$PATH bash scripts/quickstart.sh
+
+test: setup
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q tests $(PYTEST_ARGS)
+
+test-fast: setup
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q -m "not slow" tests $(PYTEST_ARGS)
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+from fairseq_ext.criterions import multi_output_label_smoothed_cross_entropy  # noqa: F401

@@ -1,0 +1,163 @@
+"""Multi-source input combination strategies for the encoder-decoder attention
+(Libovicky, Helcl & Marecek 2018, "Input Combination Strategies for Multi-Source
+Transformer Decoder", Sec. 3), applied with the top n encoder layers as the n sources
+(SPEC section 4).
+
+- serial (Fig. 1a): one cross-attention sublayer per source, each with its own residual
+  connection and LayerNorm, applied one after another (f^1 first, f^n last). The last one
+  is the decoder layer's own cross-attention sublayer (`SourceSelectAttention` over f^n);
+  the n-1 before it live in `SerialCrossAttentionStack`.
+- parallel (Eq. 4): the sum of n independent cross-attentions, one residual.
+- flat (Eq. 5-6): one attention over the concatenation of all sources' keys/values along
+  the length axis (per-source key/value projections, one query projection).
+- hierarchical (Eq. 7-8): per-head attention over each source, then, with the same
+  projected query, a second attention over the n per-head contexts (parameter-free, so
+  n = 1 is exactly the standard cross-attention).
+"""
+from typing import List, Optional
+
+import torch
+import torch.nn as nn
+from fairseq.modules import LayerNorm, MultiheadAttention
+from fairseq.modules.fairseq_dropout import FairseqDropout
+from torch import Tensor
+
+from fairseq_ext.modules.attention_utils import (
+    QKV_GAIN,
+    StackedSourceAttention,
+    attention_weights_for_output,
+    merge_heads,
+    scaled_logits,
+    softmax_float,
+    split_heads,
+    xavier_linear,
+)
+
+MULTI_SOURCE_STRATEGIES = ("serial", "parallel", "flat", "hierarchical")
+
+
+def cross_attention(embed_dim: int, num_heads: int, dropout: float, cls=MultiheadAttention, **kwargs):
+    """A stock fairseq encoder-decoder attention (or a subclass of it)."""
+    return cls(embed_dim, num_heads, dropout=dropout, encoder_decoder_attention=True, **kwargs)
+
+
+class SourceSelectAttention(MultiheadAttention):
+    """fairseq's cross-attention reading one slice of a stacked memory (J x B x n x C).
+
+    Used as the decoder layer's own cross-attention where the layer reads one of several
+    memories: the last serial sublayer (f^n) and transparent attention (the memory of
+    decoder layer j). Its parameters keep the stock names, so stock weights load.
+    """
+
+    def __init__(self, *args, source_index: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.source_index = source_index
+
+    def forward(self, query, key, value, *args, **kwargs):
+        if key is not None and key.dim() == 4:
+            key = value = key[:, :, self.source_index]
+        return super().forward(query, key, value, *args, **kwargs)
+
+
+class SerialCrossAttentionStack(nn.Module):
+    """The first n-1 sublayers of the serial strategy (f^1 .. f^{n-1}), each
+    x <- LayerNorm(x + dropout(Att(x, f^i))) (post-norm) or x + dropout(Att(LN(x), f^i))
+    (pre-norm). The decoder layer's own cross-attention then attends f^n."""
+
+    def __init__(self, embed_dim: int, num_heads: int, num_sources: int, attention_dropout: float,
+                 dropout: float, normalize_before: bool):
+        super().__init__()
+        self.attentions = nn.ModuleList(
+            cross_attention(embed_dim, num_heads, attention_dropout) for _ in range(num_sources - 1)
+        )
+        self.layer_norms = nn.ModuleList(LayerNorm(embed_dim) for _ in range(num_sources - 1))
+        self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
+        self.normalize_before = normalize_before
+
+    def forward(self, x: Tensor, memory: Tensor, key_padding_mask: Optional[Tensor], incremental_state=None):
+        """x: Z x B x C; memory: J x B x n x C (may be None once cached)."""
+        for i, (attn, norm) in enumerate(zip(self.attentions, self.layer_norms)):
+            residual = x
+            if self.normalize_before:
+                x = norm(x)
+            source = memory[:, :, i] if memory is not None else None
+            x, _ = attn(query=x, key=source, value=source, key_padding_mask=key_padding_mask,
+                        incremental_state=incremental_state, static_kv=True, need_weights=False)
+            x = residual + self.dropout_module(x)
+            if not self.normalize_before:
+                x = norm(x)
+        return x
+
+
+class ParallelCrossAttention(nn.Module):
+    """Eq. 4: sum_i Att_i(Q, f^i) with n independent cross-attentions (one residual,
+    applied by the decoder layer)."""
+
+    def __init__(self, embed_dim: int, num_heads: int, num_sources: int, dropout: float = 0.0):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
+        self.attentions = nn.ModuleList(
+            cross_attention(embed_dim, num_heads, dropout) for _ in range(num_sources)
+        )
+
+    def forward(self, query, key, value=None, key_padding_mask=None, incremental_state=None,
+                need_weights=False, need_head_weights=False, **unused):
+        outputs, weights = [], []
+        for i, attn in enumerate(self.attentions):
+            source = key[:, :, i] if key is not None else None
+            out, w = attn(query=query, key=source, value=source, key_padding_mask=key_padding_mask,
+                          incremental_state=incremental_state, static_kv=True,
+                          need_weights=need_weights, need_head_weights=need_head_weights)
+            outputs.append(out)
+            weights.append(w)
+        attn_weights = torch.stack(weights).mean(dim=0) if weights[0] is not None else None
+        return torch.stack(outputs).sum(dim=0), attn_weights
+
+
+def flat_attention(q: Tensor, keys: List[Tensor], values: List[Tensor], key_padding_mask, dropout):
+    """Eq. 5-6 on head-split tensors: one softmax over all sources' positions.
+    Returns the context B x H x Z x D and the weights summed over the sources per source
+    position (B x H x Z x J)."""
+    k = torch.cat(keys, dim=2)
+    v = torch.cat(values, dim=2)
+    mask = None if key_padding_mask is None else key_padding_mask.repeat(1, len(keys))
+    weights = softmax_float(scaled_logits(q, k, mask))
+    per_position = weights.unflatten(-1, (len(keys), -1)).sum(dim=-2)
+    return torch.matmul(dropout(weights), v), per_position
+
+
+def hierarchical_attention(q: Tensor, keys: List[Tensor], values: List[Tensor], key_padding_mask, dropout):
+    """Eq. 7-8 on head-split tensors: per-source contexts c_i (B x H x Z x D), then
+    beta = softmax_i(q . c_i / sqrt(D)) and sum_i beta_i c_i. Returns the context and the
+    first-level weights scaled by beta, summed over the sources (B x H x Z x J)."""
+    weights = [softmax_float(scaled_logits(q, k, key_padding_mask)) for k in keys]
+    contexts = torch.stack([torch.matmul(dropout(w), v) for w, v in zip(weights, values)], dim=3)
+    # contexts: B x H x Z x n x D; the second level attends the n contexts per position
+    beta = softmax_float((contexts * q.unsqueeze(3)).sum(-1) / q.size(-1) ** 0.5)  # B x H x Z x n
+    context = (beta.unsqueeze(-1) * contexts).sum(dim=3)
+    combined_weights = sum(beta[..., i : i + 1] * w for i, w in enumerate(weights))
+    return context, combined_weights
+
+
+class FlatOrHierarchicalCrossAttention(StackedSourceAttention):
+    """Flat (Eq. 5-6) or hierarchical (Eq. 7-8) combination over n stacked sources: one
+    query projection, per-source key/value projections, one output projection."""
+
+    def __init__(self, embed_dim: int, num_heads: int, num_sources: int, strategy: str,
+                 dropout: float = 0.0, kdim: Optional[int] = None):
+        super().__init__(embed_dim, num_heads, num_sources, dropout, kdim)
+        if strategy not in ("flat", "hierarchical"):
+            raise ValueError(f"--joint-attention: unknown combination {strategy!r}")
+        self.strategy = strategy
+        self.q_proj = xavier_linear(embed_dim, embed_dim, gain=QKV_GAIN)
+        self.out_proj = xavier_linear(embed_dim, embed_dim)
+
+    def forward(self, query, key, value=None, key_padding_mask=None, incremental_state=None,
+                need_weights=False, need_head_weights=False, **unused):
+        k, v = self.static_keys_values(key, incremental_state)
+        q = split_heads(self.q_proj(query), self.num_heads)
+        combine = flat_attention if self.strategy == "flat" else hierarchical_attention
+        context, weights = combine(q, list(k.unbind(1)), list(v.unbind(1)), key_padding_mask, self.dropout_module)
+        return self.out_proj(merge_heads(context)), attention_weights_for_output(
+            weights, need_weights, need_head_weights
+        )

@@ -1,0 +1,30 @@
+"""fairseq_ext: multi-layer Transformer architectures for NMT as a fairseq plugin."""
+from setuptools import find_packages, setup
+
+setup(
+    name="fairseq_ext",
+    version="0.1.0",
+    description=(
+        "Joint attention over encoder layers, multi-level supervision, dual contextual "
+        "and mixed multi-head self-attention for fairseq"
+    ),
+    packages=find_packages(include=["fairseq_ext", "fairseq_ext.*"]),
+    python_requires=">=3.9",
+    # fairseq itself is installed separately (see Makefile): the PyPI build for
+    # Python 3.11 is `fairseq-fixed`, installed --no-deps so it cannot pull another torch.
+    install_requires=[
+        "torch>=1.13",
+        "sacrebleu>=2.0",
+        "sentencepiece",
+        "subword-nmt",
+        "sacremoses",
+        "compare-mt",
+        "matplotlib",
+    ],
+    extras_require={"test": ["pytest"]},
+    entry_points={
+        "console_scripts": [
+            "fairseq-ext-strip-aux=fairseq_ext.strip_aux:cli_main",
+        ]
+    },
+)

@@ -1,0 +1,95 @@
+"""Shared helpers for the model tests: build models through fairseq's own parser, make
+batches, run a teacher-forced forward and an incremental decode."""
+import os
+from types import SimpleNamespace
+
+import torch
+from fairseq import options
+from fairseq.data import Dictionary
+from fairseq.models.transformer import TransformerModel
+
+import fairseq_ext  # noqa: F401  (registers the model)
+from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
+
+USER_DIR = os.path.dirname(os.path.abspath(fairseq_ext.__file__))
+
+
+def make_dictionary(num_symbols: int = 40) -> Dictionary:
+    d = Dictionary()
+    for i in range(num_symbols):
+        d.add_symbol(f"w{i}")
+    d.finalize(padding_factor=1)
+    return d
+
+
+def parse_args(arch: str, *flags: str):
+    parser = options.get_training_parser()
+    return options.parse_args_and_arch(
+        parser, ["/nonexistent", "--task", "translation", "--user-dir", USER_DIR, "--arch", arch, *flags]
+    )
+
+
+def build(arch: str = "multilayer_transformer_iwslt", *flags: str, dictionary=None, seed: int = 0,
+          model_cls=MultilayerTransformerModel):
+    dictionary = dictionary or make_dictionary()
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    torch.manual_seed(seed)
+    args = parse_args(arch, *flags)
+    model = model_cls.build_model(args, task)
+    return model.eval(), args
+
+
+def build_stock(arch: str = "transformer_iwslt_de_en", *flags: str, dictionary=None, seed: int = 0):
+    return build(arch, *flags, dictionary=dictionary, seed=seed, model_cls=TransformerModel)
+
+
+SMALL = ("--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+         "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
+         "--encoder-layers", "3", "--decoder-layers", "2", "--dropout", "0", "--attention-dropout", "0")
+
+
+def random_batch(dictionary, bsz=3, src_len=7, tgt_len=5, seed=1, pad_source=True, beam=1):
+    """Left-padded sources of different lengths (as fairseq batches them), targets starting
+    with EOS. With ``beam`` > 1 every source is repeated ``beam`` times in a row, as in beam
+    search (the targets differ)."""
+    g = torch.Generator().manual_seed(seed)
+    nspecial = dictionary.nspecial
+    src = torch.randint(nspecial, len(dictionary), (bsz, src_len), generator=g)
+    src[:, -1] = dictionary.eos()
+    lengths = torch.full((bsz,), src_len)
+    if pad_source:
+        for b in range(1, bsz):
+            cut = min(b * 2, src_len - 2)
+            src[b, :cut] = dictionary.pad()
+            lengths[b] = src_len - cut
+    src, lengths = src.repeat_interleave(beam, dim=0), lengths.repeat_interleave(beam, dim=0)
+    prev = torch.randint(nspecial, len(dictionary), (bsz * beam, tgt_len), generator=g)
+    prev[:, 0] = dictionary.eos()
+    return src, lengths, prev
+
+
+def full_and_incremental(model, src, lengths, prev, permute_at=None, beam=1):
+    """Teacher-forced log-probs vs one-token-at-a-time log-probs (B x T x V each).
+
+    With ``permute_at`` a step index, the hypotheses of each sentence (blocks of ``beam``
+    rows, see random_batch) are reversed at that step through reorder_encoder_out and
+    reorder_incremental_state, as beam search reorders them, and the incremental outputs
+    are mapped back, so the comparison also covers the reordering."""
+    with torch.no_grad():
+        full = model.get_normalized_probs(model(src, lengths, prev), log_probs=True)
+        encoder_out = model.encoder(src, src_lengths=lengths)
+        incremental_state = {}
+        order = torch.arange(src.size(0))
+        steps = []
+        for t in range(prev.size(1)):
+            if permute_at is not None and t == permute_at:
+                new_order = torch.arange(src.size(0)).view(-1, beam).flip(1).reshape(-1)
+                encoder_out = model.encoder.reorder_encoder_out(encoder_out, new_order)
+                model.decoder.reorder_incremental_state_scripting(incremental_state, new_order)
+                order = order[new_order]
+            out = model.decoder(prev[order, : t + 1], encoder_out=encoder_out, incremental_state=incremental_state)
+            step = model.get_normalized_probs(out, log_probs=True)[:, -1]
+            restored = torch.empty_like(step)
+            restored[order] = step
+            steps.append(restored)
+    return full, torch.stack(steps, dim=1)
