@@ -93,3 +93,44 @@ def full_and_incremental(model, src, lengths, prev, permute_at=None, beam=1):
             restored[order] = step
             steps.append(restored)
     return full, torch.stack(steps, dim=1)
+
+
+def make_tiny_parallel_data(directory, num_train=300, seed=0):
+    """A tiny synthetic translation task (target = reversed source), binarized with
+    fairseq-preprocess --joined-dictionary into ``directory/bin``."""
+    import random
+    import subprocess
+
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(24)]
+    raw = os.path.join(directory, "raw")
+    os.makedirs(raw, exist_ok=True)
+    for split, count in (("train", num_train), ("valid", 30), ("test", 20)):
+        with open(f"{raw}/{split}.src", "w") as fs, open(f"{raw}/{split}.tgt", "w") as ft:
+            for _ in range(count):
+                sent = [rng.choice(words) for _ in range(rng.randint(3, 8))]
+                fs.write(" ".join(sent) + "\n")
+                ft.write(" ".join(reversed(sent)) + "\n")
+    bin_dir = os.path.join(directory, "bin")
+    subprocess.run(
+        ["fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt", "--trainpref", f"{raw}/train",
+         "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test", "--destdir", bin_dir,
+         "--joined-dictionary", "--workers", "1"],
+        check=True, capture_output=True,
+    )
+    return bin_dir
+
+
+TINY_TRAIN_FLAGS = ("--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32",
+                    "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+                    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--optimizer", "adam",
+                    "--lr", "1e-3", "--max-tokens", "500", "--cpu", "--no-progress-bar", "--log-format", "simple",
+                    "--seed", "1", "--no-epoch-checkpoints")
+
+
+def clean_env():
+    """The environment for CLI subprocesses, without any weights_only override."""
+    env = dict(os.environ)
+    env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+    env.pop("TORCH_FORCE_WEIGHTS_ONLY_LOAD", None)
+    return env

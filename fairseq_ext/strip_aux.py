@@ -1,0 +1,75 @@
+"""Strip the auxiliary decoders from a multi-level supervision (MS) checkpoint.
+
+Without AIF the auxiliary decoders only shape training (thesis 4.2): the stripped
+checkpoint loads as a plain main-decoder model and translates identically, at the
+baseline's speed and size.
+
+    fairseq-ext-strip-aux checkpoints/checkpoint_best.pt checkpoints/checkpoint_best.stripped.pt
+    (or: python -m fairseq_ext.strip_aux IN OUT)
+"""
+import argparse
+import sys
+
+import torch
+
+import fairseq_ext  # noqa: F401  (checkpoint allowlist)
+
+AUX_PREFIX = "decoder.aux_decoders."
+
+
+def _model_cfg(state):
+    cfg = state.get("cfg")
+    if cfg is not None and cfg.get("model") is not None:
+        return cfg["model"]
+    return state.get("args")
+
+
+def _get(cfg, name, default=None):
+    return cfg.get(name, default) if isinstance(cfg, dict) else getattr(cfg, name, default)
+
+
+def _set(cfg, name, value):
+    if isinstance(cfg, dict):
+        cfg[name] = value
+    else:
+        setattr(cfg, name, value)
+
+
+def strip_aux_decoders(state: dict) -> int:
+    """Remove the auxiliary decoders from a loaded checkpoint dict in place; returns the
+    number of parameters removed. Refuses AIF models, whose main decoder needs them."""
+    cfg = _model_cfg(state)
+    if cfg is None:
+        raise ValueError("checkpoint has no model configuration (cfg.model / args)")
+    if _get(cfg, "aux_fusion", False):
+        raise ValueError("this model uses --aux-fusion: its main decoder reads the auxiliary decoders, "
+                         "which therefore cannot be stripped")
+    removed = 0
+    for key in [k for k in state["model"] if k.startswith(AUX_PREFIX)]:
+        tensor = state["model"].pop(key)
+        # shared embeddings / output projection appear under the aux prefix too
+        if not any(tensor is v for v in state["model"].values()):
+            removed += tensor.numel()
+    _set(cfg, "aux_decoder_layers", "")
+    _set(cfg, "decode_from", "main")
+    # the optimizer state still describes the removed parameters: drop it
+    state["last_optimizer_state"] = None
+    return removed
+
+
+def cli_main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkpoint")
+    parser.add_argument("output")
+    args = parser.parse_args(argv)
+    state = torch.load(args.checkpoint, map_location="cpu", weights_only=True)
+    try:
+        removed = strip_aux_decoders(state)
+    except ValueError as err:
+        sys.exit(f"fairseq-ext-strip-aux: {err}")
+    torch.save(state, args.output)
+    print(f"removed {removed:,} auxiliary-decoder parameters -> {args.output}")
+
+
+if __name__ == "__main__":
+    cli_main()

@@ -1,0 +1,141 @@
+"""Issue 2: the plugin registers, equals the stock Transformer with no option set, always
+exposes every encoder layer, and its checkpoints load safely with weights_only=True."""
+import argparse
+import os
+import pickle
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+from fairseq import checkpoint_utils
+from fairseq.sequence_generator import SequenceGenerator
+
+from model_utils import (
+    SMALL,
+    TINY_TRAIN_FLAGS,
+    USER_DIR,
+    build,
+    build_stock,
+    clean_env,
+    make_dictionary,
+    make_tiny_parallel_data,
+    random_batch,
+)
+
+
+def count(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("flags", [SMALL, SMALL + ("--share-all-embeddings",), SMALL + ("--encoder-normalize-before", "--decoder-normalize-before")])
+def test_no_option_model_is_the_stock_transformer(flags):
+    dictionary = make_dictionary()
+    stock, _ = build_stock("transformer", *flags, dictionary=dictionary, seed=3)
+    ours, _ = build("multilayer_transformer", *flags, dictionary=dictionary, seed=4)
+    assert count(ours) == count(stock)
+    assert set(ours.state_dict()) == set(stock.state_dict())
+    ours.load_state_dict(stock.state_dict(), strict=True)
+    src, lengths, prev = random_batch(dictionary)
+    with torch.no_grad():
+        expected, _ = stock(src, lengths, prev)
+        actual, _ = ours(src, lengths, prev)
+    assert torch.equal(actual, expected)
+
+
+def test_presets_have_the_stock_parameter_counts():
+    dictionary = make_dictionary(1000)
+    ours, args = build("multilayer_transformer_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
+    stock, _ = build_stock("transformer_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
+    assert count(ours) == count(stock)
+    small, args = build("multilayer_transformer_iwslt", dictionary=dictionary)
+    assert (args.encoder_embed_dim, args.encoder_ffn_embed_dim, args.encoder_attention_heads) == (256, 1024, 4)
+    assert (args.encoder_layers, args.decoder_layers) == (4, 4)
+    # thesis small config: 4 x (4 d^2 + 2 d d_ff) + 4 x (8 d^2 + 2 d d_ff) weight matrices
+    d, f = 256, 1024
+    matrices = 4 * (4 * d * d + 2 * d * f) + 4 * (8 * d * d + 2 * d * f)
+    embeddings = 3 * len(dictionary) * d  # source and target embeddings, untied output projection
+    biases_and_norms = count(small) - matrices - embeddings
+    assert 0 < biases_and_norms < 0.01 * matrices
+
+
+def test_encoder_exposes_every_layer_also_after_beam_reordering():
+    dictionary = make_dictionary()
+    model, args = build("multilayer_transformer", *SMALL, dictionary=dictionary)
+    src, lengths, _ = random_batch(dictionary)
+    with torch.no_grad():
+        out = model.encoder(src, src_lengths=lengths, return_all_hiddens=False)
+    states = out["encoder_states"]
+    assert len(states) == args.encoder_layers + 1  # embeddings + every layer
+    assert torch.equal(states[-1], out["encoder_out"][0])
+    new_order = torch.tensor([2, 2, 0, 1])
+    reordered = model.encoder.reorder_encoder_out(out, new_order)
+    assert len(reordered["encoder_states"]) == args.encoder_layers + 1
+    for state in reordered["encoder_states"]:
+        assert state.size(1) == 4
+
+
+def test_beam_search_runs_with_the_stock_sequence_generator():
+    dictionary = make_dictionary()
+    model, _ = build("multilayer_transformer", *SMALL, dictionary=dictionary)
+    src, lengths, _ = random_batch(dictionary)
+    generator = SequenceGenerator([model], dictionary, beam_size=3, max_len_b=8)
+    hypos = generator.forward({"net_input": {"src_tokens": src, "src_lengths": lengths}})
+    assert len(hypos) == src.size(0) and all(len(h) == 3 for h in hypos)
+
+
+# --- checkpoints under torch's weights_only=True -------------------------------------------
+class _RunsCode:
+    """A pickle that would call os.system on load."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _fairseq_like_state(args):
+    return {
+        "args": None,
+        "cfg": {"model": args, "common": {"seed": 1}},
+        "model": {"w": torch.zeros(2)},
+        "optimizer_history": [{"criterion_name": "LabelSmoothedCrossEntropyCriterion", "optimizer_name": "FairseqAdam",
+                               "lr_scheduler_state": {"best": None}, "num_updates": 3}],
+        "extra_state": {"best": np.float64(1.5), "counts": np.array([1, 2, 3])},
+        "last_optimizer_state": None,
+    }
+
+
+def test_fairseq_checkpoint_types_load_with_weights_only(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    torch.save(_fairseq_like_state(argparse.Namespace(arch="multilayer_transformer")), path)
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(path))  # torch.load default: weights_only=True
+    assert state["cfg"]["model"].arch == "multilayer_transformer"
+    assert float(state["extra_state"]["best"]) == 1.5
+
+
+def test_checkpoint_that_would_run_code_is_refused(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pt"
+    state = _fairseq_like_state(argparse.Namespace(arch="multilayer_transformer"))
+    state["extra_state"]["payload"] = _RunsCode(marker)
+    torch.save(state, path)
+    with pytest.raises(pickle.UnpicklingError, match="system"):
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert not marker.exists()
+
+
+@pytest.mark.slow
+def test_stock_fairseq_generate_loads_our_checkpoint(tmp_path):
+    bin_dir = make_tiny_parallel_data(str(tmp_path))
+    save_dir = tmp_path / "ckpt"
+    env = clean_env()
+    subprocess.run(["fairseq-train", bin_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer",
+                    *TINY_TRAIN_FLAGS, "--max-update", "3", "--save-dir", str(save_dir)],
+                   check=True, capture_output=True, env=env)
+    result = subprocess.run(["fairseq-generate", bin_dir, "--user-dir", USER_DIR, "--cpu", "--beam", "2",
+                             "--path", str(save_dir / "checkpoint_last.pt")],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "BLEU4" in result.stdout
