@@ -1,0 +1,215 @@
+"""Dual Contextual module (thesis Ch. 5, Eq. 5.4-5.7) against a plain-torch re-computation,
+plus causality, incremental decoding with beam reordering, padding and parameter count."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from fairseq.modules.multihead_attention import MultiheadAttention
+
+from fairseq_ext.modules.dual_contextual_attention import DualContextualAttention
+
+D, H = 16, 4
+
+
+def make_dc(kernel_size, causal, seed=0):
+    torch.manual_seed(seed)
+    m = DualContextualAttention(D, H, kernel_size=kernel_size, causal=causal).double().eval()
+    with torch.no_grad():  # random everything, LayerNorm and biases included
+        for p in m.parameters():
+            p.normal_(0.0, 0.4)
+    return m
+
+
+def future_mask(length):
+    return torch.triu(torch.full((length, length), float("-inf"), dtype=torch.double), 1)
+
+
+def reference_dc(m, r, pad, causal):
+    """Eq. 5.4-5.6 written out: windows [r_{t-a} .. r_{t+b}] times W^r in R^{f d x 2d}, GLU,
+    LayerNorm; FI per head with explicit masks; [h_l ; h_g] W_z + b_z."""
+    length, bsz, dim = r.shape
+    f = m.kernel_size
+    dk = dim // H
+    x = r.clone()
+    if pad is not None:
+        x[pad.t()] = 0.0
+    left, right = (f - 1, 0) if causal else ((f - 1) // 2, f // 2)
+    w_r = m.conv.weight.permute(2, 1, 0).reshape(f * dim, 2 * dim)  # row k*d + c = tap k, channel c
+    xp = torch.cat([x.new_zeros(left, bsz, dim), x, x.new_zeros(right, bsz, dim)])
+    r_hat = []
+    for t in range(length):
+        a, b = (torch.cat([xp[t + k] for k in range(f)], dim=-1) @ w_r + m.conv.bias).chunk(2, dim=-1)
+        r_hat.append(a * torch.sigmoid(b))  # GLU
+    ln = m.lc_layer_norm
+    lc = F.layer_norm(torch.stack(r_hat) + r, (dim,), ln.weight, ln.bias, eps=1e-5)
+
+    blocked = torch.zeros(bsz, length, length, dtype=torch.bool)
+    if pad is not None:
+        blocked |= pad[:, None, :]
+    if causal:
+        blocked |= torch.ones(length, length, dtype=torch.bool).triu(1)
+
+    def fi(unit, a_in, b_in):
+        heads = []
+        for h in range(H):
+            s = slice(h * dk, (h + 1) * dk)
+            q = F.linear(a_in, unit.q_proj.weight[s], unit.q_proj.bias[s])
+            k = F.linear(b_in, unit.k_proj.weight[s], unit.k_proj.bias[s])
+            v = F.linear(b_in, unit.v_proj.weight[s], unit.v_proj.bias[s])
+            logits = torch.einsum("tbd,sbd->bts", q, k) / math.sqrt(dk)
+            att = logits.masked_fill(blocked, float("-inf")).softmax(dim=-1)
+            heads.append(torch.einsum("bts,sbd->tbd", att, v))
+        return torch.cat(heads, dim=-1)
+
+    h_l, h_g = fi(m.local_fi, r, lc), fi(m.global_fi, r, r)
+    return F.linear(torch.cat([h_l, h_g], dim=-1), m.out_proj.weight, m.out_proj.bias)
+
+
+def run_incremental(m, x, pad, reorder_at=None, new_order=None):
+    """Feed x (T x B x C) one step at a time; optionally reorder the cache before step
+    ``reorder_at`` and continue with the reordered batch. Returns the T outputs."""
+    state = {}
+    outs = []
+    for t in range(x.size(0)):
+        if t == reorder_at:
+            m.reorder_incremental_state(state, new_order)
+            x, pad = x[:, new_order], (pad[new_order] if pad is not None else None)
+        step_pad = pad[:, t : t + 1] if pad is not None else None
+        out, _ = m(x[t : t + 1], x[t : t + 1], x[t : t + 1], key_padding_mask=step_pad,
+                   incremental_state=state, need_weights=False, attn_mask=None)
+        outs.append(out)
+    return outs
+
+
+@pytest.mark.parametrize("kernel_size", [2, 3, 4])
+@pytest.mark.parametrize("causal", [False, True])
+def test_forward_matches_equations(kernel_size, causal):
+    m = make_dc(kernel_size, causal)
+    length, bsz = 7, 3
+    r = torch.randn(length, bsz, D, dtype=torch.double)
+    pad = torch.zeros(bsz, length, dtype=torch.bool)
+    if causal:
+        pad[1, -2:] = True  # target side: right padding
+    else:
+        pad[1, :3] = True  # source side: left padding
+    out, _ = m(r, r, r, key_padding_mask=pad, need_weights=False,
+               attn_mask=future_mask(length) if causal else None)
+    assert out.shape == (length, bsz, D)
+    torch.testing.assert_close(out, reference_dc(m, r, pad, causal), atol=1e-10, rtol=1e-10)
+
+
+def test_output_of_stock_layer_is_eq_5_7():
+    """z = LayerNorm(z_hat + r): the stock layer's residual + self_attn_layer_norm around DC."""
+    m = make_dc(3, False)
+    r = torch.randn(5, 2, D, dtype=torch.double)
+    z_hat, _ = m(r, r, r)
+    ln = torch.nn.LayerNorm(D).double()
+    z = ln(z_hat + r)
+    assert torch.allclose(z.mean(-1), torch.zeros(5, 2, dtype=torch.double), atol=1e-10)
+    torch.testing.assert_close(z_hat, reference_dc(m, r, None, False))
+
+
+@pytest.mark.parametrize("kernel_size", [2, 3])
+def test_decoder_is_causal_in_full_and_incremental_mode(kernel_size):
+    m = make_dc(kernel_size, causal=True)
+    length, t0 = 8, 5
+    x = torch.randn(length, 2, D, dtype=torch.double)
+    y = x.clone()
+    y[t0] = torch.randn(2, D, dtype=torch.double)  # change one future token
+    y[t0 + 1 :] += 1.0
+    for mask in (future_mask(length), None):  # the module masks causally even without attn_mask
+        out_x, _ = m(x, x, x, attn_mask=mask)
+        out_y, _ = m(y, y, y, attn_mask=mask)
+        torch.testing.assert_close(out_x[:t0], out_y[:t0], atol=0, rtol=0)
+        assert not torch.allclose(out_x[t0], out_y[t0])  # the change is visible where it may be
+    # incremental: step by step, and the whole sequence as one cached chunk
+    inc_x = torch.cat(run_incremental(m, x, None))
+    inc_y = torch.cat(run_incremental(m, y, None))
+    torch.testing.assert_close(inc_x[:t0], inc_y[:t0], atol=0, rtol=0)
+    chunk_x, _ = m(x, x, x, incremental_state={})
+    chunk_y, _ = m(y, y, y, incremental_state={})
+    torch.testing.assert_close(chunk_x[:t0], chunk_y[:t0], atol=0, rtol=0)
+    torch.testing.assert_close(chunk_x, inc_x, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("kernel_size", [2, 3, 4])
+@pytest.mark.parametrize("new_order", [[2, 0, 3, 1], [3, 1, 1]])  # permutation; beam shrink
+def test_incremental_equals_full_with_reorder(kernel_size, new_order):
+    m = make_dc(kernel_size, causal=True)
+    length, bsz, reorder_at = 7, 4, 3
+    x = torch.randn(length, bsz, D, dtype=torch.double)
+    pad = torch.zeros(bsz, length, dtype=torch.bool)
+    pad[1, -2:] = True
+    pad[3, -1:] = True
+    order = torch.tensor(new_order)
+    full, _ = m(x, x, x, key_padding_mask=pad, attn_mask=future_mask(length))
+    xo = x[:, order]
+    full_reordered, _ = m(xo, xo, xo, key_padding_mask=pad[order], attn_mask=future_mask(length))
+    outs = run_incremental(m, x, pad, reorder_at=reorder_at, new_order=order)
+    for t, out in enumerate(outs):
+        expected = full[t : t + 1] if t < reorder_at else full_reordered[t : t + 1]
+        torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("kernel_size", [2, 3])
+def test_left_padded_batch_equals_each_sentence_alone(kernel_size):
+    m = make_dc(kernel_size, causal=False)
+    lengths = [6, 3, 1]
+    length = max(lengths)
+    x = torch.randn(length, len(lengths), D, dtype=torch.double) * 3  # garbage at pads too
+    pad = torch.zeros(len(lengths), length, dtype=torch.bool)
+    for b, n in enumerate(lengths):
+        pad[b, : length - n] = True
+    out, _ = m(x, x, x, key_padding_mask=pad)
+    for b, n in enumerate(lengths):
+        alone = x[length - n :, b : b + 1]
+        expected, _ = m(alone, alone, alone)
+        torch.testing.assert_close(out[length - n :, b : b + 1], expected, atol=1e-10, rtol=1e-10)
+
+
+def test_right_padded_decoder_batch_equals_each_sentence_alone():
+    m = make_dc(3, causal=True)
+    lengths = [5, 2]
+    x = torch.randn(5, 2, D, dtype=torch.double)
+    pad = torch.tensor([[False] * 5, [False] * 2 + [True] * 3])
+    out, _ = m(x, x, x, key_padding_mask=pad, attn_mask=future_mask(5))
+    for b, n in enumerate(lengths):
+        alone = x[:n, b : b + 1]
+        expected, _ = m(alone, alone, alone, attn_mask=future_mask(n))
+        torch.testing.assert_close(out[:n, b : b + 1], expected, atol=1e-10, rtol=1e-10)
+
+
+def test_parameter_delta_over_multihead_attention():
+    d, f, layers = 512, 2, 6
+    dc = DualContextualAttention(d, 8, kernel_size=f)
+    mha = MultiheadAttention(d, 8, self_attention=True)
+
+    def weights(mod):  # matrices and conv kernels, no biases / LayerNorm gains
+        return sum(p.numel() for p in mod.parameters() if p.dim() >= 2)
+
+    assert weights(dc) - weights(mha) == (4 + 2 * f) * d * d
+    assert layers * (weights(dc) - weights(mha)) == 12_582_912  # Enc-DC f = 2, thesis Table 5.2
+    # biases: conv 2d + FI 2 x 3d + b_z d + LayerNorm 2d, against MultiheadAttention's 4d
+    total = sum(p.numel() for p in dc.parameters()) - sum(p.numel() for p in mha.parameters())
+    assert total == (4 + 2 * f) * d * d + 7 * d
+
+
+def test_attention_weights_and_interface():
+    m = make_dc(3, causal=True)
+    assert (m.num_heads, m.head_dim) == (H, D // H)
+    x = torch.randn(4, 2, D, dtype=torch.double)
+    _, per_head = m(x, x, x, attn_mask=future_mask(4), need_head_weights=True)
+    assert per_head.shape == (H, 2, 4, 4)
+    assert torch.all(per_head.triu(1) == 0)
+    torch.testing.assert_close(per_head.sum(-1), torch.ones(H, 2, 4, dtype=torch.double))
+    _, avg = m(x, x, x, attn_mask=future_mask(4), need_weights=True)
+    torch.testing.assert_close(avg, per_head.mean(0))
+    assert m(x, x, x, need_weights=False)[1] is None
+    state = {}
+    m(x[:1], x[:1], x[:1], incremental_state=state)
+    assert m._get_input_buffer(state)["prev_conv_input"].shape == (2, D, 2)  # last f-1 inputs
+    with pytest.raises(ValueError, match="self-attention"):
+        m(x, torch.randn(3, 2, D, dtype=torch.double), None)
+    with pytest.raises(ValueError, match="causal"):
+        make_dc(3, causal=False)(x, x, x, incremental_state={})

@@ -1,0 +1,289 @@
+"""Issue 4: auxiliary decoders, the multi-output loss and Auxiliary Information Fusion
+(thesis Ch. 4, Eq. 4.1-4.3; SPEC section 5)."""
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+import torch
+from fairseq.criterions.label_smoothed_cross_entropy import (
+    LabelSmoothedCrossEntropyCriterion,
+    label_smoothed_nll_loss,
+)
+from fairseq.sequence_generator import SequenceGenerator
+
+from fairseq_ext.criterions.multi_output_label_smoothed_cross_entropy import (
+    MultiOutputLabelSmoothedCrossEntropyCriterion,
+)
+from fairseq_ext.strip_aux import strip_aux_decoders
+from model_utils import (
+    SMALL,
+    TINY_TRAIN_FLAGS,
+    USER_DIR,
+    build,
+    clean_env,
+    full_and_incremental,
+    make_dictionary,
+    make_tiny_parallel_data,
+    random_batch,
+)
+
+
+def count(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def sample_for(dictionary, seed=1):
+    src, lengths, prev = random_batch(dictionary, seed=seed)
+    target = torch.cat([prev[:, 1:], torch.full((prev.size(0), 1), dictionary.eos())], dim=1)
+    target[0, -2:] = dictionary.pad()  # a padded target
+    net_input = {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev}
+    return {"net_input": net_input, "target": target, "ntokens": int(target.ne(dictionary.pad()).sum())}
+
+
+def criterion_for(dictionary, cls=MultiOutputLabelSmoothedCrossEntropyCriterion, **kwargs):
+    task = SimpleNamespace(target_dictionary=dictionary)
+    return cls(task, sentence_avg=False, label_smoothing=0.1, **kwargs)
+
+
+# --- parameter counts (SPEC section 9, thesis Tables 4.4 / 4.6a) ------------------------------
+def test_parameter_deltas_base_config():
+    dictionary = make_dictionary(100)
+    d, f, layers = 512, 2048, 6
+    base, _ = build("multilayer_transformer_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
+    ms1, _ = build("transformer_ms_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
+    aif, _ = build("transformer_ms_wmt_en_de", "--share-all-embeddings", "--aux-fusion", dictionary=dictionary)
+    decoder_stack = count(base.decoder) - count(base.decoder.embed_tokens)
+    assert count(ms1) - count(base) == decoder_stack  # one aux decoder = one decoder stack
+    assert abs(decoder_stack - layers * (8 * d * d + 2 * d * f)) < 0.01 * decoder_stack  # 25.17M
+    assert count(aif) - count(ms1) == layers * d * d  # AIF: d^2 per main layer per aux decoder (1.57M)
+
+
+def test_parameter_counts_small_config_table_4_6a():
+    # the vocabulary that makes the small-config baseline 12.8M with shared embeddings
+    dictionary = make_dictionary(21200)
+    flags = ("--share-all-embeddings",)
+    totals = {}
+    for name, extra in [("baseline", ()), ("MS-1", ("--aux-decoder-layers", "1")),
+                        ("MS-1+AIF", ("--aux-decoder-layers", "1", "--aux-fusion")),
+                        ("MS-13", ("--aux-decoder-layers", "1,3")),
+                        ("MS-13+AIF", ("--aux-decoder-layers", "1,3", "--aux-fusion")),
+                        ("MS-123", ("--aux-decoder-layers", "1,2,3")),
+                        ("MS-123+AIF", ("--aux-decoder-layers", "1,2,3", "--aux-fusion"))]:
+        model, _ = build("multilayer_transformer_iwslt", *flags, *extra, dictionary=dictionary)
+        totals[name] = count(model) / 1e6
+    expected = {"baseline": 12.8, "MS-1": 17.0, "MS-1+AIF": 17.3, "MS-13": 21.2, "MS-13+AIF": 21.7,
+                "MS-123": 25.4, "MS-123+AIF": 26.2}
+    for name, value in expected.items():
+        assert abs(totals[name] - value) < 0.1, (name, totals[name], value)
+    assert abs((totals["MS-1"] - totals["baseline"]) - 4.2) < 0.05
+    assert abs((totals["MS-1+AIF"] - totals["MS-1"]) - 0.26) < 0.01
+
+
+# --- the multi-output loss (Eq. 4.1) -------------------------------------------------------------
+@pytest.mark.parametrize("gamma", [1.0, 0.3])
+def test_loss_equals_hand_computation(gamma):
+    dictionary = make_dictionary()
+    model, _ = build("multilayer_transformer", *SMALL, "--aux-decoder-layers", "1,2", dictionary=dictionary)
+    sample = sample_for(dictionary)
+    criterion = criterion_for(dictionary, aux_loss_weight=gamma)
+    loss, sample_size, logs = criterion(model, sample)
+    with torch.no_grad():
+        logits, extra = model(**sample["net_input"])
+    target = sample["target"].view(-1)
+    terms = []
+    for out in [logits] + extra["aux_out"]:
+        lprobs = torch.log_softmax(out.float(), dim=-1).view(-1, out.size(-1))
+        terms.append(label_smoothed_nll_loss(lprobs, target, 0.1, ignore_index=dictionary.pad())[0])
+    assert torch.allclose(loss, terms[0] + gamma * (terms[1] + terms[2]), atol=1e-4)
+    assert torch.allclose(logs["main_loss"], terms[0], atol=1e-4)
+    assert torch.allclose(logs["aux1_loss"], terms[1], atol=1e-4)
+    assert torch.allclose(logs["aux2_loss"], terms[2], atol=1e-4)
+    assert sample_size == sample["ntokens"]
+
+
+def test_without_aux_decoders_the_criterion_is_label_smoothed_cross_entropy():
+    dictionary = make_dictionary()
+    model, _ = build("multilayer_transformer", *SMALL, dictionary=dictionary)
+    sample = sample_for(dictionary)
+    ours = criterion_for(dictionary)(model, sample)
+    stock = criterion_for(dictionary, cls=LabelSmoothedCrossEntropyCriterion)(model, sample)
+    assert torch.equal(ours[0], stock[0])
+    assert ours[1] == stock[1]
+    assert torch.equal(ours[2]["nll_loss"], stock[2]["nll_loss"])
+
+
+def test_aux_loss_gradients_reach_only_the_encoder_layers_below():
+    dictionary = make_dictionary()
+    model, _ = build("multilayer_transformer", *SMALL, "--aux-decoder-layers", "1", dictionary=dictionary)
+    model.train()
+    sample = sample_for(dictionary)
+    _, extra = model(**sample["net_input"])
+    aux_logits = extra["aux_out"][0]
+    lprobs = torch.log_softmax(aux_logits, dim=-1).view(-1, aux_logits.size(-1))
+    label_smoothed_nll_loss(lprobs, sample["target"].view(-1), 0.1, ignore_index=dictionary.pad())[0].backward()
+
+    def grad_norm(module):
+        return sum(float(p.grad.abs().sum()) for p in module.parameters() if p.grad is not None)
+
+    assert grad_norm(model.encoder.layers[0]) > 0  # layer 1 feeds the aux decoder
+    assert grad_norm(model.encoder.layers[1]) == 0 and grad_norm(model.encoder.layers[2]) == 0
+    assert grad_norm(model.decoder.aux_decoders[0].layers) > 0
+    assert grad_norm(model.decoder.layers) == 0  # the main decoder's layers are untouched
+
+
+# --- incremental decoding and beam search ----------------------------------------------------------
+@pytest.mark.parametrize("aux_layers", ["1", "1,3", "1,2,3"])
+@pytest.mark.parametrize("fusion", [False, True])
+def test_incremental_equals_full_forward(aux_layers, fusion):
+    flags = list(SMALL) + ["--encoder-layers", "4", "--aux-decoder-layers", aux_layers] + (["--aux-fusion"] if fusion else [])
+    model, _ = build("multilayer_transformer", *flags)
+    src, lengths, prev = random_batch(model.decoder.dictionary, beam=2)
+    full, incremental = full_and_incremental(model, src, lengths, prev, permute_at=2, beam=2)
+    assert torch.allclose(full, incremental, atol=1e-5)
+
+
+@pytest.mark.parametrize("flags", [("--aux-decoder-layers", "1"), ("--aux-decoder-layers", "1,2"),
+                                   ("--aux-decoder-layers", "1,2", "--aux-fusion"),
+                                   ("--aux-decoder-layers", "1", "--aux-fusion", "--joint-attention", "m-00"),
+                                   ("--aux-decoder-layers", "2", "--decode-from", "aux2")])
+def test_beam_search(flags):
+    dictionary = make_dictionary()
+    model, _ = build("multilayer_transformer", *SMALL, *flags, dictionary=dictionary)
+    src, lengths, _ = random_batch(dictionary)
+    hypos = SequenceGenerator([model], dictionary, beam_size=3, max_len_b=8).forward(
+        {"net_input": {"src_tokens": src, "src_lengths": lengths}})
+    assert len(hypos) == src.size(0) and all(len(h) == 3 for h in hypos)
+
+
+def test_without_fusion_beam_search_runs_only_the_main_decoder():
+    dictionary = make_dictionary()
+    model, _ = build("multilayer_transformer", *SMALL, "--aux-decoder-layers", "1,2", dictionary=dictionary)
+    calls = []
+    for aux in model.decoder.aux_decoders:
+        aux.layers[0].register_forward_hook(lambda *a: calls.append(1))
+    src, lengths, _ = random_batch(dictionary)
+    SequenceGenerator([model], dictionary, beam_size=3, max_len_b=8).forward(
+        {"net_input": {"src_tokens": src, "src_lengths": lengths}})
+    assert calls == []
+
+
+def test_decode_from_aux_is_that_decoder_alone():
+    dictionary = make_dictionary()
+    model, _ = build("multilayer_transformer", *SMALL, "--aux-decoder-layers", "1,2", dictionary=dictionary)
+    aux2, _ = build("multilayer_transformer", *SMALL, "--aux-decoder-layers", "1,2", "--decode-from", "aux2",
+                    dictionary=dictionary)
+    aux2.load_state_dict(model.state_dict())
+    src, lengths, prev = random_batch(dictionary)
+    with torch.no_grad():
+        _, extra = model(src, lengths, prev)
+        logits, _ = aux2(src, lengths, prev)
+    assert torch.allclose(logits, extra["aux_out"][1], atol=1e-6)
+    assert not torch.allclose(logits, extra["aux_out"][0], atol=1e-3)
+    full, incremental = full_and_incremental(aux2, src, lengths, prev)
+    assert torch.allclose(full, incremental, atol=1e-5)
+
+
+def test_aif_with_zero_weights_is_the_ms_main_decoder():
+    """The "ind-decoder" of thesis Eq. 4.4-4.7."""
+    dictionary = make_dictionary()
+    ms, _ = build("multilayer_transformer", *SMALL, "--aux-decoder-layers", "1,2", dictionary=dictionary, seed=5)
+    aif, _ = build("multilayer_transformer", *SMALL, "--aux-decoder-layers", "1,2", "--aux-fusion",
+                   dictionary=dictionary, seed=6)
+    missing, unexpected = aif.load_state_dict(ms.state_dict(), strict=False)
+    assert unexpected == [] and missing and all(".aif." in k for k in missing)
+    src, lengths, prev = random_batch(dictionary)
+    with torch.no_grad():
+        expected, _ = ms(src, lengths, prev)
+        fused, _ = aif(src, lengths, prev)
+        assert not torch.allclose(fused, expected, atol=1e-3)  # random W^a change the output
+        for layer in aif.decoder.layers:
+            for proj in layer.aif.projections:
+                proj.weight.zero_()
+        actual, _ = aif(src, lengths, prev)
+    assert torch.allclose(actual, expected, atol=1e-6)
+
+
+def test_aif_equation_in_a_decoder_layer():
+    """h_l <- h_l + sum_i W^{a,i}_l f^i right after the self-attention sublayer (Eq. 4.2-4.3)."""
+    dictionary = make_dictionary()
+    model, _ = build("multilayer_transformer", *SMALL, "--aux-decoder-layers", "1,2", "--aux-fusion",
+                     dictionary=dictionary)
+    layer = model.decoder.layers[0]
+    x = torch.randn(4, 2, 32)
+    aux = [torch.randn(4, 2, 32), torch.randn(4, 2, 32)]
+    captured = {}
+    layer.encoder_attn.register_forward_hook(lambda m, args, kwargs, out: captured.update(q=kwargs["query"]),
+                                             with_kwargs=True)
+    memory = torch.randn(6, 2, 32)
+    model.decoder.step_context.aux_features = aux
+    try:
+        with torch.no_grad():
+            layer(x, memory, None, None, self_attn_mask=model.decoder.buffered_future_mask(x))
+            sa, _ = layer.self_attn(query=x, key=x, value=x, attn_mask=model.decoder.buffered_future_mask(x))
+            h = layer.self_attn_layer_norm.__class__.forward(layer.self_attn_layer_norm, x + sa)
+    finally:
+        model.decoder.step_context.clear()
+    expected = h + aux[0] @ layer.aif.projections[0].weight.T + aux[1] @ layer.aif.projections[1].weight.T
+    assert torch.allclose(captured["q"], expected, atol=1e-5)
+
+
+# --- build-time validation ------------------------------------------------------------------------
+@pytest.mark.parametrize("flags,message", [
+    (("--aux-decoder-layers", "3"), "--aux-decoder-layers"),  # == L
+    (("--aux-decoder-layers", "0"), "--aux-decoder-layers"),
+    (("--aux-decoder-layers", "1,1"), "duplicate"),
+    (("--aux-decoder-layers", "1,x"), "--aux-decoder-layers"),
+    (("--aux-fusion",), "--aux-fusion"),
+    (("--aux-decoder-layers", "1", "--decode-from", "aux2"), "--decode-from"),
+    (("--aux-decoder-layers", "1", "--decode-from", "bogus"), "--decode-from"),
+    (("--aux-decoder-layers", "1", "--aux-fusion", "--decoder-normalize-before"), "--aux-fusion"),
+])
+def test_invalid_settings_fail_at_build(flags, message):
+    with pytest.raises(ValueError, match=message):
+        build("multilayer_transformer", *SMALL, *flags)
+
+
+# --- stripping and end-to-end --------------------------------------------------------------------
+@pytest.mark.slow
+def test_train_strip_and_translate_identically(tmp_path):
+    bin_dir = make_tiny_parallel_data(str(tmp_path))
+    env = clean_env()
+    save = tmp_path / "ms"
+    train = subprocess.run(
+        ["fairseq-train", bin_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer", *TINY_TRAIN_FLAGS,
+         "--aux-decoder-layers", "1", "--criterion", "multi_output_label_smoothed_cross_entropy",
+         "--label-smoothing", "0.1", "--aux-loss-weight", "0.5", "--max-update", "5", "--save-dir", str(save)],
+        capture_output=True, text=True, env=env)
+    assert train.returncode == 0, train.stderr[-2000:]
+    assert "aux1_loss" in train.stdout + train.stderr and "main_loss" in train.stdout + train.stderr
+    state = torch.load(save / "checkpoint_last.pt", weights_only=True)
+    removed = strip_aux_decoders(state)
+    assert removed > 0 and not any("aux_decoders" in k for k in state["model"])
+    torch.save(state, save / "stripped.pt")
+
+    def generate(path, *extra):
+        result = subprocess.run(["fairseq-generate", bin_dir, "--user-dir", USER_DIR, "--cpu", "--beam", "3",
+                                 "--path", str(path), *extra], capture_output=True, text=True, env=env)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return [line for line in result.stdout.splitlines() if line.startswith(("H-", "D-"))]
+
+    full = generate(save / "checkpoint_last.pt")
+    assert full and generate(save / "stripped.pt") == full
+    assert generate(save / "checkpoint_last.pt", "--model-overrides", "{'decode_from': 'aux1'}")
+
+
+@pytest.mark.slow
+def test_m00_ms1_aif_trains_and_decodes(tmp_path):
+    bin_dir = make_tiny_parallel_data(str(tmp_path))
+    env = clean_env()
+    save = tmp_path / "combo"
+    train = subprocess.run(
+        ["fairseq-train", bin_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer", *TINY_TRAIN_FLAGS,
+         "--joint-attention", "m-00", "--aux-decoder-layers", "1", "--aux-fusion",
+         "--criterion", "multi_output_label_smoothed_cross_entropy", "--max-update", "5", "--save-dir", str(save)],
+        capture_output=True, text=True, env=env)
+    assert train.returncode == 0, train.stderr[-2000:]
+    result = subprocess.run(["fairseq-generate", bin_dir, "--user-dir", USER_DIR, "--cpu", "--beam", "3",
+                             "--path", str(save / "checkpoint_last.pt")], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "BLEU4" in result.stdout
