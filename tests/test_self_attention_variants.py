@@ -1,0 +1,146 @@
+"""Issue 5 at the model level: DC and MMA self-attention in the composable model, the
+pre-classifier projection and the deep-encoder preset (thesis Ch. 5, MMA paper,
+word-translation paper). The modules' equations are tested in test_dual_contextual.py and
+test_mixed_multihead.py."""
+import pytest
+import torch
+from fairseq.modules import MultiheadAttention
+from fairseq.sequence_generator import SequenceGenerator
+
+from fairseq_ext.modules.dual_contextual_attention import DualContextualAttention
+from fairseq_ext.modules.mixed_multihead_attention import MixedMultiheadAttention
+from model_utils import SMALL, build, full_and_incremental, make_dictionary, random_batch
+
+
+def count(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_parameter_deltas_base_config():
+    # 33,320 symbols make the shared-embedding base baseline the thesis' 61.2M
+    dictionary = make_dictionary(33320)
+    d = 512
+    base, _ = build("multilayer_transformer_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
+    assert abs(count(base) / 1e6 - 61.2) < 0.05
+    enc_dc, _ = build("transformer_dc_wmt_en_de", "--share-all-embeddings", "--dc-kernel-size", "2",
+                      dictionary=dictionary)
+    delta = count(enc_dc) - count(base)
+    assert abs(delta - 6 * (4 + 2 * 2) * d * d) < 0.01 * delta  # +12.58M
+    assert abs(count(enc_dc) / 1e6 - 73.9) < 0.15  # thesis Table 5.2
+    f3, _ = build("transformer_dc_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
+    assert abs((count(f3) - count(base)) - 6 * (4 + 2 * 3) * d * d) < 0.01 * delta
+    mma, _ = build("transformer_mma_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
+    assert count(mma) == count(base)
+    proj, _ = build("multilayer_transformer_wmt_en_de", "--share-all-embeddings", "--pre-classifier-projection",
+                    dictionary=dictionary)
+    assert count(proj) - count(base) == d * d
+
+
+@pytest.mark.parametrize("side,flag,layers,expected", [
+    ("encoder", "--dc-encoder-layers", "1-2", [True, True, False]),
+    ("encoder", "--dc-encoder-layers", "", [True, True, True]),
+    ("decoder", "--dc-decoder-layers", "2", [False, True]),
+])
+def test_dc_layer_ranges(side, flag, layers, expected):
+    model, _ = build("multilayer_transformer", *SMALL, f"--{side}-self-attention", "dc", flag, layers)
+    stack = model.encoder.layers if side == "encoder" else model.decoder.layers
+    assert [isinstance(layer.self_attn, DualContextualAttention) for layer in stack] == expected
+    for layer, is_dc in zip(stack, expected):
+        if is_dc and side == "decoder":
+            assert layer.self_attn.causal
+
+
+def test_mma_heads_in_the_model():
+    model, _ = build("multilayer_transformer", *SMALL, "--encoder-self-attention", "mma", "--mma-heads", "G,L,L,L",
+                     "--mma-window", "2")
+    attn = model.encoder.layers[0].self_attn
+    assert isinstance(attn, MixedMultiheadAttention)
+    assert attn.head_types == ["G", "L", "L", "L"] and attn.window == 2
+    assert isinstance(model.decoder.layers[0].self_attn, MultiheadAttention)
+    assert not isinstance(model.decoder.layers[0].self_attn, MixedMultiheadAttention)
+
+
+@pytest.mark.parametrize("flags", [
+    ("--encoder-self-attention", "dc"),
+    ("--decoder-self-attention", "dc", "--dc-kernel-size", "2"),
+    ("--decoder-self-attention", "dc", "--dc-kernel-size", "3"),
+    ("--decoder-self-attention", "dc", "--dc-kernel-size", "4", "--dc-decoder-layers", "1"),
+    ("--encoder-self-attention", "mma"),
+    ("--decoder-self-attention", "mma", "--decoder-mma-heads", "L,B"),
+    ("--pre-classifier-projection", "--share-all-embeddings"),
+    ("--encoder-self-attention", "dc", "--decoder-self-attention", "dc", "--joint-attention", "m-10",
+     "--aux-decoder-layers", "1", "--aux-fusion", "--pre-classifier-projection"),
+])
+def test_incremental_equals_full_and_beam_search_runs(flags):
+    model, _ = build("multilayer_transformer", *SMALL, *flags)
+    dictionary = model.decoder.dictionary
+    src, lengths, prev = random_batch(dictionary, beam=2)
+    full, incremental = full_and_incremental(model, src, lengths, prev, permute_at=2, beam=2)
+    assert torch.allclose(full, incremental, atol=1e-5)
+    src, lengths, _ = random_batch(dictionary)
+    hypos = SequenceGenerator([model], dictionary, beam_size=3, max_len_b=8).forward(
+        {"net_input": {"src_tokens": src, "src_lengths": lengths}})
+    assert all(len(h) == 3 for h in hypos)
+
+
+@pytest.mark.parametrize("kernel", ["2", "3"])
+def test_dc_decoder_is_causal_in_the_model(kernel):
+    model, _ = build("multilayer_transformer", *SMALL, "--decoder-self-attention", "dc", "--dc-kernel-size", kernel)
+    src, lengths, prev = random_batch(model.decoder.dictionary)
+    changed = prev.clone()
+    changed[:, 3] = (changed[:, 3] + 1 - model.decoder.dictionary.nspecial) % (
+        len(model.decoder.dictionary) - model.decoder.dictionary.nspecial) + model.decoder.dictionary.nspecial
+    with torch.no_grad():
+        a, _ = model(src, lengths, prev)
+        b, _ = model(src, lengths, changed)
+    assert torch.equal(a[:, :3], b[:, :3])
+    assert not torch.allclose(a[:, 3:], b[:, 3:])
+    full_a, inc_a = full_and_incremental(model, src, lengths, prev)
+    full_b, inc_b = full_and_incremental(model, src, lengths, changed)
+    assert torch.allclose(inc_a[:, :3], inc_b[:, :3], atol=0)
+
+
+def test_pre_classifier_projection_with_shared_embeddings():
+    model, _ = build("multilayer_transformer", *SMALL, "--pre-classifier-projection", "--share-all-embeddings")
+    decoder = model.decoder
+    assert decoder.output_projection.weight is decoder.embed_tokens.weight is model.encoder.embed_tokens.weight
+    assert decoder.pre_classifier.bias is None
+    features = torch.randn(2, 3, 32)
+    expected = features @ decoder.pre_classifier.weight.T @ decoder.embed_tokens.weight.T
+    assert torch.allclose(decoder.output_layer(features), expected, atol=1e-5)
+
+
+def test_aux_decoders_share_the_pre_classifier_and_output_projection():
+    model, _ = build("multilayer_transformer", *SMALL, "--pre-classifier-projection", "--aux-decoder-layers", "1")
+    aux = model.decoder.aux_decoders[0]
+    assert aux.pre_classifier is model.decoder.pre_classifier
+    assert aux.output_projection is model.decoder.output_projection
+    assert aux.embed_tokens is model.decoder.embed_tokens
+
+
+def test_presets():
+    _, args = build("transformer_deep_enc_shallow_dec", dictionary=make_dictionary())
+    assert (args.encoder_layers, args.decoder_layers, args.encoder_embed_dim, args.encoder_ffn_embed_dim) == (10, 2, 512, 2048)
+    _, args = build("transformer_dc_iwslt")
+    assert args.encoder_self_attention == "dc" and args.decoder_self_attention == "standard"
+    assert args.encoder_embed_dim == 256 and args.dc_kernel_size == 3
+    _, args = build("transformer_mma_iwslt")
+    assert args.encoder_self_attention == "mma"
+    _, args = build("transformer_dc_iwslt", "--dc-kernel-size", "2")  # the command line wins over presets
+    assert args.dc_kernel_size == 2
+
+
+@pytest.mark.parametrize("flags,message", [
+    (("--encoder-self-attention", "mma", "--mma-heads", "G,L,F"), "--mma-heads"),
+    (("--encoder-self-attention", "mma", "--mma-heads", "G,L,X,B"), "--mma-heads"),
+    (("--decoder-self-attention", "mma", "--decoder-mma-heads", "G,B"), "--mma-heads"),
+    (("--decoder-self-attention", "mma", "--decoder-mma-heads", "F,B"), "--mma-heads"),
+    (("--encoder-self-attention", "dc", "--dc-encoder-layers", "2-5"), "--dc-encoder-layers"),
+    (("--decoder-self-attention", "dc", "--dc-decoder-layers", "a-b"), "--dc-decoder-layers"),
+    (("--encoder-self-attention", "dc", "--dc-kernel-size", "0"), "--dc-kernel-size"),
+    (("--encoder-self-attention", "mma", "--mma-window", "-1"), "--mma-window"),
+    (("--encoder-attention-heads", "5"), "--encoder-attention-heads"),
+])
+def test_invalid_settings_fail_at_build(flags, message):
+    with pytest.raises(ValueError, match=message):
+        build("multilayer_transformer", *SMALL, *flags)
