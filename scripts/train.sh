@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Train with fairseq's own torch.distributed training: one process (CPU or one GPU),
+# several processes on one node, or several nodes, with the world size wired through.
+#
+#   scripts/train.sh DATA_BIN SAVE_DIR [--nproc N] [--nnodes M --node-rank R --master-addr HOST
+#                    --master-port PORT] [--config configs/iwslt.args] -- FAIRSEQ_TRAIN_ARGS...
+#
+# Why a launcher: `torchrun ... fairseq-train --cpu` silently trains N independent
+# single-process worlds (fairseq only infers the world from torchrun's environment when it
+# also sees GPUs, and then divides by the GPU count). Here every process gets
+# --distributed-init-method env:// --distributed-world-size N*M --distributed-rank $RANK
+# --device-id $LOCAL_RANK --distributed-no-spawn; the backend is NCCL on GPUs and gloo on
+# the CPU (with fairseq's legacy_ddp, since torch's DDP wants device ids on CPU modules).
+#
+# Examples:
+#   scripts/train.sh data-bin/iwslt15.en-vi checkpoints/jas --config configs/iwslt.args -- --arch transformer_jas_iwslt
+#   scripts/train.sh data-bin/wmt14.en-de ckpt --nproc 8 --config configs/wmt14.args -- --arch transformer_jas_wmt_en_de --fp16
+#   # node 0 and node 1 of a 2 x 8 GPU job:
+#   scripts/train.sh data-bin/wmt14.en-de ckpt --nproc 8 --nnodes 2 --node-rank 0 --master-addr node0 --master-port 29500 -- ...
+#   scripts/train.sh data-bin/wmt14.en-de ckpt --nproc 8 --nnodes 2 --node-rank 1 --master-addr node0 --master-port 29500 -- ...
+set -euo pipefail
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+die() { echo "[train.sh] error: $*" >&2; exit 1; }
+
+[[ $# -ge 2 ]] || usage 1
+DATA=$1 SAVE=$2
+shift 2
+NPROC=1 NNODES=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=${MASTER_PORT:-29500} CONFIG=""
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --nproc) NPROC=$2; shift 2 ;;
+        --nnodes) NNODES=$2; shift 2 ;;
+        --node-rank) NODE_RANK=$2; shift 2 ;;
+        --master-addr) MASTER_ADDR=$2; shift 2 ;;
+        --master-port) MASTER_PORT=$2; shift 2 ;;
+        --config) CONFIG=$2; shift 2 ;;
+        -h|--help) usage 0 ;;
+        --) shift; break ;;
+        *) die "unknown option $1 (fairseq-train flags go after --)" ;;
+    esac
+done
+[[ -d $DATA ]] || die "no binarized data directory $DATA (run a scripts/prepare-*.sh recipe first)"
+USER_DIR="$(cd "$(dirname "$0")/.." && pwd)/fairseq_ext"
+CONFIG_ARGS=()
+if [[ -n $CONFIG ]]; then
+    [[ -f $CONFIG ]] || die "no config file $CONFIG"
+    # one or more flags per line; '#' starts a comment
+    read -r -a CONFIG_ARGS <<< "$(sed 's/#.*//' "$CONFIG" | tr '\n' ' ')"
+fi
+
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    DEVICE_ARGS=(--distributed-backend nccl)
+else
+    DEVICE_ARGS=(--cpu --distributed-backend gloo --ddp-backend legacy_ddp)
+fi
+ARGS=("$DATA" --user-dir "$USER_DIR" --save-dir "$SAVE" "${CONFIG_ARGS[@]}" "$@")
+WORLD=$((NPROC * NNODES))
+if [[ $WORLD -eq 1 ]]; then
+    [[ ${DEVICE_ARGS[0]} == --cpu ]] && DEVICE_ARGS=(--cpu)
+    [[ ${DEVICE_ARGS[0]} == --distributed-backend ]] && DEVICE_ARGS=(--distributed-world-size 1)
+    exec fairseq-train "${ARGS[@]}" "${DEVICE_ARGS[@]}"
+fi
+echo "[train.sh] world size $WORLD ($NNODES node(s) x $NPROC process(es)), ${DEVICE_ARGS[*]}" >&2
+exec torchrun --no-python --nproc_per_node "$NPROC" --nnodes "$NNODES" --node_rank "$NODE_RANK" \
+    --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
+    bash -c 'exec fairseq-train "$@" --distributed-rank "$RANK" --device-id "$LOCAL_RANK"' fairseq-train \
+    "${ARGS[@]}" "${DEVICE_ARGS[@]}" --distributed-init-method env:// --distributed-world-size "$WORLD" \
+    --distributed-no-spawn

@@ -1,0 +1,46 @@
+"""scripts/train.sh wires the world size through torchrun: two CPU processes (gloo) form
+one world of two and split the data, instead of two independent worlds of one."""
+import os
+import re
+import subprocess
+
+import pytest
+
+from model_utils import TINY_TRAIN_FLAGS, clean_env, make_tiny_parallel_data
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN = os.path.join(REPO, "scripts", "train.sh")
+FLAGS = [f for f in TINY_TRAIN_FLAGS if f != "--cpu"]  # train.sh chooses the device
+
+
+def updates_in_epoch_1(log: str) -> int:
+    match = re.search(r"\| train \| epoch 001 .*?\| num_updates (\d+)", log)
+    assert match, log[-3000:]
+    return int(match.group(1))
+
+
+@pytest.mark.slow
+def test_two_cpu_processes_form_one_world(tmp_path):
+    bin_dir = make_tiny_parallel_data(str(tmp_path), num_train=400)
+    env = clean_env()
+    env["MASTER_PORT"] = "29517"
+    common = ["--", "--arch", "multilayer_transformer", "--joint-attention", "m-00", *FLAGS, "--max-epoch", "1"]
+    single = subprocess.run(["bash", TRAIN, bin_dir, str(tmp_path / "one"), *common],
+                            capture_output=True, text=True, env=env)
+    assert single.returncode == 0, single.stderr[-3000:]
+    double = subprocess.run(["bash", TRAIN, bin_dir, str(tmp_path / "two"), "--nproc", "2", *common],
+                            capture_output=True, text=True, env=env, timeout=300)
+    log = double.stdout + double.stderr
+    assert double.returncode == 0, log[-3000:]
+    assert "distributed init (rank 1): env://" in log
+    assert "training on 2 devices" in log
+    # each process reads half of the data: about half the updates per epoch
+    one, two = updates_in_epoch_1(single.stdout + single.stderr), updates_in_epoch_1(log)
+    assert two < one and abs(2 * two - one) <= 2, (one, two)
+    assert (tmp_path / "two" / "checkpoint_last.pt").exists()
+
+
+def test_train_sh_rejects_missing_data(tmp_path):
+    result = subprocess.run(["bash", TRAIN, str(tmp_path / "nope"), str(tmp_path / "ckpt"), "--", "--arch", "x"],
+                            capture_output=True, text=True)
+    assert result.returncode != 0 and "no binarized data directory" in result.stderr
