@@ -129,6 +129,11 @@ def validate_multilayer_args(args) -> None:
         raise ValueError(f"--joint-attention-layers ({n}) must be at least 1")
     if strategy == "none" and n != 1:
         raise ValueError(f"--joint-attention-layers ({n}) needs a --joint-attention strategy")
+    if strategy == "transparent" and n != num_enc:
+        raise ValueError(
+            f"--joint-attention-layers ({n}) does not apply to --joint-attention transparent, which mixes "
+            f"all {num_enc + 1} encoder states (embeddings included)"
+        )
     mask = args.mask_source_layer
     if mask is not None:
         if strategy in ("none", "transparent"):

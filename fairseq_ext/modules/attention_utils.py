@@ -71,13 +71,14 @@ def unbind_sources(memory: Tensor) -> List[Tensor]:
 class StackedSourceAttention(nn.Module):
     """Base of the cross-attentions that read n stacked sources (J x B x n x C).
 
-    Holds one key and one value projection per source. The projected keys/values are
-    static per sentence: computed on the first decoding step, cached batch-first under this
-    module's incremental-state key and reordered with the beam.
+    Holds one key and one value projection per source (or, with ``shared_kv``, one pair
+    applied to every source). The projected keys/values are static per sentence: computed
+    on the first decoding step, cached batch-first under this module's incremental-state
+    key and reordered with the beam.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, num_sources: int, dropout: float = 0.0,
-                 kdim: Optional[int] = None):
+                 kdim: Optional[int] = None, shared_kv: bool = False):
         super().__init__()
         if embed_dim % num_heads != 0:
             raise ValueError(
@@ -87,8 +88,10 @@ class StackedSourceAttention(nn.Module):
         kdim = kdim or embed_dim
         self.embed_dim, self.num_heads, self.num_sources = embed_dim, num_heads, num_sources
         self.head_dim = embed_dim // num_heads
-        self.k_proj = nn.ModuleList(xavier_linear(kdim, embed_dim, gain=QKV_GAIN) for _ in range(num_sources))
-        self.v_proj = nn.ModuleList(xavier_linear(kdim, embed_dim, gain=QKV_GAIN) for _ in range(num_sources))
+        self.shared_kv = shared_kv
+        num_projections = 1 if shared_kv else num_sources
+        self.k_proj = nn.ModuleList(xavier_linear(kdim, embed_dim, gain=QKV_GAIN) for _ in range(num_projections))
+        self.v_proj = nn.ModuleList(xavier_linear(kdim, embed_dim, gain=QKV_GAIN) for _ in range(num_projections))
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
 
     def static_keys_values(self, memory: Optional[Tensor], incremental_state) -> Tuple[Tensor, Tensor]:
@@ -100,8 +103,12 @@ class StackedSourceAttention(nn.Module):
         if memory is None or memory.dim() != 4:
             raise ValueError(f"{self.__class__.__name__} expects stacked sources J x B x n x C")
         sources = memory.unbind(dim=2)
-        k = torch.stack([split_heads(p(f), self.num_heads) for p, f in zip(self.k_proj, sources)], dim=1)
-        v = torch.stack([split_heads(p(f), self.num_heads) for p, f in zip(self.v_proj, sources)], dim=1)
+        k_proj, v_proj = (
+            ([self.k_proj[0]] * len(sources), [self.v_proj[0]] * len(sources)) if self.shared_kv
+            else (self.k_proj, self.v_proj)
+        )
+        k = torch.stack([split_heads(p(f), self.num_heads) for p, f in zip(k_proj, sources)], dim=1)
+        v = torch.stack([split_heads(p(f), self.num_heads) for p, f in zip(v_proj, sources)], dim=1)
         if incremental_state is not None:
             self._set_input_buffer(incremental_state, {"static_k": k, "static_v": v})
         return k, v

@@ -8,8 +8,9 @@ Transformer Decoder", Sec. 3), applied with the top n encoder layers as the n so
   is the decoder layer's own cross-attention sublayer (`SourceSelectAttention` over f^n);
   the n-1 before it live in `SerialCrossAttentionStack`.
 - parallel (Eq. 4): the sum of n independent cross-attentions, one residual.
-- flat (Eq. 5-6): one attention over the concatenation of all sources' keys/values along
-  the length axis (per-source key/value projections, one query projection).
+- flat (Eq. 5-6): one attention over the concatenation of all sources' states along the
+  length axis: one set of query/key/value projections shared by all sources (the paper:
+  "the intermediate projection of the states of each encoder is not necessary").
 - hierarchical (Eq. 7-8): per-head attention over each source, then, with the same
   projected query, a second attention over the n per-head contexts (parameter-free, so
   n = 1 is exactly the standard cross-attention).
@@ -141,13 +142,14 @@ def hierarchical_attention(q: Tensor, keys: List[Tensor], values: List[Tensor], 
 
 class FlatOrHierarchicalCrossAttention(StackedSourceAttention):
     """Flat (Eq. 5-6) or hierarchical (Eq. 7-8) combination over n stacked sources: one
-    query projection, per-source key/value projections, one output projection."""
+    query projection, one output projection; key/value projections shared by all sources
+    (flat) or per source (hierarchical)."""
 
     def __init__(self, embed_dim: int, num_heads: int, num_sources: int, strategy: str,
                  dropout: float = 0.0, kdim: Optional[int] = None):
-        super().__init__(embed_dim, num_heads, num_sources, dropout, kdim)
         if strategy not in ("flat", "hierarchical"):
             raise ValueError(f"--joint-attention: unknown combination {strategy!r}")
+        super().__init__(embed_dim, num_heads, num_sources, dropout, kdim, shared_kv=strategy == "flat")
         self.strategy = strategy
         self.q_proj = xavier_linear(embed_dim, embed_dim, gain=QKV_GAIN)
         self.out_proj = xavier_linear(embed_dim, embed_dim)

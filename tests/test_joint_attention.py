@@ -1,0 +1,774 @@
+"""Joint attention strategies over the encoder layers (thesis 3.2, Eq. 3.1-3.11; MLMHA
+paper; multi-source input combination paper Sec. 3; SPEC sections 1-4 and 9).
+
+The references below are written out in plain torch from the equations, independently of
+``fairseq_ext.modules.attention_utils``; they only read the modules' parameters.
+"""
+import gzip
+import math
+import os
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+from fairseq import options
+from fairseq.sequence_generator import SequenceGenerator
+
+from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel, validate_multilayer_args
+from fairseq_ext.modules.layer_aggregation import LayerAggregation
+from fairseq_ext.modules.multi_layer_multihead_attention import MultiLayerMultiheadAttention
+from fairseq_ext.modules.multi_source_attention import FlatOrHierarchicalCrossAttention, ParallelCrossAttention
+from model_utils import (
+    SMALL,
+    USER_DIR,
+    build,
+    build_stock,
+    full_and_incremental,
+    make_dictionary,
+    parse_args,
+    random_batch,
+)
+
+AGGREGATION = ("s-agg", "iter-s-agg", "c-agg", "iter-c-agg")
+MLMHA = ("m-00", "m-01", "m-10", "m-11")
+MULTI_SOURCE = ("serial", "parallel", "flat", "hierarchical")
+STRATEGIES = AGGREGATION + ("transparent",) + MLMHA + MULTI_SOURCE
+ALL_OPTIONS = ("none",) + STRATEGIES
+L_SMALL = 3  # SMALL: 3 encoder layers, 2 decoder layers, d 32, 4 heads
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The models here are tiny: one intra-op thread is faster, and much faster when the
+    cores are shared with other jobs (OpenMP threads spinning on a busy machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def count(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def perturb(module, seed=0, scale=0.2):
+    """Random everything (biases and LayerNorms included), so that no term of an equation
+    can hide behind a zero or one initialisation."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return module
+
+
+def small_model(strategy, *flags, n=None, seed=0, dictionary=None):
+    dictionary = dictionary or make_dictionary()
+    extra = () if strategy == "none" else ("--joint-attention", strategy)
+    if n is not None:
+        extra += ("--joint-attention-layers", str(n))
+    model, args = build("multilayer_transformer", *SMALL, *extra, *flags, dictionary=dictionary, seed=seed)
+    return perturb(model.double(), seed=seed + 1), args, dictionary
+
+
+# ----------------------------------------------------------------------------------------
+# plain-torch references
+# ----------------------------------------------------------------------------------------
+def lin(x, m):
+    return F.linear(x, m.weight, m.bias)
+
+
+def ln(x, m):
+    return F.layer_norm(x, (x.size(-1),), m.weight, m.bias, m.eps)
+
+
+def heads(x, num_heads):
+    """T x B x C -> B x H x T x (C / H), head h = channels h*dk .. (h+1)*dk - 1."""
+    length, bsz, dim = x.shape
+    return x.reshape(length, bsz, num_heads, dim // num_heads).permute(1, 2, 0, 3)
+
+
+def unheads(x):
+    """B x H x T x D -> T x B x (H D)."""
+    return torch.cat(x.unbind(1), dim=-1).transpose(0, 1)
+
+
+def logits_of(q, k, pad=None, causal=False):
+    """q B x H x Z x D, k B x H x J x D -> B x H x Z x J, masked positions at -inf."""
+    a = torch.einsum("bhzd,bhjd->bhzj", q, k) / math.sqrt(q.size(-1))
+    if pad is not None:
+        a = a.masked_fill(pad[:, None, None, :], float("-inf"))
+    if causal:
+        a = a.masked_fill(torch.ones(a.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    return a
+
+
+def ref_mha(attn, query, source, pad=None, causal=False):
+    """Standard multi-head attention with fairseq MultiheadAttention's parameters."""
+    h = attn.num_heads
+    q, k, v = heads(lin(query, attn.q_proj), h), heads(lin(source, attn.k_proj), h), heads(lin(source, attn.v_proj), h)
+    w = logits_of(q, k, pad, causal).softmax(-1)
+    return lin(unheads(w @ v), attn.out_proj)
+
+
+def ref_mlmha(attn, query, sources, pad, u0, u1):
+    """Eq. 3.7-3.11: per-source projections; U0 = 0 one softmax over sum_i a^i, U0 = 1 a
+    softmax per source; U1 = 0 concatenation of the c^i, U1 = 1 their sum; then W_o.
+    Returns the output Z x B x C and the attention weights (B x H x Z x J, U0 = 0)."""
+    h = attn.num_heads
+    qs = [heads(lin(query, attn.q_proj[i]), h) for i in range(len(sources))]
+    ks = [heads(lin(f, attn.k_proj[i]), h) for i, f in enumerate(sources)]
+    vs = [heads(lin(f, attn.v_proj[i]), h) for i, f in enumerate(sources)]
+    a = [logits_of(q, k, pad) for q, k in zip(qs, ks)]
+    if u0 == 0:
+        joint = sum(a).softmax(-1)
+        contexts = [unheads(joint @ v) for v in vs]
+    else:
+        joint = None
+        contexts = [unheads(ai.softmax(-1) @ v) for ai, v in zip(a, vs)]
+    combined = sum(contexts) if u1 == 1 else torch.cat(contexts, dim=-1)
+    return lin(combined, attn.out_proj), joint
+
+
+def ref_flat(attn, query, sources, pad):
+    """Eq. 5-6: K_flat = V_flat = concat_i(f^i) along the length axis, one attention (one
+    set of projections) over all n J positions, one softmax."""
+    assert len(attn.k_proj) == len(attn.v_proj) == 1
+    states = torch.cat(sources, dim=0)  # nJ x B x C
+    mask = None if pad is None else torch.cat([pad] * len(sources), dim=1)
+    h = attn.num_heads
+    q = heads(lin(query, attn.q_proj), h)
+    k, v = heads(lin(states, attn.k_proj[0]), h), heads(lin(states, attn.v_proj[0]), h)
+    return lin(unheads(logits_of(q, k, mask).softmax(-1) @ v), attn.out_proj)
+
+
+def ref_hierarchical(attn, query, sources, pad):
+    """Per head: c_i = softmax(q k_i^T / sqrt(dk)) v_i per source, then a second attention
+    with the same projected query over the n contexts: beta = softmax_i(q . c_i / sqrt(dk)),
+    context = sum_i beta_i c_i; then W_o."""
+    h = attn.num_heads
+    q = heads(lin(query, attn.q_proj), h)  # B x H x Z x D
+    cs = []
+    for i, f in enumerate(sources):
+        k, v = heads(lin(f, attn.k_proj[i]), h), heads(lin(f, attn.v_proj[i]), h)
+        cs.append(logits_of(q, k, pad).softmax(-1) @ v)
+    scores = torch.stack([(q * c).sum(-1) for c in cs], dim=-1) / math.sqrt(q.size(-1))  # B x H x Z x n
+    beta = scores.softmax(-1)
+    context = sum(beta[..., i, None] * c for i, c in enumerate(cs))
+    return lin(unheads(context), attn.out_proj)
+
+
+def ref_parallel(attn, query, sources, pad):
+    """Eq. 4: sum_i Att_i(Q, f^i), n independent attentions."""
+    return sum(ref_mha(a, query, f, pad) for a, f in zip(attn.attentions, sources))
+
+
+def ref_ws(unit, inputs):
+    """WS(r_1..r_b) = sum_i W_i r_i (Eq. 3.1)."""
+    return sum(r @ w.weight.t() for w, r in zip(unit.weights, inputs))
+
+
+def ref_agg(unit, inputs):
+    """AGG(r_1..r_b) = LayerNorm(FFN(concat(r)) + sum_i r_i) (Eq. 3.3)."""
+    hidden = lin(torch.relu(lin(torch.cat(inputs, dim=-1), unit.fc1)), unit.fc2)
+    return ln(hidden + sum(inputs), unit.layer_norm)
+
+
+def ref_aggregation(module, strategy, features):
+    """Eq. 3.1-3.5: S-Agg / C-Agg one unit over f^1..f^n; the iterative forms
+    H_1 = f^1, H_i = unit([f^i, H_{i-1}]), H^a = H_n."""
+    unit_fn = ref_ws if strategy.endswith("s-agg") else ref_agg
+    if not strategy.startswith("iter-"):
+        assert len(module.units) == 1
+        return unit_fn(module.units[0], features)
+    assert len(module.units) == len(features) - 1
+    state = features[0]
+    for unit, f in zip(module.units, features[1:]):
+        state = unit_fn(unit, [f, state])
+    return state
+
+
+def ref_transparent(weight, states):
+    """Bapna et al.: memory of decoder layer j = sum_{i=0..L} softmax(w_{:,j})_i H^i_e."""
+    mix = weight.softmax(dim=0)  # (L+1) x M
+    return [sum(mix[i, j] * s for i, s in enumerate(states)) for j in range(weight.size(1))]
+
+
+def ref_memories(model, encoder_out, strategy, n):
+    """What every decoder layer reads, from the encoder's layer outputs: one tensor
+    (J x B x C) or the list f^1..f^n, per decoder layer."""
+    states = list(encoder_out["encoder_states"])  # H^0 (embeddings), H^1 .. H^L
+    num_layers = len(model.decoder.layers)
+    features = states[len(states) - n:]  # f^1 .. f^n, bottom to top; f^n = H^L
+    if strategy == "none":
+        return [states[-1]] * num_layers
+    if strategy in AGGREGATION:
+        return [ref_aggregation(model.encoder.layer_aggregation, strategy, features)] * num_layers
+    if strategy == "transparent":
+        return ref_transparent(model.encoder.transparent.weight, states)
+    return [features] * num_layers
+
+
+def ref_cross_sublayer(layer, strategy, x, memory, pad):
+    """x <- the layer's cross-attention part (residual and post-norm included)."""
+    attn, norm = layer.encoder_attn, layer.encoder_attn_layer_norm
+    if strategy in ("none", "transparent") + AGGREGATION:
+        return ln(x + ref_mha(attn, x, memory, pad), norm)
+    if strategy in MLMHA:
+        u0, u1 = (int(c) for c in strategy[2:])
+        return ln(x + ref_mlmha(attn, x, memory, pad, u0, u1)[0], norm)
+    if strategy == "serial":  # x = LN_i(x + Att_i(x, f^i)), i = 1..n, one after another
+        stack = layer.serial_stack
+        sublayers = [] if stack is None else list(zip(stack.attentions, stack.layer_norms))
+        sublayers.append((attn, norm))
+        assert len(sublayers) == len(memory)
+        for (a, norm_i), f in zip(sublayers, memory):
+            x = ln(x + ref_mha(a, x, f, pad), norm_i)
+        return x
+    combine = {"parallel": ref_parallel, "flat": ref_flat, "hierarchical": ref_hierarchical}[strategy]
+    return ln(x + combine(attn, x, memory, pad), norm)
+
+
+def ref_decoder_layer(layer, strategy, x, memory, pad):
+    """Eq. 3.6 (post-norm): S = LN(MHA(x) + x); cross-attention sublayer(s); LN(FFN + .)."""
+    x = ln(x + ref_mha(layer.self_attn, x, x, causal=True), layer.self_attn_layer_norm)
+    x = ref_cross_sublayer(layer, strategy, x, memory, pad)
+    return ln(x + lin(torch.relu(lin(x, layer.fc1)), layer.fc2), layer.final_layer_norm)
+
+
+def ref_decoder_features(model, strategy, n, encoder_out, prev):
+    decoder = model.decoder
+    x = decoder.embed_scale * decoder.embed_tokens(prev) + decoder.embed_positions(prev)
+    x = x.transpose(0, 1)
+    pad = encoder_out["encoder_padding_mask"][0]
+    for layer, memory in zip(decoder.layers, ref_memories(model, encoder_out, strategy, n)):
+        x = ref_decoder_layer(layer, strategy, x, memory, pad)
+    return x.transpose(0, 1)
+
+
+# ----------------------------------------------------------------------------------------
+# 1. parameter counts (SPEC section 9, thesis Tables 3.2 and 3.4)
+# ----------------------------------------------------------------------------------------
+D, D_FF, N_LAYERS = 512, 2048, 6
+# thesis baseline 61.2M (WMT'14 En-De, shared embeddings): 44,138,496 non-embedding
+# parameters + V x 512; V = 33,320 (a multiple of 8, as fairseq pads dictionaries) gives
+# 61,198,336
+VOCAB_61_2M = 33320
+
+
+@pytest.fixture(scope="module")
+def base_counts():
+    """Parameter counts of the base config, built on the meta device (no memory, no init)."""
+    cache = {}
+    dictionaries = {}
+
+    def counts(strategy="none", n=None, vocab=40, stock=False):
+        key = (strategy, n, vocab, stock)
+        if key not in cache:
+            if vocab not in dictionaries:
+                dictionaries[vocab] = make_dictionary(vocab - 4)  # + 4 special symbols
+            flags = ("--share-all-embeddings",)
+            if strategy != "none":
+                flags += ("--joint-attention", strategy)
+            if n is not None:
+                flags += ("--joint-attention-layers", str(n))
+            with torch.device("meta"):
+                if stock:
+                    model, _ = build_stock("transformer_wmt_en_de", *flags, dictionary=dictionaries[vocab])
+                else:
+                    model, _ = build("multilayer_transformer_wmt_en_de", *flags, dictionary=dictionaries[vocab])
+            assert len(dictionaries[vocab]) == vocab
+            cache[key] = count(model)
+        return cache[key]
+
+    return counts
+
+
+def spec_delta(strategy, n=N_LAYERS, d=D, d_ff=D_FF, m=N_LAYERS):
+    """SPEC section 9: deltas over the baseline, ignoring biases and LayerNorms."""
+    return {
+        "s-agg": n * d * d,
+        "iter-s-agg": 2 * (n - 1) * d * d,
+        "c-agg": n * d * d_ff + d_ff * d,
+        "iter-c-agg": (n - 1) * (2 * d * d_ff + d_ff * d),
+        "m-01": m * 3 * (n - 1) * d * d,
+        "m-11": m * 3 * (n - 1) * d * d,
+        "m-00": m * 4 * (n - 1) * d * d,
+        "m-10": m * 4 * (n - 1) * d * d,
+    }[strategy]
+
+
+def exact_multi_source_delta(strategy, n=N_LAYERS, d=D, m=N_LAYERS):
+    """From the definitions (SPEC section 4, multi-source paper Sec. 3), biases included;
+    a fairseq attention has 4 (d^2 + d) parameters, a LayerNorm 2d."""
+    attention = 4 * (d * d + d)
+    return m * {
+        "serial": (n - 1) * (attention + 2 * d),  # n - 1 more sublayers, each with its LayerNorm
+        "parallel": (n - 1) * attention,  # n independent attentions
+        "flat": 0,  # one attention over the concatenated states
+        "hierarchical": (n - 1) * 2 * (d * d + d),  # per-source W^k, W^v; one W^q, W^o; parameter-free 2nd level
+    }[strategy]
+
+
+def test_stock_transformer_base_has_the_same_count_as_ours_without_option(base_counts):
+    assert base_counts() == base_counts(stock=True)
+    assert base_counts(vocab=VOCAB_61_2M) == base_counts(vocab=VOCAB_61_2M, stock=True) == 61_198_336
+
+
+@pytest.mark.parametrize("strategy", AGGREGATION + MLMHA)
+def test_spec_parameter_deltas_in_the_base_config(base_counts, strategy):
+    delta = base_counts(strategy) - base_counts()
+    expected = spec_delta(strategy)
+    assert abs(delta - expected) <= 0.01 * expected, (delta, expected)
+
+
+def test_transparent_attention_adds_one_weight_per_encoder_state_and_decoder_layer(base_counts):
+    assert base_counts("transparent") - base_counts() == (N_LAYERS + 1) * N_LAYERS
+
+
+@pytest.mark.parametrize("strategy", MULTI_SOURCE)
+def test_multi_source_parameter_deltas_in_the_base_config(base_counts, strategy):
+    assert base_counts(strategy) - base_counts() == exact_multi_source_delta(strategy)
+
+
+# thesis Table 3.4 (n = 2..6) and Table 3.2 (n = 6), #Params in M, baseline 61.2M.
+# Table 3.4(a) lists Iter-S-Agg n=6 as 63.4M, but Table 3.2 gives the same model as 63.9M
+# and 10 d^2 (SPEC) agrees with the latter; that one entry is taken from Table 3.2.
+THESIS_PARAMS = {
+    "s-agg": (61.8, 62.1, 62.3, 62.6, 62.8),
+    "iter-s-agg": (61.8, 62.3, 62.8, 63.4, 63.9),
+    "c-agg": (64.4, 65.5, 66.5, 67.6, 68.6),
+    "iter-c-agg": (64.4, 67.6, 70.7, 73.9, 77.0),
+    "m-00": (67.5, 73.8, 80.2, 86.4, 92.7),
+    "m-01": (66.0, 70.7, 75.4, 80.2, 84.9),
+    "m-10": (67.5, 73.8, 80.2, 86.4, 92.7),
+    "m-11": (66.0, 70.7, 75.4, 80.2, 84.9),
+}
+
+
+@pytest.mark.parametrize("strategy", AGGREGATION + MLMHA)
+def test_totals_match_thesis_tables_3_2_and_3_4(base_counts, strategy):
+    baseline = base_counts(vocab=VOCAB_61_2M)
+    assert round(baseline / 1e6, 1) == 61.2
+    for n, expected in zip(range(2, 7), THESIS_PARAMS[strategy]):
+        total = baseline + base_counts(strategy, n) - base_counts()  # deltas do not depend on V
+        assert abs(total / 1e6 - expected) <= 0.15, (n, total, expected)
+    assert base_counts(strategy, 6, vocab=VOCAB_61_2M) == baseline + base_counts(strategy) - base_counts()
+
+
+def test_presets_of_the_mlmha_paper():
+    with torch.device("meta"):
+        small, args = build("transformer_jas_iwslt")
+        base, base_args = build("transformer_jas_wmt_en_de")
+    assert (args.joint_attention, args.joint_attention_layers, args.encoder_layers) == ("m-00", 4, 4)
+    assert (base_args.joint_attention, base_args.joint_attention_layers) == ("m-10", 6)
+    for model, (u0, u1), n in ((small, (False, False), 4), (base, (True, False), 6)):
+        for layer in model.decoder.layers:
+            attn = layer.encoder_attn
+            assert isinstance(attn, MultiLayerMultiheadAttention)
+            assert (attn.layer_specific, attn.sum_contexts, len(attn.k_proj)) == (u0, u1, n)
+
+
+# ----------------------------------------------------------------------------------------
+# 2. n = 1 is exactly the standard cross-attention
+# ----------------------------------------------------------------------------------------
+def stock_name(key):
+    key = key.replace(".encoder_attn.attentions.0.", ".encoder_attn.")
+    return re.sub(r"\.(q_proj|k_proj|v_proj)\.0\.", r".\1.", key)
+
+
+@pytest.mark.parametrize("strategy", MLMHA + MULTI_SOURCE)
+def test_one_collected_layer_is_the_stock_transformer(strategy):
+    dictionary = make_dictionary()
+    stock, _ = build_stock("transformer", *SMALL, dictionary=dictionary, seed=3)
+    perturb(stock.double(), seed=5)
+    ours, args, _ = small_model(strategy, n=1, dictionary=dictionary)
+    assert args.joint_attention_layers == 1
+    stock_state = stock.state_dict()
+    renamed = {key: stock_name(key) for key in ours.state_dict()}
+    assert sorted(renamed.values()) == sorted(stock_state)  # same parameters, nothing more
+    ours.load_state_dict({key: stock_state[name] for key, name in renamed.items()})
+    src, lengths, prev = random_batch(dictionary)
+    with torch.no_grad():
+        expected, actual = stock(src, lengths, prev), ours(src, lengths, prev)
+    torch.testing.assert_close(actual[0], expected[0], atol=1e-6, rtol=0)  # logits
+    torch.testing.assert_close(actual[1]["attn"][0], expected[1]["attn"][0], atol=1e-6, rtol=0)
+
+
+# ----------------------------------------------------------------------------------------
+# 3. each strategy against its equation
+# ----------------------------------------------------------------------------------------
+def random_sources(n, length=6, bsz=3, dim=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    sources = [torch.randn(length, bsz, dim, generator=g, dtype=torch.double) for _ in range(n)]
+    pad = torch.zeros(bsz, length, dtype=torch.bool)
+    pad[1, :2] = True  # left padding, as fairseq batches sources
+    pad[2, :4] = True
+    query = torch.randn(4, bsz, dim, generator=g, dtype=torch.double)
+    return sources, pad, query
+
+
+@pytest.mark.parametrize("strategy", AGGREGATION)
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_layer_aggregation_equations(strategy, n):
+    torch.manual_seed(0)
+    module = perturb(LayerAggregation(strategy, 16, 24, n).double(), seed=1)
+    sources, _, _ = random_sources(n)
+    torch.testing.assert_close(module(sources), ref_aggregation(module, strategy, sources), atol=1e-10, rtol=0)
+    # and not some other combination: every source matters
+    for i in range(n):
+        changed = list(sources)
+        changed[i] = changed[i] + 1.0
+        assert not torch.allclose(module(changed), module(sources))
+
+
+@pytest.mark.parametrize("kind", ["s-agg", "c-agg"])
+def test_iterative_aggregation_of_two_layers_is_the_linear_form(kind):
+    """n = 2: Iter-X-Agg has one unit over [f^2, H_1 = f^1], the same unit as X-Agg over
+    [f^1, f^2]; with its weights mapped to the swapped input order it is the same function."""
+    linear = perturb(LayerAggregation(kind, 16, 24, 2).double(), seed=1)
+    iterative = LayerAggregation("iter-" + kind, 16, 24, 2).double()
+    assert count(iterative) == count(linear)
+    state = linear.state_dict()
+    if kind == "s-agg":
+        state["units.0.weights.0.weight"], state["units.0.weights.1.weight"] = (
+            state["units.0.weights.1.weight"], state["units.0.weights.0.weight"])
+    else:
+        w = state["units.0.fc1.weight"]
+        state["units.0.fc1.weight"] = torch.cat([w[:, 16:], w[:, :16]], dim=1)
+    iterative.load_state_dict(state)
+    sources, _, _ = random_sources(2)
+    torch.testing.assert_close(iterative(sources), linear(sources), atol=1e-12, rtol=0)
+    # for n = 3 the iterative form is a different (bigger) model
+    assert count(LayerAggregation("iter-" + kind, 16, 24, 3)) > count(LayerAggregation(kind, 16, 24, 3))
+
+
+@pytest.mark.parametrize("strategy", MLMHA)
+@pytest.mark.parametrize("n", [1, 3])
+def test_mlmha_equations(strategy, n):
+    u0, u1 = (int(c) for c in strategy[2:])
+    torch.manual_seed(0)
+    attn = MultiLayerMultiheadAttention(16, 4, n, layer_specific=bool(u0), sum_contexts=bool(u1)).double().eval()
+    perturb(attn, seed=1, scale=0.5)
+    sources, pad, query = random_sources(n)
+    out, weights = attn(query, torch.stack(sources, dim=2), key_padding_mask=pad, need_head_weights=True)
+    expected, joint = ref_mlmha(attn, query, sources, pad, u0, u1)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=0)
+    assert attn.out_proj.in_features == (16 if u1 else n * 16)
+    if u0 == 0:  # the returned weights are the joint weights, H x B x Z x J
+        torch.testing.assert_close(weights, joint.transpose(0, 1), atol=1e-6, rtol=0)
+    assert torch.all(weights.masked_select(pad[None, :, None, :].expand_as(weights)) == 0)
+
+
+@pytest.mark.parametrize("strategy", ["flat", "hierarchical"])
+@pytest.mark.parametrize("n", [1, 3])
+def test_flat_and_hierarchical_equations(strategy, n):
+    torch.manual_seed(0)
+    attn = perturb(FlatOrHierarchicalCrossAttention(16, 4, n, strategy).double().eval(), seed=1, scale=0.5)
+    sources, pad, query = random_sources(n)
+    out, weights = attn(query, torch.stack(sources, dim=2), key_padding_mask=pad, need_weights=True)
+    ref = ref_flat if strategy == "flat" else ref_hierarchical
+    torch.testing.assert_close(out, ref(attn, query, sources, pad), atol=1e-5, rtol=0)
+    # weights over the J source positions (summed over the sources): a distribution
+    torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights.sum(-1)), atol=1e-6, rtol=0)
+
+
+def test_parallel_equation():
+    torch.manual_seed(0)
+    attn = perturb(ParallelCrossAttention(16, 4, 3).double().eval(), seed=1, scale=0.5)
+    sources, pad, query = random_sources(3)
+    out, _ = attn(query, torch.stack(sources, dim=2), key_padding_mask=pad)
+    torch.testing.assert_close(out, ref_parallel(attn, query, sources, pad), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("strategy,n", [(s, L_SMALL) for s in ALL_OPTIONS] + [(s, 2) for s in STRATEGIES if s != "transparent"])
+def test_model_forward_equals_the_equations(strategy, n):
+    """Whole model: encoder memory (Collector + aggregation / transparent / stacking) and
+    every decoder layer (query = output of the self-attention sublayer, the strategy's
+    cross-attention sublayer(s) with residual and LayerNorm, FFN) against the references.
+    For serial this is the chain x = LN_i(x + Att_i(x, f^i)), i = 1..n, in every layer."""
+    model, args, dictionary = small_model(strategy, n=None if strategy == "none" else n)
+    if strategy == "transparent":
+        with torch.no_grad():
+            model.encoder.transparent.weight.normal_(0.0, 1.0)
+    src, lengths, prev = random_batch(dictionary)
+    with torch.no_grad():
+        encoder_out = model.encoder(src, src_lengths=lengths)
+        memories = ref_memories(model, encoder_out, strategy, args.joint_attention_layers)
+        if strategy in AGGREGATION:
+            torch.testing.assert_close(encoder_out["joint_memory"][0], memories[0], atol=1e-10, rtol=0)
+        elif strategy == "transparent":
+            memory = encoder_out["joint_memory"][0]
+            assert memory.shape[2] == len(model.decoder.layers)
+            for j, expected in enumerate(memories):
+                torch.testing.assert_close(memory[:, :, j], expected, atol=1e-6, rtol=0)
+        elif strategy != "none":
+            memory = encoder_out["joint_memory"][0]
+            assert memory.shape[2] == n
+            for i, f in enumerate(memories[0]):
+                assert torch.equal(memory[:, :, i], f)
+            assert torch.equal(memory[:, :, -1], encoder_out["encoder_out"][0])  # f^n = H^L
+        features, _ = model.decoder(prev, encoder_out=encoder_out, features_only=True)
+        expected = ref_decoder_features(model, strategy, n, encoder_out, prev)
+    torch.testing.assert_close(features, expected, atol=1e-5, rtol=0)
+
+
+# ----------------------------------------------------------------------------------------
+# 4. incremental decoding and beam search
+# ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("strategy,n", [(s, L_SMALL) for s in ALL_OPTIONS] + [(s, 2) for s in STRATEGIES if s != "transparent"])
+def test_incremental_decoding_equals_teacher_forcing(strategy, n):
+    model, _, dictionary = small_model(strategy, n=None if strategy == "none" else n)
+    src, lengths, prev = random_batch(dictionary, beam=2)
+    full, incremental = full_and_incremental(model, src, lengths, prev, permute_at=2, beam=2)
+    torch.testing.assert_close(incremental, full, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("strategy", ALL_OPTIONS)
+def test_cached_state_follows_a_reorder_that_drops_and_permutes_sentences(strategy):
+    """As beam search does when sentences finish: the batch shrinks and the rows move;
+    every cached tensor (static keys/values of every collected layer included) follows."""
+    model, _, dictionary = small_model(strategy)
+    src, lengths, prev = random_batch(dictionary, bsz=3, beam=2)  # rows: sentence 0, 0, 1, 1, 2, 2
+    new_order = torch.tensor([5, 4, 0, 1])  # sentence 1 finished; 2 before 0
+    with torch.no_grad():
+        full = model.get_normalized_probs(model(src, lengths, prev), log_probs=True)
+        encoder_out = model.encoder(src, src_lengths=lengths)
+        state, rows = {}, torch.arange(src.size(0))
+        for t in range(prev.size(1)):
+            if t == 2:
+                encoder_out = model.encoder.reorder_encoder_out(encoder_out, new_order)
+                model.decoder.reorder_incremental_state_scripting(state, new_order)
+                rows = rows[new_order]
+            out = model.decoder(prev[rows, : t + 1], encoder_out=encoder_out, incremental_state=state)
+            step = model.get_normalized_probs(out, log_probs=True)[:, -1]
+            torch.testing.assert_close(step, full[rows, t], atol=1e-5, rtol=0)
+
+
+def cross_attention_key_projections(model):
+    """Every k_proj Linear that reads the source memory (not the self-attention's)."""
+    found = {}
+    for index, layer in enumerate(model.decoder.layers):
+        for owner in (layer.encoder_attn, layer.serial_stack):
+            if owner is None:
+                continue
+            for name, module in owner.named_modules():
+                if name.split(".")[-1] == "k_proj" or re.search(r"(^|\.)k_proj\.\d+$", name):
+                    if isinstance(module, torch.nn.Linear):
+                        found[f"{index}.{type(owner).__name__}.{name}"] = module
+    return found
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_static_keys_and_values_are_projected_once_per_sentence(strategy):
+    model, args, dictionary = small_model(strategy)
+    projections = cross_attention_key_projections(model)
+    assert projections
+    calls = {name: [] for name in projections}
+    step = [0]
+    for name, module in projections.items():
+        module.register_forward_hook(lambda m, i, o, name=name: calls[name].append(step[0]))
+    src, lengths, prev = random_batch(dictionary, beam=2)
+    with torch.no_grad():
+        encoder_out = model.encoder(src, src_lengths=lengths)
+        state = {}
+        for t in range(prev.size(1)):
+            step[0] = t
+            if t == 2:  # a beam reorder must not recompute them either
+                order = torch.arange(src.size(0)).view(-1, 2).flip(1).reshape(-1)
+                encoder_out = model.encoder.reorder_encoder_out(encoder_out, order)
+                model.decoder.reorder_incremental_state_scripting(state, order)
+            model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)
+    for name, steps in calls.items():
+        assert steps and set(steps) == {0}, (name, steps)
+    if strategy in MLMHA:  # W^{k,i} of every layer: once per sentence, on the first step
+        n = args.joint_attention_layers
+        assert calls == {f"{j}.MultiLayerMultiheadAttention.k_proj.{i}": [0]
+                         for j in range(len(model.decoder.layers)) for i in range(n)}
+
+
+@pytest.mark.parametrize("strategy", ALL_OPTIONS)
+def test_sequence_generator_beam_search(strategy):
+    """fairseq's beam search (beam 3) runs and returns hypotheses whose positional scores
+    are the teacher-forced scores of the same tokens (so reordering and batch shrinking
+    kept every cache aligned)."""
+    model, _, dictionary = small_model(strategy)
+    model.float()
+    with torch.no_grad():  # EOS likelier, so that some sentences finish early (the batch shrinks)
+        model.decoder.output_projection.weight[dictionary.eos()] *= 4
+    src, lengths, _ = random_batch(dictionary, bsz=4, src_len=7, seed=3)
+    generator = SequenceGenerator([model], dictionary, beam_size=3, max_len_b=10)
+    with torch.no_grad():
+        hypos = generator.forward({"net_input": {"src_tokens": src, "src_lengths": lengths}})
+    assert len(hypos) == src.size(0)
+    for b, beam in enumerate(hypos):
+        assert len(beam) == 3
+        for hypo in beam:
+            tokens = hypo["tokens"]
+            assert tokens[-1] == dictionary.eos() and torch.isfinite(hypo["score"])
+            prev = torch.cat([tokens.new_tensor([dictionary.eos()]), tokens[:-1]])[None]
+            keep = src[b].ne(dictionary.pad())
+            with torch.no_grad():
+                lprobs = model.get_normalized_probs(
+                    model(src[b : b + 1, keep], lengths[b : b + 1], prev), log_probs=True)
+            rescored = lprobs[0].gather(-1, tokens[:, None])[:, 0]
+            torch.testing.assert_close(hypo["positional_scores"], rescored, atol=1e-4, rtol=0)
+
+
+# ----------------------------------------------------------------------------------------
+# 5. padding
+# ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("strategy", ALL_OPTIONS)
+def test_padded_batch_equals_each_sentence_alone(strategy):
+    model, _, dictionary = small_model(strategy)
+    src, lengths, prev = random_batch(dictionary, bsz=3, src_len=7)
+    assert src.eq(dictionary.pad()).any()
+    with torch.no_grad():
+        batched = model.get_normalized_probs(model(src, lengths, prev), log_probs=True)
+        for b in range(src.size(0)):
+            alone = src[b : b + 1, src[b].ne(dictionary.pad())]
+            single = model.get_normalized_probs(model(alone, lengths[b : b + 1], prev[b : b + 1]), log_probs=True)
+            torch.testing.assert_close(batched[b : b + 1], single, atol=1e-5, rtol=0)
+
+
+# ----------------------------------------------------------------------------------------
+# 6. --mask-source-layer (thesis Table 3.5)
+# ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("strategy", MLMHA + MULTI_SOURCE)
+@pytest.mark.parametrize("mask", [1, 2, 3])
+def test_masked_source_layer_is_zeros_in_the_stacked_memory(strategy, mask):
+    model, _, dictionary = small_model(strategy, "--mask-source-layer", str(mask))
+    src, lengths, prev = random_batch(dictionary)
+    with torch.no_grad():
+        out = model.encoder(src, src_lengths=lengths)
+    memory = out["joint_memory"][0]
+    states = out["encoder_states"]
+    for i in range(1, L_SMALL + 1):
+        if i == mask:
+            assert torch.count_nonzero(memory[:, :, i - 1]) == 0
+        else:
+            assert torch.equal(memory[:, :, i - 1], states[i])
+
+
+@pytest.mark.parametrize("strategy", AGGREGATION)
+def test_masked_source_layer_is_zeros_before_aggregation(strategy):
+    masked, _, dictionary = small_model(strategy, "--mask-source-layer", "2", n=2)
+    plain, _, _ = small_model(strategy, n=2, dictionary=dictionary)
+    src, lengths, prev = random_batch(dictionary)
+    with torch.no_grad():
+        out = masked.encoder(src, src_lengths=lengths)
+        states = out["encoder_states"]
+        f1 = states[L_SMALL - 1]  # n = 2: f^1 = H^2, f^2 = H^3 (masked)
+        expected = ref_aggregation(masked.encoder.layer_aggregation, strategy, [f1, torch.zeros_like(f1)])
+        torch.testing.assert_close(out["joint_memory"][0], expected, atol=1e-10, rtol=0)
+        unmasked = plain.encoder(src, src_lengths=lengths)["joint_memory"][0]
+    assert not torch.allclose(out["joint_memory"][0], unmasked)
+
+
+@pytest.mark.parametrize("strategy,n,mask", [("m-00", 3, 0), ("m-00", 3, 4), ("m-10", 2, 3), ("s-agg", 2, 3),
+                                             ("serial", 1, 2), ("none", None, 1), ("transparent", None, 1)])
+def test_mask_source_layer_out_of_range_fails_at_build(strategy, n, mask):
+    flags = ("--mask-source-layer", str(mask))
+    with pytest.raises(ValueError, match="--mask-source-layer"):
+        small_model(strategy, *flags, n=n)
+
+
+# ----------------------------------------------------------------------------------------
+# 7. invalid settings fail at build, naming the option
+# ----------------------------------------------------------------------------------------
+def test_more_collected_layers_than_encoder_layers_fails_at_build():
+    with pytest.raises(ValueError, match=r"--joint-attention-layers \(4\) exceeds --encoder-layers \(3\)"):
+        small_model("m-00", n=4)
+    with pytest.raises(ValueError, match="--joint-attention-layers"):
+        small_model("c-agg", n=0)
+    with pytest.raises(ValueError, match="--joint-attention-layers"):
+        small_model("none", n=2)
+
+
+def test_unknown_strategy_fails_at_build():
+    args = parse_args("multilayer_transformer", *SMALL, "--joint-attention", "m-00")
+    args.joint_attention = "m-22"
+    with pytest.raises(ValueError, match="--joint-attention"):
+        validate_multilayer_args(args)
+    dictionary = make_dictionary()
+    task = type("Task", (), {"source_dictionary": dictionary, "target_dictionary": dictionary})()
+    with pytest.raises(ValueError, match="--joint-attention"):
+        MultilayerTransformerModel.build_model(args, task)
+    with pytest.raises(SystemExit):  # argparse choices guard the command line
+        parse_args("multilayer_transformer", *SMALL, "--joint-attention", "m-22")
+
+
+# ----------------------------------------------------------------------------------------
+# 8. a short training run per strategy on a slice of Multi30k
+# ----------------------------------------------------------------------------------------
+MULTI30K = os.path.normpath(os.path.join(os.path.dirname(USER_DIR), "..", "shared", "data", "multi30k"))
+TRAIN_LINES, VALID_LINES = 1500, 300
+
+
+def tokenize(line):
+    return " ".join(re.sub(r"([.,!?;:\"()\[\]])", r" \1 ", line.lower()).split())
+
+
+@pytest.fixture(scope="session")
+def multi30k_bin(tmp_path_factory):
+    if not os.path.exists(os.path.join(MULTI30K, "train.en.gz")):
+        pytest.skip(f"Multi30k not found at {os.path.abspath(MULTI30K)}")
+    from fairseq_cli import preprocess
+
+    root = tmp_path_factory.mktemp("multi30k")
+    for split, source, lines in (("train", "train", TRAIN_LINES), ("valid", "val", VALID_LINES)):
+        for lang in ("en", "de"):
+            with gzip.open(os.path.join(MULTI30K, f"{source}.{lang}.gz"), "rt", encoding="utf-8") as fin, \
+                    open(root / f"{split}.{lang}", "w", encoding="utf-8") as fout:
+                for _, line in zip(range(lines), fin):
+                    fout.write(tokenize(line) + "\n")
+    destdir = root / "bin"
+    parser = options.get_preprocessing_parser()
+    args = parser.parse_args([
+        "--source-lang", "en", "--target-lang", "de", "--trainpref", str(root / "train"),
+        "--validpref", str(root / "valid"), "--destdir", str(destdir), "--joined-dictionary",
+        "--thresholdsrc", "2", "--workers", "1",
+    ])
+    preprocess.main(args)
+    return str(destdir)
+
+
+TRAIN_FLAGS = ("--arch", "multilayer_transformer", "--encoder-layers", "2", "--decoder-layers", "2",
+               "--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
+               "--decoder-ffn-embed-dim", "128", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
+               "--share-all-embeddings", "--dropout", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
+               "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "40",
+               "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+               "--max-tokens", "2000", "--max-update", "100", "--cpu", "--num-workers", "0", "--no-save",
+               "--no-progress-bar", "--log-format", "simple", "--seed", "1", "--user-dir", USER_DIR)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ALL_OPTIONS)
+def test_training_lowers_the_validation_loss(strategy, multi30k_bin, tmp_path, monkeypatch):
+    """fairseq-train's own main, in-process: the validation loss after the last epoch is
+    well below the one after the first epoch."""
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_cli import train
+
+    losses = []
+    validate = train.validate
+
+    def recording_validate(*args, **kwargs):
+        result = validate(*args, **kwargs)
+        losses.append(result[0])
+        return result
+
+    monkeypatch.setattr(train, "validate", recording_validate)
+    extra = () if strategy == "none" else ("--joint-attention", strategy)
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(
+        parser, [multi30k_bin, "--task", "translation", "--save-dir", str(tmp_path), *TRAIN_FLAGS, *extra])
+    train.main(convert_namespace_to_omegaconf(args))
+    assert len(losses) >= 3, losses
+    assert losses[-1] < losses[0] - 1.0, losses
+
+
+def test_transparent_attention_rejects_a_number_of_collected_layers():
+    with pytest.raises(ValueError, match="--joint-attention-layers"):
+        small_model("transparent", n=2)
