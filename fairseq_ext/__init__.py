@@ -7,3 +7,4 @@ the criterion, and allowlists the types fairseq checkpoints hold so that torch's
 from fairseq_ext import checkpoint_safety  # noqa: F401  (installs the allowlist)
 from fairseq_ext import models  # noqa: F401
 from fairseq_ext import criterions  # noqa: F401
+from fairseq_ext import tasks  # noqa: F401

@@ -133,4 +133,38 @@ def clean_env():
     env = dict(os.environ)
     env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
     env.pop("TORCH_FORCE_WEIGHTS_ONLY_LOAD", None)
+    env["OMP_NUM_THREADS"] = "1"
     return env
+
+
+# a tiny model and optimiser for short training runs on the Multi30k slice (conftest.multi30k_bin)
+MULTI30K_TRAIN_FLAGS = (
+    "--arch", "multilayer_transformer", "--encoder-layers", "2", "--decoder-layers", "2",
+    "--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
+    "--decoder-ffn-embed-dim", "128", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
+    "--share-all-embeddings", "--dropout", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
+    "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "40",
+    "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+    "--max-tokens", "2000", "--max-update", "100", "--cpu", "--num-workers", "0",
+    "--no-progress-bar", "--log-format", "simple", "--seed", "1", "--user-dir", USER_DIR)
+
+
+def train_recording_validation(data_bin, save_dir, monkeypatch, *flags):
+    """Run fairseq-train's own main in-process; return the validation loss of every epoch."""
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_cli import train
+
+    losses = []
+    validate = train.validate
+
+    def recording_validate(*args, **kwargs):
+        result = validate(*args, **kwargs)
+        losses.append(result[0])
+        return result
+
+    monkeypatch.setattr(train, "validate", recording_validate)
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(
+        parser, [data_bin, "--task", "translation", "--save-dir", str(save_dir), *flags])
+    train.main(convert_namespace_to_omegaconf(args))
+    return losses

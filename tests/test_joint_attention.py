@@ -4,15 +4,12 @@ paper; multi-source input combination paper Sec. 3; SPEC sections 1-4 and 9).
 The references below are written out in plain torch from the equations, independently of
 ``fairseq_ext.modules.attention_utils``; they only read the modules' parameters.
 """
-import gzip
 import math
-import os
 import re
 
 import pytest
 import torch
 import torch.nn.functional as F
-from fairseq import options
 from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel, validate_multilayer_args
@@ -20,14 +17,15 @@ from fairseq_ext.modules.layer_aggregation import LayerAggregation
 from fairseq_ext.modules.multi_layer_multihead_attention import MultiLayerMultiheadAttention
 from fairseq_ext.modules.multi_source_attention import FlatOrHierarchicalCrossAttention, ParallelCrossAttention
 from model_utils import (
+    MULTI30K_TRAIN_FLAGS,
     SMALL,
-    USER_DIR,
     build,
     build_stock,
     full_and_incremental,
     make_dictionary,
     parse_args,
     random_batch,
+    train_recording_validation,
 )
 
 AGGREGATION = ("s-agg", "iter-s-agg", "c-agg", "iter-c-agg")
@@ -36,16 +34,6 @@ MULTI_SOURCE = ("serial", "parallel", "flat", "hierarchical")
 STRATEGIES = AGGREGATION + ("transparent",) + MLMHA + MULTI_SOURCE
 ALL_OPTIONS = ("none",) + STRATEGIES
 L_SMALL = 3  # SMALL: 3 encoder layers, 2 decoder layers, d 32, 4 heads
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The models here are tiny: one intra-op thread is faster, and much faster when the
-    cores are shared with other jobs (OpenMP threads spinning on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def count(model):
@@ -701,70 +689,13 @@ def test_unknown_strategy_fails_at_build():
 # ----------------------------------------------------------------------------------------
 # 8. a short training run per strategy on a slice of Multi30k
 # ----------------------------------------------------------------------------------------
-MULTI30K = os.path.normpath(os.path.join(os.path.dirname(USER_DIR), "..", "shared", "data", "multi30k"))
-TRAIN_LINES, VALID_LINES = 1500, 300
-
-
-def tokenize(line):
-    return " ".join(re.sub(r"([.,!?;:\"()\[\]])", r" \1 ", line.lower()).split())
-
-
-@pytest.fixture(scope="session")
-def multi30k_bin(tmp_path_factory):
-    if not os.path.exists(os.path.join(MULTI30K, "train.en.gz")):
-        pytest.skip(f"Multi30k not found at {os.path.abspath(MULTI30K)}")
-    from fairseq_cli import preprocess
-
-    root = tmp_path_factory.mktemp("multi30k")
-    for split, source, lines in (("train", "train", TRAIN_LINES), ("valid", "val", VALID_LINES)):
-        for lang in ("en", "de"):
-            with gzip.open(os.path.join(MULTI30K, f"{source}.{lang}.gz"), "rt", encoding="utf-8") as fin, \
-                    open(root / f"{split}.{lang}", "w", encoding="utf-8") as fout:
-                for _, line in zip(range(lines), fin):
-                    fout.write(tokenize(line) + "\n")
-    destdir = root / "bin"
-    parser = options.get_preprocessing_parser()
-    args = parser.parse_args([
-        "--source-lang", "en", "--target-lang", "de", "--trainpref", str(root / "train"),
-        "--validpref", str(root / "valid"), "--destdir", str(destdir), "--joined-dictionary",
-        "--thresholdsrc", "2", "--workers", "1",
-    ])
-    preprocess.main(args)
-    return str(destdir)
-
-
-TRAIN_FLAGS = ("--arch", "multilayer_transformer", "--encoder-layers", "2", "--decoder-layers", "2",
-               "--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
-               "--decoder-ffn-embed-dim", "128", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
-               "--share-all-embeddings", "--dropout", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
-               "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "40",
-               "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-               "--max-tokens", "2000", "--max-update", "100", "--cpu", "--num-workers", "0", "--no-save",
-               "--no-progress-bar", "--log-format", "simple", "--seed", "1", "--user-dir", USER_DIR)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ALL_OPTIONS)
 def test_training_lowers_the_validation_loss(strategy, multi30k_bin, tmp_path, monkeypatch):
     """fairseq-train's own main, in-process: the validation loss after the last epoch is
     well below the one after the first epoch."""
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq_cli import train
-
-    losses = []
-    validate = train.validate
-
-    def recording_validate(*args, **kwargs):
-        result = validate(*args, **kwargs)
-        losses.append(result[0])
-        return result
-
-    monkeypatch.setattr(train, "validate", recording_validate)
     extra = () if strategy == "none" else ("--joint-attention", strategy)
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(
-        parser, [multi30k_bin, "--task", "translation", "--save-dir", str(tmp_path), *TRAIN_FLAGS, *extra])
-    train.main(convert_namespace_to_omegaconf(args))
+    losses = train_recording_validation(multi30k_bin, tmp_path, monkeypatch, *MULTI30K_TRAIN_FLAGS, "--no-save", *extra)
     assert len(losses) >= 3, losses
     assert losses[-1] < losses[0] - 1.0, losses
 

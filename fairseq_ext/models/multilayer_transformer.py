@@ -22,14 +22,13 @@ from typing import Dict, List, Optional
 import torch
 import torch.nn as nn
 from fairseq.distributed import fsdp_wrap
-from fairseq.models import register_model, register_model_architecture
+from fairseq.models import FairseqEncoder, register_model, register_model_architecture
 from fairseq.models.transformer import (
     TransformerDecoderBase,
     TransformerEncoderBase,
     TransformerModel,
     base_architecture,
 )
-from fairseq.modules import MultiheadAttention
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import (
     TransformerDecoderLayerBase,
@@ -186,6 +185,24 @@ def validate_multilayer_args(args) -> None:
         raise ValueError("--joint-attention needs --encoder-embed-dim equal to --decoder-embed-dim")
 
 
+MULTI_SOURCE_SENTENCE_STRATEGIES = MULTI_SOURCE_STRATEGIES + ("m-10", "m-11")
+
+
+def validate_multi_source_args(args) -> None:
+    """Multi-source translation combines different sentences: only the strategies that
+    attend each source separately apply (M-x0/M-x1 with U0 = 0 add logits position by
+    position, which needs the sources to be layers of one sentence)."""
+    if args.joint_attention not in MULTI_SOURCE_SENTENCE_STRATEGIES:
+        raise ValueError(
+            f"--task multi_source_translation needs --joint-attention in {', '.join(MULTI_SOURCE_SENTENCE_STRATEGIES)}, "
+            f"not {args.joint_attention!r}"
+        )
+    if args.mask_source_layer is not None:
+        raise ValueError("--mask-source-layer does not apply to --task multi_source_translation")
+    if args.encoder_embed_dim != args.decoder_embed_dim:
+        raise ValueError("--task multi_source_translation needs --encoder-embed-dim equal to --decoder-embed-dim")
+
+
 def wrap_layer(layer: nn.Module, cfg) -> nn.Module:
     """Activation checkpointing and FSDP wrapping, as fairseq's build_*_layer do."""
     checkpoint = cfg.checkpoint_activations
@@ -246,21 +263,23 @@ class MultilayerTransformerEncoder(TransformerEncoderBase):
     - MLMHA and multi-source combination: f^1..f^n stacked, J x B x n x C.
     """
 
-    def __init__(self, cfg, dictionary, embed_tokens, return_fc: bool = False):
+    def __init__(self, cfg, dictionary, embed_tokens, return_fc: bool = False, joint_memory: bool = True):
         self._layers_built = 0
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
-        self.joint_attention = cfg.joint_attention
+        # an encoder of one source among several builds no memory of its own: the
+        # MultiSourceEncoder stacks the sources' top layers instead
+        self.joint_attention = cfg.joint_attention if joint_memory else "none"
         self.num_sources = cfg.joint_attention_layers
         self.mask_source_layer = cfg.mask_source_layer
         embed_dim = cfg.encoder.embed_dim
+        strategy = self.joint_attention
         self.layer_aggregation = (
             LayerAggregation(self.joint_attention, embed_dim, cfg.encoder.ffn_embed_dim,
                              self.num_sources, activation_dropout=cfg.activation_dropout)
-            if self.joint_attention in LAYER_AGGREGATION_STRATEGIES else None
+            if strategy in LAYER_AGGREGATION_STRATEGIES else None
         )
         self.transparent = (
-            TransparentCombination(cfg.encoder.layers + 1, cfg.decoder.layers)
-            if self.joint_attention == "transparent" else None
+            TransparentCombination(cfg.encoder.layers + 1, cfg.decoder.layers) if strategy == "transparent" else None
         )
 
     def build_encoder_layer(self, cfg):
@@ -292,6 +311,53 @@ class MultilayerTransformerEncoder(TransformerEncoderBase):
         if "joint_memory" in encoder_out:  # fairseq's version drops unknown keys
             reordered["joint_memory"] = [m.index_select(1, new_order) for m in encoder_out["joint_memory"]]
         return reordered
+
+
+class MultiSourceEncoder(FairseqEncoder):
+    """Encoder of multi-source translation (task ``multi_source_translation``; Libovický et
+    al. 2018): encodes the primary source (``src_tokens``) and every extra source
+    (``extra_src_tokens``, B x (n-1) x J') with its own encoder (or one shared encoder with
+    ``--multi-source-shared-encoder``) and stacks their top-layer outputs, left-padded to
+    one length, as the decoder's memory (J x B x n x C) with one padding-mask row per source
+    (``joint_padding_mask``, B x n x J). The rest of the output is the primary source's, so
+    auxiliary decoders read the primary source's layers.
+    """
+
+    def __init__(self, encoders: List[MultilayerTransformerEncoder], num_sources: int):
+        super().__init__(encoders[0].dictionary)
+        self.encoders = nn.ModuleList(encoders)
+        self.num_sources = num_sources
+
+    def encoder_for(self, source_index: int) -> MultilayerTransformerEncoder:
+        return self.encoders[source_index if len(self.encoders) > 1 else 0]
+
+    def forward(self, src_tokens, src_lengths: Optional[Tensor] = None, extra_src_tokens: Optional[Tensor] = None,
+                return_all_hiddens: bool = True, token_embeddings: Optional[Tensor] = None):
+        if extra_src_tokens is None or extra_src_tokens.size(1) != self.num_sources - 1:
+            raise ValueError(f"the model encodes {self.num_sources} sources: train and decode it with "
+                             f"--task multi_source_translation and {self.num_sources - 1} --extra-source-langs")
+        encoder_out = self.encoder_for(0)(src_tokens, src_lengths, token_embeddings=token_embeddings)
+        outputs = [encoder_out] + [
+            self.encoder_for(k + 1)(extra_src_tokens[:, k]) for k in range(self.num_sources - 1)
+        ]
+        length = max(out["encoder_out"][0].size(0) for out in outputs)
+        memories, masks = [], []
+        for out in outputs:
+            states, mask = out["encoder_out"][0], out["encoder_padding_mask"][0]
+            missing = length - states.size(0)  # sources are left-padded: pad on the left
+            memories.append(nn.functional.pad(states, (0, 0, 0, 0, missing, 0)))
+            masks.append(nn.functional.pad(mask, (missing, 0), value=True))
+        encoder_out["joint_memory"] = [torch.stack(memories, dim=2)]  # J x B x n x C
+        encoder_out["joint_padding_mask"] = [torch.stack(masks, dim=1)]  # B x n x J
+        return encoder_out
+
+    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
+        reordered = self.encoders[0].reorder_encoder_out(encoder_out, new_order)
+        reordered["joint_padding_mask"] = [m.index_select(0, new_order) for m in encoder_out["joint_padding_mask"]]
+        return reordered
+
+    def max_positions(self):
+        return self.encoders[0].max_positions()
 
 
 # ----------------------------------------------------------------------------------------
@@ -467,7 +533,10 @@ class MultilayerTransformerDecoder(TransformerDecoderBase):
         """The encoder output with ``encoder_out`` replaced by the joint memory, if any."""
         if encoder_out is None or "joint_memory" not in encoder_out:
             return encoder_out
-        return {**encoder_out, "encoder_out": encoder_out["joint_memory"]}
+        memory_out = {**encoder_out, "encoder_out": encoder_out["joint_memory"]}
+        if "joint_padding_mask" in encoder_out:  # multi-source: one mask row per source
+            memory_out["encoder_padding_mask"] = encoder_out["joint_padding_mask"]
+        return memory_out
 
     def aux_encoder_out(self, encoder_out, aux_index: int):
         """What auxiliary decoder ``aux_index`` reads: H^l_e of its encoder layer l."""
@@ -501,6 +570,8 @@ class MultilayerTransformerModel(TransformerModel):
                            help="n: the top n encoder layers collected (default: all when a strategy is set)")
         group.add_argument("--mask-source-layer", type=int, metavar="I",
                            help="analysis (thesis Table 3.5): replace collected layer f^I (1..n) by zeros")
+        group.add_argument("--multi-source-shared-encoder", action="store_true", default=None,
+                           help="--task multi_source_translation: one encoder for every source (default: one each)")
         group = parser.add_argument_group("fairseq_ext: multi-level supervision (thesis Ch. 4)")
         group.add_argument("--aux-decoder-layers", type=str, metavar="L1,L2",
                            help="encoder layers (1-based, < L) that get an auxiliary decoder, e.g. 1 or 1,3")
@@ -527,11 +598,33 @@ class MultilayerTransformerModel(TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         multilayer_transformer(args)
+        # multi-source translation: the n sources of the combination are the task's sentences
+        args.num_source_sentences = getattr(task, "num_source_sentences", 1)
+        if args.num_source_sentences > 1:
+            validate_multi_source_args(args)
+            args.joint_attention_layers = args.num_source_sentences
         validate_multilayer_args(args)
         return super().build_model(args, task)
 
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
+                features_only: bool = False, alignment_layer: Optional[int] = None,
+                alignment_heads: Optional[int] = None, extra_src_tokens: Optional[Tensor] = None):
+        """fairseq's forward, plus the extra sources of multi-source translation."""
+        extra = {} if extra_src_tokens is None else {"extra_src_tokens": extra_src_tokens}
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens, **extra)
+        return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
+                            alignment_layer=alignment_layer, alignment_heads=alignment_heads,
+                            src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
+
     @classmethod
     def build_encoder(cls, cfg, src_dict, embed_tokens):
+        num_sources = getattr(cfg, "num_source_sentences", 1)
+        if num_sources > 1:
+            num_encoders = 1 if cfg.multi_source_shared_encoder else num_sources
+            return MultiSourceEncoder(
+                [MultilayerTransformerEncoder(cfg, src_dict, embed_tokens, joint_memory=False)
+                 for _ in range(num_encoders)], num_sources,
+            )
         return MultilayerTransformerEncoder(cfg, src_dict, embed_tokens)
 
     @classmethod
@@ -553,6 +646,7 @@ def multilayer_transformer(args):
     _default(args, "joint_attention", "none")
     _default(args, "joint_attention_layers", 1 if args.joint_attention == "none" else args.encoder_layers)
     _default(args, "mask_source_layer", None)
+    _default(args, "multi_source_shared_encoder", False)
     _default(args, "aux_decoder_layers", "")
     _default(args, "aux_fusion", False)
     _default(args, "decode_from", "main")

@@ -41,6 +41,15 @@ def scaled_logits(q: Tensor, k: Tensor, key_padding_mask: Optional[Tensor]) -> T
     return logits
 
 
+def source_mask(key_padding_mask: Optional[Tensor], index: int) -> Optional[Tensor]:
+    """The padding mask of source ``index``: one B x J mask shared by every source (encoder
+    layers of one sentence) or a B x n x J mask with one row per source (different source
+    sentences, multi-source translation)."""
+    if key_padding_mask is None or key_padding_mask.dim() == 2:
+        return key_padding_mask
+    return key_padding_mask[:, index]
+
+
 def softmax_float(logits: Tensor) -> Tensor:
     """Softmax in fp32 (as fairseq does under fp16/bf16), returned in the input dtype."""
     return torch.softmax(logits.float(), dim=-1).type_as(logits)

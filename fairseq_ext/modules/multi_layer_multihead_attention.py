@@ -28,6 +28,7 @@ from fairseq_ext.modules.attention_utils import (
     merge_heads,
     scaled_logits,
     softmax_float,
+    source_mask,
     split_heads,
     xavier_linear,
 )
@@ -44,7 +45,7 @@ def mlmha(queries, keys, values, key_padding_mask, layer_specific: bool, dropout
     Returns the contexts c^i (B x H x Z x D each) and the attention weights B x H x Z x J
     (for U0 = 1 their mean over the sources, for inspection only).
     """
-    logits = [scaled_logits(q, k, key_padding_mask) for q, k in zip(queries, keys)]
+    logits = [scaled_logits(q, k, source_mask(key_padding_mask, i)) for i, (q, k) in enumerate(zip(queries, keys))]
     drop = dropout if dropout is not None else (lambda w: w)
     if layer_specific:  # U0 = 1: one softmax per source
         weights = [softmax_float(a) for a in logits]
@@ -78,7 +79,7 @@ class MultiLayerMultiheadAttention(StackedSourceAttention):
         query: Tensor,  # Z x B x C
         key: Optional[Tensor],  # J x B x n x C (None once the keys/values are cached)
         value: Optional[Tensor] = None,
-        key_padding_mask: Optional[Tensor] = None,  # B x J
+        key_padding_mask: Optional[Tensor] = None,  # B x J, or B x n x J per source
         incremental_state=None,
         need_weights: bool = False,
         need_head_weights: bool = False,

@@ -30,6 +30,7 @@ from fairseq_ext.modules.attention_utils import (
     merge_heads,
     scaled_logits,
     softmax_float,
+    source_mask,
     split_heads,
     xavier_linear,
 )
@@ -54,10 +55,10 @@ class SourceSelectAttention(MultiheadAttention):
         super().__init__(*args, **kwargs)
         self.source_index = source_index
 
-    def forward(self, query, key, value, *args, **kwargs):
+    def forward(self, query, key, value, key_padding_mask=None, *args, **kwargs):
         if key is not None and key.dim() == 4:
             key = value = key[:, :, self.source_index]
-        return super().forward(query, key, value, *args, **kwargs)
+        return super().forward(query, key, value, source_mask(key_padding_mask, self.source_index), *args, **kwargs)
 
 
 class SerialCrossAttentionStack(nn.Module):
@@ -82,7 +83,7 @@ class SerialCrossAttentionStack(nn.Module):
             if self.normalize_before:
                 x = norm(x)
             source = memory[:, :, i] if memory is not None else None
-            x, _ = attn(query=x, key=source, value=source, key_padding_mask=key_padding_mask,
+            x, _ = attn(query=x, key=source, value=source, key_padding_mask=source_mask(key_padding_mask, i),
                         incremental_state=incremental_state, static_kv=True, need_weights=False)
             x = residual + self.dropout_module(x)
             if not self.normalize_before:
@@ -106,7 +107,7 @@ class ParallelCrossAttention(nn.Module):
         outputs, weights = [], []
         for i, attn in enumerate(self.attentions):
             source = key[:, :, i] if key is not None else None
-            out, w = attn(query=query, key=source, value=source, key_padding_mask=key_padding_mask,
+            out, w = attn(query=query, key=source, value=source, key_padding_mask=source_mask(key_padding_mask, i),
                           incremental_state=incremental_state, static_kv=True,
                           need_weights=need_weights, need_head_weights=need_head_weights)
             outputs.append(out)
@@ -121,7 +122,12 @@ def flat_attention(q: Tensor, keys: List[Tensor], values: List[Tensor], key_padd
     position (B x H x Z x J)."""
     k = torch.cat(keys, dim=2)
     v = torch.cat(values, dim=2)
-    mask = None if key_padding_mask is None else key_padding_mask.repeat(1, len(keys))
+    if key_padding_mask is None:
+        mask = None
+    elif key_padding_mask.dim() == 3:  # one row per source: B x n x J -> B x (n J)
+        mask = key_padding_mask.flatten(1)
+    else:
+        mask = key_padding_mask.repeat(1, len(keys))
     weights = softmax_float(scaled_logits(q, k, mask))
     per_position = weights.unflatten(-1, (len(keys), -1)).sum(dim=-2)
     return torch.matmul(dropout(weights), v), per_position
@@ -131,7 +137,7 @@ def hierarchical_attention(q: Tensor, keys: List[Tensor], values: List[Tensor], 
     """Eq. 7-8 on head-split tensors: per-source contexts c_i (B x H x Z x D), then
     beta = softmax_i(q . c_i / sqrt(D)) and sum_i beta_i c_i. Returns the context and the
     first-level weights scaled by beta, summed over the sources (B x H x Z x J)."""
-    weights = [softmax_float(scaled_logits(q, k, key_padding_mask)) for k in keys]
+    weights = [softmax_float(scaled_logits(q, k, source_mask(key_padding_mask, i))) for i, k in enumerate(keys)]
     contexts = torch.stack([torch.matmul(dropout(w), v) for w, v in zip(weights, values)], dim=3)
     # contexts: B x H x Z x n x D; the second level attends the n contexts per position
     beta = softmax_float((contexts * q.unsqueeze(3)).sum(-1) / q.size(-1) ** 0.5)  # B x H x Z x n

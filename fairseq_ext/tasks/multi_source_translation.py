@@ -1,0 +1,130 @@
+"""``multi_source_translation``: translation from several parallel source sentences
+(e.g. Multi30k en + fr -> de), the setting of Libovický et al. (2018) for the serial,
+parallel, flat and hierarchical input combination strategies (SPEC section 4).
+
+Data: the primary pair binarized as usual (``train.en-de.en/.de``) and, for every extra
+source language x, ``train.x-de.x`` (its ``.de`` side is the same target and is not read),
+all with one joined dictionary (``dict.en.txt`` = ``dict.fr.txt`` = ``dict.de.txt``);
+``scripts/prepare-multi30k.sh --extra-src fr`` writes this layout.
+
+    fairseq-train data-bin/multi30k.en+fr-de --user-dir fairseq_ext --task multi_source_translation \\
+        -s en -t de --extra-source-langs fr --arch multilayer_transformer_iwslt --joint-attention serial ...
+
+Batches carry the extra sources as ``net_input["extra_src_tokens"]`` (B x (n-1) x J,
+left-padded, aligned with ``src_tokens``); the model encodes every source and its decoder
+combines them with the chosen strategy.
+"""
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import List
+
+import torch
+from fairseq.data import BaseWrapperDataset, data_utils
+from fairseq.tasks import register_task
+from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class MultiSourceTranslationConfig(TranslationConfig):
+    extra_source_langs: str = field(
+        default="", metadata={"help": "comma list of the extra source languages, e.g. fr or fr,cs"}
+    )
+
+
+class MultiSourceLanguagePairDataset(BaseWrapperDataset):
+    """A LanguagePairDataset (the primary source and the target) plus the extra sources'
+    token datasets, collated into ``net_input["extra_src_tokens"]`` in the batch's order."""
+
+    def __init__(self, dataset, extra_sources: List, pad: int, eos: int, left_pad: bool = True):
+        super().__init__(dataset)
+        for extra in extra_sources:
+            if len(extra) != len(dataset):
+                raise ValueError(
+                    f"--extra-source-langs: an extra source has {len(extra)} sentences, the primary pair {len(dataset)}"
+                )
+        self.extra_sources = extra_sources
+        self.pad, self.eos, self.left_pad = pad, eos, left_pad
+
+    def __getitem__(self, index):
+        item = self.dataset[index]
+        item["extra_sources"] = [extra[index] for extra in self.extra_sources]
+        return item
+
+    def collater(self, samples, **kwargs):
+        batch = self.dataset.collater(samples, **kwargs)
+        if not batch:
+            return batch
+        by_id = {s["id"]: s for s in samples}
+        ordered = [by_id[int(i)] for i in batch["id"]]  # the primary collater sorts by length
+        extras = [
+            data_utils.collate_tokens([s["extra_sources"][k] for s in ordered], self.pad, self.eos,
+                                      left_pad=self.left_pad)
+            for k in range(len(self.extra_sources))
+        ]
+        width = max(e.size(1) for e in extras)
+        padded = [e.new_full((e.size(0), width), self.pad) for e in extras]
+        for target, extra in zip(padded, extras):
+            if self.left_pad:
+                target[:, width - extra.size(1):] = extra
+            else:
+                target[:, : extra.size(1)] = extra
+        batch["net_input"]["extra_src_tokens"] = torch.stack(padded, dim=1)  # B x (n-1) x J
+        return batch
+
+    def num_tokens(self, index):
+        return max([self.dataset.num_tokens(index)] + [extra.sizes[index] for extra in self.extra_sources])
+
+    def size(self, index):
+        src, tgt = self.dataset.size(index)
+        return max([src] + [extra.sizes[index] for extra in self.extra_sources]), tgt
+
+    @property
+    def supports_prefetch(self):
+        return False
+
+
+@register_task("multi_source_translation", dataclass=MultiSourceTranslationConfig)
+class MultiSourceTranslationTask(TranslationTask):
+    """Translation from several parallel sources (``-s`` and ``--extra-source-langs``)."""
+
+    def __init__(self, cfg: MultiSourceTranslationConfig, src_dict, tgt_dict):
+        super().__init__(cfg, src_dict, tgt_dict)
+        self.extra_source_langs = [lang for lang in cfg.extra_source_langs.split(",") if lang.strip()]
+
+    @classmethod
+    def setup_task(cls, cfg: MultiSourceTranslationConfig, **kwargs):
+        extra = [lang for lang in cfg.extra_source_langs.split(",") if lang.strip()]
+        if not extra:
+            raise ValueError("--extra-source-langs: give at least one extra source language (e.g. fr)")
+        task = super().setup_task(cfg, **kwargs)
+        path = cfg.data.split(os.pathsep)[0]
+        for lang in extra:
+            dict_path = os.path.join(path, f"dict.{lang}.txt")
+            if not os.path.exists(dict_path):
+                raise FileNotFoundError(f"--extra-source-langs {lang}: no {dict_path}")
+            if cls.load_dictionary(dict_path).symbols != task.src_dict.symbols:
+                raise ValueError(f"--extra-source-langs {lang}: dict.{lang}.txt differs from dict.{cfg.source_lang}.txt; "
+                                 "all sources must share one joined dictionary")
+        return task
+
+    @property
+    def num_source_sentences(self) -> int:
+        return 1 + len(self.extra_source_langs)
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        data_path = self.cfg.data.split(os.pathsep)[0]
+        extras = []
+        for lang in self.extra_source_langs:
+            prefix = os.path.join(data_path, f"{split}.{lang}-{self.cfg.target_lang}.{lang}")
+            dataset = data_utils.load_indexed_dataset(prefix, self.src_dict, self.cfg.dataset_impl)
+            if dataset is None:
+                raise FileNotFoundError(f"--extra-source-langs {lang}: no binarized data {prefix}.bin")
+            extras.append(dataset)
+        self.datasets[split] = MultiSourceLanguagePairDataset(
+            self.datasets[split], extras, self.src_dict.pad(), self.src_dict.eos(), self.cfg.left_pad_source
+        )
+        logger.info(f"{split}: {len(self.datasets[split])} examples with extra sources {self.extra_source_langs}")

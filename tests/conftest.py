@@ -1,0 +1,48 @@
+"""Session fixtures shared by the test files."""
+import gzip
+import os
+import re
+
+import pytest
+import torch
+from fairseq import options
+
+from model_utils import USER_DIR
+
+# The models under test are tiny: one thread avoids the oversubscription that makes them
+# several times slower on a 2-core machine (subprocesses get OMP_NUM_THREADS=1 from
+# model_utils.clean_env for the same reason).
+torch.set_num_threads(1)
+
+MULTI30K = os.path.normpath(os.path.join(os.path.dirname(USER_DIR), "..", "shared", "data", "multi30k"))
+TRAIN_LINES, VALID_LINES = 1500, 300
+
+
+def tokenize(line):
+    return " ".join(re.sub(r"([.,!?;:\"()\[\]])", r" \1 ", line.lower()).split())
+
+
+@pytest.fixture(scope="session")
+def multi30k_bin(tmp_path_factory):
+    """A lowercased, punctuation-split slice of Multi30k en->de (1,500 training and 300
+    validation pairs from ../shared/data/multi30k), binarized with a joined dictionary."""
+    if not os.path.exists(os.path.join(MULTI30K, "train.en.gz")):
+        pytest.skip(f"Multi30k not found at {os.path.abspath(MULTI30K)}")
+    from fairseq_cli import preprocess
+
+    root = tmp_path_factory.mktemp("multi30k")
+    for split, source, lines in (("train", "train", TRAIN_LINES), ("valid", "val", VALID_LINES)):
+        for lang in ("en", "de"):
+            with gzip.open(os.path.join(MULTI30K, f"{source}.{lang}.gz"), "rt", encoding="utf-8") as fin, \
+                    open(root / f"{split}.{lang}", "w", encoding="utf-8") as fout:
+                for _, line in zip(range(lines), fin):
+                    fout.write(tokenize(line) + "\n")
+    destdir = root / "bin"
+    parser = options.get_preprocessing_parser()
+    args = parser.parse_args([
+        "--source-lang", "en", "--target-lang", "de", "--trainpref", str(root / "train"),
+        "--validpref", str(root / "valid"), "--destdir", str(destdir), "--joined-dictionary",
+        "--thresholdsrc", "2", "--workers", "1",
+    ])
+    preprocess.main(args)
+    return str(destdir)

@@ -1,0 +1,175 @@
+"""Multi-source translation over genuinely different source sentences (SPEC section 4,
+Libovický et al. 2018): the task's batching, the per-source padding masks, incremental
+decoding and an end-to-end run with fairseq-train / fairseq-generate."""
+import os
+import random
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+import torch
+from fairseq.sequence_generator import SequenceGenerator
+
+from fairseq_ext.models.multilayer_transformer import MultiSourceEncoder
+from model_utils import SMALL, TINY_TRAIN_FLAGS, USER_DIR, build, clean_env, make_dictionary, random_batch
+
+STRATEGIES = ("serial", "parallel", "flat", "hierarchical", "m-10", "m-11")
+
+
+def build_multi_source(strategy, *flags, num_sources=2, dictionary=None):
+    dictionary = dictionary or make_dictionary()
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary,
+                           num_source_sentences=num_sources)
+    from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
+    from model_utils import parse_args
+
+    torch.manual_seed(0)
+    args = parse_args("multilayer_transformer", *SMALL, "--joint-attention", strategy, *flags)
+    return MultilayerTransformerModel.build_model(args, task).eval()
+
+
+def two_source_batch(dictionary, beam=1):
+    src, lengths, prev = random_batch(dictionary, src_len=7, beam=beam, seed=1)
+    extra, _, _ = random_batch(dictionary, src_len=5, beam=beam, seed=2)  # another length, other padding
+    extra = extra.flip(0)  # padded rows differ from the primary's
+    return src, lengths, extra.unsqueeze(1), prev
+
+
+def decode_both_ways(model, src, lengths, extra, prev, beam):
+    with torch.no_grad():
+        full = model.get_normalized_probs(model(src, lengths, prev, extra_src_tokens=extra), log_probs=True)
+        encoder_out = model.encoder(src, lengths, extra_src_tokens=extra)
+        state, order, steps = {}, torch.arange(src.size(0)), []
+        for t in range(prev.size(1)):
+            if t == 2:
+                new_order = torch.arange(src.size(0)).view(-1, beam).flip(1).reshape(-1)
+                encoder_out = model.encoder.reorder_encoder_out(encoder_out, new_order)
+                model.decoder.reorder_incremental_state_scripting(state, new_order)
+                order = order[new_order]
+            out = model.decoder(prev[order, : t + 1], encoder_out=encoder_out, incremental_state=state)
+            step = model.get_normalized_probs(out, log_probs=True)[:, -1]
+            restored = torch.empty_like(step)
+            restored[order] = step
+            steps.append(restored)
+    return full, torch.stack(steps, dim=1)
+
+
+def test_forward_passes_expect_the_extra_sources():
+    model = build_multi_source("serial")
+    assert isinstance(model.encoder, MultiSourceEncoder) and len(model.encoder.encoders) == 2
+    src, lengths, extra, prev = two_source_batch(model.decoder.dictionary)
+    with pytest.raises(ValueError, match="multi_source_translation"):
+        model(src, lengths, prev)
+    shared = build_multi_source("serial", "--multi-source-shared-encoder")
+    assert len(shared.encoder.encoders) == 1
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_incremental_equals_full_and_beam_search(strategy):
+    model = build_multi_source(strategy)
+    dictionary = model.decoder.dictionary
+    src, lengths, extra, prev = two_source_batch(dictionary, beam=2)
+    full, incremental = decode_both_ways(model, src, lengths, extra, prev, beam=2)
+    assert torch.allclose(full, incremental, atol=1e-5)
+    hypos = SequenceGenerator([model], dictionary, beam_size=3, max_len_b=6).forward(
+        {"net_input": {"src_tokens": src, "src_lengths": lengths, "extra_src_tokens": extra}})
+    assert len(hypos) == src.size(0)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_each_source_keeps_its_own_padding(strategy):
+    """A batch equals each example alone: the extra source's padding (different from the
+    primary's) is masked per source, and the memory is left-padded to one length."""
+    model = build_multi_source(strategy)
+    src, lengths, extra, prev = two_source_batch(model.decoder.dictionary)
+    pad = model.decoder.dictionary.pad()
+    with torch.no_grad():
+        batch, _ = model(src, lengths, prev, extra_src_tokens=extra)
+        for b in range(src.size(0)):
+            s = src[b][src[b].ne(pad)].unsqueeze(0)
+            e = extra[b, 0][extra[b, 0].ne(pad)].view(1, 1, -1)
+            alone, _ = model(s, torch.tensor([s.size(1)]), prev[b:b + 1], extra_src_tokens=e)
+            assert torch.allclose(batch[b], alone[0], atol=1e-5)
+
+
+def test_the_extra_source_matters():
+    model = build_multi_source("parallel")
+    src, lengths, extra, prev = two_source_batch(model.decoder.dictionary)
+    other = extra.clone()
+    other[other.gt(3)] = 4 + (other[other.gt(3)] % 5)
+    with torch.no_grad():
+        a, _ = model(src, lengths, prev, extra_src_tokens=extra)
+        b, _ = model(src, lengths, prev, extra_src_tokens=other)
+    assert not torch.allclose(a, b, atol=1e-3)
+
+
+@pytest.mark.parametrize("strategy,message", [("m-00", "multi_source_translation"), ("c-agg", "multi_source_translation")])
+def test_strategies_that_need_aligned_layers_are_refused(strategy, message):
+    with pytest.raises(ValueError, match=message):
+        build_multi_source(strategy)
+
+
+def make_two_source_data(root):
+    """Synthetic en+fr->de: fr is a word-by-word relabelling of en, the target the reversed en."""
+    rng = random.Random(0)
+    raw = os.path.join(root, "raw")
+    os.makedirs(raw)
+    for split, count in (("train", 300), ("valid", 30), ("test", 20)):
+        lines = [[f"w{rng.randrange(20)}" for _ in range(rng.randint(3, 8))] for _ in range(count)]
+        for lang, text in (("en", lines), ("fr", [[w.replace("w", "v") for w in s] for s in lines]),
+                           ("de", [list(reversed(s)) for s in lines])):
+            with open(f"{raw}/{split}.{lang}", "w") as f:
+                f.writelines(" ".join(s) + "\n" for s in text)
+    with open(f"{raw}/all.txt", "w") as f:
+        for lang in ("en", "fr", "de"):
+            f.write(open(f"{raw}/train.{lang}").read())
+    bin_dir = os.path.join(root, "bin")
+    subprocess.run(["fairseq-preprocess", "--only-source", "--trainpref", f"{raw}/all.txt", "--destdir",
+                    f"{root}/dict", "--workers", "1"], check=True, capture_output=True)
+    for src in ("en", "fr"):
+        subprocess.run(["fairseq-preprocess", "-s", src, "-t", "de", "--trainpref", f"{raw}/train", "--validpref",
+                        f"{raw}/valid", "--testpref", f"{raw}/test", "--srcdict", f"{root}/dict/dict.txt",
+                        "--tgtdict", f"{root}/dict/dict.txt", "--destdir", bin_dir, "--workers", "1"],
+                       check=True, capture_output=True)
+    return bin_dir
+
+
+def test_task_batches_align_the_extra_source(tmp_path):
+    from fairseq_ext.tasks.multi_source_translation import MultiSourceTranslationConfig, MultiSourceTranslationTask
+
+    bin_dir = make_two_source_data(str(tmp_path))
+    task = MultiSourceTranslationTask.setup_task(MultiSourceTranslationConfig(
+        data=bin_dir, source_lang="en", target_lang="de", extra_source_langs="fr", train_subset="train",
+        dataset_impl=None, required_seq_len_multiple=1))
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    batch = dataset.collater([dataset[i] for i in range(8)])
+    extra = batch["net_input"]["extra_src_tokens"]
+    assert extra.shape[:2] == (8, 1)
+    d = task.source_dictionary
+
+    def text(tokens):
+        return d.string(tokens[tokens.ne(d.pad())])
+
+    for row, index in enumerate(batch["id"].tolist()):
+        primary = text(batch["net_input"]["src_tokens"][row])
+        relabelled = text(extra[row, 0])
+        assert relabelled == primary.replace("w", "v")  # the same sentence, in the batch's order
+        assert text(dataset[index]["source"]) == primary
+
+
+@pytest.mark.slow
+def test_train_and_generate_two_sources(tmp_path):
+    bin_dir = make_two_source_data(str(tmp_path))
+    env = clean_env()
+    common = ["--task", "multi_source_translation", "-s", "en", "-t", "de", "--extra-source-langs", "fr"]
+    train = subprocess.run(
+        ["fairseq-train", bin_dir, "--user-dir", USER_DIR, *common, "--arch", "multilayer_transformer",
+         "--joint-attention", "hierarchical", *TINY_TRAIN_FLAGS, "--max-update", "5", "--save-dir", str(tmp_path / "ck")],
+        capture_output=True, text=True, env=env)
+    assert train.returncode == 0, train.stderr[-3000:]
+    result = subprocess.run(
+        ["fairseq-generate", bin_dir, "--user-dir", USER_DIR, *common, "--path", str(tmp_path / "ck" / "checkpoint_last.pt"),
+         "--beam", "3", "--cpu"], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "BLEU4" in result.stdout
