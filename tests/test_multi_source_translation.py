@@ -10,8 +10,8 @@ import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
-from fairseq_ext.models.multilayer_transformer import MultiSourceEncoder
-from model_utils import SMALL, TINY_TRAIN_FLAGS, USER_DIR, build, clean_env, make_dictionary, random_batch
+from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel, MultiSourceEncoder
+from model_utils import SMALL, TINY_TRAIN_FLAGS, USER_DIR, clean_env, make_dictionary, parse_args, random_batch
 
 STRATEGIES = ("serial", "parallel", "flat", "hierarchical", "m-10", "m-11")
 
@@ -20,9 +20,6 @@ def build_multi_source(strategy, *flags, num_sources=2, dictionary=None):
     dictionary = dictionary or make_dictionary()
     task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary,
                            num_source_sentences=num_sources)
-    from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
-    from model_utils import parse_args
-
     torch.manual_seed(0)
     args = parse_args("multilayer_transformer", *SMALL, "--joint-attention", strategy, *flags)
     return MultilayerTransformerModel.build_model(args, task).eval()
