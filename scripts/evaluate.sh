@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# Translate a split of a data-bin directory with a checkpoint and score it with sacreBLEU.
+#
+#   scripts/evaluate.sh --checkpoint checkpoints/x/checkpoint_best.pt \
+#       --data data-bin/iwslt15.en-vi [--split test] [--out DIR] [fairseq-generate options]
+#
+# 1. fairseq-generate --user-dir fairseq_ext --gen-subset SPLIT, subword units removed
+#    (--remove-bpe for subword-nmt, --remove-bpe sentencepiece for SentencePiece);
+#    every option not listed below goes to fairseq-generate unchanged
+#    (--beam 6 --lenpen 1.1 --model-overrides "{...}" --cpu --max-tokens ...);
+#    defaults: --beam 5 --batch-size 128.
+# 2. hypotheses detokenized with sacremoses (Moses detokenizer, XML escapes undone);
+# 3. sacreBLEU, case-sensitive and -lc, on detokenized text (13a) and on Moses-tokenized
+#    text (--tokenize none, multi-bleu style), each printed with its signature; then the
+#    flavour the papers report for this task (SPEC 10).
+# References come from DATA/text/SPLIT.{raw,tok}.TGT written by the prepare-*.sh recipes
+# (so the <unk>s of fairseq's own T- lines do not count against the system); without them
+# the T- lines are used, with a warning. Files written to --out:
+#   generate-SPLIT.txt  fairseq-generate output      hyp.tok / ref.tok    tokenized text
+#   hyp.detok / ref.detok  detokenized text          src.tok              source side
+#   bleu.txt / bleu.json   the scores
+set -euo pipefail
+# shellcheck source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+
+CKPT=""
+DATA=""
+SPLIT=test
+OUT=""
+SRC=""
+TGT=""
+BPE=""
+REF_DETOK=""
+REF_TOK=""
+HEADLINE=""
+GEN_ARGS=()
+
+usage() {
+    cat <<EOF
+Usage: $FSX_PROG --checkpoint CKPT --data DATA_BIN [--split test] [--out DIR] [options] [fairseq-generate options]
+
+  --checkpoint PATH    model checkpoint (several joined with ':' = ensemble)
+  --data DIR           binarized data (prepare-*.sh output)
+  --split NAME         valid | test | ... (default test)
+  --out DIR            where outputs go (default: CKPT_DIR/eval-SPLIT)
+  --src L, --tgt L     languages (default: from DATA/prep.env, else fairseq's guess / required for --tgt)
+  --bpe KIND           subword_nmt | sentencepiece | none (default: from DATA/prep.env)
+  --ref-detok FILE     detokenized reference (default DATA/text/SPLIT.raw.TGT)
+  --ref-tok FILE       tokenized reference (default DATA/text/SPLIT.tok.TGT)
+  --headline FLAVOUR   detok-cased | detok-lc | tok-cased | tok-lc: the score to report
+                       (default: the one SPEC 10 names for the recipe in prep.env)
+Anything else is passed to fairseq-generate, e.g. --beam 6 --lenpen 1.1 --cpu
+  --model-overrides "{'max_source_positions': 1024}"  (also after a lone --)
+EOF
+}
+
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --checkpoint | --path) CKPT="${2?--checkpoint needs a value}"; shift 2 ;;
+        --data) DATA="${2?--data needs a value}"; shift 2 ;;
+        --split | --gen-subset) SPLIT="${2?--split needs a value}"; shift 2 ;;
+        --out) OUT="${2?--out needs a value}"; shift 2 ;;
+        --src | --source-lang | -s) SRC="${2?--src needs a value}"; shift 2 ;;
+        --tgt | --target-lang | -t) TGT="${2?--tgt needs a value}"; shift 2 ;;
+        --bpe) BPE="${2?--bpe needs a value}"; shift 2 ;;
+        --ref-detok) REF_DETOK="${2?--ref-detok needs a value}"; shift 2 ;;
+        --ref-tok) REF_TOK="${2?--ref-tok needs a value}"; shift 2 ;;
+        --headline) HEADLINE="${2?--headline needs a value}"; shift 2 ;;
+        --remove-bpe | --user-dir)
+            fsx_die "$1 is set by $FSX_PROG itself (use --bpe to choose the subword kind)"
+            ;;
+        -h | --help) usage; exit 0 ;;
+        --) shift; GEN_ARGS+=("$@"); break ;;
+        *) GEN_ARGS+=("$1"); shift ;;
+    esac
+done
+[[ -n "$CKPT" ]] || { usage >&2; fsx_die "--checkpoint is required"; }
+[[ -n "$DATA" ]] || { usage >&2; fsx_die "--data is required"; }
+IFS=: read -r -a ckpts <<<"$CKPT"
+for c in "${ckpts[@]}"; do [[ -f "$c" ]] || fsx_die "checkpoint not found: $c"; done
+[[ -d "$DATA" ]] || fsx_die "data directory not found: $DATA"
+DATA="$(realpath "$DATA")"
+
+# prep.env: key=value lines written by the recipes (parsed, not sourced)
+declare -A PREP=()
+if [[ -f "$DATA/prep.env" ]]; then
+    while IFS='=' read -r k v; do
+        [[ -z "$k" || "$k" == \#* ]] && continue
+        PREP[$k]="$v"
+    done <"$DATA/prep.env"
+fi
+SRC="${SRC:-${PREP[src]:-}}"
+TGT="${TGT:-${PREP[tgt]:-}}"
+BPE="${BPE:-${PREP[bpe]:-subword_nmt}}"
+[[ -n "$TGT" ]] || fsx_die "cannot tell the target language: no $DATA/prep.env; pass --tgt (and --src)"
+ls "$DATA/$SPLIT".*.idx >/dev/null 2>&1 || fsx_die "no binarized split '$SPLIT' in $DATA"
+case "$BPE" in
+    subword_nmt | subword-nmt) REMOVE_BPE=(--remove-bpe) ;;
+    sentencepiece) REMOVE_BPE=(--remove-bpe sentencepiece) ;;
+    none) REMOVE_BPE=() ;;
+    *) fsx_die "--bpe must be subword_nmt, sentencepiece or none" ;;
+esac
+if [[ -z "$HEADLINE" ]]; then
+    # SPEC 10: which BLEU each task reports
+    case "${PREP[recipe]:-}:$SRC-$TGT" in
+        iwslt14:de-en | iwslt14:en-de) HEADLINE=tok-lc; NOTE="IWSLT'14 De-En: lowercased, tokenized" ;;
+        iwslt14:* | iwslt-fr-ro:*) HEADLINE=tok-cased; NOTE="IWSLT Es/Fr/Ro: multi-bleu style, tokenized" ;;
+        iwslt15-en-vi:*) HEADLINE=detok-cased; NOTE="IWSLT'15 En-Vi: sacreBLEU case-sensitive" ;;
+        wmt14-en-de:*) HEADLINE=detok-cased; NOTE="WMT'14: detokenized, case-sensitive, 13a" ;;
+        *) HEADLINE=detok-cased; NOTE="detokenized, case-sensitive, 13a" ;;
+    esac
+fi
+
+[[ -n "$OUT" ]] || OUT="$(dirname "${ckpts[0]}")/eval-$SPLIT"
+mkdir -p "$OUT"
+OUT="$(realpath "$OUT")"
+
+fsx_setup_tools
+fsx_require_cmd fairseq-generate
+
+has_opt() { # has_opt NAME: whether GEN_ARGS holds option NAME
+    local a
+    for a in "${GEN_ARGS[@]+"${GEN_ARGS[@]}"}"; do [[ "$a" == "$1" || "$a" == "$1="* ]] && return 0; done
+    return 1
+}
+DEFAULTS=()
+has_opt --beam || DEFAULTS+=(--beam 5)
+has_opt --batch-size || has_opt --max-tokens || DEFAULTS+=(--batch-size 128)
+LANG_ARGS=()
+[[ -n "$SRC" ]] && LANG_ARGS+=(--source-lang "$SRC")
+LANG_ARGS+=(--target-lang "$TGT")
+
+GEN="$OUT/generate-$SPLIT.txt"
+fsx_log "translating '$SPLIT' of $DATA with $CKPT"
+cmd=(fairseq-generate "$DATA" --user-dir "$FSX_REPO_ROOT/fairseq_ext" --path "$CKPT"
+    --gen-subset "$SPLIT" "${LANG_ARGS[@]}" "${REMOVE_BPE[@]+"${REMOVE_BPE[@]}"}"
+    "${DEFAULTS[@]+"${DEFAULTS[@]}"}" "${GEN_ARGS[@]+"${GEN_ARGS[@]}"}")
+printf '%q ' "${cmd[@]}" >"$OUT/generate-$SPLIT.cmd"
+echo >>"$OUT/generate-$SPLIT.cmd"
+if ! "${cmd[@]}" >"$GEN" 2>"$OUT/generate-$SPLIT.log"; then
+    tail -n 20 "$OUT/generate-$SPLIT.log" >&2
+    fsx_die "fairseq-generate failed (full log: $OUT/generate-$SPLIT.log)"
+fi
+grep -h "Translated" "$GEN" "$OUT/generate-$SPLIT.log" 2>/dev/null | tail -n 1 | sed 's/^.*| //' >&2 || true
+
+n="$(fsx_tools extract-gen "$GEN" "$OUT")" || fsx_die "could not read $GEN"
+mv "$OUT/gen.hyp" "$OUT/hyp.tok"
+mv "$OUT/gen.src" "$OUT/src.tok"
+fsx_detok "$TGT" <"$OUT/hyp.tok" >"$OUT/hyp.detok"
+
+REF_TOK="${REF_TOK:-$DATA/text/$SPLIT.tok.$TGT}"
+REF_DETOK="${REF_DETOK:-$DATA/text/$SPLIT.raw.$TGT}"
+if [[ -f "$REF_TOK" ]]; then
+    cp "$REF_TOK" "$OUT/ref.tok"
+else
+    fsx_warn "no $REF_TOK: using fairseq's target lines as the tokenized reference (their <unk>s count as errors)"
+    cp "$OUT/gen.ref" "$OUT/ref.tok"
+fi
+rm -f "$OUT/gen.ref"
+if [[ -f "$REF_DETOK" ]]; then
+    cp "$REF_DETOK" "$OUT/ref.detok"
+else
+    fsx_warn "no $REF_DETOK: detokenizing the tokenized reference for detokenized BLEU"
+    fsx_detok "$TGT" <"$OUT/ref.tok" >"$OUT/ref.detok"
+fi
+for f in ref.tok ref.detok; do
+    m=$(wc -l <"$OUT/$f")
+    [[ "$m" == "$n" ]] || fsx_die "$OUT/$f has $m lines but fairseq-generate translated $n sentences (wrong --split or --ref?)"
+done
+
+fsx_log "sacreBLEU on $n sentences of '$SPLIT' (outputs in $OUT)"
+"$FSX_PY" "$FSX_SCRIPTS_DIR/score_bleu.py" --hyp-detok "$OUT/hyp.detok" --ref-detok "$OUT/ref.detok" \
+    --hyp-tok "$OUT/hyp.tok" --ref-tok "$OUT/ref.tok" --json "$OUT/bleu.json" \
+    --headline "$HEADLINE" --headline-note "${NOTE:-}" | tee "$OUT/bleu.txt"

@@ -1,0 +1,346 @@
+# shellcheck shell=bash
+# Shared functions of the data recipes (scripts/prepare-*.sh) and scripts/evaluate.sh.
+# Sourced, never run; the caller has `set -euo pipefail`.
+#
+# A recipe:
+#   1. parses its own options and hands the rest to fsx_common_opt (see fsx_common_usage);
+#   2. calls fsx_begin_output: everything is written under a temporary directory next to
+#      --out, which is removed on any failure (trap), so no half-written output is left;
+#   3. writes into $FSX_WORK, per split S in train/valid/test:
+#        S.tok.$SRC S.tok.$TGT   text as the model sees it before subword segmentation
+#                                (Moses-tokenized, lowercased where the task says so)
+#      and for valid/test also S.raw.$SRC S.raw.$TGT (detokenized, original casing), the
+#      references of detokenized sacreBLEU;
+#   4. calls fsx_subword_and_binarize (joint BPE / SentencePiece + fairseq-preprocess
+#      --joined-dictionary) and fsx_finish_output, which moves the result into place.
+
+FSX_SCRIPTS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+FSX_REPO_ROOT="$(cd "$FSX_SCRIPTS_DIR/.." && pwd)"
+FSX_PROG="$(basename "$0")"
+
+fsx_log() { printf '[%s] %s\n' "$FSX_PROG" "$*" >&2; }
+fsx_warn() { printf '[%s] WARNING: %s\n' "$FSX_PROG" "$*" >&2; }
+fsx_die() {
+    printf '[%s] error: %s\n' "$FSX_PROG" "$*" >&2
+    exit 1
+}
+
+# ---------------------------------------------------------------------------- tools
+# The python that runs our helpers must have sacremoses/subword_nmt/sentencepiece; its bin
+# dir goes first on PATH so fairseq-preprocess/subword-nmt come from the same environment.
+fsx_setup_tools() {
+    local cand
+    if [[ -n "${PYTHON:-}" ]]; then
+        cand="$PYTHON"
+    elif command -v python >/dev/null 2>&1 &&
+        python -c 'import sacremoses, subword_nmt, sentencepiece' >/dev/null 2>&1; then
+        cand="$(command -v python)"
+    elif [[ -x "$FSX_REPO_ROOT/.venv/bin/python" ]]; then
+        cand="$FSX_REPO_ROOT/.venv/bin/python"
+    else
+        fsx_die "no python with sacremoses, subword-nmt and sentencepiece found; run 'make setup' or set PYTHON"
+    fi
+    FSX_PY="$cand"
+    local bindir
+    bindir="$(dirname "$FSX_PY")"
+    case ":$PATH:" in
+        *":$bindir:"*) ;;
+        *) PATH="$bindir:$PATH" ;;
+    esac
+    export PATH
+}
+
+fsx_require_cmd() {
+    local c
+    for c in "$@"; do
+        command -v "$c" >/dev/null 2>&1 || fsx_die "'$c' not found on PATH (run 'make setup', or activate .venv)"
+    done
+}
+
+fsx_tools() { "$FSX_PY" "$FSX_SCRIPTS_DIR/corpus_tools.py" "$@"; }
+fsx_spm() { "$FSX_PY" "$FSX_SCRIPTS_DIR/spm_tools.py" "$@"; }
+
+# ---------------------------------------------------------------------------- options
+FSX_OUT=""
+FSX_FROM=""
+FSX_BPE="subword_nmt"
+FSX_BPE_MERGES=""
+FSX_MAX_LINES=0
+FSX_WORKERS="$( (nproc 2>/dev/null || echo 1) | head -n1)"
+FSX_FORCE=0
+FSX_KEEP_TMP=0
+FSX_DOWNLOAD_DIR=""
+
+fsx_common_usage() {
+    cat <<'EOF'
+Common options:
+  --out DIR            output (data-bin) directory; written atomically
+  --from PATH          use local copies of the release files (directory, searched 3 levels
+                       deep; .gz or plain text both accepted) instead of downloading
+  --download-dir DIR   keep downloaded archives here (default: a temp dir, deleted)
+  --bpe KIND           subword_nmt (joint BPE, default) | sentencepiece (joint SPM, BPE type)
+  --bpe-merges N       BPE merge operations; with sentencepiece: the vocabulary size
+  --max-lines N        use only the first N training pairs (tests, quick runs); 0 = all
+  --workers N          worker processes (tokenizer, apply-bpe, fairseq-preprocess)
+  --force              replace --out if it exists
+  --keep-tmp           keep the temporary directory when the recipe fails (debugging)
+  -h, --help           this help
+EOF
+}
+
+# fsx_common_opt "$@": consumes one common option; sets FSX_SHIFT (0 = not ours).
+fsx_common_opt() {
+    FSX_SHIFT=0
+    local opt="$1"
+    local val="${2-}"
+    case "$opt" in
+        --out | --from | --bpe | --bpe-merges | --max-lines | --workers | --download-dir)
+            [[ $# -ge 2 && -n "$val" ]] || fsx_die "option $opt needs a value"
+            FSX_SHIFT=2
+            ;;
+    esac
+    case "$opt" in
+        --out) FSX_OUT="$val" ;;
+        --from) FSX_FROM="$val" ;;
+        --download-dir) FSX_DOWNLOAD_DIR="$val" ;;
+        --bpe)
+            case "$val" in
+                subword_nmt | subword-nmt | bpe) FSX_BPE=subword_nmt ;;
+                sentencepiece | spm) FSX_BPE=sentencepiece ;;
+                *) fsx_die "--bpe must be subword_nmt or sentencepiece, not '$val'" ;;
+            esac
+            ;;
+        --bpe-merges) FSX_BPE_MERGES="$val" ;;
+        --max-lines) FSX_MAX_LINES="$val" ;;
+        --workers) FSX_WORKERS="$val" ;;
+        --force) FSX_FORCE=1 FSX_SHIFT=1 ;;
+        --keep-tmp) FSX_KEEP_TMP=1 FSX_SHIFT=1 ;;
+    esac
+    case "$FSX_MAX_LINES$FSX_WORKERS${FSX_BPE_MERGES:-0}" in
+        *[!0-9]*) fsx_die "--max-lines, --workers and --bpe-merges take non-negative integers" ;;
+    esac
+    return 0
+}
+
+fsx_check_common() {
+    [[ -n "$FSX_OUT" ]] || fsx_die "--out DIR is required"
+    [[ "$FSX_WORKERS" -ge 1 ]] || FSX_WORKERS=1
+    if [[ -n "$FSX_FROM" && ! -e "$FSX_FROM" ]]; then
+        fsx_die "--from $FSX_FROM: no such file or directory"
+    fi
+}
+
+# ---------------------------------------------------------------------------- atomic output
+FSX_TMP=""
+FSX_DONE=0
+
+fsx_cleanup() {
+    local rc=$?
+    if [[ "$FSX_DONE" != 1 && -n "$FSX_TMP" && -d "$FSX_TMP" ]]; then
+        if [[ "$FSX_KEEP_TMP" == 1 ]]; then
+            fsx_log "failed; intermediate files kept in $FSX_TMP"
+        else
+            rm -rf "$FSX_TMP"
+        fi
+    fi
+    return $rc
+}
+
+fsx_begin_output() {
+    local parent base
+    FSX_OUT="$(realpath -m "$FSX_OUT")"
+    if [[ -e "$FSX_OUT" && "$FSX_FORCE" != 1 ]]; then
+        fsx_die "output directory $FSX_OUT already exists (use --force to replace it)"
+    fi
+    parent="$(dirname "$FSX_OUT")"
+    base="$(basename "$FSX_OUT")"
+    mkdir -p "$parent"
+    FSX_TMP="$(mktemp -d "$parent/.$base.tmp.XXXXXX")"
+    trap fsx_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    FSX_WORK="$FSX_TMP/work"
+    FSX_STAGE="$FSX_TMP/out"
+    mkdir -p "$FSX_WORK" "$FSX_STAGE/text"
+    fsx_log "working in $FSX_TMP"
+}
+
+fsx_finish_output() {
+    rm -rf "$FSX_WORK"
+    if [[ -e "$FSX_OUT" ]]; then
+        local old="$FSX_TMP/old"
+        mv "$FSX_OUT" "$old"
+    fi
+    mv "$FSX_STAGE" "$FSX_OUT"
+    FSX_DONE=1
+    rm -rf "$FSX_TMP"
+    fsx_log "done: $FSX_OUT"
+}
+
+# ---------------------------------------------------------------------------- inputs
+# fsx_cat FILE: print a plain or gzipped file, with Unix line ends and a final newline.
+fsx_cat() {
+    [[ -f "$1" ]] || fsx_die "missing file: $1"
+    case "$1" in
+        *.gz) gzip -cd -- "$1" ;;
+        *) cat -- "$1" ;;
+    esac | sed -e 's/\r$//' -e '$a\'
+}
+
+# fsx_find DIR NAME: path of NAME or NAME.gz under DIR (at most 3 levels deep), or "".
+fsx_find() {
+    local dir="$1" name="$2" hit
+    if [[ -f "$dir/$name" ]]; then echo "$dir/$name"; return 0; fi
+    if [[ -f "$dir/$name.gz" ]]; then echo "$dir/$name.gz"; return 0; fi
+    hit="$(find -L "$dir" -maxdepth 3 -type f \( -name "$name" -o -name "$name.gz" \) 2>/dev/null |
+        LC_ALL=C sort | head -n1)"
+    echo "$hit"
+}
+
+# fsx_need DIR NAME [HINT]: like fsx_find, but a missing file is an error.
+fsx_need() {
+    local hit
+    hit="$(fsx_find "$1" "$2")"
+    [[ -n "$hit" ]] || fsx_die "missing file: $2 (or $2.gz) not found under $1${3:+ — $3}"
+    echo "$hit"
+}
+
+# fsx_download URL DEST: fetch one file; on failure explain how to use --from.
+fsx_download() {
+    local url="$1" dest="$2"
+    [[ -s "$dest" ]] && { fsx_log "using cached $dest"; return 0; }
+    fsx_log "downloading $url"
+    local ok=1
+    if command -v curl >/dev/null 2>&1; then
+        curl -fsSL --retry 2 --connect-timeout 20 -o "$dest.part" "$url" && ok=0
+    elif command -v wget >/dev/null 2>&1; then
+        wget -q -T 20 -t 2 -O "$dest.part" "$url" && ok=0
+    else
+        fsx_die "neither curl nor wget is installed; download $url yourself and pass --from DIR"
+    fi
+    if [[ $ok != 0 || ! -s "$dest.part" ]]; then
+        rm -f "$dest.part"
+        fsx_die "download failed: $url. If this machine is offline, fetch the release elsewhere and run again with --from DIR (a directory holding the files; see $FSX_PROG --help)"
+    fi
+    mv "$dest.part" "$dest"
+}
+
+# fsx_download_dir: where downloads go (a subdir of the temp dir unless --download-dir).
+fsx_download_dir() {
+    if [[ -n "$FSX_DOWNLOAD_DIR" ]]; then
+        mkdir -p "$FSX_DOWNLOAD_DIR"
+        realpath "$FSX_DOWNLOAD_DIR"
+    else
+        mkdir -p "$FSX_TMP/download"
+        echo "$FSX_TMP/download"
+    fi
+}
+
+# fsx_extract ARCHIVE DIR: unpack a .tgz/.tar.gz/.tar/.zip archive into DIR.
+fsx_extract() {
+    mkdir -p "$2"
+    case "$1" in
+        *.tgz | *.tar.gz) tar -xzf "$1" -C "$2" || fsx_die "cannot unpack $1 (corrupt download?)" ;;
+        *.tar) tar -xf "$1" -C "$2" || fsx_die "cannot unpack $1" ;;
+        *.zip) (cd "$2" && "$FSX_PY" -m zipfile -e "$1" .) || fsx_die "cannot unpack $1" ;;
+        *) fsx_die "unknown archive type: $1" ;;
+    esac
+}
+
+# fsx_check_parallel A B: both exist, non-empty, equal line counts (clear error otherwise).
+fsx_check_parallel() {
+    fsx_tools check-parallel "$@" || fsx_die "bad parallel corpus (see above)"
+}
+
+# fsx_take_train SRC_FILE TGT_FILE OUT_SRC OUT_TGT: copy (gunzipped), honouring --max-lines.
+fsx_take_train() {
+    fsx_check_parallel "$1" "$2"
+    fsx_tools head "$FSX_MAX_LINES" "$1" "$3"
+    fsx_tools head "$FSX_MAX_LINES" "$2" "$4"
+    if [[ "$FSX_MAX_LINES" -gt 0 ]]; then
+        fsx_log "--max-lines $FSX_MAX_LINES: using the first $(wc -l <"$3") training pairs"
+    fi
+}
+
+# fsx_moses LANG [tokenize options...] < in > out
+fsx_moses() {
+    local lang="$1"
+    shift
+    fsx_tools tokenize -l "$lang" --workers "$FSX_WORKERS" "$@"
+}
+
+fsx_detok() { fsx_tools detokenize -l "$1"; }
+
+# ---------------------------------------------------------------------------- subwords + binarize
+# fsx_subword_and_binarize SRC TGT: needs $FSX_WORK/{train,valid,test}.tok.{SRC,TGT} and
+# $FSX_WORK/{valid,test}.raw.{SRC,TGT}; fills $FSX_STAGE.
+fsx_subword_and_binarize() {
+    local src="$1" tgt="$2" split l
+    local merges="${FSX_BPE_MERGES:-$FSX_DEFAULT_MERGES}"
+    for split in train valid test; do
+        fsx_check_parallel "$FSX_WORK/$split.tok.$src" "$FSX_WORK/$split.tok.$tgt"
+    done
+    for split in valid test; do
+        for l in "$src" "$tgt"; do
+            cp "$FSX_WORK/$split.tok.$l" "$FSX_STAGE/text/$split.tok.$l"
+            cp "$FSX_WORK/$split.raw.$l" "$FSX_STAGE/text/$split.raw.$l"
+        done
+    done
+
+    if [[ "$FSX_BPE" == subword_nmt ]]; then
+        fsx_log "learning joint BPE, $merges merges (subword-nmt)"
+        cat "$FSX_WORK/train.tok.$src" "$FSX_WORK/train.tok.$tgt" |
+            subword-nmt learn-bpe -s "$merges" >"$FSX_STAGE/code" 2>"$FSX_WORK/learn-bpe.log" ||
+            fsx_die "subword-nmt learn-bpe failed: $(tail -n 3 "$FSX_WORK/learn-bpe.log")"
+        for split in train valid test; do
+            for l in "$src" "$tgt"; do
+                subword-nmt apply-bpe -c "$FSX_STAGE/code" --num-workers "$FSX_WORKERS" \
+                    <"$FSX_WORK/$split.tok.$l" >"$FSX_WORK/$split.bpe.$l" ||
+                    fsx_die "subword-nmt apply-bpe failed on $split.$l"
+            done
+        done
+    else
+        fsx_log "training joint SentencePiece (BPE), vocabulary $merges"
+        fsx_spm train --model-prefix "$FSX_STAGE/spm" --vocab-size "$merges" \
+            --threads "$FSX_WORKERS" "$FSX_WORK/train.tok.$src" "$FSX_WORK/train.tok.$tgt"
+        for split in train valid test; do
+            for l in "$src" "$tgt"; do
+                fsx_spm encode --model "$FSX_STAGE/spm.model" \
+                    <"$FSX_WORK/$split.tok.$l" >"$FSX_WORK/$split.bpe.$l"
+            done
+        done
+    fi
+
+    fsx_log "binarizing (fairseq-preprocess --joined-dictionary)"
+    fairseq-preprocess --source-lang "$src" --target-lang "$tgt" \
+        --trainpref "$FSX_WORK/train.bpe" --validpref "$FSX_WORK/valid.bpe" \
+        --testpref "$FSX_WORK/test.bpe" --destdir "$FSX_STAGE" \
+        --joined-dictionary --workers "$FSX_WORKERS" >"$FSX_WORK/preprocess.log" 2>&1 ||
+        fsx_die "fairseq-preprocess failed: $(tail -n 5 "$FSX_WORK/preprocess.log")"
+    cp "$FSX_WORK/preprocess.log" "$FSX_STAGE/preprocess.log"
+    [[ -f "$FSX_STAGE/dict.$src.txt" && -f "$FSX_STAGE/train.$src-$tgt.$src.bin" ]] ||
+        fsx_die "fairseq-preprocess produced no binarized data (see $FSX_STAGE/preprocess.log)"
+
+    local n_train n_valid n_test n_dict
+    n_train=$(wc -l <"$FSX_WORK/train.bpe.$src")
+    n_valid=$(wc -l <"$FSX_WORK/valid.bpe.$src")
+    n_test=$(wc -l <"$FSX_WORK/test.bpe.$src")
+    n_dict=$(wc -l <"$FSX_STAGE/dict.$src.txt")
+    {
+        echo "# written by $FSX_PROG; read by scripts/evaluate.sh"
+        echo "recipe=$FSX_RECIPE"
+        echo "src=$src"
+        echo "tgt=$tgt"
+        echo "bpe=$FSX_BPE"
+        echo "bpe_merges=$merges"
+        echo "lowercase=${FSX_LOWERCASE:-0}"
+        echo "valid_set=${FSX_VALID_NAME:-valid}"
+        echo "test_set=${FSX_TEST_NAME:-test}"
+        echo "train_pairs=$n_train"
+        echo "valid_pairs=$n_valid"
+        echo "test_pairs=$n_test"
+        echo "dict_size=$n_dict"
+        echo "command=$FSX_PROG ${FSX_ARGS:-}"
+    } >"$FSX_STAGE/prep.env"
+    fsx_log "train $n_train / valid $n_valid / test $n_test pairs; joined dictionary $n_dict types"
+}

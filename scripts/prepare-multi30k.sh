@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Multi30k task 1 (Elliott et al., 2016): 29,000 train / 1,014 val / 1,000 test_2016_flickr
+# image captions, four-way parallel (en, de, fr, cs), raw untokenized text.
+#
+#   scripts/prepare-multi30k.sh --out data-bin/multi30k.en-de                       # download
+#   scripts/prepare-multi30k.sh --from ../shared/data/multi30k --src en --tgt fr --out DIR
+#
+# Moses tokenization (sacremoses, XML escaping as Moses does), joint BPE (default 8000
+# merges), fairseq-preprocess --joined-dictionary. Splits: train / val (valid) / test set
+# chosen with --test-set (default test_2016_flickr).
+set -euo pipefail
+# shellcheck source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+
+FSX_RECIPE=multi30k
+FSX_DEFAULT_MERGES=8000
+FSX_ARGS="$*"
+SRC=en
+TGT=de
+TEST_SET=test_2016_flickr
+LOWERCASE=0
+BASE_URL="${MULTI30K_URL:-https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw}"
+LANGS="en de fr cs"
+
+usage() {
+    cat <<EOF
+Usage: $FSX_PROG --out DIR [--src en] [--tgt de] [--from DIR] [options]
+
+Prepares Multi30k task 1 for fairseq.
+  --src L, --tgt L     any two of: $LANGS (default en -> de)
+  --test-set NAME      test_2016_flickr (default) | test_2017_flickr | test_2017_mscoco
+  --lowercase          lowercase after tokenization
+--from DIR must hold train.L, val.L and <test-set>.L for both languages (.gz or plain),
+e.g. ../shared/data/multi30k. Without --from the files are downloaded from
+$BASE_URL
+EOF
+    fsx_common_usage
+}
+
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --src) [[ $# -ge 2 ]] || fsx_die "--src needs a value"; SRC="$2"; shift 2 ;;
+        --tgt) [[ $# -ge 2 ]] || fsx_die "--tgt needs a value"; TGT="$2"; shift 2 ;;
+        --test-set) [[ $# -ge 2 ]] || fsx_die "--test-set needs a value"; TEST_SET="$2"; shift 2 ;;
+        --lowercase) LOWERCASE=1; shift ;;
+        -h | --help) usage; exit 0 ;;
+        *)
+            fsx_common_opt "$@"
+            [[ "$FSX_SHIFT" -gt 0 ]] || { usage >&2; fsx_die "unknown option: $1"; }
+            shift "$FSX_SHIFT"
+            ;;
+    esac
+done
+fsx_check_common
+for l in "$SRC" "$TGT"; do
+    case " $LANGS " in *" $l "*) ;; *) fsx_die "language '$l' is not in Multi30k ($LANGS)" ;; esac
+done
+[[ "$SRC" != "$TGT" ]] || fsx_die "--src and --tgt must differ"
+FSX_LOWERCASE=$LOWERCASE
+FSX_VALID_NAME=val
+FSX_TEST_NAME=$TEST_SET
+
+fsx_setup_tools
+fsx_require_cmd subword-nmt fairseq-preprocess
+fsx_begin_output
+
+if [[ -n "$FSX_FROM" ]]; then
+    IN="$(realpath "$FSX_FROM")"
+else
+    IN="$(fsx_download_dir)"
+    for split in train val "$TEST_SET"; do
+        for l in "$SRC" "$TGT"; do
+            fsx_download "$BASE_URL/$split.$l.gz" "$IN/$split.$l.gz"
+        done
+    done
+fi
+
+declare -A FILE
+for split in train val "$TEST_SET"; do
+    for l in "$SRC" "$TGT"; do
+        FILE[$split.$l]="$(fsx_need "$IN" "$split.$l" "expected Multi30k task-1 raw files")"
+    done
+    fsx_check_parallel "${FILE[$split.$SRC]}" "${FILE[$split.$TGT]}"
+done
+
+W="$FSX_WORK"
+fsx_take_train "${FILE[train.$SRC]}" "${FILE[train.$TGT]}" "$W/train.raw.$SRC" "$W/train.raw.$TGT"
+for l in "$SRC" "$TGT"; do
+    fsx_cat "${FILE[val.$l]}" >"$W/valid.raw.$l"
+    fsx_cat "${FILE[$TEST_SET.$l]}" >"$W/test.raw.$l"
+done
+
+lc=()
+[[ "$LOWERCASE" == 1 ]] && lc=(--lowercase)
+fsx_log "Moses tokenization ($SRC, $TGT)"
+for split in train valid test; do
+    for l in "$SRC" "$TGT"; do
+        fsx_moses "$l" "${lc[@]}" <"$W/$split.raw.$l" >"$W/$split.tok.$l"
+    done
+done
+
+fsx_subword_and_binarize "$SRC" "$TGT"
+fsx_finish_output

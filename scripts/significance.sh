@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Paired bootstrap resampling (Koehn, 2004) of system A vs system B with compare-mt
+# (Neubig et al., 2019), 1000 samples as in the papers, plus compare-mt's analyses: BLEU by
+# reference-length bucket (<10, 10-20, ..., >=50; SPEC 10), word accuracy, n-grams.
+#
+#   scripts/significance.sh --eval-a EVAL_DIR_A --eval-b EVAL_DIR_B --out DIR   # evaluate.sh outputs
+#   scripts/significance.sh --ref REF --sys-a HYP_A --sys-b HYP_B --out DIR [--src SRC]
+#
+# compare-mt's BLEU splits on whitespace, so by default the Moses-tokenized files of
+# evaluate.sh are compared (hyp.tok / ref.tok, multi-bleu style); --level detok uses the
+# detokenized ones. Writes DIR/report.txt (compare-mt's text report, bootstrap result at the
+# top) and DIR/index.html (+ figures). compare-mt runs through scripts/compare_mt_shim.py,
+# which works around compare-mt 0.2.10's undeclared dependency on `six`.
+set -euo pipefail
+# shellcheck source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+
+REF=""
+SYS_A=""
+SYS_B=""
+SRC_FILE=""
+EVAL_A=""
+EVAL_B=""
+OUT=""
+NAMES=(A B)
+SAMPLES=1000
+SEED=1
+LEVEL=tok
+LC=0
+EXTRA=()
+
+usage() {
+    cat <<EOF
+Usage: $FSX_PROG (--eval-a DIR --eval-b DIR | --ref REF --sys-a HYP --sys-b HYP) --out DIR [options]
+
+  --eval-a/--eval-b DIR  output directories of scripts/evaluate.sh (same data and split)
+  --ref FILE             reference; --sys-a/--sys-b FILE the two systems' outputs
+  --src FILE             source sentences (optional; enables source-side analyses)
+  --level tok|detok      with --eval-*: compare tokenized (default) or detokenized text
+  --names "A B"          system names in the report (default "A B")
+  --samples N            bootstrap samples (default 1000)
+  --seed N               random seed (default 1)
+  --lc                   case-insensitive BLEU (e.g. IWSLT'14 De-En)
+  --out DIR              report directory (created; index.html + report.txt)
+Further arguments after -- go to compare-mt unchanged.
+EOF
+}
+
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --ref) REF="${2?--ref needs a value}"; shift 2 ;;
+        --sys-a) SYS_A="${2?--sys-a needs a value}"; shift 2 ;;
+        --sys-b) SYS_B="${2?--sys-b needs a value}"; shift 2 ;;
+        --src) SRC_FILE="${2?--src needs a value}"; shift 2 ;;
+        --eval-a) EVAL_A="${2?--eval-a needs a value}"; shift 2 ;;
+        --eval-b) EVAL_B="${2?--eval-b needs a value}"; shift 2 ;;
+        --level) LEVEL="${2?--level needs a value}"; shift 2 ;;
+        --names) read -r -a NAMES <<<"${2?--names needs a value}"; shift 2 ;;
+        --samples) SAMPLES="${2?--samples needs a value}"; shift 2 ;;
+        --seed) SEED="${2?--seed needs a value}"; shift 2 ;;
+        --lc) LC=1; shift ;;
+        --out) OUT="${2?--out needs a value}"; shift 2 ;;
+        -h | --help) usage; exit 0 ;;
+        --) shift; EXTRA=("$@"); break ;;
+        *) usage >&2; fsx_die "unknown option: $1" ;;
+    esac
+done
+[[ -n "$OUT" ]] || { usage >&2; fsx_die "--out DIR is required"; }
+[[ "${#NAMES[@]}" == 2 ]] || fsx_die "--names takes two names, e.g. --names \"baseline mlmha\""
+case "$SAMPLES$SEED" in *[!0-9]*) fsx_die "--samples and --seed take integers" ;; esac
+case "$LEVEL" in tok | detok) ;; *) fsx_die "--level must be tok or detok" ;; esac
+
+if [[ -n "$EVAL_A" || -n "$EVAL_B" ]]; then
+    [[ -n "$EVAL_A" && -n "$EVAL_B" ]] || fsx_die "give both --eval-a and --eval-b"
+    [[ -z "$SYS_A$SYS_B" ]] || fsx_die "use either --eval-a/--eval-b or --sys-a/--sys-b, not both"
+    SYS_A="$EVAL_A/hyp.$LEVEL"
+    SYS_B="$EVAL_B/hyp.$LEVEL"
+    REF="${REF:-$EVAL_A/ref.$LEVEL}"
+    if [[ -z "$SRC_FILE" && -f "$EVAL_A/src.tok" ]]; then SRC_FILE="$EVAL_A/src.tok"; fi
+    if [[ -f "$EVAL_B/ref.$LEVEL" ]] && ! cmp -s "$REF" "$EVAL_B/ref.$LEVEL"; then
+        fsx_die "$EVAL_A and $EVAL_B were scored against different references (not the same data/split?)"
+    fi
+fi
+[[ -n "$REF" && -n "$SYS_A" && -n "$SYS_B" ]] || { usage >&2; fsx_die "need --ref, --sys-a and --sys-b (or --eval-a/--eval-b)"; }
+
+fsx_setup_tools
+files=("$REF" "$SYS_A" "$SYS_B")
+[[ -n "$SRC_FILE" ]] && files+=("$SRC_FILE")
+fsx_tools check-parallel "${files[@]}" || fsx_die "reference and system outputs must be non-empty and line-aligned"
+
+mkdir -p "$OUT"
+OUT="$(realpath "$OUT")"
+ci=""
+[[ "$LC" == 1 ]] && ci=",case_insensitive=True"
+args=("$REF" "$SYS_A" "$SYS_B" --sys_names "${NAMES[@]}"
+    --compare_scores "score_type=bleu,bootstrap=$SAMPLES,prob_thresh=0.05$ci" "score_type=length"
+    --compare_sentence_buckets "bucket_type=length,statistic_type=score,score_measure=bleu,bucket_cutoffs=10:20:30:40:50$ci"
+    --output_directory "$OUT" --seed "$SEED"
+    --report_title "${NAMES[0]} vs ${NAMES[1]}")
+[[ -n "$SRC_FILE" ]] && args+=(--src_file "$SRC_FILE")
+fsx_log "compare-mt: paired bootstrap, $SAMPLES samples ($(basename "$SYS_A") vs $(basename "$SYS_B"))"
+if ! MPLBACKEND=Agg "$FSX_PY" "$FSX_SCRIPTS_DIR/compare_mt_shim.py" "${args[@]}" \
+    "${EXTRA[@]+"${EXTRA[@]}"}" >"$OUT/report.txt" 2>"$OUT/compare-mt.log"; then
+    tail -n 15 "$OUT/compare-mt.log" >&2
+    fsx_die "compare-mt failed (log: $OUT/compare-mt.log)"
+fi
+# the aggregate-score block: scores, 95% intervals, the winner and p-value
+awk '/Aggregate Scores/{p=1} /Reading frequency|Word Accuracy Analysis|Sentence Bucket Analysis/{if(p)exit} p' "$OUT/report.txt"
+fsx_log "full report: $OUT/report.txt, $OUT/index.html"
