@@ -9,8 +9,9 @@
 #   scripts/prepare-iwslt15-en-vi.sh --out data-bin/iwslt15.en-vi
 #   scripts/prepare-iwslt15-en-vi.sh --from ../shared/data/iwslt15-en-vi --out data-bin/iwslt15.en-vi
 #
-# No further tokenization; joint BPE (default 20000 merges: a joined dictionary of about
-# the thesis' 21k types) and fairseq-preprocess --joined-dictionary.
+# No further tokenization; joint BPE (default 20000 merges: a joined dictionary of 19,996
+# types on the full training data, near the thesis' 21k) and fairseq-preprocess
+# --joined-dictionary.
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"

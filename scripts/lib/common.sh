@@ -184,7 +184,7 @@ fsx_cat() {
     case "$1" in
         *.gz) gzip -cd -- "$1" ;;
         *) cat -- "$1" ;;
-    esac | sed -e 's/\r$//' -e '$a\'
+    esac | awk '{ sub(/\r$/, ""); print }'
 }
 
 # fsx_find DIR NAME: path of NAME or NAME.gz under DIR (at most 3 levels deep), or "".
