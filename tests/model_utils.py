@@ -68,16 +68,17 @@ def random_batch(dictionary, bsz=3, src_len=7, tgt_len=5, seed=1, pad_source=Tru
     return src, lengths, prev
 
 
-def full_and_incremental(model, src, lengths, prev, permute_at=None, beam=1):
+def full_and_incremental(model, src, lengths, prev, permute_at=None, beam=1, **encoder_inputs):
     """Teacher-forced log-probs vs one-token-at-a-time log-probs (B x T x V each).
 
     With ``permute_at`` a step index, the hypotheses of each sentence (blocks of ``beam``
     rows, see random_batch) are reversed at that step through reorder_encoder_out and
     reorder_incremental_state, as beam search reorders them, and the incremental outputs
-    are mapped back, so the comparison also covers the reordering."""
+    are mapped back, so the comparison also covers the reordering. ``encoder_inputs`` go to
+    the model and the encoder as extra net inputs (e.g. ``extra_src_tokens``)."""
     with torch.no_grad():
-        full = model.get_normalized_probs(model(src, lengths, prev), log_probs=True)
-        encoder_out = model.encoder(src, src_lengths=lengths)
+        full = model.get_normalized_probs(model(src, lengths, prev, **encoder_inputs), log_probs=True)
+        encoder_out = model.encoder(src, src_lengths=lengths, **encoder_inputs)
         incremental_state = {}
         order = torch.arange(src.size(0))
         steps = []

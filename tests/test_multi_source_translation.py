@@ -11,7 +11,16 @@ import torch
 from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel, MultiSourceEncoder
-from model_utils import SMALL, TINY_TRAIN_FLAGS, USER_DIR, clean_env, make_dictionary, parse_args, random_batch
+from model_utils import (
+    SMALL,
+    TINY_TRAIN_FLAGS,
+    USER_DIR,
+    clean_env,
+    full_and_incremental,
+    make_dictionary,
+    parse_args,
+    random_batch,
+)
 
 STRATEGIES = ("serial", "parallel", "flat", "hierarchical", "m-10", "m-11")
 
@@ -32,25 +41,6 @@ def two_source_batch(dictionary, beam=1):
     return src, lengths, extra.unsqueeze(1), prev
 
 
-def decode_both_ways(model, src, lengths, extra, prev, beam):
-    with torch.no_grad():
-        full = model.get_normalized_probs(model(src, lengths, prev, extra_src_tokens=extra), log_probs=True)
-        encoder_out = model.encoder(src, lengths, extra_src_tokens=extra)
-        state, order, steps = {}, torch.arange(src.size(0)), []
-        for t in range(prev.size(1)):
-            if t == 2:
-                new_order = torch.arange(src.size(0)).view(-1, beam).flip(1).reshape(-1)
-                encoder_out = model.encoder.reorder_encoder_out(encoder_out, new_order)
-                model.decoder.reorder_incremental_state_scripting(state, new_order)
-                order = order[new_order]
-            out = model.decoder(prev[order, : t + 1], encoder_out=encoder_out, incremental_state=state)
-            step = model.get_normalized_probs(out, log_probs=True)[:, -1]
-            restored = torch.empty_like(step)
-            restored[order] = step
-            steps.append(restored)
-    return full, torch.stack(steps, dim=1)
-
-
 def test_forward_passes_expect_the_extra_sources():
     model = build_multi_source("serial")
     assert isinstance(model.encoder, MultiSourceEncoder) and len(model.encoder.encoders) == 2
@@ -66,7 +56,8 @@ def test_incremental_equals_full_and_beam_search(strategy):
     model = build_multi_source(strategy)
     dictionary = model.decoder.dictionary
     src, lengths, extra, prev = two_source_batch(dictionary, beam=2)
-    full, incremental = decode_both_ways(model, src, lengths, extra, prev, beam=2)
+    full, incremental = full_and_incremental(model, src, lengths, prev, permute_at=2, beam=2,
+                                           extra_src_tokens=extra)
     assert torch.allclose(full, incremental, atol=1e-5)
     hypos = SequenceGenerator([model], dictionary, beam_size=3, max_len_b=6).forward(
         {"net_input": {"src_tokens": src, "src_lengths": lengths, "extra_src_tokens": extra}})

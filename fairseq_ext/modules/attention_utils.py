@@ -71,11 +71,6 @@ def reorder_buffer(buffer: Dict[str, Optional[Tensor]], new_order: Tensor) -> Di
     return {k: (v.index_select(0, new_order) if v is not None else None) for k, v in buffer.items()}
 
 
-def unbind_sources(memory: Tensor) -> List[Tensor]:
-    """J x B x n x C stacked encoder layers -> n tensors of J x B x C (f^1 .. f^n)."""
-    return list(memory.unbind(dim=2))
-
-
 @with_incremental_state
 class StackedSourceAttention(nn.Module):
     """Base of the cross-attentions that read n stacked sources (J x B x n x C).
