@@ -1,6 +1,6 @@
 """Small pieces shared by the cross-attention variants over several encoder layers."""
 import math
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
