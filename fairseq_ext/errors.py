@@ -1,0 +1,1 @@
+"""One-line option errors (issue 8 item 7)."""
