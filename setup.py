@@ -25,6 +25,7 @@ setup(
     entry_points={
         "console_scripts": [
             "fairseq-ext-strip-aux=fairseq_ext.strip_aux:cli_main",
+            "fairseq-ext-average-checkpoints=fairseq_ext.average_checkpoints:cli_main",
         ]
     },
 )

@@ -140,14 +140,20 @@ def test_parse_mma_heads_expansion():
         (None, 6, False),  # default split needs num_heads % 4 == 0
         ("L,F", 4, True),  # forward head in the decoder
         ("G,B", 4, True),  # global head in the decoder
-        (None, 8, True),  # the default split has G and F heads
+        ("L,B,L", 4, True),  # length does not divide the heads
     ],
 )
 def test_bad_head_specs_name_the_flag(spec, num_heads, causal):
-    with pytest.raises(ValueError, match="--mma-heads"):
+    flag = "^--decoder-mma-heads" if causal else "^--mma-heads"
+    with pytest.raises(ValueError, match=flag):
         parse_mma_heads(spec, num_heads, causal)
-    with pytest.raises(ValueError, match="--mma-heads"):
+    with pytest.raises(ValueError, match=flag):
         MixedMultiheadAttention(D * 3, num_heads, head_spec=spec, causal=causal, self_attention=True)
+
+
+def test_decoder_default_is_local_and_backward():
+    assert parse_mma_heads(None, 8, causal=True) == list("LLLLBBBB")
+    assert parse_mma_heads("", 4, causal=True) == list("LLBB")
 
 
 def test_causal_error_explains():

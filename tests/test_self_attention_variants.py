@@ -7,6 +7,7 @@ import torch
 from fairseq.modules import MultiheadAttention
 from fairseq.sequence_generator import SequenceGenerator
 
+from fairseq_ext.errors import OptionError
 from fairseq_ext.modules.dual_contextual_attention import DualContextualAttention
 from fairseq_ext.modules.mixed_multihead_attention import MixedMultiheadAttention
 from model_utils import SMALL, build, full_and_incremental, make_dictionary, random_batch
@@ -133,8 +134,15 @@ def test_presets():
 @pytest.mark.parametrize("flags,message", [
     (("--encoder-self-attention", "mma", "--mma-heads", "G,L,F"), "--mma-heads"),
     (("--encoder-self-attention", "mma", "--mma-heads", "G,L,X,B"), "--mma-heads"),
-    (("--decoder-self-attention", "mma", "--decoder-mma-heads", "G,B"), "--mma-heads"),
-    (("--decoder-self-attention", "mma", "--decoder-mma-heads", "F,B"), "--mma-heads"),
+    (("--encoder-self-attention", "mma", "--mma-heads", "G,L,F"), "^--mma-heads"),
+    (("--decoder-self-attention", "mma", "--decoder-mma-heads", "G,B"), "^--decoder-mma-heads"),
+    (("--decoder-self-attention", "mma", "--decoder-mma-heads", "F,B"), "^--decoder-mma-heads"),
+    (("--decoder-self-attention", "mma", "--decoder-mma-heads", "L,B,L"), "^--decoder-mma-heads"),
+    (("--decoder-self-attention", "mma", "--decoder-mma-heads", "L,X"), "^--decoder-mma-heads"),
+    # a head spec without MMA in use is refused, as --dc-kernel-size 0 is
+    (("--mma-heads", "G,L,F,B"), "^--mma-heads 'G,L,F,B' needs --encoder-self-attention mma"),
+    (("--decoder-mma-heads", "L,B"), "^--decoder-mma-heads 'L,B' needs --decoder-self-attention mma"),
+    (("--encoder-self-attention", "mma", "--decoder-mma-heads", "L,B"), "^--decoder-mma-heads"),
     (("--encoder-self-attention", "dc", "--dc-encoder-layers", "2-5"), "--dc-encoder-layers"),
     (("--decoder-self-attention", "dc", "--dc-decoder-layers", "a-b"), "--dc-decoder-layers"),
     (("--encoder-self-attention", "dc", "--dc-kernel-size", "0"), "--dc-kernel-size"),
@@ -142,7 +150,7 @@ def test_presets():
     (("--encoder-attention-heads", "5"), "--encoder-attention-heads"),
 ])
 def test_invalid_settings_fail_at_build(flags, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(OptionError, match=message):
         build("multilayer_transformer", *SMALL, *flags)
 
 

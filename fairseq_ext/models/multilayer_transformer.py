@@ -22,7 +22,7 @@ from typing import Dict, List, Optional
 import torch
 import torch.nn as nn
 from fairseq.distributed import fsdp_wrap
-from fairseq.models import FairseqEncoder, register_model, register_model_architecture
+from fairseq.models import ARCH_MODEL_REGISTRY, FairseqEncoder, register_model, register_model_architecture
 from fairseq.models.transformer import (
     TransformerDecoderBase,
     TransformerEncoderBase,
@@ -36,11 +36,17 @@ from fairseq.modules.transformer_layer import (
 )
 from torch import Tensor
 
+from fairseq_ext.checkpoint_safety import register_config_upgrade
+from fairseq_ext.errors import OptionError
 from fairseq_ext.modules.attention_utils import xavier_linear
 from fairseq_ext.modules.auxiliary_information_fusion import AuxiliaryInformationFusion
 from fairseq_ext.modules.dual_contextual_attention import DualContextualAttention
 from fairseq_ext.modules.layer_aggregation import LAYER_AGGREGATION_STRATEGIES, LayerAggregation
-from fairseq_ext.modules.mixed_multihead_attention import MixedMultiheadAttention, parse_mma_heads
+from fairseq_ext.modules.mixed_multihead_attention import (
+    DECODER_DEFAULT_MMA_HEADS,
+    MixedMultiheadAttention,
+    parse_mma_heads,
+)
 from fairseq_ext.modules.multi_layer_multihead_attention import (
     MLMHA_CONFIGS,
     MultiLayerMultiheadAttention,
@@ -78,7 +84,7 @@ def parse_layer_list(value: Optional[str], flag: str) -> List[int]:
     try:
         return [int(v) for v in str(value).split(",") if v.strip() != ""]
     except ValueError:
-        raise ValueError(f"{flag}: expected a comma list of layer numbers, got {value!r}")
+        raise OptionError(f"{flag}: expected a comma list of layer numbers, got {value!r}")
 
 
 def parse_layer_range(value: Optional[str], num_layers: int, flag: str) -> List[int]:
@@ -89,10 +95,10 @@ def parse_layer_range(value: Optional[str], num_layers: int, flag: str) -> List[
     for part in str(value).split(","):
         match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
         if match is None:
-            raise ValueError(f"{flag}: expected a range such as 1-6 or 1-3, got {value!r}")
+            raise OptionError(f"{flag}: expected a range such as 1-6 or 1-3, got {value!r}")
         start, end = int(match.group(1)), int(match.group(2) or match.group(1))
         if not 1 <= start <= end <= num_layers:
-            raise ValueError(f"{flag}: range {part.strip()} is outside layers 1-{num_layers}")
+            raise OptionError(f"{flag}: range {part.strip()} is outside layers 1-{num_layers}")
         layers.extend(range(start, end + 1))
     return sorted(set(layers))
 
@@ -103,10 +109,10 @@ def parse_decode_from(value: Optional[str], aux_layers: List[int]) -> Optional[i
         return None
     match = re.fullmatch(r"aux(\d+)", str(value))
     if match is None:
-        raise ValueError(f"--decode-from: expected 'main' or 'aux<layer>', got {value!r}")
+        raise OptionError(f"--decode-from: expected 'main' or 'aux<layer>', got {value!r}")
     layer = int(match.group(1))
     if layer not in aux_layers:
-        raise ValueError(
+        raise OptionError(
             f"--decode-from {value}: no auxiliary decoder on encoder layer {layer} "
             f"(--aux-decoder-layers is {','.join(map(str, aux_layers)) or 'empty'})"
         )
@@ -118,71 +124,77 @@ def validate_multilayer_args(args) -> None:
     num_enc, num_dec = args.encoder_layers, args.decoder_layers
     strategy = args.joint_attention
     if strategy not in JOINT_ATTENTION_CHOICES:
-        raise ValueError(
+        raise OptionError(
             f"--joint-attention: unknown strategy {strategy!r} (choices: {', '.join(JOINT_ATTENTION_CHOICES)})"
         )
     n = args.joint_attention_layers
     if not 1 <= n <= num_enc:
         if n > num_enc:
-            raise ValueError(f"--joint-attention-layers ({n}) exceeds --encoder-layers ({num_enc})")
-        raise ValueError(f"--joint-attention-layers ({n}) must be at least 1")
+            raise OptionError(f"--joint-attention-layers ({n}) exceeds --encoder-layers ({num_enc})")
+        raise OptionError(f"--joint-attention-layers ({n}) must be at least 1")
     if strategy == "none" and n != 1:
-        raise ValueError(f"--joint-attention-layers ({n}) needs a --joint-attention strategy")
+        raise OptionError(f"--joint-attention-layers ({n}) needs a --joint-attention strategy")
     if strategy == "transparent" and n != num_enc:
-        raise ValueError(
+        raise OptionError(
             f"--joint-attention-layers ({n}) does not apply to --joint-attention transparent, which mixes "
             f"all {num_enc + 1} encoder states (embeddings included)"
         )
     mask = args.mask_source_layer
     if mask is not None:
         if strategy in ("none", "transparent"):
-            raise ValueError(f"--mask-source-layer needs a --joint-attention strategy that collects layers, not {strategy!r}")
+            raise OptionError(f"--mask-source-layer needs a --joint-attention strategy that collects layers, not {strategy!r}")
         if not 1 <= mask <= n:
-            raise ValueError(f"--mask-source-layer ({mask}) must be within 1..--joint-attention-layers ({n})")
+            raise OptionError(f"--mask-source-layer ({mask}) must be within 1..--joint-attention-layers ({n})")
 
     aux_layers = parse_layer_list(args.aux_decoder_layers, "--aux-decoder-layers")
     for layer in aux_layers:
         if not 1 <= layer < num_enc:
-            raise ValueError(
+            raise OptionError(
                 f"--aux-decoder-layers: layer {layer} must be within 1..{num_enc - 1} "
                 f"(below --encoder-layers {num_enc}; the main decoder reads layer {num_enc})"
             )
     if len(set(aux_layers)) != len(aux_layers):
-        raise ValueError(f"--aux-decoder-layers: duplicate layers in {args.aux_decoder_layers!r}")
+        raise OptionError(f"--aux-decoder-layers: duplicate layers in {args.aux_decoder_layers!r}")
     if args.aux_fusion and not aux_layers:
-        raise ValueError("--aux-fusion needs auxiliary decoders (--aux-decoder-layers)")
+        raise OptionError("--aux-fusion needs auxiliary decoders (--aux-decoder-layers)")
     parse_decode_from(args.decode_from, aux_layers)
     if aux_layers and args.decoder_layers_to_keep:
-        raise ValueError("--aux-decoder-layers cannot be combined with --decoder-layers-to-keep")
+        raise OptionError("--aux-decoder-layers cannot be combined with --decoder-layers-to-keep")
 
     post_self_attention_hook = args.aux_fusion or (strategy == "serial" and n > 1)
     if post_self_attention_hook:
         what = "--aux-fusion" if args.aux_fusion else "--joint-attention serial"
         if args.decoder_normalize_before:
-            raise ValueError(f"{what} is implemented for post-norm decoder layers: unset --decoder-normalize-before")
+            raise OptionError(f"{what} is implemented for post-norm decoder layers: unset --decoder-normalize-before")
         if getattr(args, "checkpoint_activations", False):
-            raise ValueError(f"{what} cannot be combined with --checkpoint-activations")
+            raise OptionError(f"{what} cannot be combined with --checkpoint-activations")
 
     if args.encoder_self_attention not in ENCODER_SELF_ATTENTION_CHOICES:
-        raise ValueError(f"--encoder-self-attention: unknown variant {args.encoder_self_attention!r}")
+        raise OptionError(f"--encoder-self-attention: unknown variant {args.encoder_self_attention!r}")
     if args.decoder_self_attention not in DECODER_SELF_ATTENTION_CHOICES:
-        raise ValueError(f"--decoder-self-attention: unknown variant {args.decoder_self_attention!r}")
+        raise OptionError(f"--decoder-self-attention: unknown variant {args.decoder_self_attention!r}")
     if args.dc_kernel_size < 1:
-        raise ValueError(f"--dc-kernel-size ({args.dc_kernel_size}) must be at least 1")
+        raise OptionError(f"--dc-kernel-size ({args.dc_kernel_size}) must be at least 1")
     parse_layer_range(args.dc_encoder_layers, num_enc, "--dc-encoder-layers")
     parse_layer_range(args.dc_decoder_layers, num_dec, "--dc-decoder-layers")
     if args.mma_window < 0:
-        raise ValueError(f"--mma-window ({args.mma_window}) must be >= 0")
+        raise OptionError(f"--mma-window ({args.mma_window}) must be >= 0")
     if args.encoder_self_attention == "mma":
-        parse_mma_heads(args.mma_heads, args.encoder_attention_heads, causal=False)
+        parse_mma_heads(args.mma_heads, args.encoder_attention_heads, causal=False, flag="--mma-heads")
+    elif args.mma_heads:
+        raise OptionError(f"--mma-heads {args.mma_heads!r} needs --encoder-self-attention mma "
+                          f"(it is {args.encoder_self_attention!r})")
     if args.decoder_self_attention == "mma":
-        parse_mma_heads(args.decoder_mma_heads, args.decoder_attention_heads, causal=True)
+        parse_mma_heads(args.decoder_mma_heads, args.decoder_attention_heads, causal=True, flag="--decoder-mma-heads")
+    elif args.decoder_mma_heads:
+        raise OptionError(f"--decoder-mma-heads {args.decoder_mma_heads!r} needs --decoder-self-attention mma "
+                          f"(it is {args.decoder_self_attention!r})")
     for side in ("encoder", "decoder"):
         dim, heads = getattr(args, f"{side}_embed_dim"), getattr(args, f"{side}_attention_heads")
         if dim % heads != 0:
-            raise ValueError(f"--{side}-embed-dim ({dim}) is not divisible by --{side}-attention-heads ({heads})")
+            raise OptionError(f"--{side}-embed-dim ({dim}) is not divisible by --{side}-attention-heads ({heads})")
     if args.encoder_embed_dim != args.decoder_embed_dim and strategy != "none":
-        raise ValueError("--joint-attention needs --encoder-embed-dim equal to --decoder-embed-dim")
+        raise OptionError("--joint-attention needs --encoder-embed-dim equal to --decoder-embed-dim")
 
 
 MULTI_SOURCE_SENTENCE_STRATEGIES = MULTI_SOURCE_STRATEGIES + ("m-10", "m-11")
@@ -193,14 +205,14 @@ def validate_multi_source_args(args) -> None:
     attend each source separately apply (M-x0/M-x1 with U0 = 0 add logits position by
     position, which needs the sources to be layers of one sentence)."""
     if args.joint_attention not in MULTI_SOURCE_SENTENCE_STRATEGIES:
-        raise ValueError(
+        raise OptionError(
             f"--task multi_source_translation needs --joint-attention in {', '.join(MULTI_SOURCE_SENTENCE_STRATEGIES)}, "
             f"not {args.joint_attention!r}"
         )
     if args.mask_source_layer is not None:
-        raise ValueError("--mask-source-layer does not apply to --task multi_source_translation")
+        raise OptionError("--mask-source-layer does not apply to --task multi_source_translation")
     if args.encoder_embed_dim != args.decoder_embed_dim:
-        raise ValueError("--task multi_source_translation needs --encoder-embed-dim equal to --decoder-embed-dim")
+        raise OptionError("--task multi_source_translation needs --encoder-embed-dim equal to --decoder-embed-dim")
 
 
 def wrap_layer(layer: nn.Module, cfg) -> nn.Module:
@@ -334,7 +346,7 @@ class MultiSourceEncoder(FairseqEncoder):
     def forward(self, src_tokens, src_lengths: Optional[Tensor] = None, extra_src_tokens: Optional[Tensor] = None,
                 return_all_hiddens: bool = True, token_embeddings: Optional[Tensor] = None):
         if extra_src_tokens is None or extra_src_tokens.size(1) != self.num_sources - 1:
-            raise ValueError(f"the model encodes {self.num_sources} sources: train and decode it with "
+            raise OptionError(f"the model encodes {self.num_sources} sources: train and decode it with "
                              f"--task multi_source_translation and {self.num_sources - 1} --extra-source-langs")
         encoder_out = self.encoder_for(0)(src_tokens, src_lengths, token_embeddings=token_embeddings)
         outputs = [encoder_out] + [
@@ -635,6 +647,20 @@ class MultilayerTransformerModel(TransformerModel):
 # ----------------------------------------------------------------------------------------
 # presets: each sets only what differs, then calls its parent; command-line values win
 # ----------------------------------------------------------------------------------------
+def upgrade_checkpoint_args(model_args) -> None:
+    """Bring the model configuration of an older checkpoint of this plugin up to date
+    (run on every checkpoint load, see checkpoint_safety.register_config_upgrade).
+
+    - Before 0.2, ``--decoder-mma-heads`` defaulted to ``L,B`` in every model, MMA or not;
+      now a head spec without MMA is refused, and the default is empty (meaning L,B).
+    """
+    if getattr(model_args, "arch", None) not in ARCH_NAMES:
+        return
+    if getattr(model_args, "decoder_self_attention", "standard") != "mma" \
+            and getattr(model_args, "decoder_mma_heads", "") == DECODER_DEFAULT_MMA_HEADS:
+        model_args.decoder_mma_heads = ""
+
+
 def _default(args, name, value):
     if getattr(args, name, None) is None:
         setattr(args, name, value)
@@ -656,9 +682,12 @@ def multilayer_transformer(args):
     _default(args, "dc_encoder_layers", "")
     _default(args, "dc_decoder_layers", "")
     _default(args, "mma_heads", "")
-    _default(args, "decoder_mma_heads", "L,B")
+    _default(args, "decoder_mma_heads", "")  # empty: L,B
     _default(args, "mma_window", 1)
     _default(args, "pre_classifier_projection", False)
+    # fairseq's option parsing calls the arch function: refuse bad options there, before
+    # fairseq-train logs its configuration (build_model validates again, with the task)
+    validate_multilayer_args(args)
 
 
 @register_model_architecture("multilayer_transformer", "multilayer_transformer_iwslt")
@@ -745,3 +774,7 @@ def transformer_deep_enc_shallow_dec(args):
     _default(args, "encoder_layers", 10)
     _default(args, "decoder_layers", 2)
     multilayer_transformer_wmt_en_de(args)
+
+
+ARCH_NAMES = frozenset(name for name, model in ARCH_MODEL_REGISTRY.items() if model is MultilayerTransformerModel)
+register_config_upgrade(upgrade_checkpoint_args)

@@ -17,6 +17,7 @@ import torch
 from fairseq.modules.multihead_attention import MultiheadAttention
 from torch import Tensor
 
+from fairseq_ext.errors import OptionError
 from fairseq_ext.modules.attention_utils import (
     attention_weights_for_output,
     merge_heads,
@@ -25,44 +26,51 @@ from fairseq_ext.modules.attention_utils import (
 
 MMA_HEAD_TYPES = ("G", "L", "F", "B")
 _FUTURE_LOOKING = ("G", "F")
+DECODER_DEFAULT_MMA_HEADS = "L,B"  # the causal heads, split evenly
 
 
-def parse_mma_heads(spec: Optional[str], num_heads: int, causal: bool = False) -> List[str]:
+def parse_mma_heads(spec: Optional[str], num_heads: int, causal: bool = False,
+                    flag: Optional[str] = None) -> List[str]:
     """Expand a head spec (``--mma-heads``) to one letter per head.
 
     ``None``/``""`` is the paper's default split: the heads divided equally among G, L, F, B
     in that order (8 heads: G,G,L,L,F,F,B,B). A comma list of k letters with k dividing
     ``num_heads`` gives each letter num_heads / k consecutive heads (``G,L,L,L`` with 8
-    heads: G,G,L,L,L,L,L,L). ``causal`` (decoder self-attention) forbids G and F heads.
+    heads: G,G,L,L,L,L,L,L). ``causal`` (decoder self-attention) forbids G and F heads, and
+    its default is ``L,B``. ``flag`` is the option named in errors (default ``--mma-heads``,
+    ``--decoder-mma-heads`` when causal).
     """
+    flag = flag or ("--decoder-mma-heads" if causal else "--mma-heads")
+    if causal and (spec is None or spec.strip() == ""):
+        spec = DECODER_DEFAULT_MMA_HEADS
     if num_heads <= 0:
-        raise ValueError(f"--mma-heads: the number of attention heads must be positive, got {num_heads}")
+        raise OptionError(f"{flag}: the number of attention heads must be positive, got {num_heads}")
     if spec is None or spec.strip() == "":
         if num_heads % len(MMA_HEAD_TYPES) != 0:
-            raise ValueError(
-                f"--mma-heads: the default split divides the heads equally among G,L,F,B, "
-                f"but {num_heads} heads are not divisible by 4; give an explicit --mma-heads"
+            raise OptionError(
+                f"{flag}: the default split divides the heads equally among G,L,F,B, "
+                f"but {num_heads} heads are not divisible by 4; give an explicit {flag}"
             )
         letters = list(MMA_HEAD_TYPES)
     else:
         letters = [s.strip().upper() for s in spec.split(",")]
         unknown = [s for s in letters if s not in MMA_HEAD_TYPES]
         if unknown:
-            raise ValueError(
-                f"--mma-heads {spec!r}: unknown head type(s) {unknown}; "
+            raise OptionError(
+                f"{flag} {spec!r}: unknown head type(s) {unknown}; "
                 f"use a comma list of {', '.join(MMA_HEAD_TYPES)} (global, local, forward, backward)"
             )
         if len(letters) > num_heads or num_heads % len(letters) != 0:
-            raise ValueError(
-                f"--mma-heads {spec!r}: {len(letters)} entries do not divide the "
+            raise OptionError(
+                f"{flag} {spec!r}: {len(letters)} entries do not divide the "
                 f"{num_heads} attention heads; give {num_heads} letters or a divisor of {num_heads}"
             )
     heads = [letter for letter in letters for _ in range(num_heads // len(letters))]
     if causal:
         bad = sorted({h for h in heads if h in _FUTURE_LOOKING})
         if bad:
-            what = f"--mma-heads {spec!r}" if spec else "--mma-heads (default split G,L,F,B)"
-            raise ValueError(
+            what = f"{flag} {spec!r}" if spec else "--mma-heads (default split G,L,F,B)"
+            raise OptionError(
                 f"{what} has {'/'.join(bad)} head(s), which attend to future "
                 f"positions; decoder self-attention must be causal, so only L (local, past "
                 f"side) and B (backward) heads are allowed there"
