@@ -208,6 +208,10 @@ EVALUATED_FIELDS: Dict[str, str] = {
     "pretrained": "literal",
     "character_filters": "literal",
     "wer_args": "literal",
+    # wav2vec / hubert / speech-to-text feature extractors: "[(512, 10, 5)] + [(512, 3, 2)] * 4"
+    "conv_feature_layers": "literal",
+    "conv_aggregator_layers": "literal",
+    "feature_encoder_spec": "literal",
 }
 
 # fairseq modules that call eval() on configuration strings; their ``eval`` becomes
@@ -226,6 +230,11 @@ EVAL_MODULES = (
     "fairseq.models.fconv_self_att",
     "fairseq.models.lightconv_lm",
     "fairseq.models.transformer_lm",
+    "fairseq.models.hubert.hubert",
+    "fairseq.models.wav2vec.wav2vec",
+    "fairseq.models.wav2vec.wav2vec2",
+    "fairseq.models.speech_to_text.s2t_wav_transformer",
+    "fairseq.data.audio.raw_audio_dataset",
     "fairseq_cli.validate",
     "fairseq_cli.eval_lm",
 )

@@ -13,6 +13,8 @@ import sys
 import torch
 
 import fairseq_ext  # noqa: F401  (checkpoint allowlist)
+from fairseq_ext.checkpoint_safety import load_checkpoint_state
+from fairseq_ext.errors import FairseqExtError
 
 AUX_PREFIX = "decoder.aux_decoders."
 
@@ -62,10 +64,10 @@ def cli_main(argv=None):
     parser.add_argument("checkpoint")
     parser.add_argument("output")
     args = parser.parse_args(argv)
-    state = torch.load(args.checkpoint, map_location="cpu", weights_only=True)
     try:
+        state = load_checkpoint_state(args.checkpoint)  # weights_only + the config check
         removed = strip_aux_decoders(state)
-    except ValueError as err:
+    except (ValueError, FairseqExtError) as err:
         sys.exit(f"fairseq-ext-strip-aux: {err}")
     torch.save(state, args.output)
     print(f"removed {removed:,} auxiliary-decoder parameters -> {args.output}")

@@ -7,7 +7,7 @@ import pytest
 import torch
 from fairseq import options
 
-from model_utils import USER_DIR
+from model_utils import TINY_TRAIN_FLAGS, USER_DIR, clean_env, make_tiny_parallel_data
 
 # The models under test are tiny: one thread avoids the oversubscription that makes them
 # several times slower on a 2-core machine (subprocesses get OMP_NUM_THREADS=1 from
@@ -46,3 +46,17 @@ def multi30k_bin(tmp_path_factory):
     ])
     preprocess.main(args)
     return str(destdir)
+
+
+@pytest.fixture(scope="session")
+def tiny_trained(tmp_path_factory):
+    """A real fairseq-train checkpoint (2 updates, `--arch multilayer_transformer`) on the
+    tiny synthetic task of model_utils.make_tiny_parallel_data: (bin_dir, checkpoint path)."""
+    import subprocess
+
+    root = tmp_path_factory.mktemp("tiny_trained")
+    bin_dir = make_tiny_parallel_data(str(root), num_train=61)
+    subprocess.run(["fairseq-train", bin_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer",
+                    *TINY_TRAIN_FLAGS, "--max-update", "2", "--save-dir", str(root / "ckpt")],
+                   check=True, capture_output=True, env=clean_env())
+    return bin_dir, str(root / "ckpt" / "checkpoint_last.pt")

@@ -1,0 +1,322 @@
+"""Issue 8.1: no checkpoint runs code through the configuration strings fairseq 0.12 passes
+to eval(), on any load path; honest checkpoints of every option still load."""
+import argparse
+import builtins
+import os
+import re
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+from fairseq import checkpoint_utils, utils
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from omegaconf import OmegaConf
+
+import fairseq_ext.checkpoint_safety as safety
+from fairseq_ext.checkpoint_safety import EVAL_MODULES, EVALUATED_FIELDS, check_field, literal_eval
+from fairseq_ext.errors import UnsafeCheckpointError, UnsafeConfigValue
+from model_utils import SMALL, TINY_TRAIN_FLAGS, USER_DIR, build, clean_env, make_dictionary, random_batch
+
+FAIRSEQ_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(utils.__file__)))
+
+
+def payload(marker):
+    return f"__import__('os').system('touch {marker}') or [100000]"
+
+
+# --- the literal grammar ------------------------------------------------------------------
+@pytest.mark.parametrize("text,value", [
+    ("10000,50000", (10000, 50000)), ("[10000, 50000]", [10000, 50000]), ("(0.9, 0.98)", (0.9, 0.98)),
+    ("(1e-30, 1e-3)", (1e-30, 1e-3)), ("True", True), ("0", 0), ("{'name': 'x', 'p': -0.5}", {"name": "x", "p": -0.5}),
+    ("[(512, 3)] * 2 + [(1024, 3)]", [(512, 3), (512, 3), (1024, 3)]), ("None", None), ("'a'", "a"),
+])
+def test_literal_eval_accepts_the_literals_fairseq_documents(text, value):
+    assert literal_eval(text) == value == eval(text)
+
+
+@pytest.mark.parametrize("text", [
+    "__import__('os').system('true')", "open('/etc/passwd').read()", "(lambda: 1)()", "[x for x in (1, 2)]",
+    "().__class__.__bases__[0]", "exec", "a.b", "{**{}}", "[0] * 10 ** 9", "[0] * 100000000", "1 if 1 else 2",
+])
+def test_literal_eval_refuses_everything_else(text):
+    with pytest.raises(UnsafeConfigValue):
+        literal_eval(text)
+
+
+def test_literal_eval_refuses_non_strings_like_eval():
+    with pytest.raises(TypeError):  # utils.eval_bool relies on eval's TypeError
+        literal_eval(True)
+    assert utils.eval_bool(True, default=False) is False  # as stock fairseq 0.12
+
+
+@pytest.mark.parametrize("field,good", [
+    ("adaptive_softmax_cutoff", "10000,50000"), ("adam_betas", "(0.9, 0.98)"), ("left_pad_source", "True"),
+    ("xformers_att_config", "{'name': 'scaled_dot_product'}"), ("decoder_layers", "[(512, 3)] * 20"),
+])
+def test_field_grammars_accept_honest_values(field, good):
+    check_field(field, good)
+
+
+@pytest.mark.parametrize("field,bad", [
+    ("adaptive_softmax_cutoff", "(0.5, 1)"), ("adaptive_softmax_cutoff", "{'a': 1}"), ("adam_betas", "'x'"),
+    ("xformers_att_config", "[1]"), ("left_pad_source", "'yes'"),
+])
+def test_field_grammars_refuse_wrong_shapes(field, bad):
+    with pytest.raises(UnsafeConfigValue, match="fairseq would pass it to eval"):
+        check_field(field, bad)
+
+
+# --- completeness against the installed fairseq -------------------------------------------
+EVAL_CALL = re.compile(r"(?<![\w.])eval\(")
+FIELD_CALL = re.compile(r"(?<!\w)eval(?:_str_list|_str_dict|_bool)?\(\s*(?:self\.)?(?:cfg|args|\w+_args)\.((?:\w+\.)*\w+)")
+# eval( call sites that never see a configuration string
+NOT_CONFIG = {
+    "fairseq.data.codedataset",  # eval() of a data line of a code dataset
+}
+
+
+def _fairseq_sources():
+    for package in ("fairseq", "fairseq_cli"):
+        for root, dirs, files in os.walk(os.path.join(FAIRSEQ_ROOT, package)):
+            dirs[:] = [d for d in dirs if d not in ("examples", "__pycache__")]
+            for name in files:
+                if name.endswith(".py"):
+                    path = os.path.join(root, name)
+                    module = os.path.relpath(path, FAIRSEQ_ROOT)[:-3].replace(os.sep, ".")
+                    yield module.removesuffix(".__init__"), open(path, encoding="utf-8").read()
+
+
+def test_every_eval_call_site_of_fairseq_is_guarded():
+    unguarded, fields = [], set()
+    for module, source in _fairseq_sources():
+        code = "\n".join(line.split("#")[0] for line in source.splitlines())
+        if EVAL_CALL.search(code) and module not in EVAL_MODULES and module not in NOT_CONFIG:
+            unguarded.append(module)
+        fields.update(dotted.split(".")[-1] for dotted in FIELD_CALL.findall(code))
+    assert not unguarded, f"fairseq modules calling eval() that checkpoint_safety does not cover: {unguarded}"
+    missing = sorted(f for f in fields if f not in EVALUATED_FIELDS)
+    assert not missing, f"evaluated configuration fields without a grammar: {missing}"
+    assert {"adaptive_softmax_cutoff", "adam_betas", "wer_args", "pipeline_balance"} <= fields  # the scan works
+
+
+def test_eval_is_shadowed_in_every_guarded_module(tmp_path):
+    marker = tmp_path / "pwned"
+    for name in EVAL_MODULES:
+        module = sys.modules.get(name)
+        if module is None:
+            continue  # optional dependency missing: the module cannot run
+        assert module.eval is literal_eval, name
+    from fairseq.optim import adam
+    with pytest.raises(UnsafeConfigValue):
+        adam.eval(f"__import__('os').system('touch {marker}')")
+    with pytest.raises(UnsafeConfigValue):
+        utils.eval_str_list(payload(marker), type=int)
+    assert not marker.exists()
+
+
+# --- crafted checkpoints, field by field ---------------------------------------------------
+SECTION_OF = {
+    "adam_betas": "optimizer", "adamax_betas": "optimizer", "lamb_betas": "optimizer", "adafactor_eps": "optimizer",
+    "left_pad_source": "task", "left_pad_target": "task", "model_overrides": "common_eval", "wer_args": "criterion",
+}
+
+
+def honest_state(model=None, args=None):
+    """A checkpoint as fairseq's trainer writes it (cfg as plain containers, cfg.model the
+    Namespace of an add_args model)."""
+    if model is None:
+        model, args = build("multilayer_transformer", *SMALL)
+    cfg = convert_namespace_to_omegaconf(args)
+    return {
+        "args": None,
+        "cfg": OmegaConf.to_container(cfg),
+        "model": model.state_dict(),
+        "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "FairseqAdam",
+                               "lr_scheduler_state": {"best": None}, "num_updates": 0}],
+        "extra_state": {}, "last_optimizer_state": None,
+    }
+
+
+@pytest.fixture(scope="module")
+def honest():
+    return honest_state()
+
+
+def test_honest_checkpoint_loads(tmp_path, honest):
+    path = tmp_path / "ok.pt"
+    torch.save(honest, path)
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert state["cfg"]["model"].arch == "multilayer_transformer"
+
+
+@pytest.mark.parametrize("field", sorted(EVALUATED_FIELDS))
+def test_crafted_field_is_refused_on_load(tmp_path, honest, field):
+    marker = tmp_path / "pwned"
+    section = SECTION_OF.get(field, "model")
+    state = {**honest, "cfg": {**honest["cfg"]}}
+    if section == "model":
+        model_args = argparse.Namespace(**vars(honest["cfg"]["model"]))
+        setattr(model_args, field, payload(marker))
+        state["cfg"]["model"] = model_args
+    else:
+        state["cfg"][section] = {**(state["cfg"].get(section) or {}), field: payload(marker)}
+    path = tmp_path / "evil.pt"
+    torch.save(state, path)
+    with pytest.raises(UnsafeCheckpointError) as info:
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert str(path) in str(info.value) and f"cfg.{section}.{field}" in str(info.value)
+    with pytest.raises(UnsafeCheckpointError):
+        safety.load_checkpoint_state(str(path))
+    assert not marker.exists()
+
+
+def test_legacy_args_namespace_is_checked_too(tmp_path, honest):
+    marker = tmp_path / "pwned"
+    args = argparse.Namespace(**{**vars(honest["cfg"]["model"]), "adaptive_softmax_cutoff": payload(marker)})
+    state = {**honest, "args": args}
+    state.pop("cfg")
+    path = tmp_path / "legacy.pt"
+    torch.save(state, path)
+    with pytest.raises(UnsafeCheckpointError, match=r"(args|cfg\.model)\.adaptive_softmax_cutoff"):
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert not marker.exists()
+
+
+def test_nested_and_interpolated_fields_are_checked(tmp_path, honest):
+    marker = tmp_path / "pwned"
+    state = {**honest, "cfg": {**honest["cfg"], "task": {"hidden": payload(marker)},
+                               "model": {"_name": "x", "decoder": {"xformers_att_config": "${task.hidden}"}}}}
+    path = tmp_path / "nested.pt"
+    torch.save(state, path)
+    with pytest.raises(UnsafeCheckpointError, match=r"cfg\.model\.decoder\.xformers_att_config"):
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert not marker.exists()
+
+
+def test_the_attack_is_real_without_the_guards(tmp_path, honest, monkeypatch):
+    """What the guards prevent: with the load check and the eval shadowing undone, loading
+    the crafted checkpoint runs its command while fairseq builds the decoder."""
+    marker = tmp_path / "pwned"
+    model_args = argparse.Namespace(**vars(honest["cfg"]["model"]))
+    model_args.adaptive_softmax_cutoff = payload(marker)
+    path = tmp_path / "evil.pt"
+    torch.save({**honest, "cfg": {**honest["cfg"], "model": model_args}}, path)
+    dictionary = make_dictionary()
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary,
+                           build_model=lambda cfg, from_checkpoint=False: build_from(cfg))
+
+    def build_from(cfg):
+        from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
+        return MultilayerTransformerModel.build_model(cfg, task)
+
+    with pytest.raises(UnsafeCheckpointError):
+        checkpoint_utils.load_model_ensemble([str(path)], task=task)
+    assert not marker.exists()
+    monkeypatch.setattr(checkpoint_utils, "load_checkpoint_to_cpu", checkpoint_utils.load_checkpoint_to_cpu.__wrapped__)
+    with pytest.raises(UnsafeConfigValue):  # the eval shadowing alone still refuses it
+        checkpoint_utils.load_model_ensemble([str(path)], task=task)
+    assert not marker.exists()
+    monkeypatch.setattr(utils, "eval", builtins.eval)
+    try:
+        checkpoint_utils.load_model_ensemble([str(path)], task=task)
+    except Exception:
+        pass  # the cutoff exceeds the vocabulary; the command has run by then
+    assert marker.exists()
+
+
+# --- honest checkpoints of every option combination --------------------------------------
+OPTION_SETS = [
+    (), *[("--joint-attention", s) for s in ("s-agg", "iter-s-agg", "c-agg", "iter-c-agg", "transparent", "m-00",
+                                              "m-01", "m-10", "m-11", "serial", "parallel", "flat", "hierarchical")],
+    ("--joint-attention", "m-10", "--joint-attention-layers", "2", "--mask-source-layer", "1"),
+    ("--aux-decoder-layers", "1,2", "--aux-fusion"), ("--aux-decoder-layers", "1", "--decode-from", "aux1"),
+    ("--encoder-self-attention", "dc", "--decoder-self-attention", "dc", "--dc-kernel-size", "2",
+     "--dc-encoder-layers", "1-2"),
+    ("--encoder-self-attention", "mma", "--mma-heads", "G,L", "--decoder-self-attention", "mma",
+     "--decoder-mma-heads", "L,B", "--mma-window", "2"),
+    ("--pre-classifier-projection", "--share-all-embeddings"), ("--adaptive-softmax-cutoff", "20,30"),
+]
+
+
+@pytest.mark.parametrize("flags", OPTION_SETS)
+def test_honest_checkpoints_of_every_option_load_and_translate_identically(tmp_path, flags):
+    dictionary = make_dictionary()
+    model, args = build("multilayer_transformer", *SMALL, *flags, dictionary=dictionary)
+    state = honest_state(model, args)
+    path = tmp_path / "checkpoint.pt"
+    torch.save(state, path)
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    task.build_model = lambda cfg, from_checkpoint=False: type(model).build_model(cfg, task)
+    (loaded,), _ = checkpoint_utils.load_model_ensemble([str(path)], task=task)
+    src, lengths, prev = random_batch(dictionary)
+    with torch.no_grad():
+        assert torch.equal(loaded.eval()(src, lengths, prev)[0], model(src, lengths, prev)[0])
+
+
+def test_checkpoint_from_before_the_mma_head_check_loads(tmp_path, honest):
+    """Earlier versions stored --decoder-mma-heads L,B in every model, MMA or not; a head
+    spec without MMA is now refused, so the load upgrades the stored default."""
+    model_args = argparse.Namespace(**vars(honest["cfg"]["model"]))
+    model_args.decoder_mma_heads = "L,B"
+    path = tmp_path / "old.pt"
+    torch.save({**honest, "cfg": {**honest["cfg"], "model": model_args}}, path)
+    dictionary = make_dictionary()
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
+    task.build_model = lambda cfg, from_checkpoint=False: MultilayerTransformerModel.build_model(cfg, task)
+    (loaded,), cfg = checkpoint_utils.load_model_ensemble([str(path)], task=task)
+    assert cfg.model.decoder_mma_heads == ""
+
+
+# --- every load path, end to end -----------------------------------------------------------
+def craft(checkpoint, out, marker, section="model", field="adaptive_softmax_cutoff"):
+    state = torch.load(checkpoint, weights_only=True)
+    if section == "model":
+        setattr(state["cfg"]["model"], field, payload(marker))
+    else:
+        state["cfg"][section][field] = payload(marker)
+    torch.save(state, out)
+    return out
+
+
+LOAD_PATHS = {
+    "generate": lambda b, p: ["fairseq-generate", b, "--user-dir", USER_DIR, "--cpu", "--path", p],
+    "interactive": lambda b, p: ["fairseq-interactive", b, "--user-dir", USER_DIR, "--cpu", "--path", p],
+    "validate": lambda b, p: ["fairseq-validate", b, "--user-dir", USER_DIR, "--cpu", "--path", p,
+                              "--task", "translation"],
+    "restore-file": lambda b, p: ["fairseq-train", b, "--user-dir", USER_DIR, "--arch", "multilayer_transformer",
+                                  *TINY_TRAIN_FLAGS, "--max-update", "4", "--restore-file", p,
+                                  "--save-dir", os.path.join(os.path.dirname(p), "resumed")],
+    "average": lambda b, p: ["fairseq-ext-average-checkpoints", "--inputs", p, "--output", p + ".avg.pt"],
+    "strip-aux": lambda b, p: ["fairseq-ext-strip-aux", p, p + ".stripped.pt"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path_name", sorted(LOAD_PATHS))
+@pytest.mark.parametrize("section,field", [("model", "adaptive_softmax_cutoff"), ("optimizer", "adam_betas")])
+def test_every_load_path_refuses_the_crafted_checkpoint(tiny_trained, tmp_path, path_name, section, field):
+    bin_dir, checkpoint = tiny_trained
+    marker = tmp_path / "pwned"
+    evil = str(craft(checkpoint, tmp_path / "evil.pt", marker, section, field))
+    result = subprocess.run(LOAD_PATHS[path_name](bin_dir, evil), capture_output=True, text=True,
+                            env=clean_env(), input="w1 w2 w3\n", timeout=300)
+    assert result.returncode != 0
+    assert f"cfg.{section}.{field}" in result.stderr and evil in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr  # one line, not a traceback
+    assert not marker.exists()
+
+
+def test_from_pretrained_refuses_the_crafted_checkpoint(tiny_trained, tmp_path):
+    from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
+    bin_dir, checkpoint = tiny_trained
+    marker = tmp_path / "pwned"
+    craft(checkpoint, tmp_path / "evil.pt", marker)
+    with pytest.raises(UnsafeCheckpointError, match=r"cfg\.model\.adaptive_softmax_cutoff"):
+        MultilayerTransformerModel.from_pretrained(str(tmp_path), checkpoint_file="evil.pt", data_name_or_path=bin_dir)
+    assert not marker.exists()
+    hub = MultilayerTransformerModel.from_pretrained(os.path.dirname(checkpoint), checkpoint_file="checkpoint_last.pt",
+                                                     data_name_or_path=bin_dir)
+    assert isinstance(hub.translate("w1 w2 w3"), str)
