@@ -285,7 +285,7 @@ LOAD_PATHS = {
     "generate": lambda b, p: ["fairseq-generate", b, "--user-dir", USER_DIR, "--cpu", "--path", p],
     "interactive": lambda b, p: ["fairseq-interactive", b, "--user-dir", USER_DIR, "--cpu", "--path", p],
     "validate": lambda b, p: ["fairseq-validate", b, "--user-dir", USER_DIR, "--cpu", "--path", p,
-                              "--task", "translation"],
+                              "--task", "translation", "--batch-size", "5"],
     "restore-file": lambda b, p: ["fairseq-train", b, "--user-dir", USER_DIR, "--arch", "multilayer_transformer",
                                   *TINY_TRAIN_FLAGS, "--max-update", "4", "--restore-file", p,
                                   "--save-dir", os.path.join(os.path.dirname(p), "resumed")],
