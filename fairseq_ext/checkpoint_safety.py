@@ -41,7 +41,6 @@ import argparse
 import ast
 import importlib
 import operator
-import os
 import sys
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 

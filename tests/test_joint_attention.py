@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 from fairseq.sequence_generator import SequenceGenerator
 
-from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel, validate_multilayer_args
+from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
+from fairseq_ext.models.multilayer_transformer_config import parse_options
 from fairseq_ext.modules.layer_aggregation import LayerAggregation
 from fairseq_ext.modules.multi_layer_multihead_attention import MultiLayerMultiheadAttention
 from fairseq_ext.modules.multi_source_attention import FlatOrHierarchicalCrossAttention, ParallelCrossAttention
@@ -677,7 +678,7 @@ def test_unknown_strategy_fails_at_build():
     args = parse_args("multilayer_transformer", *SMALL, "--joint-attention", "m-00")
     args.joint_attention = "m-22"
     with pytest.raises(ValueError, match="--joint-attention"):
-        validate_multilayer_args(args)
+        parse_options(args)
     dictionary = make_dictionary()
     task = type("Task", (), {"source_dictionary": dictionary, "target_dictionary": dictionary})()
     with pytest.raises(ValueError, match="--joint-attention"):

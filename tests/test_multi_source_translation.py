@@ -10,7 +10,8 @@ import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
-from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel, MultiSourceEncoder
+from fairseq_ext.models.multi_source_encoder import MultiSourceEncoder
+from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
 from model_utils import (
     SMALL,
     TINY_TRAIN_FLAGS,

@@ -1,1 +1,2 @@
-from fairseq_ext.models import multilayer_transformer  # noqa: F401  (registers the model and presets)
+from fairseq_ext.models import multilayer_transformer  # noqa: F401  (registers the model)
+from fairseq_ext.models import multilayer_transformer_legacy  # noqa: F401  (registers the --arch presets)

@@ -1,11 +1,10 @@
-"""Small pieces shared by the cross-attention variants over several encoder layers."""
+"""Small pieces shared by the attention modules: projections, head reshaping, masks,
+softmaxes, and the incremental-decoding cache helpers."""
 import math
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
-from fairseq.incremental_decoding_utils import with_incremental_state
-from fairseq.modules.fairseq_dropout import FairseqDropout
 from torch import Tensor
 
 
@@ -71,59 +70,51 @@ def reorder_buffer(buffer: Dict[str, Optional[Tensor]], new_order: Tensor) -> Di
     return {k: (v.index_select(0, new_order) if v is not None else None) for k, v in buffer.items()}
 
 
-@with_incremental_state
-class StackedSourceAttention(nn.Module):
-    """Base of the cross-attentions that read n stacked sources (J x B x n x C).
+def softmax_without_empty_rows(logits: Tensor) -> Tensor:
+    """Softmax over the last dim, in fp32 at least (as fairseq does under fp16/bf16); a row
+    whose logits are all -inf gets all-zero weights.
 
-    Holds one key and one value projection per source (or, with ``shared_kv``, one pair
-    applied to every source). The projected keys/values are static per sentence: computed
-    on the first decoding step, cached batch-first under this module's incremental-state
-    key and reordered with the beam.
+    Such rows occur when masking leaves a query nothing to attend to (a backward head on
+    a left-padded position). Plain softmax gives NaN there, in the output and in the
+    gradient; here the row is softmaxed as zeros and then zeroed, so both stay finite.
     """
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    empty = torch.isneginf(logits).all(dim=-1, keepdim=True)
+    probs = torch.softmax(logits.masked_fill(empty, 0.0), dim=-1)
+    return probs.masked_fill(empty, 0.0)
 
-    def __init__(self, embed_dim: int, num_heads: int, num_sources: int, dropout: float = 0.0,
-                 kdim: Optional[int] = None, shared_kv: bool = False):
-        super().__init__()
-        if embed_dim % num_heads != 0:
-            raise ValueError(
-                f"--decoder-embed-dim ({embed_dim}) is not divisible by "
-                f"--decoder-attention-heads ({num_heads})"
-            )
-        kdim = kdim or embed_dim
-        self.embed_dim, self.num_heads, self.num_sources = embed_dim, num_heads, num_sources
-        self.head_dim = embed_dim // num_heads
-        self.shared_kv = shared_kv
-        num_projections = 1 if shared_kv else num_sources
-        self.k_proj = nn.ModuleList(xavier_linear(kdim, embed_dim, gain=QKV_GAIN) for _ in range(num_projections))
-        self.v_proj = nn.ModuleList(xavier_linear(kdim, embed_dim, gain=QKV_GAIN) for _ in range(num_projections))
-        self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
 
-    def static_keys_values(self, memory: Optional[Tensor], incremental_state) -> Tuple[Tensor, Tensor]:
-        """Projected keys and values of every source: B x n x H x J x D each."""
-        if incremental_state is not None:
-            cached = self._get_input_buffer(incremental_state)
-            if "static_k" in cached:
-                return cached["static_k"], cached["static_v"]
-        if memory is None or memory.dim() != 4:
-            raise ValueError(f"{self.__class__.__name__} expects stacked sources J x B x n x C")
-        sources = memory.unbind(dim=2)
-        k_proj, v_proj = (
-            ([self.k_proj[0]] * len(sources), [self.v_proj[0]] * len(sources)) if self.shared_kv
-            else (self.k_proj, self.v_proj)
-        )
-        k = torch.stack([split_heads(p(f), self.num_heads) for p, f in zip(k_proj, sources)], dim=1)
-        v = torch.stack([split_heads(p(f), self.num_heads) for p, f in zip(v_proj, sources)], dim=1)
-        if incremental_state is not None:
-            self._set_input_buffer(incremental_state, {"static_k": k, "static_v": v})
-        return k, v
+def additive_mask(attn_mask: Tensor) -> Tensor:
+    """fairseq passes attn_mask as additive floats (-inf / -1e8 = blocked); accept bool too."""
+    if attn_mask.dtype == torch.bool:
+        return torch.zeros(attn_mask.shape, device=attn_mask.device).masked_fill(attn_mask, float("-inf"))
+    return attn_mask
 
-    def reorder_incremental_state(self, incremental_state, new_order: Tensor):
-        buffer = self._get_input_buffer(incremental_state)
-        if buffer:
-            self._set_input_buffer(incremental_state, reorder_buffer(buffer, new_order))
 
-    def _get_input_buffer(self, incremental_state) -> Dict[str, Optional[Tensor]]:
-        return self.get_incremental_state(incremental_state, "attn_state") or {}
-
-    def _set_input_buffer(self, incremental_state, buffer: Dict[str, Optional[Tensor]]):
-        return self.set_incremental_state(incremental_state, "attn_state", buffer)
+def extend_cached_steps(saved: Dict[str, Optional[Tensor]], new: Dict[str, Tensor],
+                        key_padding_mask: Optional[Tensor]) -> Tuple[List[Tensor], Optional[Tensor]]:
+    """Incremental self-attention: prepend the cached steps to the new ones and cache the
+    result. ``new`` maps cache names to the new steps' tensors (B x H x T x D); each is
+    concatenated after ``saved[name]`` (B x H x S' x D) along the steps and stored back.
+    The padding masks (B x S' cached, B x T new; None = no padding) are joined the same way
+    under ``prev_key_padding_mask``. Returns the extended tensors, in ``new``'s order, and
+    the extended mask. Every tensor stays batch-first, so ``reorder_buffer`` applies."""
+    extended = []
+    for name, tensor in new.items():
+        prev = saved.get(name)
+        full = tensor if prev is None else torch.cat([prev, tensor], dim=2)
+        saved[name] = full
+        extended.append(full)
+    reference = extended[0]
+    bsz, total = reference.size(0), reference.size(2)
+    new_len = next(iter(new.values())).size(2)
+    prev_mask = saved.get("prev_key_padding_mask")
+    if prev_mask is not None or key_padding_mask is not None:
+        if prev_mask is None:
+            prev_mask = torch.zeros(bsz, total - new_len, dtype=torch.bool, device=reference.device)
+        if key_padding_mask is None:
+            key_padding_mask = torch.zeros(bsz, new_len, dtype=torch.bool, device=reference.device)
+        key_padding_mask = torch.cat([prev_mask.to(torch.bool), key_padding_mask.to(torch.bool)], dim=1)
+        saved["prev_key_padding_mask"] = key_padding_mask
+    return extended, key_padding_mask

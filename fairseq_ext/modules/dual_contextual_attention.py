@@ -23,13 +23,15 @@ from fairseq.modules.fairseq_dropout import FairseqDropout
 from torch import Tensor
 
 from fairseq_ext.modules.attention_utils import (
+    additive_mask,
     attention_weights_for_output,
+    extend_cached_steps,
     merge_heads,
     reorder_buffer,
+    softmax_without_empty_rows,
     split_heads,
     xavier_linear,
 )
-from fairseq_ext.modules.mixed_multihead_attention import additive_mask, softmax_without_empty_rows
 
 
 def _is_same_tensor(other: Optional[Tensor], query: Tensor) -> bool:
@@ -159,7 +161,8 @@ class DualContextualAttention(nn.Module):
         k_l, v_l = self.local_fi.project_key_value(lc)
         k_g, v_g = self.global_fi.project_key_value(r)
         if saved is not None:
-            k_l, v_l, k_g, v_g, pad = self._extend_cache(saved, k_l, v_l, k_g, v_g, pad)
+            new = {"prev_key_local": k_l, "prev_value_local": v_l, "prev_key": k_g, "prev_value": v_g}
+            (k_l, v_l, k_g, v_g), pad = extend_cached_steps(saved, new, pad)
             self._set_input_buffer(incremental_state, saved)
         src_len = k_g.size(2)
 
@@ -190,28 +193,6 @@ class DualContextualAttention(nn.Module):
             saved["prev_conv_input"] = conv_in[:, :, conv_in.size(2) - (self.kernel_size - 1) :]
         r_hat = F.glu(self.conv(conv_in), dim=1).permute(2, 0, 1)  # T x B x C
         return self.lc_layer_norm(r_hat + r)
-
-    @staticmethod
-    def _extend_cache(saved, k_l, v_l, k_g, v_g, pad: Optional[Tensor]):
-        """Prepend the cached projected keys/values of both FIs (B x H x S' x D) and the
-        padding mask (B x S'), and store the extended ones in ``saved``."""
-        names = ("prev_key_local", "prev_value_local", "prev_key", "prev_value")
-        tensors = []
-        for name, new in zip(names, (k_l, v_l, k_g, v_g)):
-            prev = saved.get(name)
-            full = new if prev is None else torch.cat([prev, new], dim=2)
-            saved[name] = full
-            tensors.append(full)
-        bsz, new_len, total = k_g.size(0), k_g.size(2), tensors[2].size(2)
-        prev_pad = saved.get("prev_key_padding_mask")
-        if prev_pad is not None or pad is not None:
-            if prev_pad is None:
-                prev_pad = torch.zeros(bsz, total - new_len, dtype=torch.bool, device=k_g.device)
-            if pad is None:
-                pad = torch.zeros(bsz, new_len, dtype=torch.bool, device=k_g.device)
-            pad = torch.cat([prev_pad, pad], dim=1)
-            saved["prev_key_padding_mask"] = pad
-        return tensors[0], tensors[1], tensors[2], tensors[3], pad
 
     def reorder_incremental_state(
         self, incremental_state: Dict[str, Dict[str, Optional[Tensor]]], new_order: Tensor

@@ -19,8 +19,11 @@ from torch import Tensor
 
 from fairseq_ext.errors import OptionError
 from fairseq_ext.modules.attention_utils import (
+    additive_mask,
     attention_weights_for_output,
+    extend_cached_steps,
     merge_heads,
+    softmax_without_empty_rows,
     split_heads,
 )
 
@@ -66,10 +69,19 @@ def parse_mma_heads(spec: Optional[str], num_heads: int, causal: bool = False,
                 f"{num_heads} attention heads; give {num_heads} letters or a divisor of {num_heads}"
             )
     heads = [letter for letter in letters for _ in range(num_heads // len(letters))]
+    return check_head_types(heads, num_heads, causal, what=f"{flag} {spec!r}")
+
+
+def check_head_types(heads: Sequence[str], num_heads: int, causal: bool, what: str = "--mma-heads") -> List[str]:
+    """One letter per head, each one of G, L, F, B; no G or F head in a causal
+    (decoder) self-attention. Returns the letters as a list."""
+    heads = list(heads)
+    if len(heads) != num_heads or any(h not in MMA_HEAD_TYPES for h in heads):
+        raise OptionError(f"{what}: expected one of {', '.join(MMA_HEAD_TYPES)} for each of the {num_heads} heads, "
+                          f"got {','.join(heads)}")
     if causal:
         bad = sorted({h for h in heads if h in _FUTURE_LOOKING})
         if bad:
-            what = f"{flag} {spec!r}" if spec else "--mma-heads (default split G,L,F,B)"
             raise OptionError(
                 f"{what} has {'/'.join(bad)} head(s), which attend to future "
                 f"positions; decoder self-attention must be causal, so only L (local, past "
@@ -97,28 +109,6 @@ def mma_head_masks(
         "B": j <= i,
     }
     return torch.stack([by_type[h].expand(tgt_len, src_len) for h in heads])
-
-
-def softmax_without_empty_rows(logits: Tensor) -> Tensor:
-    """Softmax over the last dim, in fp32 at least (as fairseq does under fp16/bf16); a row
-    whose logits are all -inf gets all-zero weights.
-
-    Such rows occur when masking leaves a query nothing to attend to (a backward head on
-    a left-padded position). Plain softmax gives NaN there, in the output and in the
-    gradient; here the row is softmaxed as zeros and then zeroed, so both stay finite.
-    """
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()
-    empty = torch.isneginf(logits).all(dim=-1, keepdim=True)
-    probs = torch.softmax(logits.masked_fill(empty, 0.0), dim=-1)
-    return probs.masked_fill(empty, 0.0)
-
-
-def additive_mask(attn_mask: Tensor) -> Tensor:
-    """fairseq passes attn_mask as additive floats (-inf / -1e8 = blocked); accept bool too."""
-    if attn_mask.dtype == torch.bool:
-        return torch.zeros(attn_mask.shape, device=attn_mask.device).masked_fill(attn_mask, float("-inf"))
-    return attn_mask
 
 
 class MixedMultiheadAttention(MultiheadAttention):
@@ -157,9 +147,10 @@ class MixedMultiheadAttention(MultiheadAttention):
         super().__init__(embed_dim, num_heads, **kwargs)
         if window < 0:
             raise ValueError(f"--mma-window must be >= 0, got {window}")
-        if head_spec is not None and not isinstance(head_spec, str):
-            head_spec = ",".join(head_spec)
-        self.head_types: List[str] = parse_mma_heads(head_spec, num_heads, causal)
+        if head_spec is None or isinstance(head_spec, str):  # a spec such as "G,L,F,B"
+            self.head_types: List[str] = parse_mma_heads(head_spec, num_heads, causal)
+        else:  # one letter per head, as the model's parsed options hold them
+            self.head_types = check_head_types(head_spec, num_heads, causal)
         self.window = window
         self.causal = causal
 
@@ -199,7 +190,9 @@ class MixedMultiheadAttention(MultiheadAttention):
         k = split_heads(self.k_proj(key), self.num_heads)
         v = split_heads(self.v_proj(value), self.num_heads)
         if incremental_state is not None:
-            k, v, key_padding_mask = self._extend_cache(incremental_state, k, v, key_padding_mask)
+            saved = self._get_input_buffer(incremental_state)
+            (k, v), key_padding_mask = extend_cached_steps(saved, {"prev_key": k, "prev_value": v}, key_padding_mask)
+            self._set_input_buffer(incremental_state, saved)
         src_len = k.size(2)
 
         logits = torch.matmul(q, k.transpose(-1, -2))  # B x H x T x S
@@ -213,32 +206,3 @@ class MixedMultiheadAttention(MultiheadAttention):
         out = torch.matmul(self.dropout_module(weights.type_as(logits)), v)  # B x H x T x D
         out = self.out_proj(merge_heads(out))  # T x B x C
         return out, attention_weights_for_output(weights, need_weights, need_head_weights)
-
-    def _extend_cache(
-        self,
-        incremental_state: Dict[str, Dict[str, Optional[Tensor]]],
-        k: Tensor,
-        v: Tensor,
-        key_padding_mask: Optional[Tensor],
-    ) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
-        """Prepend the cached keys/values (B x H x S' x D) and padding mask (B x S'), save
-        the extended ones (batch-first, so the inherited reorder_incremental_state applies)."""
-        saved = self._get_input_buffer(incremental_state)
-        prev_k, prev_v = saved.get("prev_key"), saved.get("prev_value")
-        prev_mask = saved.get("prev_key_padding_mask")
-        bsz, new_len = k.size(0), k.size(2)
-        if prev_k is not None and prev_v is not None:
-            k = torch.cat([prev_k, k], dim=2)
-            v = torch.cat([prev_v, v], dim=2)
-        past_len = k.size(2) - new_len
-        if prev_mask is not None or key_padding_mask is not None:
-            if prev_mask is None:
-                prev_mask = torch.zeros(bsz, past_len, dtype=torch.bool, device=k.device)
-            if key_padding_mask is None:
-                key_padding_mask = torch.zeros(bsz, new_len, dtype=torch.bool, device=k.device)
-            key_padding_mask = torch.cat([prev_mask.to(torch.bool), key_padding_mask.to(torch.bool)], dim=1)
-        saved["prev_key"], saved["prev_value"] = k, v
-        if key_padding_mask is not None:
-            saved["prev_key_padding_mask"] = key_padding_mask
-        self._set_input_buffer(incremental_state, saved)
-        return k, v, key_padding_mask

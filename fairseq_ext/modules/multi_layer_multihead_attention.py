@@ -23,7 +23,6 @@ from torch import Tensor
 
 from fairseq_ext.modules.attention_utils import (
     QKV_GAIN,
-    StackedSourceAttention,
     attention_weights_for_output,
     merge_heads,
     scaled_logits,
@@ -32,6 +31,7 @@ from fairseq_ext.modules.attention_utils import (
     split_heads,
     xavier_linear,
 )
+from fairseq_ext.modules.stacked_source_attention import StackedSourceAttention
 
 # name -> (U0, U1)
 MLMHA_CONFIGS = {"m-00": (0, 0), "m-01": (0, 1), "m-10": (1, 0), "m-11": (1, 1)}

@@ -25,7 +25,6 @@ from torch import Tensor
 
 from fairseq_ext.modules.attention_utils import (
     QKV_GAIN,
-    StackedSourceAttention,
     attention_weights_for_output,
     merge_heads,
     scaled_logits,
@@ -34,6 +33,7 @@ from fairseq_ext.modules.attention_utils import (
     split_heads,
     xavier_linear,
 )
+from fairseq_ext.modules.stacked_source_attention import StackedSourceAttention
 
 MULTI_SOURCE_STRATEGIES = ("serial", "parallel", "flat", "hierarchical")
 

@@ -1,0 +1,148 @@
+"""Every ``--joint-attention`` strategy in one table: what the encoder builds as the
+decoder's source memory, which cross-attention each main-decoder layer uses, and the
+strategy's constraints. The math of each strategy is in ``fairseq_ext/modules/``.
+
+Adding a strategy means one module in ``fairseq_ext/modules/`` and one entry in
+:data:`STRATEGIES`: the option's choices, its validation, the encoder's memory, the decoder
+layer's cross-attention and the multi-source check all read this table.
+
+Memory kinds (what ``encoder_out["joint_memory"]`` holds):
+- ``none``: no joint memory, the decoder reads the top layer (the stock Transformer);
+- ``aggregated``: one state per source position, H^a (J x B x C), layer aggregation;
+- ``per_decoder_layer``: one memory per decoder layer (J x B x M x C), transparent attention;
+- ``stacked``: the n collected layers f^1..f^n stacked (J x B x n x C), MLMHA and the
+  multi-source combinations.
+"""
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional
+
+import torch.nn as nn
+
+from fairseq_ext.modules.layer_aggregation import LayerAggregation
+from fairseq_ext.modules.multi_layer_multihead_attention import MultiLayerMultiheadAttention
+from fairseq_ext.modules.multi_source_attention import (
+    FlatOrHierarchicalCrossAttention,
+    ParallelCrossAttention,
+    SourceSelectAttention,
+)
+from fairseq_ext.modules.transparent_attention import TransparentCombination
+
+
+@dataclass(frozen=True)
+class CrossAttentionSpec:
+    """What a decoder layer knows when it builds its cross-attention."""
+
+    embed_dim: int
+    num_heads: int
+    num_sources: int  # n
+    dropout: float
+    layer_number: int  # 1-based decoder layer
+    kdim: int
+    q_noise: float = 0.0
+    qn_block_size: int = 8
+
+
+@dataclass(frozen=True)
+class MemorySpec:
+    """What the encoder knows when it builds its memory module."""
+
+    strategy: str
+    embed_dim: int
+    ffn_dim: int
+    num_sources: int  # n
+    activation_dropout: float
+    num_encoder_layers: int
+    num_decoder_layers: int
+
+
+@dataclass(frozen=True)
+class JointAttentionStrategy:
+    name: str
+    help: str
+    memory: str  # none | aggregated | per_decoder_layer | stacked (see the module docstring)
+    # encoder side: the module that turns the encoder layers into the memory, and its
+    # attribute name on the encoder (part of the checkpoint's parameter names)
+    build_memory: Optional[Callable[[MemorySpec], nn.Module]] = None
+    memory_attribute: Optional[str] = None
+    # decoder side: each main-decoder layer's cross-attention (None: fairseq's own)
+    build_cross_attention: Optional[Callable[[CrossAttentionSpec], nn.Module]] = None
+    # the n-1 lower serial cross-attention sublayers, run right after self-attention
+    # (fairseq_ext/modules/post_self_attention.py)
+    serial_sublayers: bool = False
+    # reads the top n layers (--joint-attention-layers); transparent reads all L+1 states
+    collects_layers: bool = True
+    # can combine different source sentences (task multi_source_translation)
+    multi_source: bool = False
+
+
+def _mlmha(layer_specific: bool, sum_contexts: bool):
+    def build(spec: CrossAttentionSpec):
+        return MultiLayerMultiheadAttention(spec.embed_dim, spec.num_heads, spec.num_sources,
+                                            layer_specific=layer_specific, sum_contexts=sum_contexts,
+                                            dropout=spec.dropout)
+    return build
+
+
+def _source_select(index: Callable[[CrossAttentionSpec], int]):
+    """fairseq's cross-attention reading one slice of a stacked memory."""
+    def build(spec: CrossAttentionSpec):
+        return SourceSelectAttention(spec.embed_dim, spec.num_heads, kdim=spec.kdim, vdim=spec.kdim,
+                                     dropout=spec.dropout, encoder_decoder_attention=True, q_noise=spec.q_noise,
+                                     qn_block_size=spec.qn_block_size, source_index=index(spec))
+    return build
+
+
+def _layer_aggregation(spec: MemorySpec):
+    return LayerAggregation(spec.strategy, spec.embed_dim, spec.ffn_dim, spec.num_sources,
+                            activation_dropout=spec.activation_dropout)
+
+
+def _aggregation(name: str, help: str) -> JointAttentionStrategy:
+    return JointAttentionStrategy(name, help, memory="aggregated", build_memory=_layer_aggregation,
+                                  memory_attribute="layer_aggregation")
+
+
+def _stacked(name: str, help: str, build, multi_source: bool, **kwargs) -> JointAttentionStrategy:
+    return JointAttentionStrategy(name, help, memory="stacked", build_cross_attention=build,
+                                  multi_source=multi_source, **kwargs)
+
+
+STRATEGIES: Dict[str, JointAttentionStrategy] = {s.name: s for s in [
+    JointAttentionStrategy("none", "the top encoder layer only (the stock Transformer)", memory="none",
+                           collects_layers=False),
+    _aggregation("s-agg", "layer aggregation, weighted sum of the n layers (thesis Eq. 3.2)"),
+    _aggregation("iter-s-agg", "iterative weighted sums, bottom to top (thesis Eq. 3.3)"),
+    _aggregation("c-agg", "layer aggregation, concatenation + FFN (thesis Eq. 3.4)"),
+    _aggregation("iter-c-agg", "iterative concatenation aggregation (thesis Eq. 3.5)"),
+    JointAttentionStrategy(
+        "transparent", "transparent attention, one learned mix of all L+1 states per decoder layer "
+        "(Bapna et al. 2018)", memory="per_decoder_layer",
+        build_memory=lambda spec: TransparentCombination(spec.num_encoder_layers + 1, spec.num_decoder_layers),
+        memory_attribute="transparent",
+        build_cross_attention=_source_select(lambda spec: spec.layer_number - 1), collects_layers=False),
+    _stacked("m-00", "MLMHA, shared projections, one attention over all layers (thesis Eq. 3.6-3.11)",
+             _mlmha(False, False), multi_source=False),
+    _stacked("m-01", "MLMHA, shared projections, summed per-layer contexts", _mlmha(False, True),
+             multi_source=False),
+    _stacked("m-10", "MLMHA, layer-specific projections, one attention over all layers", _mlmha(True, False),
+             multi_source=True),
+    _stacked("m-11", "MLMHA, layer-specific projections, summed per-layer contexts", _mlmha(True, True),
+             multi_source=True),
+    _stacked("serial", "one cross-attention sublayer per layer, f^1 first (Libovicky et al. 2018, Fig. 1a)",
+             _source_select(lambda spec: spec.num_sources - 1), multi_source=True, serial_sublayers=True),
+    _stacked("parallel", "the sum of n independent cross-attentions (Libovicky et al. 2018, Eq. 4)",
+             lambda spec: ParallelCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources, spec.dropout),
+             multi_source=True),
+    _stacked("flat", "one attention over all layers' states (Libovicky et al. 2018, Eq. 5-6)",
+             lambda spec: FlatOrHierarchicalCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources,
+                                                           "flat", spec.dropout),
+             multi_source=True),
+    _stacked("hierarchical", "per-layer attention, then attention over the contexts (Libovicky et al. "
+             "2018, Eq. 7-8)",
+             lambda spec: FlatOrHierarchicalCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources,
+                                                           "hierarchical", spec.dropout),
+             multi_source=True),
+]}
+
+STRATEGY_NAMES: List[str] = list(STRATEGIES)
+MULTI_SOURCE_STRATEGY_NAMES: List[str] = [name for name, s in STRATEGIES.items() if s.multi_source]

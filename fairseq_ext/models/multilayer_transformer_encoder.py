@@ -1,0 +1,120 @@
+"""The encoder of ``multilayer_transformer``: fairseq's Transformer encoder that exposes
+every layer and builds the decoder's joint source memory once per sentence."""
+from typing import Dict, List, Optional
+
+import torch
+import torch.nn as nn
+from fairseq.distributed import fsdp_wrap
+from fairseq.models.transformer import TransformerEncoderBase
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
+from torch import Tensor
+
+from fairseq_ext import keys
+from fairseq_ext.models.joint_attention_strategies import MemorySpec
+from fairseq_ext.models.multilayer_transformer_config import MultilayerOptions
+from fairseq_ext.modules.dual_contextual_attention import DualContextualAttention
+from fairseq_ext.modules.mixed_multihead_attention import MixedMultiheadAttention
+from fairseq_ext.modules.source_feature_collector import collect_source_features, encoder_layer_outputs
+
+
+def wrap_layer(layer: nn.Module, cfg) -> nn.Module:
+    """Activation checkpointing and FSDP wrapping, as fairseq's build_*_layer do."""
+    checkpoint = cfg.checkpoint_activations
+    if checkpoint:
+        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
+
+
+def build_self_attention_variant(kind: str, embed_dim: int, num_heads: int, options: MultilayerOptions,
+                                 attention_dropout: float, causal: bool) -> Optional[nn.Module]:
+    """The DC or MMA replacement of a layer's self-attention sublayer (None: standard)."""
+    if kind == "dc":
+        return DualContextualAttention(embed_dim, num_heads, kernel_size=options.dc_kernel_size,
+                                       attention_dropout=attention_dropout, causal=causal)
+    if kind == "mma":
+        heads = options.decoder_mma_heads if causal else options.encoder_mma_heads
+        return MixedMultiheadAttention(embed_dim, num_heads, dropout=attention_dropout, self_attention=True,
+                                       head_spec=heads, window=options.mma_window, causal=causal)
+    return None
+
+
+class MultilayerTransformerEncoderLayer(TransformerEncoderLayerBase):
+    """fairseq's encoder layer with a choice of self-attention (standard | DC | MMA)."""
+
+    def __init__(self, cfg, options: MultilayerOptions, layer_number: int, return_fc: bool = False):
+        # read by build_self_attention, which fairseq calls inside super().__init__
+        self.self_attention_kind = options.encoder_self_attention[layer_number - 1]
+        self.options = options
+        super().__init__(cfg, return_fc=return_fc)
+
+    def build_self_attention(self, embed_dim, cfg):
+        variant = build_self_attention_variant(self.self_attention_kind, embed_dim, cfg.encoder.attention_heads,
+                                               self.options, cfg.attention_dropout, causal=False)
+        return variant if variant is not None else super().build_self_attention(embed_dim, cfg)
+
+
+class MultilayerTransformerEncoder(TransformerEncoderBase):
+    """fairseq's Transformer encoder that always returns every layer's output
+    (``encoder_states``: embeddings, layer 1..L) and, when a joint attention strategy is
+    set, the decoder's source memory ``joint_memory``, built once per sentence in the form
+    the strategy's table entry names (``joint_attention_strategies.py``):
+
+    - aggregated (layer aggregation): H^a, J x B x C (thesis 3.2.1);
+    - per_decoder_layer (transparent attention): one memory per decoder layer, J x B x M x C;
+    - stacked (MLMHA and multi-source combination): f^1..f^n stacked, J x B x n x C.
+    """
+
+    def __init__(self, cfg, options: MultilayerOptions, dictionary, embed_tokens, return_fc: bool = False,
+                 joint_memory: bool = True):
+        self.options = options
+        self._layers_built = 0
+        super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
+        # an encoder of one source among several builds no memory of its own: the
+        # MultiSourceEncoder stacks the sources' top layers instead
+        self.strategy = options.strategy if joint_memory else options.for_auxiliary_decoder().strategy
+        build = self.strategy.build_memory
+        if build is not None:
+            spec = MemorySpec(self.strategy.name, cfg.encoder.embed_dim, cfg.encoder.ffn_embed_dim,
+                              options.num_joint_layers, cfg.activation_dropout, cfg.encoder.layers,
+                              cfg.decoder.layers)
+            # registered under the strategy's own name (layer_aggregation, transparent),
+            # which is part of the checkpoint's parameter names
+            setattr(self, self.strategy.memory_attribute, build(spec))
+
+    @property
+    def memory_module(self) -> Optional[nn.Module]:
+        """The strategy's encoder-side module (layer aggregation, transparent mixing)."""
+        name = self.strategy.memory_attribute
+        return getattr(self, name) if name is not None else None
+
+    def build_encoder_layer(self, cfg):
+        self._layers_built += 1
+        return wrap_layer(MultilayerTransformerEncoderLayer(cfg, self.options, self._layers_built, self.return_fc),
+                          cfg)
+
+    def forward(self, src_tokens, src_lengths: Optional[Tensor] = None,
+                return_all_hiddens: bool = True, token_embeddings: Optional[Tensor] = None):
+        # every layer is exposed to the decoder (and its auxiliary decoders), always
+        encoder_out = self.forward_scriptable(src_tokens, src_lengths, True, token_embeddings)
+        memory = self.joint_memory(encoder_out)
+        if memory is not None:
+            encoder_out[keys.JOINT_MEMORY] = [memory]
+        return encoder_out
+
+    def joint_memory(self, encoder_out: Dict[str, List[Tensor]]) -> Optional[Tensor]:
+        if self.strategy.memory == "none":
+            return None
+        states = encoder_layer_outputs(encoder_out)
+        if not self.strategy.collects_layers:  # transparent: every state, embeddings included
+            return self.memory_module(states)
+        features = collect_source_features(states, self.options.num_joint_layers, self.options.mask_source_layer)
+        if self.memory_module is not None:
+            return self.memory_module(features)
+        return torch.stack(features, dim=2)
+
+    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
+        reordered = super().reorder_encoder_out(encoder_out, new_order)
+        if keys.JOINT_MEMORY in encoder_out:  # fairseq's version drops unknown keys
+            reordered[keys.JOINT_MEMORY] = [m.index_select(1, new_order) for m in encoder_out[keys.JOINT_MEMORY]]
+        return reordered

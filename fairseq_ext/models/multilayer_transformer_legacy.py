@@ -1,0 +1,142 @@
+"""The ``--arch`` presets of ``multilayer_transformer``.
+
+One naming scheme: ``multilayer_transformer[_<technique>]_<size>``, where size is ``iwslt``
+(the thesis' small configuration: d 256, FFN 1024, 4 heads, 4+4 layers) or ``wmt_en_de``
+(Transformer base: d 512, FFN 2048, 8 heads, 6+6 layers), and technique is ``mlmha``
+(Multi-Layer Multi-Head Attention), ``ms`` (multi-level supervision), ``dc`` (Dual
+Contextual encoder) or ``mma`` (Mixed Multi-Head encoder). Each preset sets only what
+differs, then calls its parent; command-line values win.
+
+The names of the first release stay registered as aliases, because checkpoints store the
+``--arch`` they were trained with: ``transformer_jas_*`` ("joint attention strategy") =
+``multilayer_transformer_mlmha_*``, ``transformer_ms_*``, ``transformer_dc_*``,
+``transformer_mma_*`` = ``multilayer_transformer_{ms,dc,mma}_*``,
+``transformer_deep_enc_shallow_dec`` = ``multilayer_transformer_deep_enc_shallow_dec``.
+"""
+from fairseq.models import register_model_architecture
+
+from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel  # noqa: F401  (registers)
+from fairseq_ext.models.multilayer_transformer_config import apply_defaults, parse_options
+
+MODEL = "multilayer_transformer"
+# old preset name -> new preset name
+ALIASES = {
+    "transformer_jas_iwslt": "multilayer_transformer_mlmha_iwslt",
+    "transformer_jas_wmt_en_de": "multilayer_transformer_mlmha_wmt_en_de",
+    "transformer_ms_iwslt": "multilayer_transformer_ms_iwslt",
+    "transformer_ms_wmt_en_de": "multilayer_transformer_ms_wmt_en_de",
+    "transformer_dc_iwslt": "multilayer_transformer_dc_iwslt",
+    "transformer_dc_wmt_en_de": "multilayer_transformer_dc_wmt_en_de",
+    "transformer_mma_iwslt": "multilayer_transformer_mma_iwslt",
+    "transformer_mma_wmt_en_de": "multilayer_transformer_mma_wmt_en_de",
+    "transformer_deep_enc_shallow_dec": "multilayer_transformer_deep_enc_shallow_dec",
+}
+PRESETS = {}
+
+
+def preset(name):
+    """Register an --arch preset (and the old names that alias it)."""
+    def register(fn):
+        PRESETS[name] = fn
+        register_model_architecture(MODEL, name)(fn)
+        for old, new in ALIASES.items():
+            if new == name:
+                register_model_architecture(MODEL, old)(fn)
+        return fn
+    return register
+
+
+def _default(args, name, value):
+    if getattr(args, name, None) is None:
+        setattr(args, name, value)
+
+
+@preset("multilayer_transformer")
+def multilayer_transformer(args):
+    apply_defaults(args)
+    # fairseq's option parsing calls the arch function: refuse bad options there, before
+    # fairseq-train logs its configuration (build_model checks again, with the task)
+    parse_options(args)
+
+
+@preset("multilayer_transformer_iwslt")
+def multilayer_transformer_iwslt(args):
+    """The thesis' small configuration (IWSLT): d 256, FFN 1024, 4 heads, 4+4 layers."""
+    for side in ("encoder", "decoder"):
+        _default(args, f"{side}_embed_dim", 256)
+        _default(args, f"{side}_ffn_embed_dim", 1024)
+        _default(args, f"{side}_attention_heads", 4)
+        _default(args, f"{side}_layers", 4)
+    multilayer_transformer(args)
+
+
+@preset("multilayer_transformer_wmt_en_de")
+def multilayer_transformer_wmt_en_de(args):
+    """Transformer base: d 512, FFN 2048, 8 heads, 6+6 layers."""
+    multilayer_transformer(args)
+
+
+@preset("multilayer_transformer_mlmha_iwslt")
+def multilayer_transformer_mlmha_iwslt(args):
+    """MLMHA paper's recommendation for the small config: M-00 over all 4 layers."""
+    _default(args, "joint_attention", "m-00")
+    _default(args, "joint_attention_layers", 4)
+    multilayer_transformer_iwslt(args)
+
+
+@preset("multilayer_transformer_mlmha_wmt_en_de")
+def multilayer_transformer_mlmha_wmt_en_de(args):
+    """MLMHA paper's recommendation for the base config: M-10 over all 6 layers."""
+    _default(args, "joint_attention", "m-10")
+    _default(args, "joint_attention_layers", 6)
+    multilayer_transformer_wmt_en_de(args)
+
+
+@preset("multilayer_transformer_ms_iwslt")
+def multilayer_transformer_ms_iwslt(args):
+    """MS-1 (an auxiliary decoder on encoder layer 1), no AIF, small config."""
+    _default(args, "aux_decoder_layers", "1")
+    multilayer_transformer_iwslt(args)
+
+
+@preset("multilayer_transformer_ms_wmt_en_de")
+def multilayer_transformer_ms_wmt_en_de(args):
+    """MS-1, no AIF, base config."""
+    _default(args, "aux_decoder_layers", "1")
+    multilayer_transformer_wmt_en_de(args)
+
+
+@preset("multilayer_transformer_dc_iwslt")
+def multilayer_transformer_dc_iwslt(args):
+    """Enc-DC (Dual Contextual encoder self-attention), small config."""
+    _default(args, "encoder_self_attention", "dc")
+    multilayer_transformer_iwslt(args)
+
+
+@preset("multilayer_transformer_dc_wmt_en_de")
+def multilayer_transformer_dc_wmt_en_de(args):
+    """Enc-DC, base config."""
+    _default(args, "encoder_self_attention", "dc")
+    multilayer_transformer_wmt_en_de(args)
+
+
+@preset("multilayer_transformer_mma_iwslt")
+def multilayer_transformer_mma_iwslt(args):
+    """Mixed Multi-Head encoder self-attention, small config."""
+    _default(args, "encoder_self_attention", "mma")
+    multilayer_transformer_iwslt(args)
+
+
+@preset("multilayer_transformer_mma_wmt_en_de")
+def multilayer_transformer_mma_wmt_en_de(args):
+    """Mixed Multi-Head encoder self-attention, base config."""
+    _default(args, "encoder_self_attention", "mma")
+    multilayer_transformer_wmt_en_de(args)
+
+
+@preset("multilayer_transformer_deep_enc_shallow_dec")
+def multilayer_transformer_deep_enc_shallow_dec(args):
+    """Word-translation paper, Table 4: 10 encoder and 2 decoder layers, base dims."""
+    _default(args, "encoder_layers", 10)
+    _default(args, "decoder_layers", 2)
+    multilayer_transformer_wmt_en_de(args)

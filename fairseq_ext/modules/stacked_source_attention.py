@@ -1,0 +1,70 @@
+"""Base of the cross-attentions that read n stacked sources (J x B x n x C): MLMHA
+(``multi_layer_multihead_attention.py``) and the flat / hierarchical combinations
+(``multi_source_attention.py``)."""
+from typing import Dict, Optional, Tuple
+
+import torch
+import torch.nn as nn
+from fairseq.incremental_decoding_utils import with_incremental_state
+from fairseq.modules.fairseq_dropout import FairseqDropout
+from torch import Tensor
+
+from fairseq_ext.modules.attention_utils import QKV_GAIN, reorder_buffer, split_heads, xavier_linear
+
+
+@with_incremental_state
+class StackedSourceAttention(nn.Module):
+    """Base of the cross-attentions that read n stacked sources (J x B x n x C).
+
+    Holds one key and one value projection per source (or, with ``shared_kv``, one pair
+    applied to every source). The projected keys/values are static per sentence: computed
+    on the first decoding step, cached batch-first under this module's incremental-state
+    key and reordered with the beam.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, num_sources: int, dropout: float = 0.0,
+                 kdim: Optional[int] = None, shared_kv: bool = False):
+        super().__init__()
+        if embed_dim % num_heads != 0:
+            raise ValueError(
+                f"--decoder-embed-dim ({embed_dim}) is not divisible by "
+                f"--decoder-attention-heads ({num_heads})"
+            )
+        kdim = kdim or embed_dim
+        self.embed_dim, self.num_heads, self.num_sources = embed_dim, num_heads, num_sources
+        self.head_dim = embed_dim // num_heads
+        self.shared_kv = shared_kv
+        num_projections = 1 if shared_kv else num_sources
+        self.k_proj = nn.ModuleList(xavier_linear(kdim, embed_dim, gain=QKV_GAIN) for _ in range(num_projections))
+        self.v_proj = nn.ModuleList(xavier_linear(kdim, embed_dim, gain=QKV_GAIN) for _ in range(num_projections))
+        self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
+
+    def static_keys_values(self, memory: Optional[Tensor], incremental_state) -> Tuple[Tensor, Tensor]:
+        """Projected keys and values of every source: B x n x H x J x D each."""
+        if incremental_state is not None:
+            cached = self._get_input_buffer(incremental_state)
+            if "static_k" in cached:
+                return cached["static_k"], cached["static_v"]
+        if memory is None or memory.dim() != 4:
+            raise ValueError(f"{self.__class__.__name__} expects stacked sources J x B x n x C")
+        sources = memory.unbind(dim=2)
+        k_proj, v_proj = (
+            ([self.k_proj[0]] * len(sources), [self.v_proj[0]] * len(sources)) if self.shared_kv
+            else (self.k_proj, self.v_proj)
+        )
+        k = torch.stack([split_heads(p(f), self.num_heads) for p, f in zip(k_proj, sources)], dim=1)
+        v = torch.stack([split_heads(p(f), self.num_heads) for p, f in zip(v_proj, sources)], dim=1)
+        if incremental_state is not None:
+            self._set_input_buffer(incremental_state, {"static_k": k, "static_v": v})
+        return k, v
+
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor):
+        buffer = self._get_input_buffer(incremental_state)
+        if buffer:
+            self._set_input_buffer(incremental_state, reorder_buffer(buffer, new_order))
+
+    def _get_input_buffer(self, incremental_state) -> Dict[str, Optional[Tensor]]:
+        return self.get_incremental_state(incremental_state, "attn_state") or {}
+
+    def _set_input_buffer(self, incremental_state, buffer: Dict[str, Optional[Tensor]]):
+        return self.set_incremental_state(incremental_state, "attn_state", buffer)
