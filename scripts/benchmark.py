@@ -14,20 +14,15 @@ pair, so that load from other processes on the machine drifts out of the ratios.
 """
 import argparse
 import logging
-import os
 import shlex
 import statistics
 import time
-from types import SimpleNamespace
 
 import torch
-from fairseq import options
-from fairseq.data import Dictionary
-from fairseq.models.transformer import TransformerModel
 from fairseq.sequence_generator import SequenceGenerator
 
-import fairseq_ext
-from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
+from fairseq_ext import keys
+from fairseq_ext.model_builder import build_model, make_dictionary
 
 DEFAULT_CONFIGS = [
     "S-Agg:--joint-attention s-agg",
@@ -45,13 +40,9 @@ DEFAULT_CONFIGS = [
 ]
 
 
-def build(model_cls, arch, flags, task):
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [
-        "/nonexistent", "--task", "translation", "--user-dir", os.path.dirname(fairseq_ext.__file__),
-        "--arch", arch, "--share-all-embeddings", "--dropout", "0.1", *flags])
-    torch.manual_seed(0)
-    return model_cls.build_model(args, task)
+def build(arch, flags, dictionary):
+    model, _ = build_model(arch, "--share-all-embeddings", "--dropout", "0.1", *flags, dictionary=dictionary)
+    return model
 
 
 def median_time(fn, repeats, device):
@@ -76,7 +67,7 @@ def measure(model, batch, dictionary, cli, device, dtype):
         model.zero_grad()
         logits, extra = model(src, lengths, prev)
         loss = logits.float().logsumexp(-1).mean()
-        for aux in extra.get("aux_out") or []:
+        for aux in extra.get(keys.AUX_OUT) or []:
             loss = loss + aux.float().logsumexp(-1).mean()
         loss.backward()
 
@@ -113,10 +104,7 @@ def main():
     device = torch.device("cuda" if torch.cuda.is_available() and not cli.cpu else "cpu")
     dtype = torch.float16 if cli.fp16 else torch.bfloat16 if cli.bf16 else torch.float32
 
-    dictionary = Dictionary()
-    for i in range(cli.vocab - dictionary.nspecial):
-        dictionary.add_symbol(f"w{i}")
-    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    dictionary = make_dictionary(cli.vocab - 4)  # + fairseq's 4 special symbols
     g = torch.Generator().manual_seed(0)
     src = torch.randint(dictionary.nspecial, len(dictionary), (cli.batch, cli.src_len), generator=g)
     src[:, -1] = dictionary.eos()
@@ -135,14 +123,14 @@ def main():
     torch.set_num_threads(torch.get_num_threads())
     print(f"device {device}, dtype {dtype}, arch {cli.arch}, batch {cli.batch} x {cli.src_len}/{cli.tgt_len}, "
           f"beam {cli.beam} on {cli.decode_batch} sentences, median of {cli.repeats}")
-    stock_model = build(TransformerModel, stock_arch, stock_flags, task)
+    stock_model = build(stock_arch, stock_flags, dictionary)
     print(f"stock model: {stock_arch} {' '.join(stock_flags)}")
     print("| model | #params (M) | train step (s) | x stock | beam decode (s) | x stock | peak train mem (MiB) | x stock |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
 
     def row(name, flags):
         stock = measure(stock_model, batch, dictionary, cli, device, dtype)
-        model = build(MultilayerTransformerModel, cli.arch, shlex.split(flags), task)
+        model = build(cli.arch, shlex.split(flags), dictionary)
         train, decode, peak, params = measure(model, batch, dictionary, cli, device, dtype)
         memory = f"{peak:.0f} | {peak / stock[2]:.2f}" if device.type == "cuda" else "n/a (CPU) | n/a"
         print(f"| {name} | {params / 1e6:.2f} | {train:.3f} | {train / stock[0]:.2f} | {decode:.3f} | "

@@ -9,16 +9,9 @@ they are what `fairseq-train` would build; SPEC section 9 gives the expected del
 """
 import argparse
 import logging
-import os
 import sys
-from types import SimpleNamespace
 
-import torch
-from fairseq import options
-from fairseq.data import Dictionary
-
-import fairseq_ext
-from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
+from fairseq_ext.model_builder import build_model, make_dictionary
 
 CONFIGS = [
     ("baseline", []),
@@ -53,21 +46,13 @@ def main():
     parser.add_argument("extra", nargs="*", help="more fairseq flags for every configuration")
     cli = parser.parse_args()
     logging.disable(logging.WARNING)
-    dictionary = Dictionary()
-    for i in range(cli.vocab - dictionary.nspecial):
-        dictionary.add_symbol(f"w{i}")
-    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
-    user_dir = os.path.dirname(fairseq_ext.__file__)
+    dictionary = make_dictionary(cli.vocab - 4)  # + fairseq's 4 special symbols
     baseline = None
     print(f"| model ({cli.arch}, vocab {len(dictionary)}) | #params (M) | delta (M) |")
     print("|---|---:|---:|")
     for name, flags in CONFIGS:
-        fairseq_parser = options.get_training_parser()
-        args = options.parse_args_and_arch(fairseq_parser, [
-            "/nonexistent", "--task", "translation", "--user-dir", user_dir, "--arch", cli.arch,
-            "--share-all-embeddings", *flags, *cli.extra])
-        with torch.device("meta"):
-            model = MultilayerTransformerModel.build_model(args, task)
+        model, _ = build_model(cli.arch, "--share-all-embeddings", *flags, *cli.extra, dictionary=dictionary,
+                               seed=None, device="meta")
         total = sum(p.numel() for p in model.parameters())
         baseline = baseline if baseline is not None else total
         print(f"| {name} | {total / 1e6:.2f} | {(total - baseline) / 1e6:+.2f} |")

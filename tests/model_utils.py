@@ -1,42 +1,21 @@
-"""Shared helpers for the model tests: build models through fairseq's own parser, make
-batches, run a teacher-forced forward and an incremental decode."""
+"""Shared helpers for the model tests: build models through fairseq's own parser
+(fairseq_ext.model_builder), make batches, run a teacher-forced forward and an incremental
+decode."""
 import os
 from types import SimpleNamespace
 
 import torch
 from fairseq import options
-from fairseq.data import Dictionary
 from fairseq.models.transformer import TransformerModel
 
 import fairseq_ext  # noqa: F401  (registers the model)
+from fairseq_ext.model_builder import USER_DIR, build_model, make_dictionary, parse_model_args  # noqa: F401
 from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
-
-USER_DIR = os.path.dirname(os.path.abspath(fairseq_ext.__file__))
-
-
-def make_dictionary(num_symbols: int = 40) -> Dictionary:
-    d = Dictionary()
-    for i in range(num_symbols):
-        d.add_symbol(f"w{i}")
-    d.finalize(padding_factor=1)
-    return d
-
-
-def parse_args(arch: str, *flags: str):
-    parser = options.get_training_parser()
-    return options.parse_args_and_arch(
-        parser, ["/nonexistent", "--task", "translation", "--user-dir", USER_DIR, "--arch", arch, *flags]
-    )
 
 
 def build(arch: str = "multilayer_transformer_iwslt", *flags: str, dictionary=None, seed: int = 0,
           model_cls=MultilayerTransformerModel):
-    dictionary = dictionary or make_dictionary()
-    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
-    torch.manual_seed(seed)
-    args = parse_args(arch, *flags)
-    model = model_cls.build_model(args, task)
-    return model.eval(), args
+    return build_model(arch, *flags, dictionary=dictionary, seed=seed, model_cls=model_cls)
 
 
 def build_stock(arch: str = "transformer_iwslt_de_en", *flags: str, dictionary=None, seed: int = 0):

@@ -24,7 +24,7 @@ from model_utils import (
     build_stock,
     full_and_incremental,
     make_dictionary,
-    parse_args,
+    parse_model_args,
     random_batch,
     train_recording_validation,
 )
@@ -675,7 +675,7 @@ def test_more_collected_layers_than_encoder_layers_fails_at_build():
 
 
 def test_unknown_strategy_fails_at_build():
-    args = parse_args("multilayer_transformer", *SMALL, "--joint-attention", "m-00")
+    args = parse_model_args("multilayer_transformer", *SMALL, "--joint-attention", "m-00")
     args.joint_attention = "m-22"
     with pytest.raises(ValueError, match="--joint-attention"):
         parse_options(args)
@@ -684,7 +684,7 @@ def test_unknown_strategy_fails_at_build():
     with pytest.raises(ValueError, match="--joint-attention"):
         MultilayerTransformerModel.build_model(args, task)
     with pytest.raises(SystemExit):  # argparse choices guard the command line
-        parse_args("multilayer_transformer", *SMALL, "--joint-attention", "m-22")
+        parse_model_args("multilayer_transformer", *SMALL, "--joint-attention", "m-22")
 
 
 # ----------------------------------------------------------------------------------------

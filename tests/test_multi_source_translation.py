@@ -19,7 +19,7 @@ from model_utils import (
     clean_env,
     full_and_incremental,
     make_dictionary,
-    parse_args,
+    parse_model_args,
     random_batch,
 )
 
@@ -31,7 +31,7 @@ def build_multi_source(strategy, *flags, num_sources=2, dictionary=None):
     task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary,
                            num_source_sentences=num_sources)
     torch.manual_seed(0)
-    args = parse_args("multilayer_transformer", *SMALL, "--joint-attention", strategy, *flags)
+    args = parse_model_args("multilayer_transformer", *SMALL, "--joint-attention", strategy, *flags)
     return MultilayerTransformerModel.build_model(args, task).eval()
 
 
