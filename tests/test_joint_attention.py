@@ -704,3 +704,39 @@ def test_training_lowers_the_validation_loss(strategy, multi30k_bin, tmp_path, m
 def test_transparent_attention_rejects_a_number_of_collected_layers():
     with pytest.raises(ValueError, match="--joint-attention-layers"):
         small_model("transparent", n=2)
+
+
+# ----------------------------------------------------------------------------------------
+# 9. the strategy table: one entry is all a new strategy needs
+# ----------------------------------------------------------------------------------------
+def test_every_strategy_choice_comes_from_the_table():
+    from fairseq_ext.models.joint_attention_strategies import STRATEGIES
+    from fairseq_ext.models.multilayer_transformer_config import MultilayerTransformerConfig
+
+    choices = [c.value for c in MultilayerTransformerConfig.__dataclass_fields__["joint_attention"].type]
+    assert choices == list(STRATEGIES)
+
+
+def test_a_new_table_entry_is_a_working_strategy(monkeypatch):
+    """A strategy added as one table entry (here: the parallel combination with the
+    stock cross-attention summed over the n layers, under a new name) builds, decodes
+    incrementally and runs beam search, with nothing else changed."""
+    from fairseq_ext.models import joint_attention_strategies as table
+
+    entry = table.JointAttentionStrategy(
+        "sum-of-layers", "test strategy", memory="stacked",
+        build_cross_attention=lambda spec: ParallelCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources,
+                                                                  spec.dropout))
+    monkeypatch.setitem(table.STRATEGIES, entry.name, entry)
+    args = parse_model_args("multilayer_transformer", *SMALL, "--joint-attention", "parallel")
+    args.joint_attention = entry.name
+    dictionary = make_dictionary()
+    task = type("Task", (), {"source_dictionary": dictionary, "target_dictionary": dictionary})()
+    model = MultilayerTransformerModel.build_model(args, task).eval()
+    assert isinstance(model.decoder.layers[0].encoder_attn, ParallelCrossAttention)
+    src, lengths, prev = random_batch(dictionary, beam=2)
+    full, incremental = full_and_incremental(model, src, lengths, prev, permute_at=2, beam=2)
+    torch.testing.assert_close(full, incremental, rtol=0, atol=1e-5)
+    hypos = SequenceGenerator([model], dictionary, beam_size=2, max_len_b=5).forward(
+        {"net_input": {"src_tokens": src, "src_lengths": lengths}})
+    assert len(hypos) == src.size(0)

@@ -76,67 +76,42 @@ def multilayer_transformer_wmt_en_de(args):
     multilayer_transformer(args)
 
 
-@preset("multilayer_transformer_mlmha_iwslt")
-def multilayer_transformer_mlmha_iwslt(args):
-    """MLMHA paper's recommendation for the small config: M-00 over all 4 layers."""
-    _default(args, "joint_attention", "m-00")
-    _default(args, "joint_attention_layers", 4)
-    multilayer_transformer_iwslt(args)
+# technique presets: (name, parent size preset, the options they set, what they are)
+TECHNIQUE_PRESETS = [
+    ("multilayer_transformer_mlmha_iwslt", multilayer_transformer_iwslt,
+     {"joint_attention": "m-00", "joint_attention_layers": 4},
+     "MLMHA paper's recommendation for the small config: M-00 over all 4 layers."),
+    ("multilayer_transformer_mlmha_wmt_en_de", multilayer_transformer_wmt_en_de,
+     {"joint_attention": "m-10", "joint_attention_layers": 6},
+     "MLMHA paper's recommendation for the base config: M-10 over all 6 layers."),
+    ("multilayer_transformer_ms_iwslt", multilayer_transformer_iwslt, {"aux_decoder_layers": "1"},
+     "MS-1 (an auxiliary decoder on encoder layer 1), no AIF, small config."),
+    ("multilayer_transformer_ms_wmt_en_de", multilayer_transformer_wmt_en_de, {"aux_decoder_layers": "1"},
+     "MS-1, no AIF, base config."),
+    ("multilayer_transformer_dc_iwslt", multilayer_transformer_iwslt, {"encoder_self_attention": "dc"},
+     "Enc-DC (Dual Contextual encoder self-attention), small config."),
+    ("multilayer_transformer_dc_wmt_en_de", multilayer_transformer_wmt_en_de, {"encoder_self_attention": "dc"},
+     "Enc-DC, base config."),
+    ("multilayer_transformer_mma_iwslt", multilayer_transformer_iwslt, {"encoder_self_attention": "mma"},
+     "Mixed Multi-Head encoder self-attention, small config."),
+    ("multilayer_transformer_mma_wmt_en_de", multilayer_transformer_wmt_en_de, {"encoder_self_attention": "mma"},
+     "Mixed Multi-Head encoder self-attention, base config."),
+    ("multilayer_transformer_deep_enc_shallow_dec", multilayer_transformer_wmt_en_de,
+     {"encoder_layers": 10, "decoder_layers": 2},
+     "Word-translation paper, Table 4: 10 encoder and 2 decoder layers, base dims."),
+]
 
 
-@preset("multilayer_transformer_mlmha_wmt_en_de")
-def multilayer_transformer_mlmha_wmt_en_de(args):
-    """MLMHA paper's recommendation for the base config: M-10 over all 6 layers."""
-    _default(args, "joint_attention", "m-10")
-    _default(args, "joint_attention_layers", 6)
-    multilayer_transformer_wmt_en_de(args)
+def _technique_preset(name, parent, options, doc):
+    def technique_preset(args):
+        for option, value in options.items():
+            _default(args, option, value)
+        parent(args)
+
+    technique_preset.__name__ = technique_preset.__qualname__ = name
+    technique_preset.__doc__ = doc
+    return preset(name)(technique_preset)
 
 
-@preset("multilayer_transformer_ms_iwslt")
-def multilayer_transformer_ms_iwslt(args):
-    """MS-1 (an auxiliary decoder on encoder layer 1), no AIF, small config."""
-    _default(args, "aux_decoder_layers", "1")
-    multilayer_transformer_iwslt(args)
-
-
-@preset("multilayer_transformer_ms_wmt_en_de")
-def multilayer_transformer_ms_wmt_en_de(args):
-    """MS-1, no AIF, base config."""
-    _default(args, "aux_decoder_layers", "1")
-    multilayer_transformer_wmt_en_de(args)
-
-
-@preset("multilayer_transformer_dc_iwslt")
-def multilayer_transformer_dc_iwslt(args):
-    """Enc-DC (Dual Contextual encoder self-attention), small config."""
-    _default(args, "encoder_self_attention", "dc")
-    multilayer_transformer_iwslt(args)
-
-
-@preset("multilayer_transformer_dc_wmt_en_de")
-def multilayer_transformer_dc_wmt_en_de(args):
-    """Enc-DC, base config."""
-    _default(args, "encoder_self_attention", "dc")
-    multilayer_transformer_wmt_en_de(args)
-
-
-@preset("multilayer_transformer_mma_iwslt")
-def multilayer_transformer_mma_iwslt(args):
-    """Mixed Multi-Head encoder self-attention, small config."""
-    _default(args, "encoder_self_attention", "mma")
-    multilayer_transformer_iwslt(args)
-
-
-@preset("multilayer_transformer_mma_wmt_en_de")
-def multilayer_transformer_mma_wmt_en_de(args):
-    """Mixed Multi-Head encoder self-attention, base config."""
-    _default(args, "encoder_self_attention", "mma")
-    multilayer_transformer_wmt_en_de(args)
-
-
-@preset("multilayer_transformer_deep_enc_shallow_dec")
-def multilayer_transformer_deep_enc_shallow_dec(args):
-    """Word-translation paper, Table 4: 10 encoder and 2 decoder layers, base dims."""
-    _default(args, "encoder_layers", 10)
-    _default(args, "decoder_layers", 2)
-    multilayer_transformer_wmt_en_de(args)
+for _entry in TECHNIQUE_PRESETS:
+    _technique_preset(*_entry)
