@@ -19,6 +19,7 @@ Where the code lives (one concern per file):
 - this file: the model; ``multilayer_transformer_legacy.py``: the ``--arch`` presets;
 - ``fairseq_ext/modules/``: the math of each technique.
 """
+import logging
 from typing import Optional
 
 from fairseq.models import ARCH_MODEL_REGISTRY, register_model
@@ -27,6 +28,7 @@ from torch import Tensor
 
 from fairseq_ext import keys
 from fairseq_ext.checkpoint_safety import register_config_upgrade
+from fairseq_ext.errors import OptionError
 from fairseq_ext.models.multi_source_encoder import MultiSourceEncoder
 from fairseq_ext.models.multilayer_transformer_config import (
     MultilayerOptions,
@@ -37,6 +39,8 @@ from fairseq_ext.models.multilayer_transformer_config import (
 from fairseq_ext.models.multilayer_transformer_decoder import MultilayerTransformerDecoder
 from fairseq_ext.models.multilayer_transformer_encoder import MultilayerTransformerEncoder
 from fairseq_ext.modules.mixed_multihead_attention import DECODER_DEFAULT_MMA_HEADS
+
+logger = logging.getLogger(__name__)
 
 # set on args only while the model is built (fairseq copies args into the TransformerConfig
 # the encoder and decoder receive); never saved in a checkpoint
@@ -58,8 +62,6 @@ class MultilayerTransformerModel(TransformerModel):
         apply_defaults(args)
         # multi-source translation: the n sources of the combination are the task's sentences
         args.num_source_sentences = getattr(task, "num_source_sentences", 1)
-        if args.num_source_sentences > 1:
-            args.joint_attention_layers = args.num_source_sentences
         options = parse_options(args, args.num_source_sentences)
         setattr(args, _OPTIONS_ATTRIBUTE, options)
         try:
@@ -76,6 +78,26 @@ class MultilayerTransformerModel(TransformerModel):
         return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
                             alignment_layer=alignment_layer, alignment_heads=alignment_heads,
                             src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
+
+    def check_training_setup(self, criterion, cfg) -> None:
+        """Called when fairseq-train starts (fairseq_ext/training_checks.py): auxiliary
+        decoders are trained only by the multi-output loss; with any other criterion they
+        would run every step, get no gradient and log nothing."""
+        from fairseq_ext.criterions.multi_output_label_smoothed_cross_entropy import (
+            MultiOutputLabelSmoothedCrossEntropyCriterion,
+        )
+
+        aux_layers = getattr(self.decoder, "aux_layers", [])
+        if aux_layers and not isinstance(criterion, MultiOutputLabelSmoothedCrossEntropyCriterion):
+            name = getattr(cfg.criterion, "_name", None) or type(criterion).__name__
+            raise OptionError(
+                f"--aux-decoder-layers {','.join(map(str, aux_layers))} needs --criterion "
+                f"multi_output_label_smoothed_cross_entropy: with --criterion {name} the auxiliary decoders "
+                f"would get no loss"
+            )
+        if aux_layers and cfg.checkpoint.best_checkpoint_metric == "loss":
+            logger.warning("multi-level supervision: --best-checkpoint-metric loss includes the auxiliary losses; "
+                           "--best-checkpoint-metric main_loss selects checkpoints by the main decoder's loss")
 
     @staticmethod
     def options_of(cfg) -> MultilayerOptions:

@@ -197,6 +197,10 @@ def _joint_attention(args, num_source_sentences: int) -> Tuple[JointAttentionStr
         if args.encoder_embed_dim != args.decoder_embed_dim:
             raise OptionError("--task multi_source_translation needs --encoder-embed-dim equal to "
                               "--decoder-embed-dim")
+    if num_source_sentences > 1:
+        # the n sources of the combination are the task's sentences, not encoder layers:
+        # --joint-attention-layers does not apply
+        return strategy, num_source_sentences, None
     n = args.joint_attention_layers
     if n < 1:
         raise OptionError(f"--joint-attention-layers ({n}) must be at least 1")
@@ -242,6 +246,35 @@ def _self_attention(args, side: str, num_layers: int) -> Tuple[Tuple[str, ...], 
     return kinds, heads
 
 
+def _fairseq_features(args, strategy: JointAttentionStrategy, aux_layers: List[int]) -> None:
+    """fairseq features that would silently change which encoder layer the plugin reads,
+    or that bypass the cross-attention the plugin replaces: refused, naming both flags."""
+    reads_layers = []
+    if strategy.memory != "none":
+        reads_layers.append(f"--joint-attention {strategy.name}")
+    if aux_layers:
+        reads_layers.append("--aux-decoder-layers")
+    if reads_layers:
+        uses = " and ".join(reads_layers)
+        if getattr(args, "encoder_layerdrop", 0) > 0:
+            raise OptionError(f"--encoder-layerdrop cannot be combined with {uses}: a dropped layer would shift "
+                              f"which encoder layer is read as f^i")
+        if getattr(args, "encoder_layers_to_keep", None):
+            raise OptionError(f"--encoder-layers-to-keep cannot be combined with {uses}: the kept layers would be "
+                              f"read in place of the ones the model was trained on")
+        if getattr(args, "no_cross_attention", False):
+            raise OptionError(f"--no-cross-attention cannot be combined with {uses}: they read the encoder through "
+                              f"the decoder's cross-attention")
+        if getattr(args, "cross_self_attention", False):
+            raise OptionError(f"--cross-self-attention cannot be combined with {uses}")
+    if strategy.memory == "per_decoder_layer" and getattr(args, "decoder_layers_to_keep", None):
+        raise OptionError(f"--decoder-layers-to-keep cannot be combined with --joint-attention {strategy.name}, "
+                          f"which mixes one memory per decoder layer")
+    if getattr(args, "cross_self_attention", False) and args.decoder_self_attention != "standard":
+        raise OptionError(f"--cross-self-attention cannot be combined with --decoder-self-attention "
+                          f"{args.decoder_self_attention}")
+
+
 def parse_options(args, num_source_sentences: int = 1) -> MultilayerOptions:
     """Check every option and combination (errors name the flag) and return them typed."""
     num_enc, num_dec = args.encoder_layers, args.decoder_layers
@@ -272,6 +305,8 @@ def parse_options(args, num_source_sentences: int = 1) -> MultilayerOptions:
             raise OptionError(f"{what} is implemented for post-norm decoder layers: unset --decoder-normalize-before")
         if getattr(args, "checkpoint_activations", False):
             raise OptionError(f"{what} cannot be combined with --checkpoint-activations")
+
+    _fairseq_features(args, strategy, aux_layers)
 
     if args.dc_kernel_size < 1:
         raise OptionError(f"--dc-kernel-size ({args.dc_kernel_size}) must be at least 1")

@@ -14,6 +14,7 @@ from typing import List
 import torch
 import torch.nn as nn
 from fairseq.modules import LayerNorm
+from fairseq.modules.fairseq_dropout import FairseqDropout
 from torch import Tensor
 
 from fairseq_ext.modules.attention_utils import xavier_linear
@@ -41,7 +42,8 @@ class AggregationUnit(nn.Module):
         super().__init__()
         self.fc1 = xavier_linear(num_inputs * embed_dim, ffn_dim)
         self.fc2 = xavier_linear(ffn_dim, embed_dim)
-        self.activation_dropout = nn.Dropout(activation_dropout)
+        # fairseq's dropout module, so that --retain-dropout reaches it
+        self.activation_dropout = FairseqDropout(activation_dropout, module_name=self.__class__.__name__)
         self.layer_norm = LayerNorm(embed_dim)
 
     def forward(self, inputs: List[Tensor]) -> Tensor:  # each T x B x C

@@ -1,0 +1,79 @@
+"""Issue 10, items 2, 4 and 7: fairseq features that would silently misbehave with the
+plugin are refused (naming the flags) or supported with a defined meaning."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn as nn
+
+from fairseq_ext.errors import OptionError
+from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
+from model_utils import MULTI30K_TRAIN_FLAGS, SMALL, build, make_dictionary, parse_model_args, random_batch
+
+
+# --- item 7: LayerDrop, layer pruning, cross-self-attention --------------------------------
+@pytest.mark.parametrize("flags,message", [
+    (("--joint-attention", "m-10", "--encoder-layerdrop", "0.2"),
+     "--encoder-layerdrop cannot be combined with --joint-attention m-10"),
+    (("--aux-decoder-layers", "1", "--encoder-layerdrop", "0.2"),
+     "--encoder-layerdrop cannot be combined with --aux-decoder-layers"),
+    (("--joint-attention", "s-agg", "--encoder-layers-to-keep", "0,2"),
+     "--encoder-layers-to-keep cannot be combined with --joint-attention s-agg"),
+    (("--joint-attention", "transparent", "--decoder-layers-to-keep", "0"),
+     "--decoder-layers-to-keep cannot be combined with --joint-attention transparent"),
+    (("--joint-attention", "flat", "--no-cross-attention", "--cross-self-attention"),
+     "--no-cross-attention cannot be combined with --joint-attention flat"),
+    (("--joint-attention", "m-00", "--cross-self-attention"), "--cross-self-attention cannot be combined"),
+    (("--decoder-self-attention", "dc", "--cross-self-attention"),
+     "--cross-self-attention cannot be combined with --decoder-self-attention dc"),
+    (("--decoder-self-attention", "mma", "--cross-self-attention"),
+     "--cross-self-attention cannot be combined with --decoder-self-attention mma"),
+])
+def test_features_that_would_read_the_wrong_layer_are_refused(flags, message):
+    with pytest.raises(OptionError, match=message):
+        build("multilayer_transformer", *SMALL, *flags)
+
+
+def test_the_features_still_work_where_nothing_reads_the_lower_layers():
+    model, _ = build("multilayer_transformer", *SMALL, "--encoder-layerdrop", "0.2")
+    assert model.encoder.encoder_layerdrop == 0.2
+    model, _ = build("multilayer_transformer", *SMALL, "--no-cross-attention", "--cross-self-attention")
+    src, lengths, prev = random_batch(model.decoder.dictionary)
+    assert torch.isfinite(model(src, lengths, prev)[0]).all()
+
+
+def test_every_dropout_is_fairseqs_so_retain_dropout_reaches_it():
+    model, _ = build("multilayer_transformer", *SMALL, "--joint-attention", "c-agg", "--aux-decoder-layers", "1",
+                     "--aux-fusion", "--encoder-self-attention", "dc", "--decoder-self-attention", "mma")
+    plain = [name for name, m in model.named_modules() if isinstance(m, nn.Dropout)]
+    assert not plain
+    model.prepare_for_inference_(SimpleNamespace(generation=SimpleNamespace(retain_dropout=True,
+                                                                           retain_dropout_modules=None)))
+    aggregation_dropout = model.encoder.layer_aggregation.units[0].activation_dropout
+    assert aggregation_dropout.apply_during_inference
+
+
+# --- item 4: the number of source sentences is not a number of layers ----------------------
+def test_three_sources_with_a_two_layer_encoder():
+    dictionary = make_dictionary()
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary, num_source_sentences=3)
+    flags = [f for f in SMALL]
+    flags[flags.index("--encoder-layers") + 1] = "2"
+    args = parse_model_args("multilayer_transformer", *flags, "--joint-attention", "hierarchical")
+    model = MultilayerTransformerModel.build_model(args, task).eval()
+    assert model.encoder.num_sources == 3 and len(model.encoder.encoders) == 3
+    src, lengths, prev = random_batch(dictionary)
+    extra = torch.stack([random_batch(dictionary, seed=s)[0] for s in (5, 6)], dim=1)
+    out, _ = model(src, lengths, prev, extra_src_tokens=extra)
+    assert torch.isfinite(out).all()
+
+
+# --- item 2: multi-level supervision never trains without its losses ----------------------
+def test_ms_with_a_criterion_that_ignores_the_auxiliary_decoders_is_refused(multi30k_bin, tmp_path, monkeypatch):
+    from model_utils import train_recording_validation
+    flags = [f for f in MULTI30K_TRAIN_FLAGS]
+    with pytest.raises(OptionError, match="--aux-decoder-layers 1 needs --criterion "
+                                          "multi_output_label_smoothed_cross_entropy: with --criterion "
+                                          "label_smoothed_cross_entropy"):
+        train_recording_validation(multi30k_bin, tmp_path, monkeypatch, *flags, "--aux-decoder-layers", "1")
+    assert not (tmp_path / "checkpoint_last.pt").exists()
