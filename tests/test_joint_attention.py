@@ -16,7 +16,11 @@ from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
 from fairseq_ext.models.multilayer_transformer_config import parse_options
 from fairseq_ext.modules.layer_aggregation import LayerAggregation
 from fairseq_ext.modules.multi_layer_multihead_attention import MultiLayerMultiheadAttention
-from fairseq_ext.modules.multi_source_attention import FlatOrHierarchicalCrossAttention, ParallelCrossAttention
+from fairseq_ext.modules.multi_source_attention import (
+    FlatOrHierarchicalCrossAttention,
+    HierarchicalCrossAttention,
+    ParallelCrossAttention,
+)
 from model_utils import (
     MULTI30K_TRAIN_FLAGS,
     SMALL,
@@ -31,7 +35,7 @@ from model_utils import (
 
 AGGREGATION = ("s-agg", "iter-s-agg", "c-agg", "iter-c-agg")
 MLMHA = ("m-00", "m-01", "m-10", "m-11")
-MULTI_SOURCE = ("serial", "parallel", "flat", "hierarchical")
+MULTI_SOURCE = ("serial", "parallel", "flat", "hierarchical", "hierarchical-shared")
 STRATEGIES = AGGREGATION + ("transparent",) + MLMHA + MULTI_SOURCE
 ALL_OPTIONS = ("none",) + STRATEGIES
 L_SMALL = 3  # SMALL: 3 encoder layers, 2 decoder layers, d 32, 4 heads
@@ -132,9 +136,21 @@ def ref_flat(attn, query, sources, pad):
 
 
 def ref_hierarchical(attn, query, sources, pad):
-    """Per head: c_i = softmax(q k_i^T / sqrt(dk)) v_i per source, then a second attention
-    with the same projected query over the n contexts: beta = softmax_i(q . c_i / sqrt(dk)),
-    context = sum_i beta_i c_i; then W_o."""
+    """Eq. 7-8 with A^h of Eq. 2-3: c_i = A^h_i(Q, f^i) with the i-th attention's own
+    W^Q, W^K, W^V, W^O; then, at every target position z separately, one more A^h (own
+    projections) with the query x_z and keys = values = [c_1[z], ..., c_n[z]]."""
+    contexts = [ref_mha(a, query, f, pad) for a, f in zip(attn.source_attentions, sources)]  # Z x B x C
+    outputs = []
+    for z in range(query.size(0)):
+        states = torch.stack([c[z] for c in contexts])  # n x B x C: the n contexts of position z
+        outputs.append(ref_mha(attn.context_attention, query[z : z + 1], states))
+    return torch.cat(outputs, dim=0)
+
+
+def ref_hierarchical_shared(attn, query, sources, pad):
+    """The first release's simplified form (strategy hierarchical-shared): per head,
+    c_i = softmax(q k_i^T / sqrt(dk)) v_i with one shared query projection, then
+    beta = softmax_i(q . c_i / sqrt(dk)), context = sum_i beta_i c_i; then one W_o."""
     h = attn.num_heads
     q = heads(lin(query, attn.q_proj), h)  # B x H x Z x D
     cs = []
@@ -214,7 +230,8 @@ def ref_cross_sublayer(layer, strategy, x, memory, pad):
         for (a, norm_i), f in zip(sublayers, memory):
             x = ln(x + ref_mha(a, x, f, pad), norm_i)
         return x
-    combine = {"parallel": ref_parallel, "flat": ref_flat, "hierarchical": ref_hierarchical}[strategy]
+    combine = {"parallel": ref_parallel, "flat": ref_flat, "hierarchical": ref_hierarchical,
+               "hierarchical-shared": ref_hierarchical_shared}[strategy]
     return ln(x + combine(attn, x, memory, pad), norm)
 
 
@@ -295,7 +312,8 @@ def exact_multi_source_delta(strategy, n=N_LAYERS, d=D, m=N_LAYERS):
         "serial": (n - 1) * (attention + 2 * d),  # n - 1 more sublayers, each with its LayerNorm
         "parallel": (n - 1) * attention,  # n independent attentions
         "flat": 0,  # one attention over the concatenated states
-        "hierarchical": (n - 1) * 2 * (d * d + d),  # per-source W^k, W^v; one W^q, W^o; parameter-free 2nd level
+        "hierarchical": n * attention,  # n first-level attentions and the second level, minus the stock one
+        "hierarchical-shared": (n - 1) * 2 * (d * d + d),  # per-source W^k, W^v; one W^q, W^o
     }[strategy]
 
 
@@ -366,7 +384,8 @@ def stock_name(key):
     return re.sub(r"\.(q_proj|k_proj|v_proj)\.0\.", r".\1.", key)
 
 
-@pytest.mark.parametrize("strategy", MLMHA + MULTI_SOURCE)
+# hierarchical with n = 1 adds a second attention level (test_hierarchical_equations)
+@pytest.mark.parametrize("strategy", [s for s in MLMHA + MULTI_SOURCE if s != "hierarchical"])
 def test_one_collected_layer_is_the_stock_transformer(strategy):
     dictionary = make_dictionary()
     stock, _ = build_stock("transformer", *SMALL, dictionary=dictionary, seed=3)
@@ -449,17 +468,35 @@ def test_mlmha_equations(strategy, n):
     assert torch.all(weights.masked_select(pad[None, :, None, :].expand_as(weights)) == 0)
 
 
-@pytest.mark.parametrize("strategy", ["flat", "hierarchical"])
+@pytest.mark.parametrize("strategy", ["flat", "hierarchical-shared"])
 @pytest.mark.parametrize("n", [1, 3])
-def test_flat_and_hierarchical_equations(strategy, n):
+def test_flat_and_shared_hierarchical_equations(strategy, n):
     torch.manual_seed(0)
-    attn = perturb(FlatOrHierarchicalCrossAttention(16, 4, n, strategy).double().eval(), seed=1, scale=0.5)
+    attn = perturb(FlatOrHierarchicalCrossAttention(16, 4, n, strategy.split("-")[0]).double().eval(), seed=1,
+                   scale=0.5)
     sources, pad, query = random_sources(n)
     out, weights = attn(query, torch.stack(sources, dim=2), key_padding_mask=pad, need_weights=True)
-    ref = ref_flat if strategy == "flat" else ref_hierarchical
+    ref = ref_flat if strategy == "flat" else ref_hierarchical_shared
     torch.testing.assert_close(out, ref(attn, query, sources, pad), atol=1e-5, rtol=0)
     # weights over the J source positions (summed over the sources): a distribution
     torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights.sum(-1)), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_hierarchical_equations(n):
+    torch.manual_seed(0)
+    attn = perturb(HierarchicalCrossAttention(16, 4, n).double().eval(), seed=1, scale=0.5)
+    sources, pad, query = random_sources(n)
+    out, weights = attn(query, torch.stack(sources, dim=2), key_padding_mask=pad, need_weights=True)
+    # fairseq's attention takes its softmax in float32, hence the relative tolerance
+    torch.testing.assert_close(out, ref_hierarchical(attn, query, sources, pad), atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights.sum(-1)), atol=1e-6, rtol=0)
+    assert torch.all(weights.masked_select(pad[:, None, :].expand_as(weights)) == 0)
+    if n == 1:  # one context with weight 1: the stock cross-attention, then W^O_2 W^V_2
+        second = attn.context_attention
+        expected = lin(lin(ref_mha(attn.source_attentions[0], query, sources[0], pad), second.v_proj),
+                       second.out_proj)
+        torch.testing.assert_close(out, expected, atol=1e-5, rtol=0)
 
 
 def test_parallel_equation():
@@ -542,6 +579,8 @@ def cross_attention_key_projections(model):
             if owner is None:
                 continue
             for name, module in owner.named_modules():
+                if name.startswith("context_attention"):
+                    continue  # hierarchical's second level: its keys are each step's contexts
                 if name.split(".")[-1] == "k_proj" or re.search(r"(^|\.)k_proj\.\d+$", name):
                     if isinstance(module, torch.nn.Linear):
                         found[f"{index}.{type(owner).__name__}.{name}"] = module

@@ -260,6 +260,7 @@ def test_checkpoint_from_before_the_mma_head_check_loads(tmp_path, honest):
     spec without MMA is now refused, so the load upgrades the stored default."""
     model_args = argparse.Namespace(**vars(honest["cfg"]["model"]))
     model_args.decoder_mma_heads = "L,B"
+    del model_args.fairseq_ext_config_version  # as in the first release's checkpoints
     path = tmp_path / "old.pt"
     torch.save({**honest, "cfg": {**honest["cfg"], "model": model_args}}, path)
     dictionary = make_dictionary()

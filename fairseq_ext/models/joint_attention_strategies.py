@@ -22,6 +22,7 @@ from fairseq_ext.modules.layer_aggregation import LayerAggregation
 from fairseq_ext.modules.multi_layer_multihead_attention import MultiLayerMultiheadAttention
 from fairseq_ext.modules.multi_source_attention import (
     FlatOrHierarchicalCrossAttention,
+    HierarchicalCrossAttention,
     ParallelCrossAttention,
     SourceSelectAttention,
 )
@@ -137,8 +138,13 @@ STRATEGIES: Dict[str, JointAttentionStrategy] = {s.name: s for s in [
              lambda spec: FlatOrHierarchicalCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources,
                                                            "flat", spec.dropout),
              multi_source=True),
-    _stacked("hierarchical", "per-layer attention, then attention over the contexts (Libovicky et al. "
-             "2018, Eq. 7-8)",
+    _stacked("hierarchical", "per-layer multi-head attentions, then a multi-head attention over their contexts "
+             "(Libovicky et al. 2018, Eq. 7-8)",
+             lambda spec: HierarchicalCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources, spec.dropout,
+                                                     kdim=spec.kdim),
+             multi_source=True),
+    _stacked("hierarchical-shared", "the first release's simplified hierarchical form (shared query projection, "
+             "parameter-free second level), kept for the checkpoints trained with it",
              lambda spec: FlatOrHierarchicalCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources,
                                                            "hierarchical", spec.dropout),
              multi_source=True),

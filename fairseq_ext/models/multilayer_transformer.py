@@ -31,6 +31,7 @@ from fairseq_ext.checkpoint_safety import register_config_upgrade
 from fairseq_ext.errors import OptionError
 from fairseq_ext.models.multi_source_encoder import MultiSourceEncoder
 from fairseq_ext.models.multilayer_transformer_config import (
+    CONFIG_VERSION,
     MultilayerOptions,
     add_options,
     apply_defaults,
@@ -124,14 +125,22 @@ def upgrade_checkpoint_args(model_args) -> None:
     """Bring the model configuration of an older checkpoint of this plugin up to date
     (run on every checkpoint load, see checkpoint_safety.register_config_upgrade).
 
-    - Before 0.2, ``--decoder-mma-heads`` defaulted to ``L,B`` in every model, MMA or not;
-      now a head spec without MMA is refused, and the default is empty (meaning L,B).
+    First release (no ``fairseq_ext_config_version``) -> 2:
+    - ``--decoder-mma-heads`` defaulted to ``L,B`` in every model, MMA or not; a head spec
+      without MMA is now refused, and the default is empty (meaning L,B);
+    - ``--joint-attention hierarchical`` was a simplified form (shared query projection,
+      parameter-free second level); ``hierarchical`` now follows the paper's Eq. 7-8, and the
+      old form is ``hierarchical-shared``.
     """
     if ARCH_MODEL_REGISTRY.get(getattr(model_args, "arch", None)) is not MultilayerTransformerModel:
         return
-    if getattr(model_args, "decoder_self_attention", "standard") != "mma" \
-            and getattr(model_args, "decoder_mma_heads", "") == DECODER_DEFAULT_MMA_HEADS:
-        model_args.decoder_mma_heads = ""
+    if getattr(model_args, "fairseq_ext_config_version", None) is None:
+        if getattr(model_args, "decoder_self_attention", "standard") != "mma" \
+                and getattr(model_args, "decoder_mma_heads", "") == DECODER_DEFAULT_MMA_HEADS:
+            model_args.decoder_mma_heads = ""
+        if getattr(model_args, "joint_attention", None) == "hierarchical":
+            model_args.joint_attention = "hierarchical-shared"
+        model_args.fairseq_ext_config_version = CONFIG_VERSION
 
 
 register_config_upgrade(upgrade_checkpoint_args)

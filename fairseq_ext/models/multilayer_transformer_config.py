@@ -89,6 +89,12 @@ def add_options(parser) -> None:
     group.set_defaults(**{f.name: None for f in fields(MultilayerTransformerConfig) if f.type is bool})
 
 
+# Stored in every model configuration (``args.fairseq_ext_config_version``); checkpoints
+# without it are from the first release, and loading upgrades them
+# (multilayer_transformer.upgrade_checkpoint_args).
+CONFIG_VERSION = 2
+
+
 def apply_defaults(args) -> None:
     """The base preset: fairseq's Transformer defaults, then every option of this plugin the
     command line and the presets left unset, from :class:`MultilayerTransformerConfig`."""
@@ -101,6 +107,8 @@ def apply_defaults(args) -> None:
             setattr(args, f.name, getattr(default, "value", default))
     if getattr(args, "joint_attention_layers", None) is None:
         args.joint_attention_layers = 1 if args.joint_attention == "none" else args.encoder_layers
+    if getattr(args, "fairseq_ext_config_version", None) is None:
+        args.fairseq_ext_config_version = CONFIG_VERSION
 
 
 # ----------------------------------------------------------------------------------------

@@ -11,9 +11,16 @@ Transformer Decoder", Sec. 3), applied with the top n encoder layers as the n so
 - flat (Eq. 5-6): one attention over the concatenation of all sources' states along the
   length axis: one set of query/key/value projections shared by all sources (the paper:
   "the intermediate projection of the states of each encoder is not necessary").
-- hierarchical (Eq. 7-8): per-head attention over each source, then, with the same
-  projected query, a second attention over the n per-head contexts (parameter-free, so
-  n = 1 is exactly the standard cross-attention).
+- hierarchical (Eq. 7-8, with A^h of Eq. 2-3): one full multi-head attention per source
+  (own W^Q, W^K, W^V, W^O each), then a second full multi-head attention with its own
+  projections whose keys and values, at each target position, are the n per-source
+  contexts (`HierarchicalCrossAttention`). With n = 1 the second level attends a single
+  context with weight 1, so the output is the stock cross-attention followed by an affine
+  map (W^O_2 W^V_2).
+- the first release's simplified hierarchical form (shared query projection, no per-source
+  output projections, a parameter-free second level) stays available as
+  ``hierarchical-shared`` for the checkpoints trained with it
+  (`FlatOrHierarchicalCrossAttention` with ``strategy="hierarchical"``).
 """
 from typing import List, Optional
 
@@ -35,7 +42,7 @@ from fairseq_ext.modules.attention_utils import (
 )
 from fairseq_ext.modules.stacked_source_attention import StackedSourceAttention
 
-MULTI_SOURCE_STRATEGIES = ("serial", "parallel", "flat", "hierarchical")
+MULTI_SOURCE_STRATEGIES = ("serial", "parallel", "flat", "hierarchical", "hierarchical-shared")
 
 
 def cross_attention(embed_dim: int, num_heads: int, dropout: float, cls=MultiheadAttention, **kwargs):
@@ -114,6 +121,54 @@ class ParallelCrossAttention(nn.Module):
             weights.append(w)
         attn_weights = torch.stack(weights).mean(dim=0) if weights[0] is not None else None
         return torch.stack(outputs).sum(dim=0), attn_weights
+
+
+class HierarchicalCrossAttention(nn.Module):
+    """Eq. 7-8: A^h_hier(Q, K_1:n, V_1:n) = A^h(Q, K_hier, V_hier) with
+    K_hier = V_hier = concat_i A^h_i(Q, K_i, V_i): n independent multi-head attentions
+    (stock fairseq cross-attentions, each with its own four projections), then one more
+    multi-head attention, with its own projections, in which each target position attends
+    its own n contexts. One residual, applied by the decoder layer.
+
+    Incremental decoding: every per-source attention caches its projected static keys and
+    values (fairseq's ``static_kv``); the second level's keys are the current step's
+    contexts, so it has nothing to cache."""
+
+    def __init__(self, embed_dim: int, num_heads: int, num_sources: int, dropout: float = 0.0,
+                 kdim: Optional[int] = None):
+        super().__init__()
+        kdim = kdim or embed_dim
+        self.source_attentions = nn.ModuleList(
+            cross_attention(embed_dim, num_heads, dropout, kdim=kdim, vdim=kdim) for _ in range(num_sources)
+        )
+        self.context_attention = cross_attention(embed_dim, num_heads, dropout)
+
+    def forward(self, query, key, value=None, key_padding_mask=None, incremental_state=None,
+                need_weights=False, need_head_weights=False, **unused):
+        """query: Z x B x C; key: the stacked sources J x B x n x C (None once cached).
+        Returns Z x B x C and, when asked, the first-level weights of each source scaled by
+        the second-level weight of that source and summed over the sources (B x Z x J;
+        H x B x Z x J with ``need_head_weights``, where the second level is head-averaged)."""
+        want_weights = need_weights or need_head_weights
+        contexts, weights = [], []
+        for i, attn in enumerate(self.source_attentions):
+            source = key[:, :, i] if key is not None else None
+            context, w = attn(query=query, key=source, value=source, key_padding_mask=source_mask(key_padding_mask, i),
+                              incremental_state=incremental_state, static_kv=True, need_weights=want_weights,
+                              need_head_weights=need_head_weights)
+            contexts.append(context)  # Z x B x C
+            weights.append(w)
+        tgt_len, bsz, dim = query.shape
+        # the second level: each of the Z x B positions attends its own n contexts
+        hier = torch.stack(contexts, dim=0).reshape(len(contexts), tgt_len * bsz, dim)  # n x (Z B) x C
+        out, beta = self.context_attention(query=query.reshape(1, tgt_len * bsz, dim), key=hier, value=hier,
+                                           need_weights=want_weights)
+        out = out.view(tgt_len, bsz, dim)
+        if not want_weights:
+            return out, None
+        beta = beta.view(tgt_len, bsz, len(contexts)).transpose(0, 1)  # B x Z x n, head-averaged
+        combined = sum(beta[..., i, None] * w for i, w in enumerate(weights))  # broadcasts over H
+        return out, combined
 
 
 def flat_attention(q: Tensor, keys: List[Tensor], values: List[Tensor], key_padding_mask, dropout):
