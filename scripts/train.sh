@@ -13,8 +13,8 @@
 # the CPU (with fairseq's legacy_ddp, since torch's DDP wants device ids on CPU modules).
 #
 # Examples:
-#   scripts/train.sh data-bin/iwslt15.en-vi checkpoints/jas --config configs/iwslt.args -- --arch transformer_jas_iwslt
-#   scripts/train.sh data-bin/wmt14.en-de ckpt --nproc 8 --config configs/wmt14.args -- --arch transformer_jas_wmt_en_de --fp16
+#   scripts/train.sh data-bin/iwslt15.en-vi checkpoints/mlmha --config configs/iwslt.args -- --arch multilayer_transformer_mlmha_iwslt
+#   scripts/train.sh data-bin/wmt14.en-de ckpt --nproc 8 --config configs/wmt14.args -- --arch multilayer_transformer_mlmha_wmt_en_de --fp16
 #   # node 0 and node 1 of a 2 x 8 GPU job:
 #   scripts/train.sh data-bin/wmt14.en-de ckpt --nproc 8 --nnodes 2 --node-rank 0 --master-addr node0 --master-port 29500 -- ...
 #   scripts/train.sh data-bin/wmt14.en-de ckpt --nproc 8 --nnodes 2 --node-rank 1 --master-addr node0 --master-port 29500 -- ...
@@ -28,17 +28,29 @@ shift 2
 NPROC=1 NNODES=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=${MASTER_PORT:-29500} CONFIG=""
 while [[ $# -gt 0 ]]; do
     case $1 in
-        --nproc) NPROC=$2; shift 2 ;;
-        --nnodes) NNODES=$2; shift 2 ;;
-        --node-rank) NODE_RANK=$2; shift 2 ;;
-        --master-addr) MASTER_ADDR=$2; shift 2 ;;
-        --master-port) MASTER_PORT=$2; shift 2 ;;
-        --config) CONFIG=$2; shift 2 ;;
+        --nproc | --nnodes | --node-rank | --master-addr | --master-port | --config)
+            [[ $# -ge 2 && $2 != --* ]] || die "$1 needs a value"
+            case $1 in
+                --nproc) NPROC=$2 ;;
+                --nnodes) NNODES=$2 ;;
+                --node-rank) NODE_RANK=$2 ;;
+                --master-addr) MASTER_ADDR=$2 ;;
+                --master-port) MASTER_PORT=$2 ;;
+                --config) CONFIG=$2 ;;
+            esac
+            shift 2 ;;
         -h|--help) usage 0 ;;
         --) shift; break ;;
         *) die "unknown option $1 (fairseq-train flags go after --)" ;;
     esac
 done
+is_int() { [[ $1 =~ ^[0-9]+$ ]]; }
+is_int "$NPROC" && ((NPROC >= 1)) || die "--nproc must be a positive integer (processes on this node), not '$NPROC'"
+is_int "$NNODES" && ((NNODES >= 1)) || die "--nnodes must be a positive integer, not '$NNODES'"
+is_int "$NODE_RANK" && ((NODE_RANK < NNODES)) ||
+    die "--node-rank must be an integer in 0..$((NNODES - 1)) (--nnodes $NNODES), not '$NODE_RANK'"
+is_int "$MASTER_PORT" && ((MASTER_PORT >= 1 && MASTER_PORT <= 65535)) ||
+    die "--master-port must be a port number (1-65535), not '$MASTER_PORT'"
 [[ -d $DATA ]] || die "no binarized data directory $DATA (run a scripts/prepare-*.sh recipe first)"
 USER_DIR="$(cd "$(dirname "$0")/.." && pwd)/fairseq_ext"
 CONFIG_ARGS=()

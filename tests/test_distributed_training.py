@@ -39,8 +39,34 @@ def test_two_cpu_processes_form_one_world(tmp_path):
     assert two < one and abs(2 * two - one) <= 2, (one, two)
     assert (tmp_path / "two" / "checkpoint_last.pt").exists()
 
+    # resume the two-process run (issue 8.3: rank 1 could not load the broadcast state)
+    more = [a if a != "1" or common[i - 1] != "--max-epoch" else "2" for i, a in enumerate(common)]
+    resumed = subprocess.run(["bash", TRAIN, bin_dir, str(tmp_path / "two"), "--nproc", "2", *more],
+                             capture_output=True, text=True, env=env, timeout=300)
+    log = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, log[-3000:]
+    assert "Unsupported global" not in log
+    assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch 2 @ \d+ updates\)", log), log[-3000:]
+    assert "| train | epoch 002" in log
+    assert log.count("done training") >= 1
+
 
 def test_train_sh_rejects_missing_data(tmp_path):
     result = subprocess.run(["bash", TRAIN, str(tmp_path / "nope"), str(tmp_path / "ckpt"), "--", "--arch", "x"],
                             capture_output=True, text=True)
     assert result.returncode != 0 and "no binarized data directory" in result.stderr
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--nproc", "abc"], "--nproc must be a positive integer (processes on this node), not 'abc'"),
+    (["--nproc", "0"], "--nproc must be a positive integer"),
+    (["--nnodes", "two"], "--nnodes must be a positive integer, not 'two'"),
+    (["--nnodes", "2", "--node-rank", "2"], "--node-rank must be an integer in 0..1"),
+    (["--master-port", "70000"], "--master-port must be a port number (1-65535), not '70000'"),
+    (["--nproc"], "--nproc needs a value"),
+    (["--config", "--nproc", "2"], "--config needs a value"),
+])
+def test_train_sh_names_the_option_it_refuses(tmp_path, flags, message):
+    result = subprocess.run(["bash", TRAIN, str(tmp_path), str(tmp_path / "ckpt"), *flags, "--", "--arch", "x"],
+                            capture_output=True, text=True)
+    assert result.returncode != 0 and f"[train.sh] error: {message}" in result.stderr, result.stderr
