@@ -20,12 +20,11 @@ import collections
 import os
 import re
 import sys
-import tempfile
 from typing import Dict, List, Optional
 
 import torch
 
-from fairseq_ext.checkpoint_safety import load_checkpoint_state
+from fairseq_ext.checkpoint_safety import load_checkpoint_state, save_atomically
 from fairseq_ext.errors import FairseqExtError
 
 
@@ -73,20 +72,6 @@ def average_checkpoints(paths: List[str]) -> Dict:
     new_state["model"] = averaged
     new_state["last_optimizer_state"] = None
     return new_state
-
-
-def save_atomically(state: Dict, output: str) -> None:
-    directory = os.path.dirname(os.path.abspath(output))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".average-", suffix=".pt", dir=directory)
-    os.close(fd)
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, output)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 def _same_file(a: str, b: str) -> bool:

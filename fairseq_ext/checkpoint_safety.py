@@ -41,7 +41,9 @@ import argparse
 import ast
 import importlib
 import operator
+import os
 import sys
+import tempfile
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import numpy as np
@@ -327,6 +329,22 @@ def load_checkpoint_state(path: str) -> dict:
     check_checkpoint_config(state, path)
     upgrade_checkpoint_config(state)
     return state
+
+
+def save_atomically(state: Dict, output: str) -> None:
+    """torch.save to a temporary file beside ``output``, renamed into place: a crash never
+    leaves a half-written checkpoint, and never destroys the file it replaces."""
+    directory = os.path.dirname(os.path.abspath(output))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".average-", suffix=".pt", dir=directory)
+    os.close(fd)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, output)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 # ----------------------------------------------------------------------------------------

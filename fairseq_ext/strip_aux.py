@@ -8,12 +8,11 @@ baseline's speed and size.
     (or: python -m fairseq_ext.strip_aux IN OUT)
 """
 import argparse
+import os
 import sys
 
-import torch
-
 import fairseq_ext  # noqa: F401  (checkpoint allowlist)
-from fairseq_ext.checkpoint_safety import load_checkpoint_state
+from fairseq_ext.checkpoint_safety import load_checkpoint_state, save_atomically
 from fairseq_ext.errors import FairseqExtError
 
 AUX_PREFIX = "decoder.aux_decoders."
@@ -64,12 +63,16 @@ def cli_main(argv=None):
     parser.add_argument("checkpoint")
     parser.add_argument("output")
     args = parser.parse_args(argv)
+    if os.path.realpath(args.output) == os.path.realpath(args.checkpoint) or (
+            os.path.exists(args.output) and os.path.samefile(args.output, args.checkpoint)):
+        sys.exit(f"fairseq-ext-strip-aux: error: {args.output} is the input checkpoint; write the stripped "
+                 f"model to another file")
     try:
         state = load_checkpoint_state(args.checkpoint)  # weights_only + the config check
         removed = strip_aux_decoders(state)
     except (ValueError, FairseqExtError) as err:
-        sys.exit(f"fairseq-ext-strip-aux: {err}")
-    torch.save(state, args.output)
+        sys.exit(f"fairseq-ext-strip-aux: error: {err}")
+    save_atomically(state, args.output)
     print(f"removed {removed:,} auxiliary-decoder parameters -> {args.output}")
 
 

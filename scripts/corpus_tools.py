@@ -3,6 +3,10 @@
 
 Each subcommand is a small filter; files ending in .gz are read transparently.
 
+  cat FILE...                the files as clean text: UTF-8 checked (an invalid line is an
+                             error naming the file and line), a leading BOM dropped, CR LF
+                             and a lone CR inside a line made \n and a space (so that wc -l,
+                             Python and fairseq agree on the lines)
   check-parallel A B         both files exist, are non-empty and have equal line counts
   tokenize -l LANG           Moses tokenization (sacremoses), stdin -> stdout
   detokenize -l LANG         Moses detokenization, also undoes the XML escapes
@@ -41,6 +45,44 @@ def open_text(path, mode="r"):
     return open(path, mode, encoding="utf-8", newline="\n")
 
 
+def clean_line(raw: bytes, path: str, number: int) -> str:
+    """One line of a corpus file as text: UTF-8 (else an error naming the file and line),
+    without its line end, a BOM at the start of the file, or a CR (a CR inside the line
+    becomes a space: Python's universal newlines would split the line there, wc -l would
+    not)."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        die(f"{path}: line {number} is not valid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})")
+    if number == 1 and line.startswith("\ufeff"):
+        line = line[1:]
+    line = line.rstrip("\n")
+    if line.endswith("\r"):
+        line = line[:-1]
+    return line.replace("\r", " ")
+
+
+def read_lines(path: str):
+    """The lines of a plain or gzipped corpus file, cleaned by clean_line."""
+    if not os.path.exists(path):
+        die(f"missing file: {path}")
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            for number, raw in enumerate(f, start=1):  # binary: split on \n only, as wc -l
+                yield clean_line(raw, path, number)
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        die(f"cannot read {path}: {e}")
+
+
+def cmd_cat(args):
+    out = stdout()
+    for path in args.files:
+        for line in read_lines(path):
+            out.write(line + "\n")
+    out.flush()
+
+
 def stdin_lines():
     stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline="\n")
     for line in stream:
@@ -52,14 +94,7 @@ def stdout():
 
 
 def count_lines(path):
-    n = 0
-    try:
-        with open_text(path) as f:
-            for _ in f:
-                n += 1
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
-        die(f"cannot read {path}: {e}")
-    return n
+    return sum(1 for _ in read_lines(path))
 
 
 # ----------------------------------------------------------------------------- check
@@ -165,13 +200,12 @@ _SEG = re.compile(r"<seg[^>]*>(.*?)</seg>", re.I)
 def cmd_extract_segs(args):
     out = stdout()
     n = 0
-    with open_text(args.file) as f:
-        for line in f:
-            m = _SEG.search(line)
-            if m:
-                text = m.group(1).strip().replace("\u2019", "'")
-                out.write(text + "\n")
-                n += 1
+    for line in read_lines(args.file):
+        m = _SEG.search(line)
+        if m:
+            text = m.group(1).strip().replace("\u2019", "'")
+            out.write(text + "\n")
+            n += 1
     out.flush()
     if n == 0:
         die(f"no <seg> elements in {args.file}: not an IWSLT .xml / WMT .sgm file?")
@@ -221,11 +255,11 @@ def cmd_split(args):
 
 
 def cmd_head(args):
-    with open_text(args.input) as f, open_text(args.output, "w") as out:
-        for i, line in enumerate(f):
+    with open_text(args.output, "w") as out:
+        for i, line in enumerate(read_lines(args.input)):
             if 0 < args.n <= i:
                 break
-            out.write(line.rstrip("\n").rstrip("\r") + "\n")
+            out.write(line + "\n")
 
 
 # ----------------------------------------------------------------------------- fairseq-generate
@@ -262,6 +296,10 @@ def cmd_extract_gen(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("cat")
+    s.add_argument("files", nargs="+")
+    s.set_defaults(fn=cmd_cat)
 
     s = sub.add_parser("check-parallel")
     s.add_argument("files", nargs="+")

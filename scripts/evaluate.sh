@@ -12,13 +12,18 @@
 # 2. hypotheses detokenized with sacremoses (Moses detokenizer, XML escapes undone);
 # 3. sacreBLEU, case-sensitive and -lc, on detokenized text (13a) and on Moses-tokenized
 #    text (--tokenize none, multi-bleu style), each printed with its signature; then the
-#    flavour the papers report for this task (SPEC 10).
+#    flavour the papers report for this task.
 # References come from DATA/text/SPLIT.{raw,tok}.TGT written by the prepare-*.sh recipes
 # (so the <unk>s of fairseq's own T- lines do not count against the system); without them
 # the T- lines are used, with a warning. Files written to --out:
 #   generate-SPLIT.txt  fairseq-generate output      hyp.tok / ref.tok    tokenized text
 #   hyp.detok / ref.detok  detokenized text          src.tok              source side
 #   bleu.txt / bleu.json   the scores
+#   .evaluation-complete   written last: the directory holds one complete evaluation
+# Everything is written to a temporary directory first and moved into --out only when the
+# evaluation succeeded. A run clears the previous results in --out when it starts, so after
+# a failure --out holds no results (only the generate log and command, to debug with), and
+# significance.sh refuses it: stale hypotheses are never compared.
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -48,7 +53,7 @@ Usage: $FSX_PROG --checkpoint CKPT --data DATA_BIN [--split test] [--out DIR] [o
   --ref-detok FILE     detokenized reference (default DATA/text/SPLIT.raw.TGT)
   --ref-tok FILE       tokenized reference (default DATA/text/SPLIT.tok.TGT)
   --headline FLAVOUR   detok-cased | detok-lc | tok-cased | tok-lc: the score to report
-                       (default: the one SPEC 10 names for the recipe in prep.env)
+                       (default: the one the papers report for the recipe in prep.env)
 Anything else is passed to fairseq-generate, e.g. --beam 6 --lenpen 1.1 --cpu
   --model-overrides "{'max_source_positions': 1024}"  (also after a lone --)
 EOF
@@ -101,7 +106,7 @@ case "$BPE" in
     *) fsx_die "--bpe must be subword_nmt, sentencepiece or none" ;;
 esac
 if [[ -z "$HEADLINE" ]]; then
-    # SPEC 10: which BLEU each task reports
+    # which BLEU the papers report for each task
     case "${PREP[recipe]:-}:$SRC-$TGT" in
         iwslt14:de-en | iwslt14:en-de) HEADLINE=tok-lc; NOTE="IWSLT'14 De-En: lowercased, tokenized" ;;
         iwslt14:* | iwslt-fr-ro:*) HEADLINE=tok-cased; NOTE="IWSLT Es/Fr/Ro: multi-bleu style, tokenized" ;;
@@ -111,9 +116,31 @@ if [[ -z "$HEADLINE" ]]; then
     esac
 fi
 
+[[ -z "$REF_DETOK" || -f "$REF_DETOK" ]] || fsx_die "--ref-detok $REF_DETOK: no such file"
+[[ -z "$REF_TOK" || -f "$REF_TOK" ]] || fsx_die "--ref-tok $REF_TOK: no such file"
+
 [[ -n "$OUT" ]] || OUT="$(dirname "${ckpts[0]}")/eval-$SPLIT"
 mkdir -p "$OUT"
-OUT="$(realpath "$OUT")"
+FINAL_OUT="$(realpath "$OUT")"
+RESULT_FILES=(generate-"$SPLIT".txt hyp.tok hyp.detok ref.tok ref.detok src.tok bleu.txt bleu.json)
+# clear the previous evaluation first: a failed rerun must not leave it looking current
+rm -f "$FINAL_OUT/$FSX_EVAL_COMPLETE" "${RESULT_FILES[@]/#/$FINAL_OUT/}"
+OUT="$(mktemp -d "$FINAL_OUT/.evaluate.tmp.XXXXXX")"
+EVAL_DONE=0
+eval_cleanup() {
+    local rc=$?
+    if [[ "$EVAL_DONE" != 1 && -d "$OUT" ]]; then
+        # keep what helps to debug, never a partial result
+        for f in "generate-$SPLIT.log" "generate-$SPLIT.cmd"; do
+            [[ -f "$OUT/$f" ]] && mv -f "$OUT/$f" "$FINAL_OUT/$f"
+        done
+        rm -rf "$OUT"
+    fi
+    return $rc
+}
+trap eval_cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 fsx_setup_tools
 fsx_require_cmd fairseq-generate
@@ -151,14 +178,14 @@ fsx_detok "$TGT" <"$OUT/hyp.tok" >"$OUT/hyp.detok"
 REF_TOK="${REF_TOK:-$DATA/text/$SPLIT.tok.$TGT}"
 REF_DETOK="${REF_DETOK:-$DATA/text/$SPLIT.raw.$TGT}"
 if [[ -f "$REF_TOK" ]]; then
-    cp "$REF_TOK" "$OUT/ref.tok"
+    fsx_cat "$REF_TOK" >"$OUT/ref.tok"
 else
     fsx_warn "no $REF_TOK: using fairseq's target lines as the tokenized reference (their <unk>s count as errors)"
     cp "$OUT/gen.ref" "$OUT/ref.tok"
 fi
 rm -f "$OUT/gen.ref"
 if [[ -f "$REF_DETOK" ]]; then
-    cp "$REF_DETOK" "$OUT/ref.detok"
+    fsx_cat "$REF_DETOK" >"$OUT/ref.detok"
 else
     fsx_warn "no $REF_DETOK: detokenizing the tokenized reference for detokenized BLEU"
     fsx_detok "$TGT" <"$OUT/ref.tok" >"$OUT/ref.detok"
@@ -172,3 +199,12 @@ fsx_log "sacreBLEU on $n sentences of '$SPLIT' (outputs in $OUT)"
 "$FSX_PY" "$FSX_SCRIPTS_DIR/score_bleu.py" --hyp-detok "$OUT/hyp.detok" --ref-detok "$OUT/ref.detok" \
     --hyp-tok "$OUT/hyp.tok" --ref-tok "$OUT/ref.tok" --json "$OUT/bleu.json" \
     --headline "$HEADLINE" --headline-note "${NOTE:-}" | tee "$OUT/bleu.txt"
+
+# success: move the results into place, the completion marker last
+for f in "$OUT"/* "$OUT"/.[!.]*; do
+    [[ -e "$f" ]] && mv -f "$f" "$FINAL_OUT/"
+done
+printf 'checkpoint=%s\ndata=%s\nsplit=%s\nsentences=%s\n' "$CKPT" "$DATA" "$SPLIT" "$n" \
+    >"$FINAL_OUT/$FSX_EVAL_COMPLETE"
+EVAL_DONE=1
+rm -rf "$OUT"

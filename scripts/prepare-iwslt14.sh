@@ -6,7 +6,7 @@
 #
 #   --pair de-en (default; also en-de): lowercased; valid = every 23rd training pair
 #       (~7k, as fairseq/He et al.), test = dev2010 + tst2010 + tst2011 + tst2012;
-#       32000 BPE merges (SPEC 10).
+#       32000 BPE merges (the thesis).
 #   --pair es-en (also en-es): cased; valid = dev2010 + tst2010 + tst2011 + tst2012,
 #       test = tst2014 (IWSLT14.TED.tst2014.es-en.*.xml, released separately from the
 #       training archive). Without tst2014 the recipe warns and falls back to

@@ -2,12 +2,12 @@
 # IWSLT'15 English-Vietnamese (TED), the En->Vi task of the thesis (Sec. 3.3.1): the
 # Stanford NLP release (Luong & Manning, 2015), already Moses-tokenized with XML escapes.
 #   train: train (133k pairs)   valid: tst2012 (1,553)   test: tst2013 (1,268)
-# If tst2013 is missing from --from DIR (as in ../shared/data/iwslt15-en-vi), the recipe
+# If tst2013 is missing from --from DIR (as in some local copies), the recipe
 # says so and falls back to: test = tst2012, valid = 1,553 pairs held out from train
 # (random sample, seed 1; 10% of train when train is smaller than 15,530 pairs).
 #
 #   scripts/prepare-iwslt15-en-vi.sh --out data-bin/iwslt15.en-vi
-#   scripts/prepare-iwslt15-en-vi.sh --from ../shared/data/iwslt15-en-vi --out data-bin/iwslt15.en-vi
+#   scripts/prepare-iwslt15-en-vi.sh --from ~/corpora/iwslt15-en-vi --out data-bin/iwslt15.en-vi
 #
 # No further tokenization; joint BPE (default 20000 merges: a joined dictionary of 19,996
 # types on the full training data, near the thesis' 21k) and fairseq-preprocess

@@ -3,7 +3,7 @@
 # image captions, four-way parallel (en, de, fr, cs), raw untokenized text.
 #
 #   scripts/prepare-multi30k.sh --out data-bin/multi30k.en-de                       # download
-#   scripts/prepare-multi30k.sh --from ../shared/data/multi30k --src en --tgt fr --out DIR
+#   scripts/prepare-multi30k.sh --from ~/corpora/multi30k --src en --tgt fr --out DIR
 #
 # Moses tokenization (sacremoses, XML escaping as Moses does), joint BPE (default 8000
 # merges), fairseq-preprocess --joined-dictionary. Splits: train / val (valid) / test set
@@ -31,7 +31,7 @@ Prepares Multi30k task 1 for fairseq.
   --test-set NAME      test_2016_flickr (default) | test_2017_flickr | test_2017_mscoco
   --lowercase          lowercase after tokenization
 --from DIR must hold train.L, val.L and <test-set>.L for both languages (.gz or plain),
-e.g. ../shared/data/multi30k. Without --from the files are downloaded from
+e.g. ~/corpora/multi30k. Without --from the files are downloaded from
 $BASE_URL
 EOF
     fsx_common_usage

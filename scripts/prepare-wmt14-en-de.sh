@@ -5,7 +5,7 @@
 # Processing as fairseq's examples/translation/prepare-wmt14en2de.sh: Moses punctuation
 # normalization and non-printing-character removal, Moses tokenization with -a
 # (aggressive hyphen splitting), train cleaned to 1-250 tokens / ratio 1.5; then joint
-# BPE with 32000 merges (SPEC 10) and fairseq-preprocess --joined-dictionary.
+# BPE with 32000 merges (the thesis) and fairseq-preprocess --joined-dictionary.
 #
 #   scripts/prepare-wmt14-en-de.sh --out data-bin/wmt14.en-de --workers 16
 #   scripts/prepare-wmt14-en-de.sh --from DIR --out data-bin/wmt14.en-de

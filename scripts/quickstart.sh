@@ -116,8 +116,14 @@ if [[ "$FORCE" != 1 && -f "$CKPT" && -f "$SAVE_DIR/quickstart.settings" &&
     "$(cat "$SAVE_DIR/quickstart.settings")" == "$SIGNATURE" ]]; then
     fsx_log "[$(elapsed)] reusing $CKPT, trained with the same settings (FORCE=1 to retrain)"
 else
+    # replace only a directory quickstart wrote itself (never another experiment's)
+    if [[ -e "$SAVE_DIR" && ! -f "$SAVE_DIR/$FSX_MARKER" && -f "$SAVE_DIR/quickstart.settings" ]]; then
+        fsx_mark_output "$SAVE_DIR" # written by an earlier quickstart
+    fi
+    fsx_check_replaceable "$SAVE_DIR" "$DATA_DIR"
     rm -rf "$SAVE_DIR"
     mkdir -p "$SAVE_DIR"
+    fsx_mark_output "$SAVE_DIR"
     fsx_log "[$(elapsed)] training $ARCH ($LAYERS+$LAYERS layers, d $EMBED_DIM, FFN $FFN_DIM, $HEADS heads) for $MAX_UPDATE updates or $TRAIN_MINUTES min, whichever comes first"
     PYTHONUNBUFFERED=1 fairseq-train "${TRAIN_ARGS[@]}" 2>&1 | tee "$SAVE_DIR/train.log" |
         grep --line-buffered -E "train_inner|valid on|done training|Stopping|Error" || true

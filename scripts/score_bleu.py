@@ -12,14 +12,17 @@ Usage:
 """
 import argparse
 import json
+import os
 import sys
 
 from sacrebleu.metrics import BLEU
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from corpus_tools import read_lines  # noqa: E402  (one reader: UTF-8 checked, BOM/CR cleaned)
+
 
 def read(path):
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+    return list(read_lines(path))
 
 
 def main():

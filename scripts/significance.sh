@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Paired bootstrap resampling (Koehn, 2004) of system A vs system B with compare-mt
 # (Neubig et al., 2019), 1000 samples as in the papers, plus compare-mt's analyses: BLEU by
-# reference-length bucket (<10, 10-20, ..., >=50; SPEC 10), word accuracy, n-grams.
+# reference-length bucket (<10, 10-20, ..., >=50, as the thesis reports), word accuracy, n-grams.
 #
 #   scripts/significance.sh --eval-a EVAL_DIR_A --eval-b EVAL_DIR_B --out DIR   # evaluate.sh outputs
 #   scripts/significance.sh --ref REF --sys-a HYP_A --sys-b HYP_B --out DIR [--src SRC]
@@ -73,6 +73,10 @@ case "$LEVEL" in tok | detok) ;; *) fsx_die "--level must be tok or detok" ;; es
 if [[ -n "$EVAL_A" || -n "$EVAL_B" ]]; then
     [[ -n "$EVAL_A" && -n "$EVAL_B" ]] || fsx_die "give both --eval-a and --eval-b"
     [[ -z "$SYS_A$SYS_B" ]] || fsx_die "use either --eval-a/--eval-b or --sys-a/--sys-b, not both"
+    for d in "$EVAL_A" "$EVAL_B"; do
+        [[ -f "$d/$FSX_EVAL_COMPLETE" ]] ||
+            fsx_die "$d holds no complete evaluation (no $FSX_EVAL_COMPLETE: evaluate.sh did not finish there); rerun scripts/evaluate.sh"
+    done
     SYS_A="$EVAL_A/hyp.$LEVEL"
     SYS_B="$EVAL_B/hyp.$LEVEL"
     REF="${REF:-$EVAL_A/ref.$LEVEL}"

@@ -82,7 +82,7 @@ Common options:
   --bpe-merges N       BPE merge operations; with sentencepiece: the vocabulary size
   --max-lines N        use only the first N training pairs (tests, quick runs); 0 = all
   --workers N          worker processes (tokenizer, apply-bpe, fairseq-preprocess)
-  --force              replace --out if it exists
+  --force              replace --out if it exists and was written by a fairseq_ext script
   --keep-tmp           keep the temporary directory when the recipe fails (debugging)
   -h, --help           this help
 EOF
@@ -146,12 +146,46 @@ fsx_cleanup() {
     return $rc
 }
 
+# Every directory a script of this package writes holds this file; --force (and FORCE=1)
+# replace only such directories.
+FSX_MARKER=".fairseq_ext-output"
+
+fsx_is_within() { [[ "$2" == "$1" || "$2" == "$1"/* ]]; } # fsx_is_within DIR PATH
+
+# fsx_check_replaceable DIR [INPUT...]: die unless the existing DIR may be deleted and
+# replaced: it must hold $FSX_MARKER (a directory this package wrote), and must not be, or
+# contain, /, $HOME, the working directory, this repository, any INPUT (e.g. --from) or a
+# git repository.
+fsx_check_replaceable() {
+    local dir p
+    dir="$(realpath -m "$1")"
+    shift
+    [[ -e "$dir" ]] || return 0
+    for p in / "${HOME:-/}" "$PWD" "$FSX_REPO_ROOT" "$@"; do
+        [[ -n "$p" ]] || continue
+        p="$(realpath -m "$p")"
+        fsx_is_within "$dir" "$p" && fsx_die "refusing to replace $dir: it is or contains $p"
+    done
+    [[ -d "$dir" ]] || fsx_die "refusing to replace $dir: it is not a directory"
+    [[ -z "$(find "$dir" -maxdepth 4 -name .git -print -quit 2>/dev/null)" ]] ||
+        fsx_die "refusing to replace $dir: it contains a git repository"
+    # recipes of the first release marked their output with prep.env only
+    [[ -f "$dir/$FSX_MARKER" ]] || head -n1 "$dir/prep.env" 2>/dev/null | grep -q '^# written by prepare-' ||
+        fsx_die "refusing to replace $dir: it was not written by a fairseq_ext script (no $FSX_MARKER in it); remove it yourself or choose another directory"
+}
+
+# evaluate.sh writes this file last into --out; significance.sh reads only such directories
+FSX_EVAL_COMPLETE=".evaluation-complete"
+
+fsx_mark_output() { printf 'written by %s\n' "$FSX_PROG" >"$1/$FSX_MARKER"; }
+
 fsx_begin_output() {
     local parent base
     FSX_OUT="$(realpath -m "$FSX_OUT")"
     if [[ -e "$FSX_OUT" && "$FSX_FORCE" != 1 ]]; then
         fsx_die "output directory $FSX_OUT already exists (use --force to replace it)"
     fi
+    [[ "$FSX_FORCE" == 1 ]] && fsx_check_replaceable "$FSX_OUT" "$FSX_FROM"
     parent="$(dirname "$FSX_OUT")"
     base="$(basename "$FSX_OUT")"
     mkdir -p "$parent"
@@ -162,6 +196,7 @@ fsx_begin_output() {
     FSX_WORK="$FSX_TMP/work"
     FSX_STAGE="$FSX_TMP/out"
     mkdir -p "$FSX_WORK" "$FSX_STAGE/text"
+    fsx_mark_output "$FSX_STAGE"
     fsx_log "working in $FSX_TMP"
 }
 
@@ -178,13 +213,12 @@ fsx_finish_output() {
 }
 
 # ---------------------------------------------------------------------------- inputs
-# fsx_cat FILE: print a plain or gzipped file, with Unix line ends and a final newline.
+# fsx_cat FILE: print a plain or gzipped corpus file as clean text: UTF-8 checked (an
+# invalid line is an error naming the file and line), a leading BOM dropped, CR LF and a
+# lone CR inside a line turned into \n and a space, a final newline (corpus_tools.py cat).
 fsx_cat() {
     [[ -f "$1" ]] || fsx_die "missing file: $1"
-    case "$1" in
-        *.gz) gzip -cd -- "$1" ;;
-        *) cat -- "$1" ;;
-    esac | awk '{ sub(/\r$/, ""); print }'
+    fsx_tools cat "$1" || fsx_die "cannot read $1 (see above)"
 }
 
 # fsx_find DIR NAME: path of NAME or NAME.gz under DIR (at most 3 levels deep), or "".
