@@ -196,7 +196,7 @@ for f in ref.tok ref.detok; do
 done
 
 fsx_log "sacreBLEU on $n sentences of '$SPLIT' (outputs in $OUT)"
-"$FSX_PY" "$FSX_SCRIPTS_DIR/score_bleu.py" --hyp-detok "$OUT/hyp.detok" --ref-detok "$OUT/ref.detok" \
+"$FSX_PY" "$FSX_SCRIPTS_DIR/lib/score_bleu.py" --hyp-detok "$OUT/hyp.detok" --ref-detok "$OUT/ref.detok" \
     --hyp-tok "$OUT/hyp.tok" --ref-tok "$OUT/ref.tok" --json "$OUT/bleu.json" \
     --headline "$HEADLINE" --headline-note "${NOTE:-}" | tee "$OUT/bleu.txt"
 

@@ -45,18 +45,9 @@ EOF
     fsx_common_usage
 }
 
-while [[ $# -gt 0 ]]; do
-    case "$1" in
-        --pair) [[ $# -ge 2 ]] || fsx_die "--pair needs a value"; PAIR="$2"; shift 2 ;;
-        --lowercase) LOWERCASE=1; shift ;;
-        -h | --help) usage; exit 0 ;;
-        *)
-            fsx_common_opt "$@"
-            [[ "$FSX_SHIFT" -gt 0 ]] || { usage >&2; fsx_die "unknown option: $1"; }
-            shift "$FSX_SHIFT"
-            ;;
-    esac
-done
+FSX_VALUE_OPTS=(--pair=PAIR)
+FSX_FLAG_OPTS=(--lowercase=LOWERCASE:1)
+fsx_parse_options "$@"
 [[ -n "$PAIR" ]] || { usage >&2; fsx_die "--pair is required (ro-en, en-ro, en-fr or fr-en)"; }
 fsx_check_common
 case "$PAIR" in

@@ -47,19 +47,9 @@ EOF
     fsx_common_usage
 }
 
-while [[ $# -gt 0 ]]; do
-    case "$1" in
-        --src) [[ $# -ge 2 ]] || fsx_die "--src needs a value"; SRC="$2"; shift 2 ;;
-        --tgt) [[ $# -ge 2 ]] || fsx_die "--tgt needs a value"; TGT="$2"; shift 2 ;;
-        --lowercase) LOWERCASE=1; shift ;;
-        -h | --help) usage; exit 0 ;;
-        *)
-            fsx_common_opt "$@"
-            [[ "$FSX_SHIFT" -gt 0 ]] || { usage >&2; fsx_die "unknown option: $1"; }
-            shift "$FSX_SHIFT"
-            ;;
-    esac
-done
+FSX_VALUE_OPTS=(--src=SRC --tgt=TGT)
+FSX_FLAG_OPTS=(--lowercase=LOWERCASE:1)
+fsx_parse_options "$@"
 fsx_check_common
 case "$SRC-$TGT" in
     en-de | de-en) ;;

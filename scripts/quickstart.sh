@@ -2,7 +2,7 @@
 # `make quickstart`: Multi30k En->De from raw text to a sacreBLEU score in about 13-15
 # minutes on a 2-core CPU (much faster on a GPU):
 #   1. scripts/prepare-multi30k.sh -> data-bin/multi30k.en-de (Moses tokenization, joint BPE
-#      with 5000 merges), from ../shared/data/multi30k when present, else downloaded;
+#      with 5000 merges), from MULTI30K_FROM (or the project's test data) when present, else downloaded;
 #   2. fairseq-train --user-dir fairseq_ext --arch multilayer_transformer_iwslt with a small
 #      model (d 128, FFN 512, 4 heads, 3+3 layers, shared embeddings), Adam (0.9, 0.98),
 #      inverse-sqrt schedule (peak 2e-3 after 300 updates), label smoothing 0.1, 2048
@@ -16,7 +16,7 @@
 #
 # Every setting is an environment variable (defaults in brackets), e.g.
 #   MAX_UPDATE=6000 TRAIN_MINUTES=40 make quickstart        TGT_LANG=fr make quickstart
-# Data:   MULTI30K_FROM [../shared/data/multi30k if present, else download]
+# Data:   MULTI30K_FROM [a local copy of the release files; else the project's test data, else download]
 #         SRC_LANG [en]  TGT_LANG [de] (en, de, fr, cs)  BPE_MERGES [5000]
 #         DATA_DIR [data-bin/multi30k.SRC-TGT]
 # Model:  ARCH [multilayer_transformer_iwslt]  LAYERS [3]  EMBED_DIM [128]  FFN_DIM [512]
@@ -86,29 +86,26 @@ fi
 
 # ---------------------------------------------------------------- 2. train
 DEVICE=(--cpu)
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 &&
-    "$FSX_PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+if fsx_has_gpu; then
     DEVICE=()
     fsx_log "GPU found: training on $(nvidia-smi -L | head -n1)"
 else
     fsx_log "no GPU: training on $(nproc) CPU core(s)"
 fi
 stop_hours="$("$FSX_PY" -c "print(round($TRAIN_MINUTES / 60, 4))")"
-TRAIN_ARGS=("$DATA_DIR" --user-dir "$REPO/fairseq_ext"
-    --arch "$ARCH" --share-all-embeddings
+# the fixed settings are in configs/quickstart.args; the environment's come after them
+CONFIG="$REPO/configs/quickstart.args"
+fsx_read_config "$CONFIG" CONFIG_ARGS
+TRAIN_FLAGS=(--arch "$ARCH"
     --encoder-layers "$LAYERS" --decoder-layers "$LAYERS"
     --encoder-embed-dim "$EMBED_DIM" --decoder-embed-dim "$EMBED_DIM"
     --encoder-ffn-embed-dim "$FFN_DIM" --decoder-ffn-embed-dim "$FFN_DIM"
     --encoder-attention-heads "$HEADS" --decoder-attention-heads "$HEADS"
-    --dropout "$DROPOUT" --attention-dropout 0.0 --activation-dropout 0.0
-    --optimizer adam --adam-betas '(0.9, 0.98)' --adam-eps 1e-9 --clip-norm 0.0
-    --lr "$LR" --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --warmup-init-lr 1e-7
-    --criterion label_smoothed_cross_entropy --label-smoothing 0.1
+    --dropout "$DROPOUT" --lr "$LR" --warmup-updates "$WARMUP"
     --max-tokens "$MAX_TOKENS" --max-update "$MAX_UPDATE" --max-epoch "$MAX_EPOCH"
-    --stop-time-hours "$stop_hours"
-    --save-dir "$SAVE_DIR" --no-epoch-checkpoints --keep-last-epochs 1
-    --log-format simple --log-interval "$LOG_INTERVAL" --num-workers 0 --seed "$SEED"
-    "${DEVICE[@]+"${DEVICE[@]}"}" "${EXTRA_TRAIN[@]+"${EXTRA_TRAIN[@]}"}")
+    --stop-time-hours "$stop_hours" --log-interval "$LOG_INTERVAL" --seed "$SEED"
+    "${EXTRA_TRAIN[@]+"${EXTRA_TRAIN[@]}"}")
+TRAIN_ARGS=("$DATA_DIR" "$SAVE_DIR" "${CONFIG_ARGS[@]}" "${TRAIN_FLAGS[@]}")
 # a checkpoint is reused only when it was trained with these very settings on this data
 SIGNATURE="$(printf '%q ' "${TRAIN_ARGS[@]}"; echo; cat "$DATA_DIR/prep.env")"
 CKPT="$SAVE_DIR/checkpoint_last.pt"
@@ -125,7 +122,8 @@ else
     mkdir -p "$SAVE_DIR"
     fsx_mark_output "$SAVE_DIR"
     fsx_log "[$(elapsed)] training $ARCH ($LAYERS+$LAYERS layers, d $EMBED_DIM, FFN $FFN_DIM, $HEADS heads) for $MAX_UPDATE updates or $TRAIN_MINUTES min, whichever comes first"
-    PYTHONUNBUFFERED=1 fairseq-train "${TRAIN_ARGS[@]}" 2>&1 | tee "$SAVE_DIR/train.log" |
+    PYTHONUNBUFFERED=1 "$SCRIPTS/train.sh" "$DATA_DIR" "$SAVE_DIR" --config "$CONFIG" -- "${TRAIN_FLAGS[@]}" 2>&1 |
+        tee "$SAVE_DIR/train.log" |
         grep --line-buffered -E "train_inner|valid on|done training|Stopping|Error" || true
     if ! grep -q "done training" "$SAVE_DIR/train.log" || [[ ! -f "$CKPT" ]]; then
         tail -n 20 "$SAVE_DIR/train.log" >&2

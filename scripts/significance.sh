@@ -9,7 +9,7 @@
 # compare-mt's BLEU splits on whitespace, so by default the Moses-tokenized files of
 # evaluate.sh are compared (hyp.tok / ref.tok, multi-bleu style); --level detok uses the
 # detokenized ones. Writes DIR/report.txt (compare-mt's text report, bootstrap result at the
-# top) and DIR/index.html (+ figures). compare-mt runs through scripts/compare_mt_shim.py,
+# top) and DIR/index.html (+ figures). compare-mt runs through scripts/lib/compare_mt_shim.py,
 # which works around compare-mt 0.2.10's undeclared dependency on `six`.
 set -euo pipefail
 # shellcheck source=lib/common.sh
@@ -103,7 +103,7 @@ args=("$REF" "$SYS_A" "$SYS_B" --sys_names "${NAMES[@]}"
     --report_title "${NAMES[0]} vs ${NAMES[1]}")
 [[ -n "$SRC_FILE" ]] && args+=(--src_file "$SRC_FILE")
 fsx_log "compare-mt: paired bootstrap, $SAMPLES samples ($(basename "$SYS_A") vs $(basename "$SYS_B"))"
-if ! MPLBACKEND=Agg "$FSX_PY" "$FSX_SCRIPTS_DIR/compare_mt_shim.py" "${args[@]}" \
+if ! MPLBACKEND=Agg "$FSX_PY" "$FSX_SCRIPTS_DIR/lib/compare_mt_shim.py" "${args[@]}" \
     "${EXTRA[@]+"${EXTRA[@]}"}" >"$OUT/report.txt" 2>"$OUT/compare-mt.log"; then
     tail -n 15 "$OUT/compare-mt.log" >&2
     fsx_die "compare-mt failed (log: $OUT/compare-mt.log)"

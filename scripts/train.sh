@@ -19,8 +19,10 @@
 #   scripts/train.sh data-bin/wmt14.en-de ckpt --nproc 8 --nnodes 2 --node-rank 0 --master-addr node0 --master-port 29500 -- ...
 #   scripts/train.sh data-bin/wmt14.en-de ckpt --nproc 8 --nnodes 2 --node-rank 1 --master-addr node0 --master-port 29500 -- ...
 set -euo pipefail
+# shellcheck source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
-die() { echo "[train.sh] error: $*" >&2; exit 1; }
+die() { fsx_die "$@"; }
 
 [[ $# -ge 2 ]] || usage 1
 DATA=$1 SAVE=$2
@@ -29,7 +31,7 @@ NPROC=1 NNODES=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=${MASTER_PORT:-29
 while [[ $# -gt 0 ]]; do
     case $1 in
         --nproc | --nnodes | --node-rank | --master-addr | --master-port | --config)
-            [[ $# -ge 2 && $2 != --* ]] || die "$1 needs a value"
+            [[ $# -ge 2 && $2 != --* ]] || die "option $1 needs a value"
             case $1 in
                 --nproc) NPROC=$2 ;;
                 --nnodes) NNODES=$2 ;;
@@ -54,13 +56,9 @@ is_int "$MASTER_PORT" && ((MASTER_PORT >= 1 && MASTER_PORT <= 65535)) ||
 [[ -d $DATA ]] || die "no binarized data directory $DATA (run a scripts/prepare-*.sh recipe first)"
 USER_DIR="$(cd "$(dirname "$0")/.." && pwd)/fairseq_ext"
 CONFIG_ARGS=()
-if [[ -n $CONFIG ]]; then
-    [[ -f $CONFIG ]] || die "no config file $CONFIG"
-    # one or more flags per line; '#' starts a comment
-    read -r -a CONFIG_ARGS <<< "$(sed 's/#.*//' "$CONFIG" | tr '\n' ' ')"
-fi
+[[ -z $CONFIG ]] || fsx_read_config "$CONFIG" CONFIG_ARGS
 
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+if fsx_has_gpu; then
     DEVICE_ARGS=(--distributed-backend nccl)
 else
     DEVICE_ARGS=(--cpu --distributed-backend gloo --ddp-backend legacy_ddp)

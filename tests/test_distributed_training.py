@@ -63,8 +63,8 @@ def test_train_sh_rejects_missing_data(tmp_path):
     (["--nnodes", "two"], "--nnodes must be a positive integer, not 'two'"),
     (["--nnodes", "2", "--node-rank", "2"], "--node-rank must be an integer in 0..1"),
     (["--master-port", "70000"], "--master-port must be a port number (1-65535), not '70000'"),
-    (["--nproc"], "--nproc needs a value"),
-    (["--config", "--nproc", "2"], "--config needs a value"),
+    (["--nproc"], "option --nproc needs a value"),
+    (["--config", "--nproc", "2"], "option --config needs a value"),
 ])
 def test_train_sh_names_the_option_it_refuses(tmp_path, flags, message):
     result = subprocess.run(["bash", TRAIN, str(tmp_path), str(tmp_path / "ckpt"), *flags, "--", "--arch", "x"],

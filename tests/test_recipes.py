@@ -29,14 +29,14 @@ needs_envi = pytest.mark.skipif(not (ENVI / "train.en.gz").exists(),
 
 
 # ----------------------------------------------------------------------------- helpers
-def run(cmd, cwd=None, env_extra=None):
+def run(cmd, cwd=None, env_extra=None, stdin=None):
     env = dict(os.environ)
     # the venv running pytest provides fairseq-preprocess, subword-nmt, sacremoses
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["PYTHON"] = sys.executable
     env.update(env_extra or {})
     return subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=600, input=stdin)
 
 
 def write_lines(path, lines, gz=False):

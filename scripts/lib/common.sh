@@ -57,8 +57,27 @@ fsx_require_cmd() {
     done
 }
 
-fsx_tools() { "$FSX_PY" "$FSX_SCRIPTS_DIR/corpus_tools.py" "$@"; }
-fsx_spm() { "$FSX_PY" "$FSX_SCRIPTS_DIR/spm_tools.py" "$@"; }
+# fsx_has_gpu: whether a CUDA GPU is usable (nvidia-smi sees one and torch can use it)
+# (torch is asked with FSX_PY, else the python beside fairseq-train, else python3)
+fsx_has_gpu() {
+    local py="${FSX_PY:-}"
+    if [[ -z "$py" ]] && command -v fairseq-train >/dev/null 2>&1; then
+        py="$(dirname "$(command -v fairseq-train)")/python"
+    fi
+    [[ -x "$py" ]] || py=python3
+    command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 &&
+        "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null
+}
+
+# fsx_read_config FILE ARRAY: the flags of a configs/*.args file into the array ARRAY
+# (one or more flags per line; '#' starts a comment)
+fsx_read_config() {
+    [[ -f "$1" ]] || fsx_die "no config file $1"
+    read -r -a "$2" <<<"$(sed 's/#.*//' "$1" | tr '\n' ' ')"
+}
+
+fsx_tools() { "$FSX_PY" "$FSX_SCRIPTS_DIR/lib/corpus_tools.py" "$@"; }
+fsx_spm() { "$FSX_PY" "$FSX_SCRIPTS_DIR/lib/spm_tools.py" "$@"; }
 
 # ---------------------------------------------------------------------------- options
 FSX_OUT=""
@@ -95,7 +114,7 @@ fsx_common_opt() {
     local val="${2-}"
     case "$opt" in
         --out | --from | --bpe | --bpe-merges | --max-lines | --workers | --download-dir)
-            [[ $# -ge 2 && -n "$val" ]] || fsx_die "option $opt needs a value"
+            [[ $# -ge 2 && -n "$val" && "$val" != --* ]] || fsx_die "option $opt needs a value"
             FSX_SHIFT=2
             ;;
     esac
@@ -120,6 +139,46 @@ fsx_common_opt() {
         *[!0-9]*) fsx_die "--max-lines, --workers and --bpe-merges take non-negative integers" ;;
     esac
     return 0
+}
+
+# fsx_parse_options "$@": the option loop of every recipe. Before calling it, a recipe
+# declares its own options and the variables they set:
+#   FSX_VALUE_OPTS=(--src=SRC --tgt=TGT)         an option with a value
+#   FSX_FLAG_OPTS=(--lowercase=LOWERCASE:1)      a flag, and the value it sets
+# and defines usage(). Every other option is one of fsx_common_usage's.
+FSX_VALUE_OPTS=()
+FSX_FLAG_OPTS=()
+fsx_parse_options() {
+    local spec opt matched
+    while [[ $# -gt 0 ]]; do
+        [[ "$1" == -h || "$1" == --help ]] && { usage; exit 0; }
+        matched=0
+        for spec in "${FSX_VALUE_OPTS[@]+"${FSX_VALUE_OPTS[@]}"}"; do
+            opt="${spec%%=*}"
+            if [[ "$1" == "$opt" ]]; then
+                [[ $# -ge 2 && -n "$2" && "$2" != --* ]] || fsx_die "option $opt needs a value"
+                printf -v "${spec#*=}" '%s' "$2"
+                shift 2
+                matched=1
+                break
+            fi
+        done
+        [[ "$matched" == 1 ]] && continue
+        for spec in "${FSX_FLAG_OPTS[@]+"${FSX_FLAG_OPTS[@]}"}"; do
+            opt="${spec%%=*}"
+            if [[ "$1" == "$opt" ]]; then
+                spec="${spec#*=}"
+                printf -v "${spec%%:*}" '%s' "${spec#*:}"
+                shift
+                matched=1
+                break
+            fi
+        done
+        [[ "$matched" == 1 ]] && continue
+        fsx_common_opt "$@"
+        [[ "$FSX_SHIFT" -gt 0 ]] || { usage >&2; fsx_die "unknown option: $1"; }
+        shift "$FSX_SHIFT"
+    done
 }
 
 fsx_check_common() {
