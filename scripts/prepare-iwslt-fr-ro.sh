@@ -49,7 +49,6 @@ FSX_VALUE_OPTS=(--pair=PAIR)
 FSX_FLAG_OPTS=(--lowercase=LOWERCASE:1)
 fsx_parse_options "$@"
 [[ -n "$PAIR" ]] || { usage >&2; fsx_die "--pair is required (ro-en, en-ro, en-fr or fr-en)"; }
-fsx_check_common
 case "$PAIR" in
     ro-en | en-ro) REL=ro-en; L1=ro; L2=en; URL="$RO_EN_URL" ;;
     en-fr | fr-en) REL=en-fr; L1=en; L2=fr; URL="$EN_FR_URL" ;;
@@ -59,9 +58,7 @@ SRC="${PAIR%-*}"
 TGT="${PAIR#*-}"
 FSX_LOWERCASE=$LOWERCASE
 
-fsx_setup_tools
-fsx_require_cmd subword-nmt fairseq-preprocess
-fsx_begin_output
+fsx_start_output
 iwslt_open_release "$REL" "$URL"
 
 W="$FSX_WORK"

@@ -50,7 +50,6 @@ EOF
 FSX_VALUE_OPTS=(--pair=PAIR)
 FSX_FLAG_OPTS=(--lowercase=LOWERCASE:1 --no-lowercase=LOWERCASE:0)
 fsx_parse_options "$@"
-fsx_check_common
 case "$PAIR" in
     de-en | en-de) F=de; URL="$DE_EN_URL"; : "${LOWERCASE:=1}" ;;
     es-en | en-es) F=es; URL="$ES_EN_URL"; : "${LOWERCASE:=0}" ;;
@@ -61,9 +60,7 @@ TGT="${PAIR#*-}"
 REL="$F-en" # the release's own pair name
 FSX_LOWERCASE=$LOWERCASE
 
-fsx_setup_tools
-fsx_require_cmd subword-nmt fairseq-preprocess
-fsx_begin_output
+fsx_start_output
 iwslt_open_release "$REL" "$URL"
 
 W="$FSX_WORK"

@@ -42,21 +42,13 @@ EOF
 FSX_VALUE_OPTS=(--src=SRC --tgt=TGT)
 FSX_FLAG_OPTS=(--lowercase=LOWERCASE:1)
 fsx_parse_options "$@"
-fsx_check_common
-case "$SRC-$TGT" in
-    en-vi | vi-en) ;;
-    *) fsx_die "--src/--tgt must be en/vi or vi/en, not $SRC/$TGT" ;;
-esac
+fsx_check_pair "$SRC-$TGT" en-vi vi-en
 FSX_LOWERCASE=$LOWERCASE
 
-fsx_setup_tools
-fsx_require_cmd subword-nmt fairseq-preprocess
-fsx_begin_output
+fsx_start_output
 
-if [[ -n "$FSX_FROM" ]]; then
-    IN="$(realpath "$FSX_FROM")"
-else
-    IN="$(fsx_download_dir)"
+IN="$(fsx_input_dir)"
+if [[ -z "$FSX_FROM" ]]; then
     for split in train tst2012 tst2013; do
         for l in en vi; do
             fsx_download "$BASE_URL/$split.$l" "$IN/$split.$l"

@@ -40,7 +40,6 @@ EOF
 FSX_VALUE_OPTS=(--src=SRC --tgt=TGT --test-set=TEST_SET)
 FSX_FLAG_OPTS=(--lowercase=LOWERCASE:1)
 fsx_parse_options "$@"
-fsx_check_common
 for l in "$SRC" "$TGT"; do
     case " $LANGS " in *" $l "*) ;; *) fsx_die "language '$l' is not in Multi30k ($LANGS)" ;; esac
 done
@@ -49,14 +48,10 @@ FSX_LOWERCASE=$LOWERCASE
 FSX_VALID_NAME=val
 FSX_TEST_NAME=$TEST_SET
 
-fsx_setup_tools
-fsx_require_cmd subword-nmt fairseq-preprocess
-fsx_begin_output
+fsx_start_output
 
-if [[ -n "$FSX_FROM" ]]; then
-    IN="$(realpath "$FSX_FROM")"
-else
-    IN="$(fsx_download_dir)"
+IN="$(fsx_input_dir)"
+if [[ -z "$FSX_FROM" ]]; then
     for split in train val "$TEST_SET"; do
         for l in "$SRC" "$TGT"; do
             fsx_download "$BASE_URL/$split.$l.gz" "$IN/$split.$l.gz"

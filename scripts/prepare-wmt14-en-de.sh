@@ -50,23 +50,15 @@ EOF
 FSX_VALUE_OPTS=(--src=SRC --tgt=TGT)
 FSX_FLAG_OPTS=(--lowercase=LOWERCASE:1)
 fsx_parse_options "$@"
-fsx_check_common
-case "$SRC-$TGT" in
-    en-de | de-en) ;;
-    *) fsx_die "--src/--tgt must be en/de or de/en, not $SRC/$TGT" ;;
-esac
+fsx_check_pair "$SRC-$TGT" en-de de-en
 FSX_LOWERCASE=$LOWERCASE
 FSX_VALID_NAME=newstest2013
 FSX_TEST_NAME=newstest2014
 
-fsx_setup_tools
-fsx_require_cmd subword-nmt fairseq-preprocess
-fsx_begin_output
+fsx_start_output
 
-if [[ -n "$FSX_FROM" ]]; then
-    IN="$(realpath "$FSX_FROM")"
-else
-    IN="$(fsx_download_dir)"
+IN="$(fsx_input_dir)"
+if [[ -z "$FSX_FROM" ]]; then
     for url in "${WMT_URLS[@]}"; do
         fsx_download "$url" "$IN/$(basename "$url")"
     done

@@ -179,6 +179,28 @@ fsx_parse_options() {
         [[ "$FSX_SHIFT" -gt 0 ]] || { usage >&2; fsx_die "unknown option: $1"; }
         shift "$FSX_SHIFT"
     done
+    fsx_check_common
+}
+
+# fsx_check_pair SRC-TGT PAIR...: die unless the direction is one of the recipe's pairs
+fsx_check_pair() {
+    local pair="$1" p
+    shift
+    for p in "$@"; do [[ "$pair" == "$p" ]] && return 0; done
+    fsx_die "--src/--tgt must be one of $(echo "$@" | sed 's/ /, /g'), not ${pair/-//}"
+}
+
+# fsx_start_output: the tools a recipe needs, then its temporary output (fsx_begin_output)
+fsx_start_output() {
+    fsx_setup_tools
+    fsx_require_cmd subword-nmt fairseq-preprocess
+    fsx_begin_output
+}
+
+# fsx_input_dir: where the release files are: --from, or a fresh download directory
+# (the caller downloads into it when $FSX_FROM is empty)
+fsx_input_dir() {
+    if [[ -n "$FSX_FROM" ]]; then realpath "$FSX_FROM"; else fsx_download_dir; fi
 }
 
 fsx_check_common() {
