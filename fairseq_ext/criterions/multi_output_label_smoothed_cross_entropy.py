@@ -18,6 +18,8 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterionConfig,
 )
 
+from fairseq_ext import keys
+
 
 @dataclass
 class MultiOutputLabelSmoothedCrossEntropyCriterionConfig(LabelSmoothedCrossEntropyCriterionConfig):
@@ -48,7 +50,7 @@ class MultiOutputLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCri
             "sample_size": sample_size,
         }
         aux_layers = getattr(model.decoder, "aux_layers", [])
-        for layer, aux_logits in zip(aux_layers, net_output[1].get("aux_out") or []):
+        for layer, aux_logits in zip(aux_layers, net_output[1].get(keys.AUX_OUT) or []):
             aux_loss, aux_nll = self.compute_loss(model, (aux_logits, net_output[1]), sample, reduce=reduce)
             loss = loss + self.aux_loss_weight * aux_loss
             logging_output[f"aux{layer}_loss"] = aux_loss.data

@@ -24,6 +24,8 @@ from fairseq.data import BaseWrapperDataset, data_utils
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
+from fairseq_ext import keys
+
 logger = logging.getLogger(__name__)
 
 
@@ -71,7 +73,7 @@ class MultiSourceLanguagePairDataset(BaseWrapperDataset):
                 target[:, width - extra.size(1):] = extra
             else:
                 target[:, : extra.size(1)] = extra
-        batch["net_input"]["extra_src_tokens"] = torch.stack(padded, dim=1)  # B x (n-1) x J
+        batch["net_input"][keys.EXTRA_SRC_TOKENS] = torch.stack(padded, dim=1)  # B x (n-1) x J
         return batch
 
     def num_tokens(self, index):
