@@ -14,7 +14,9 @@ from model_utils import TINY_TRAIN_FLAGS, USER_DIR, clean_env, make_tiny_paralle
 # model_utils.clean_env for the same reason).
 torch.set_num_threads(1)
 
-MULTI30K = os.path.normpath(os.path.join(os.path.dirname(USER_DIR), "..", "shared", "data", "multi30k"))
+SHARED_DATA = os.environ.get("FSX_SHARED_DATA",
+                             os.path.join(os.path.dirname(os.path.dirname(USER_DIR)), "shared", "data"))
+MULTI30K = os.path.normpath(os.path.join(SHARED_DATA, "multi30k"))
 TRAIN_LINES, VALID_LINES = 1500, 300
 
 
