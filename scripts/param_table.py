@@ -33,7 +33,7 @@ CONFIGS = [
     ("MS-13+AIF", ["--aux-decoder-layers", "1,3", "--aux-fusion"]),
     ("Enc-DC (f=2)", ["--encoder-self-attention", "dc", "--dc-kernel-size", "2"]),
     ("Enc-DC (f=3)", ["--encoder-self-attention", "dc", "--dc-kernel-size", "3"]),
-    ("Full-DC (f=3)", ["--encoder-self-attention", "dc", "--decoder-self-attention", "dc"]),
+    ("Full-DC (f=3)", ["--encoder-self-attention", "dc", "--decoder-self-attention", "dc", "--dc-kernel-size", "3"]),
     ("MMA", ["--encoder-self-attention", "mma"]),
     ("pre-classifier projection", ["--pre-classifier-projection"]),
 ]

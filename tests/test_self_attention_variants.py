@@ -28,7 +28,7 @@ def test_parameter_deltas_base_config():
     delta = count(enc_dc) - count(base)
     assert abs(delta - 6 * (4 + 2 * 2) * d * d) < 0.01 * delta  # +12.58M
     assert abs(count(enc_dc) / 1e6 - 73.9) < 0.15  # thesis Table 5.2
-    f3, _ = build("transformer_dc_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
+    f3, _ = build("transformer_dc_wmt_en_de", "--share-all-embeddings", "--dc-kernel-size", "3", dictionary=dictionary)
     assert abs((count(f3) - count(base)) - 6 * (4 + 2 * 3) * d * d) < 0.01 * delta
     mma, _ = build("transformer_mma_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
     assert count(mma) == count(base)
@@ -124,11 +124,20 @@ def test_presets():
     assert (args.encoder_layers, args.decoder_layers, args.encoder_embed_dim, args.encoder_ffn_embed_dim) == (10, 2, 512, 2048)
     _, args = build("transformer_dc_iwslt")
     assert args.encoder_self_attention == "dc" and args.decoder_self_attention == "standard"
-    assert args.encoder_embed_dim == 256 and args.dc_kernel_size == 3
+    # thesis Table 5.1: the Ch. 5 IWSLT config has d_ff 512; f = 2 reproduces Table 5.2's count
+    assert args.encoder_embed_dim == 256 and args.encoder_ffn_embed_dim == 512 and args.dc_kernel_size == 2
     _, args = build("transformer_mma_iwslt")
     assert args.encoder_self_attention == "mma"
-    _, args = build("transformer_dc_iwslt", "--dc-kernel-size", "2")  # the command line wins over presets
-    assert args.dc_kernel_size == 2
+    # the MMA paper's IWSLT setup: 6+6 layers, d 512, FFN 1024, 4 heads (one per function), dropout 0.3
+    assert (args.encoder_layers, args.decoder_layers, args.encoder_embed_dim, args.encoder_ffn_embed_dim,
+            args.encoder_attention_heads, args.dropout) == (6, 6, 512, 1024, 4, 0.3)
+    model, args = build("multilayer_transformer_mma_wmt_en_de", dictionary=make_dictionary())
+    assert model.encoder.layers[0].self_attn.head_types == list("GGLLFFBB")  # each function twice
+    for e, d in ((6, 6), (7, 5), (8, 4), (9, 3), (10, 2), (11, 1)):  # word-translation paper, Table 4
+        _, args = build(f"multilayer_transformer_enc{e}_dec{d}", dictionary=make_dictionary())
+        assert (args.encoder_layers, args.decoder_layers, args.encoder_embed_dim) == (e, d, 512)
+    _, args = build("transformer_dc_iwslt", "--dc-kernel-size", "3")  # the command line wins over presets
+    assert args.dc_kernel_size == 3
 
 
 @pytest.mark.parametrize("flags,message", [
@@ -174,3 +183,13 @@ def test_dc_encoder_m10_ms1_aif_trains_and_decodes(multi30k_bin, tmp_path, monke
     assert result.returncode == 0, result.stderr[-2000:]
     hypotheses = [line for line in result.stdout.splitlines() if line.startswith("H-")]
     assert len(hypotheses) >= 290 and "BLEU4" in result.stdout  # (a few empty lines of the slice are skipped)
+
+
+def test_enc_dc_preset_reproduces_the_thesis_parameter_count():
+    """Thesis Table 5.2: Enc-DC, base config, shared embeddings (33,320 types): 73.9M; the
+    default kernel f = 2 gives (4 + 2f) d^2 more per encoder layer than the 61.2M baseline."""
+    dictionary = make_dictionary(33320 - 4)
+    with torch.device("meta"):
+        model, _ = build("multilayer_transformer_dc_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
+    total = sum(p.numel() for p in model.parameters())
+    assert abs(total / 1e6 - 73.9) < 0.15, total

@@ -88,17 +88,29 @@ TECHNIQUE_PRESETS = [
      "MS-1 (an auxiliary decoder on encoder layer 1), no AIF, small config."),
     ("multilayer_transformer_ms_wmt_en_de", multilayer_transformer_wmt_en_de, {"aux_decoder_layers": "1"},
      "MS-1, no AIF, base config."),
-    ("multilayer_transformer_dc_iwslt", multilayer_transformer_iwslt, {"encoder_self_attention": "dc"},
-     "Enc-DC (Dual Contextual encoder self-attention), small config."),
+    ("multilayer_transformer_dc_iwslt", multilayer_transformer_iwslt,
+     {"encoder_self_attention": "dc", "encoder_ffn_embed_dim": 512, "decoder_ffn_embed_dim": 512},
+     "Enc-DC (Dual Contextual encoder self-attention), the thesis' Ch. 5 IWSLT config (Table 5.1: the small "
+     "config with d_ff 512)."),
     ("multilayer_transformer_dc_wmt_en_de", multilayer_transformer_wmt_en_de, {"encoder_self_attention": "dc"},
      "Enc-DC, base config."),
-    ("multilayer_transformer_mma_iwslt", multilayer_transformer_iwslt, {"encoder_self_attention": "mma"},
-     "Mixed Multi-Head encoder self-attention, small config."),
+    ("multilayer_transformer_mma_iwslt", multilayer_transformer_wmt_en_de,
+     {"encoder_self_attention": "mma", "encoder_ffn_embed_dim": 1024, "decoder_ffn_embed_dim": 1024,
+      "encoder_attention_heads": 4, "decoder_attention_heads": 4, "dropout": 0.3},
+     "Mixed Multi-Head encoder self-attention in the MMA paper's IWSLT setup: 6+6 layers, d 512, FFN 1024, "
+     "4 heads (one per head function), dropout 0.3."),
     ("multilayer_transformer_mma_wmt_en_de", multilayer_transformer_wmt_en_de, {"encoder_self_attention": "mma"},
-     "Mixed Multi-Head encoder self-attention, base config."),
+     "Mixed Multi-Head encoder self-attention in the MMA paper's base setup (its WAT runs): 6+6 layers, d 512, "
+     "FFN 2048, 8 heads (each head function twice), dropout 0.1."),
     ("multilayer_transformer_deep_enc_shallow_dec", multilayer_transformer_wmt_en_de,
      {"encoder_layers": 10, "decoder_layers": 2},
      "Word-translation paper, Table 4: 10 encoder and 2 decoder layers, base dims."),
+] + [
+    # every encoder / decoder split of the word-translation paper's Table 4 (base dims, 12 layers)
+    (f"multilayer_transformer_enc{e}_dec{d}", multilayer_transformer_wmt_en_de,
+     {"encoder_layers": e, "decoder_layers": d},
+     f"Word-translation paper, Table 4: {e} encoder and {d} decoder layers, base dims.")
+    for e, d in ((6, 6), (7, 5), (8, 4), (9, 3), (10, 2), (11, 1))
 ]
 
 
