@@ -779,3 +779,89 @@ def test_a_new_table_entry_is_a_working_strategy(monkeypatch):
     hypos = SequenceGenerator([model], dictionary, beam_size=2, max_len_b=5).forward(
         {"net_input": {"src_tokens": src, "src_lengths": lengths}})
     assert len(hypos) == src.size(0)
+
+
+# ----------------------------------------------------------------------------------------
+# 10. layer masking removes the layer (issue 10.5): a masked f^i contributes nothing, as in
+#     the same module built without that layer (the other layers' weights shared)
+# ----------------------------------------------------------------------------------------
+def _reduced_state(full_state, reduced_keys, keep, out_columns=None):
+    """The parameters of the module without the removed source, taken from the full one:
+    per-source entries (``k_proj.3.weight``, ``attentions.3....``) of the kept sources."""
+    new = {}
+    for key in reduced_keys:
+        m = re.match(r"^(q_proj|k_proj|v_proj|attentions|source_attentions|layer_norms)\.(\d+)\.(.*)$", key)
+        if m:
+            new[key] = full_state[f"{m.group(1)}.{keep[int(m.group(2))]}.{m.group(3)}"]
+        elif key == "out_proj.weight" and out_columns is not None:
+            new[key] = full_state[key][:, out_columns]
+        else:
+            new[key] = full_state[key]
+    return new
+
+
+def _module(kind, num, removed_source=None):
+    if kind == "parallel":
+        return ParallelCrossAttention(16, 4, num, removed_source=removed_source)
+    if kind == "flat":
+        return FlatOrHierarchicalCrossAttention(16, 4, num, "flat", removed_source=removed_source)
+    if kind == "hierarchical":
+        return HierarchicalCrossAttention(16, 4, num, removed_source=removed_source)
+    u0, u1 = (int(c) for c in kind[2:])
+    return MultiLayerMultiheadAttention(16, 4, num, layer_specific=bool(u0), sum_contexts=bool(u1),
+                                        removed_source=removed_source)
+
+
+@pytest.mark.parametrize("removed", [0, 1, 2])
+@pytest.mark.parametrize("kind", ["parallel", "flat", "hierarchical", "m-00", "m-01", "m-10", "m-11"])
+def test_masked_layer_equals_the_module_without_it(kind, removed):
+    torch.manual_seed(0)
+    keep = [i for i in range(3) if i != removed]
+    full = perturb(_module(kind, 3, removed).double().eval(), seed=1, scale=0.5)
+    sources, pad, query = random_sources(3)
+    out, _ = full(query, torch.stack(sources, dim=2), key_padding_mask=pad)
+    reduced = _module(kind, 2).double().eval()
+    state = full.state_dict()
+    if kind == "flat":  # one set of projections for every source
+        reduced.load_state_dict(state)
+    else:  # U1 = 0: the removed context is a zero block of W_o's input
+        columns = torch.cat([torch.arange(i * 16, (i + 1) * 16) for i in keep]) if kind in ("m-00", "m-10") else None
+        reduced.load_state_dict(_reduced_state(state, reduced.state_dict(), keep, columns))
+    expected, _ = reduced(query, torch.stack([sources[i] for i in keep], dim=2), key_padding_mask=pad)
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-6)
+    changed = list(sources)  # the masked layer's values do not matter at all
+    changed[removed] = torch.randn_like(changed[removed])
+    again, _ = full(query, torch.stack(changed, dim=2), key_padding_mask=pad)
+    torch.testing.assert_close(again, out, atol=1e-9, rtol=0)
+
+
+@pytest.mark.parametrize("removed", [0, 1, 2])
+def test_masked_layer_of_serial_skips_its_sublayer(removed):
+    """Serial over n = 4: masking one of the three lower layers equals the stack of the other
+    two; masking f^n makes the layer's own cross-attention add nothing."""
+    from fairseq_ext.modules.multi_source_attention import SerialCrossAttentionStack, SourceSelectAttention
+
+    torch.manual_seed(0)
+    full = perturb(SerialCrossAttentionStack(16, 4, 4, 0.0, 0.0, False, removed_source=removed).double().eval(),
+                   seed=1, scale=0.5)
+    keep = [i for i in range(3) if i != removed]
+    reduced = SerialCrossAttentionStack(16, 4, 3, 0.0, 0.0, False).double().eval()
+    reduced.load_state_dict(_reduced_state(full.state_dict(), reduced.state_dict(), keep))
+    sources, pad, query = random_sources(4)
+    memory = torch.stack(sources, dim=2)
+    expected = reduced(query, torch.stack([sources[i] for i in keep] + [sources[3]], dim=2), pad)
+    torch.testing.assert_close(full(query, memory, pad), expected, atol=1e-6, rtol=1e-6)
+    top = SourceSelectAttention(16, 4, encoder_decoder_attention=True, source_index=3, removed=True).double()
+    out, _ = top(query, memory, memory, key_padding_mask=pad)
+    assert torch.count_nonzero(out) == 0
+
+
+@pytest.mark.parametrize("strategy,mask", [("serial", L_SMALL), ("serial", 1), ("m-00", 2), ("m-11", 1),
+                                           ("parallel", 2), ("flat", 3), ("hierarchical", 2)])
+def test_masked_models_decode_incrementally(strategy, mask):
+    model, _, dictionary = small_model(strategy, "--mask-source-layer", str(mask))
+    if strategy == "serial" and mask == L_SMALL:
+        assert all(layer.encoder_attn.removed for layer in model.decoder.layers)
+    src, lengths, prev = random_batch(dictionary, beam=2)
+    full, incremental = full_and_incremental(model, src, lengths, prev, permute_at=2, beam=2)
+    torch.testing.assert_close(full, incremental, atol=1e-5, rtol=0)

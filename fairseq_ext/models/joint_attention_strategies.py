@@ -41,6 +41,7 @@ class CrossAttentionSpec:
     kdim: int
     q_noise: float = 0.0
     qn_block_size: int = 8
+    removed_source: Optional[int] = None  # 0-based: layer masking (--mask-source-layer)
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def _mlmha(layer_specific: bool, sum_contexts: bool):
     def build(spec: CrossAttentionSpec):
         return MultiLayerMultiheadAttention(spec.embed_dim, spec.num_heads, spec.num_sources,
                                             layer_specific=layer_specific, sum_contexts=sum_contexts,
-                                            dropout=spec.dropout)
+                                            dropout=spec.dropout, removed_source=spec.removed_source)
     return build
 
 
@@ -89,7 +90,8 @@ def _source_select(index: Callable[[CrossAttentionSpec], int]):
     def build(spec: CrossAttentionSpec):
         return SourceSelectAttention(spec.embed_dim, spec.num_heads, kdim=spec.kdim, vdim=spec.kdim,
                                      dropout=spec.dropout, encoder_decoder_attention=True, q_noise=spec.q_noise,
-                                     qn_block_size=spec.qn_block_size, source_index=index(spec))
+                                     qn_block_size=spec.qn_block_size, source_index=index(spec),
+                                     removed=spec.removed_source is not None and spec.removed_source == index(spec))
     return build
 
 
@@ -132,21 +134,23 @@ STRATEGIES: Dict[str, JointAttentionStrategy] = {s.name: s for s in [
     _stacked("serial", "one cross-attention sublayer per layer, f^1 first (Libovicky et al. 2018, Fig. 1a)",
              _source_select(lambda spec: spec.num_sources - 1), multi_source=True, serial_sublayers=True),
     _stacked("parallel", "the sum of n independent cross-attentions (Libovicky et al. 2018, Eq. 4)",
-             lambda spec: ParallelCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources, spec.dropout),
+             lambda spec: ParallelCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources, spec.dropout,
+                                                 removed_source=spec.removed_source),
              multi_source=True),
     _stacked("flat", "one attention over all layers' states (Libovicky et al. 2018, Eq. 5-6)",
              lambda spec: FlatOrHierarchicalCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources,
-                                                           "flat", spec.dropout),
+                                                           "flat", spec.dropout, removed_source=spec.removed_source),
              multi_source=True),
     _stacked("hierarchical", "per-layer multi-head attentions, then a multi-head attention over their contexts "
              "(Libovicky et al. 2018, Eq. 7-8)",
              lambda spec: HierarchicalCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources, spec.dropout,
-                                                     kdim=spec.kdim),
+                                                     kdim=spec.kdim, removed_source=spec.removed_source),
              multi_source=True),
     _stacked("hierarchical-shared", "the first release's simplified hierarchical form (shared query projection, "
              "parameter-free second level), kept for the checkpoints trained with it",
              lambda spec: FlatOrHierarchicalCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources,
-                                                           "hierarchical", spec.dropout),
+                                                           "hierarchical", spec.dropout,
+                                                           removed_source=spec.removed_source),
              multi_source=True),
 ]}
 

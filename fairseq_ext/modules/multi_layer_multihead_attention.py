@@ -65,9 +65,13 @@ class MultiLayerMultiheadAttention(StackedSourceAttention):
     """
 
     def __init__(self, embed_dim: int, num_heads: int, num_sources: int, layer_specific: bool,
-                 sum_contexts: bool, dropout: float = 0.0, kdim: Optional[int] = None):
+                 sum_contexts: bool, dropout: float = 0.0, kdim: Optional[int] = None,
+                 removed_source: Optional[int] = None):
         super().__init__(embed_dim, num_heads, num_sources, dropout, kdim)
         self.layer_specific, self.sum_contexts = layer_specific, sum_contexts
+        # layer masking (thesis Table 3.5): source i leaves the logits' sum (U0 = 0), and its
+        # context is zero in the concatenation (U1 = 0) or leaves the sum (U1 = 1)
+        self.removed_source = removed_source
         self.q_proj = nn.ModuleList(
             xavier_linear(embed_dim, embed_dim, gain=QKV_GAIN) for _ in range(num_sources)
         )
@@ -86,10 +90,16 @@ class MultiLayerMultiheadAttention(StackedSourceAttention):
         **unused,
     ):
         k, v = self.static_keys_values(key, incremental_state)
-        queries = [split_heads(p(query), self.num_heads) for p in self.q_proj]
-        contexts, weights = mlmha(
-            queries, k.unbind(1), v.unbind(1), key_padding_mask, self.layer_specific, self.dropout_module
-        )
-        contexts = [merge_heads(c) for c in contexts]  # n x (Z x B x C)
+        keep = [i for i in range(self.num_sources) if i != self.removed_source]
+        queries = [split_heads(self.q_proj[i](query), self.num_heads) for i in keep]
+        keys, values = k.unbind(1), v.unbind(1)
+        if key_padding_mask is not None and key_padding_mask.dim() == 3:
+            key_padding_mask = key_padding_mask[:, keep]
+        kept, weights = mlmha(queries, [keys[i] for i in keep], [values[i] for i in keep], key_padding_mask,
+                              self.layer_specific, self.dropout_module)
+        kept = [merge_heads(c) for c in kept]  # Z x B x C each
+        contexts = [torch.zeros_like(kept[0])] * self.num_sources
+        for i, c in zip(keep, kept):
+            contexts[i] = c
         combined = torch.stack(contexts).sum(dim=0) if self.sum_contexts else torch.cat(contexts, dim=-1)
         return self.out_proj(combined), attention_weights_for_output(weights, need_weights, need_head_weights)

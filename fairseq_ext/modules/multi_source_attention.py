@@ -45,6 +45,22 @@ from fairseq_ext.modules.stacked_source_attention import StackedSourceAttention
 MULTI_SOURCE_STRATEGIES = ("serial", "parallel", "flat", "hierarchical", "hierarchical-shared")
 
 
+def without_source(key_padding_mask: Optional[Tensor], num_sources: int, removed: Optional[int],
+                   bsz: int, length: int, device) -> Optional[Tensor]:
+    """A B x n x J padding mask in which every position of source ``removed`` is padding
+    (the analysis of thesis Table 3.5: that layer takes no part)."""
+    if removed is None:
+        return key_padding_mask
+    if key_padding_mask is None:
+        mask = torch.zeros(bsz, num_sources, length, dtype=torch.bool, device=device)
+    elif key_padding_mask.dim() == 2:
+        mask = key_padding_mask.to(torch.bool).unsqueeze(1).repeat(1, num_sources, 1)
+    else:
+        mask = key_padding_mask.to(torch.bool).clone()
+    mask[:, removed] = True
+    return mask
+
+
 def cross_attention(embed_dim: int, num_heads: int, dropout: float, cls=MultiheadAttention, **kwargs):
     """A stock fairseq encoder-decoder attention (or a subclass of it)."""
     return cls(embed_dim, num_heads, dropout=dropout, encoder_decoder_attention=True, **kwargs)
@@ -58,11 +74,14 @@ class SourceSelectAttention(MultiheadAttention):
     decoder layer j). Its parameters keep the stock names, so stock weights load.
     """
 
-    def __init__(self, *args, source_index: int, **kwargs):
+    def __init__(self, *args, source_index: int, removed: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.source_index = source_index
+        self.removed = removed  # layer masking (thesis Table 3.5): the sublayer adds nothing
 
     def forward(self, query, key, value, key_padding_mask=None, *args, **kwargs):
+        if self.removed:
+            return torch.zeros_like(query), None
         if key is not None and key.dim() == 4:
             key = value = key[:, :, self.source_index]
         return super().forward(query, key, value, source_mask(key_padding_mask, self.source_index), *args, **kwargs)
@@ -74,8 +93,9 @@ class SerialCrossAttentionStack(nn.Module):
     (pre-norm). The decoder layer's own cross-attention then attends f^n."""
 
     def __init__(self, embed_dim: int, num_heads: int, num_sources: int, attention_dropout: float,
-                 dropout: float, normalize_before: bool):
+                 dropout: float, normalize_before: bool, removed_source: Optional[int] = None):
         super().__init__()
+        self.removed_source = removed_source  # layer masking: that sublayer is skipped
         self.attentions = nn.ModuleList(
             cross_attention(embed_dim, num_heads, attention_dropout) for _ in range(num_sources - 1)
         )
@@ -86,6 +106,8 @@ class SerialCrossAttentionStack(nn.Module):
     def forward(self, x: Tensor, memory: Tensor, key_padding_mask: Optional[Tensor], incremental_state=None):
         """x: Z x B x C; memory: J x B x n x C (may be None once cached)."""
         for i, (attn, norm) in enumerate(zip(self.attentions, self.layer_norms)):
+            if i == self.removed_source:
+                continue
             residual = x
             if self.normalize_before:
                 x = norm(x)
@@ -102,9 +124,11 @@ class ParallelCrossAttention(nn.Module):
     """Eq. 4: sum_i Att_i(Q, f^i) with n independent cross-attentions (one residual,
     applied by the decoder layer)."""
 
-    def __init__(self, embed_dim: int, num_heads: int, num_sources: int, dropout: float = 0.0):
+    def __init__(self, embed_dim: int, num_heads: int, num_sources: int, dropout: float = 0.0,
+                 removed_source: Optional[int] = None):
         super().__init__()
         self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
+        self.removed_source = removed_source  # layer masking: that attention leaves the sum
         self.attentions = nn.ModuleList(
             cross_attention(embed_dim, num_heads, dropout) for _ in range(num_sources)
         )
@@ -113,6 +137,8 @@ class ParallelCrossAttention(nn.Module):
                 need_weights=False, need_head_weights=False, **unused):
         outputs, weights = [], []
         for i, attn in enumerate(self.attentions):
+            if i == self.removed_source:
+                continue
             source = key[:, :, i] if key is not None else None
             out, w = attn(query=query, key=source, value=source, key_padding_mask=source_mask(key_padding_mask, i),
                           incremental_state=incremental_state, static_kv=True,
@@ -135,9 +161,10 @@ class HierarchicalCrossAttention(nn.Module):
     contexts, so it has nothing to cache."""
 
     def __init__(self, embed_dim: int, num_heads: int, num_sources: int, dropout: float = 0.0,
-                 kdim: Optional[int] = None):
+                 kdim: Optional[int] = None, removed_source: Optional[int] = None):
         super().__init__()
         kdim = kdim or embed_dim
+        self.removed_source = removed_source  # layer masking: its context is not attended
         self.source_attentions = nn.ModuleList(
             cross_attention(embed_dim, num_heads, dropout, kdim=kdim, vdim=kdim) for _ in range(num_sources)
         )
@@ -161,8 +188,12 @@ class HierarchicalCrossAttention(nn.Module):
         tgt_len, bsz, dim = query.shape
         # the second level: each of the Z x B positions attends its own n contexts
         hier = torch.stack(contexts, dim=0).reshape(len(contexts), tgt_len * bsz, dim)  # n x (Z B) x C
+        context_mask = None
+        if self.removed_source is not None:
+            context_mask = torch.zeros(tgt_len * bsz, len(contexts), dtype=torch.bool, device=query.device)
+            context_mask[:, self.removed_source] = True
         out, beta = self.context_attention(query=query.reshape(1, tgt_len * bsz, dim), key=hier, value=hier,
-                                           need_weights=want_weights)
+                                           key_padding_mask=context_mask, need_weights=want_weights)
         out = out.view(tgt_len, bsz, dim)
         if not want_weights:
             return out, None
@@ -207,11 +238,12 @@ class FlatOrHierarchicalCrossAttention(StackedSourceAttention):
     (flat) or per source (hierarchical)."""
 
     def __init__(self, embed_dim: int, num_heads: int, num_sources: int, strategy: str,
-                 dropout: float = 0.0, kdim: Optional[int] = None):
+                 dropout: float = 0.0, kdim: Optional[int] = None, removed_source: Optional[int] = None):
         if strategy not in ("flat", "hierarchical"):
             raise ValueError(f"--joint-attention: unknown combination {strategy!r}")
         super().__init__(embed_dim, num_heads, num_sources, dropout, kdim, shared_kv=strategy == "flat")
         self.strategy = strategy
+        self.removed_source = removed_source  # layer masking: every position of it is masked
         self.q_proj = xavier_linear(embed_dim, embed_dim, gain=QKV_GAIN)
         self.out_proj = xavier_linear(embed_dim, embed_dim)
 
@@ -220,7 +252,16 @@ class FlatOrHierarchicalCrossAttention(StackedSourceAttention):
         k, v = self.static_keys_values(key, incremental_state)
         q = split_heads(self.q_proj(query), self.num_heads)
         combine = flat_attention if self.strategy == "flat" else hierarchical_attention
-        context, weights = combine(q, list(k.unbind(1)), list(v.unbind(1)), key_padding_mask, self.dropout_module)
+        keys, values = list(k.unbind(1)), list(v.unbind(1))
+        if self.removed_source is not None and self.strategy == "flat":
+            key_padding_mask = without_source(key_padding_mask, len(keys), self.removed_source, q.size(0),
+                                              keys[0].size(2), q.device)
+        elif self.removed_source is not None:  # the first release's hierarchical form: drop the source
+            keep = [i for i in range(len(keys)) if i != self.removed_source]
+            keys, values = [keys[i] for i in keep], [values[i] for i in keep]
+            if key_padding_mask is not None and key_padding_mask.dim() == 3:
+                key_padding_mask = key_padding_mask[:, keep]
+        context, weights = combine(q, keys, values, key_padding_mask, self.dropout_module)
         return self.out_proj(merge_heads(context)), attention_weights_for_output(
             weights, need_weights, need_head_weights
         )
