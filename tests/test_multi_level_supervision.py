@@ -287,3 +287,41 @@ def test_m00_ms1_aif_trains_and_decodes(tmp_path):
                              "--path", str(save / "checkpoint_last.pt")], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "BLEU4" in result.stdout
+
+
+def _reduced(criterion_cls, logging_outputs):
+    from fairseq.logging import metrics
+    with metrics.aggregate() as agg:
+        criterion_cls.reduce_metrics(logging_outputs)
+        return {k: float(v) for k, v in agg.get_smoothed_values().items()}
+
+
+def test_logged_metrics_are_exact_in_base_2():
+    """What fairseq-train prints: every term summed over the batches in nats, divided by its
+    denominator (sample_size for losses, ntokens for nll losses) and by ln 2; with no
+    auxiliary decoder, loss / nll_loss / main_loss equal label_smoothed_cross_entropy's."""
+    import math
+    dictionary = make_dictionary()
+    model, _ = build("multilayer_transformer", *SMALL, "--aux-decoder-layers", "1", dictionary=dictionary)
+    criterion = criterion_for(dictionary, aux_loss_weight=0.5)
+    logs = [criterion(model, sample_for(dictionary, seed=s))[2] for s in (1, 2)]
+    reduced = _reduced(type(criterion), logs)
+    sample_size = sum(log["sample_size"] for log in logs)
+    ntokens = sum(log["ntokens"] for log in logs)
+    for key, denominator in (("main_loss", sample_size), ("aux1_loss", sample_size), ("aux1_nll_loss", ntokens),
+                             ("loss", sample_size)):
+        expected = sum(float(log[key]) for log in logs) / denominator / math.log(2)
+        assert abs(reduced[key] - expected) < 1e-3, (key, reduced[key], expected)
+    main = sum(float(log["main_loss"]) for log in logs)
+    aux = sum(float(log["aux1_loss"]) for log in logs)
+    assert abs(reduced["loss"] - (main + 0.5 * aux) / sample_size / math.log(2)) < 1e-3
+
+    plain, _ = build("multilayer_transformer", *SMALL, dictionary=dictionary)
+    ours = [criterion_for(dictionary)(plain, sample_for(dictionary, seed=s))[2] for s in (1, 2)]
+    stock = [criterion_for(dictionary, cls=LabelSmoothedCrossEntropyCriterion)(plain, sample_for(dictionary, seed=s))[2]
+             for s in (1, 2)]
+    ours_reduced = _reduced(type(criterion), ours)
+    stock_reduced = _reduced(LabelSmoothedCrossEntropyCriterion, stock)
+    for key in ("loss", "nll_loss", "ppl"):
+        assert abs(ours_reduced[key] - stock_reduced[key]) < 1e-6, key
+    assert abs(ours_reduced["main_loss"] - stock_reduced["loss"]) < 1e-3
