@@ -227,6 +227,61 @@ def test_aif_equation_in_a_decoder_layer():
     assert torch.allclose(captured["q"], expected, atol=1e-5)
 
 
+def _record_aif_and_aux(model):
+    """Record what every AIF unit receives, and what every auxiliary decoder returns."""
+    seen, produced = [], []
+    for layer in model.decoder.layers:
+        layer.aif.register_forward_hook(lambda m, args, out: seen.append([f.clone() for f in args[1]]))
+    for aux in model.decoder.aux_decoders:
+        original = aux.extract_features
+
+        def recording(*args, _original=original, **kwargs):
+            features, extra = _original(*args, **kwargs)
+            produced.append(features.clone())
+            return features, extra
+        aux.extract_features = recording
+    return seen, produced
+
+
+def test_aif_reads_the_real_auxiliary_decoders_in_training():
+    """Every main-decoder layer fuses the final states of the auxiliary decoders themselves
+    (not features from elsewhere), computed from their own encoder layers."""
+    dictionary = make_dictionary()
+    model, _ = build("multilayer_transformer", *SMALL, "--aux-decoder-layers", "1,2", "--aux-fusion",
+                     dictionary=dictionary)
+    src, lengths, prev = random_batch(dictionary)
+    with torch.no_grad():
+        encoder_out = model.encoder(src, src_lengths=lengths)
+        expected = [model.decoder.aux_decoders[i].extract_features(
+            prev, model.decoder.aux_encoder_out(encoder_out, i))[0].transpose(0, 1) for i in range(2)]
+        seen, _ = _record_aif_and_aux(model)
+        model(src, lengths, prev)
+    assert len(seen) == len(model.decoder.layers)
+    for fused in seen:
+        for got, want in zip(fused, expected):
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+
+
+def test_aif_reads_the_real_auxiliary_decoders_in_beam_search():
+    """In beam search the auxiliary decoders run step by step in lock-step with the main
+    decoder; at every step each AIF unit receives exactly what they returned for that step."""
+    dictionary = make_dictionary()
+    model, _ = build("multilayer_transformer", *SMALL, "--aux-decoder-layers", "1,2", "--aux-fusion",
+                     dictionary=dictionary)
+    seen, produced = _record_aif_and_aux(model)
+    src, lengths, _ = random_batch(dictionary)
+    generator = SequenceGenerator([model], dictionary, beam_size=3, max_len_b=6)
+    with torch.no_grad():
+        generator.forward({"net_input": {"src_tokens": src, "src_lengths": lengths}})
+    steps = len(produced) // 2
+    assert steps >= 3 and len(seen) == steps * len(model.decoder.layers)
+    for t in range(steps):
+        aux_t = [produced[2 * t].transpose(0, 1), produced[2 * t + 1].transpose(0, 1)]  # 1 x B x C each
+        for fused in seen[t * len(model.decoder.layers):(t + 1) * len(model.decoder.layers)]:
+            for got, want in zip(fused, aux_t):
+                assert torch.equal(got, want)
+
+
 # --- build-time validation ------------------------------------------------------------------------
 @pytest.mark.parametrize("flags,message", [
     (("--aux-decoder-layers", "3"), "--aux-decoder-layers"),  # == L
