@@ -99,15 +99,30 @@ def test_forward_matches_equations(kernel_size, causal):
     torch.testing.assert_close(out, reference_dc(m, r, pad, causal), atol=1e-10, rtol=1e-10)
 
 
-def test_output_of_stock_layer_is_eq_5_7():
-    """z = LayerNorm(z_hat + r): the stock layer's residual + self_attn_layer_norm around DC."""
-    m = make_dc(3, False)
-    r = torch.randn(5, 2, D, dtype=torch.double)
-    z_hat, _ = m(r, r, r)
-    ln = torch.nn.LayerNorm(D).double()
-    z = ln(z_hat + r)
-    assert torch.allclose(z.mean(-1), torch.zeros(5, 2, dtype=torch.double), atol=1e-10)
-    torch.testing.assert_close(z_hat, reference_dc(m, r, None, False))
+@pytest.mark.parametrize("kernel_size", [2, 3])
+def test_output_of_stock_layer_is_eq_5_7(kernel_size):
+    """Inside fairseq's own encoder layer, DC replaces the self-attention sublayer:
+    z = LayerNorm(z_hat + r) (Eq. 5.7, the layer's residual and self_attn_layer_norm), then
+    the layer's FFN sublayer LayerNorm(z + FFN(z)); z_hat from the equations (reference_dc)."""
+    from model_utils import build, random_batch
+    model, _ = build("multilayer_transformer", "--encoder-embed-dim", str(D), "--decoder-embed-dim", str(D),
+                     "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
+                     "--encoder-attention-heads", str(H), "--decoder-attention-heads", str(H),
+                     "--encoder-layers", "2", "--decoder-layers", "1", "--dropout", "0",
+                     "--encoder-self-attention", "dc", "--dc-kernel-size", str(kernel_size))
+    layer = model.encoder.layers[0].double()
+    assert isinstance(layer.self_attn, DualContextualAttention)
+    r = torch.randn(6, 3, D, dtype=torch.double)
+    pad = torch.zeros(3, 6, dtype=torch.bool)
+    pad[1, :2] = True
+    with torch.no_grad():
+        out = layer(r, encoder_padding_mask=pad)
+        z_hat = reference_dc(layer.self_attn, r, pad, False)
+        z = F.layer_norm(z_hat + r, (D,), layer.self_attn_layer_norm.weight, layer.self_attn_layer_norm.bias)
+        ffn = F.linear(F.relu(F.linear(z, layer.fc1.weight, layer.fc1.bias)), layer.fc2.weight, layer.fc2.bias)
+        expected = F.layer_norm(z + ffn, (D,), layer.final_layer_norm.weight, layer.final_layer_norm.bias)
+    keep = ~pad.t().unsqueeze(-1)  # padded positions are not compared
+    torch.testing.assert_close(out.masked_select(keep), expected.masked_select(keep), atol=1e-6, rtol=1e-6)
 
 
 @pytest.mark.parametrize("kernel_size", [2, 3])
