@@ -1,9 +1,12 @@
 """Issue 8, items 3 and 6: resuming with several processes, after a crash during a save,
 and never silently from scratch (fairseq_ext/resume.py)."""
+import argparse
 import io
 import os
 import shutil
+import signal
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -15,31 +18,69 @@ from model_utils import TINY_TRAIN_FLAGS, USER_DIR, clean_env
 
 
 # --- item 3: what rank 0 broadcasts to the other ranks -------------------------------------
-def test_broadcast_payload_loads_with_weights_only(tiny_trained):
-    _, checkpoint = tiny_trained
-    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)  # what rank 0 broadcasts
-    tensors = []
-    obj = distributed_utils._split_tensors_from_obj(state, tensors)
+def test_encode_decode_round_trip_of_a_dictconfig():
+    from omegaconf import DictConfig, OmegaConf
+
+    cfg = OmegaConf.create({"model": argparse.Namespace(arch="multilayer_transformer", dropout=0.1),
+                            "optimization": {"lr": [0.25], "max_update": 4}, "task": {"data": "${common.x}"},
+                            "common": {"x": "bin"}}, flags={"allow_objects": True})
+    placeholder = distributed_utils._TensorPlaceholder(index=3)
+    obj = {"cfg": cfg, "model": {"w": placeholder}, "history": [{"num_updates": 4}], "pair": (1, placeholder)}
+    encoded = resume.encode_for_broadcast(obj)
     buffer = io.BytesIO()
-    torch.save(obj, buffer)
+    torch.save(encoded, buffer)
+    received = torch.load(io.BytesIO(buffer.getvalue()), map_location="cpu", weights_only=True)
+    decoded = resume.decode_broadcast(received)
+    assert isinstance(decoded["cfg"], DictConfig) and decoded["cfg"]._get_flag("allow_objects")
+    assert decoded["cfg"].model == cfg.model and decoded["cfg"].optimization == cfg.optimization
+    assert OmegaConf.to_container(decoded["cfg"].task, resolve=False) == {"data": "${common.x}"}  # unresolved
+    assert decoded["cfg"].task.data == "bin"
+    assert decoded["model"]["w"] == placeholder and decoded["pair"] == (1, placeholder)
+    assert decoded["history"] == obj["history"]
     with pytest.raises(Exception, match="Unsupported global"):  # fairseq's own payload: the bug
-        torch.load(io.BytesIO(buffer.getvalue()), map_location="cpu")
-    buffer = io.BytesIO()
-    torch.save({"payload": resume.encode_for_broadcast(obj)}, buffer)
-    received = torch.load(io.BytesIO(buffer.getvalue()), map_location="cpu")  # weights_only=True
-    rebuilt = distributed_utils._put_tensors_in_obj(resume.decode_broadcast(received["payload"]), tensors)
-    assert type(rebuilt["cfg"]) is type(state["cfg"])
-    assert rebuilt["cfg"].model.arch == state["cfg"].model.arch == "multilayer_transformer"
-    assert rebuilt["cfg"].optimization.lr == state["cfg"].optimization.lr
-    assert rebuilt["optimizer_history"] == state["optimizer_history"]
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
+        torch.load(io.BytesIO(buffer.getvalue()), map_location="cpu", weights_only=True)
+
+
+def simulate_broadcast(monkeypatch, state):
+    """fairseq's broadcast_object, run as rank 0 and then as rank 1 of a world of two: the
+    tensors rank 0 broadcasts are recorded and handed to rank 1's receiving broadcasts."""
+    sent = []
+    monkeypatch.setattr(distributed_utils, "get_rank", lambda group: 0)
+    monkeypatch.setattr(distributed_utils, "broadcast", lambda tensor, src, group: sent.append(tensor.clone()))
+    kept = distributed_utils.broadcast_object(state, src_rank=0, group=None, dist_device=torch.device("cpu"))
+    assert kept is not None
+    replay = iter(sent)
+    monkeypatch.setattr(distributed_utils, "get_rank", lambda group: 1)
+    monkeypatch.setattr(distributed_utils, "broadcast",
+                        lambda tensor, src, group: tensor.copy_(next(replay).reshape(tensor.shape)))
+    return distributed_utils.broadcast_object(None, src_rank=0, group=None, dist_device=torch.device("cpu"))
+
+
+def test_rank_1_receives_the_checkpoint_rank_0_loaded(tiny_trained, monkeypatch):
+    _, checkpoint = tiny_trained
+    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)  # what Trainer.load_checkpoint broadcasts
+    assert type(state["cfg"]).__name__ == "DictConfig"
+    received = simulate_broadcast(monkeypatch, state)
+    assert type(received["cfg"]) is type(state["cfg"])
+    assert received["cfg"].model.arch == state["cfg"].model.arch == "multilayer_transformer"
+    assert received["cfg"] == state["cfg"]
+    assert received["optimizer_history"] == state["optimizer_history"]
+    assert received["extra_state"]["train_iterator"] == state["extra_state"]["train_iterator"]
     for key, value in state["model"].items():
-        assert torch.equal(rebuilt["model"][key], value)
+        assert torch.equal(received["model"][key], value)
+    # without the patch, rank 1 fails as in the issue
+    monkeypatch.setattr(distributed_utils, "_broadcast_object_slow", distributed_utils._broadcast_object_slow.__wrapped__)
+    with pytest.raises(Exception, match="Unsupported global"):
+        simulate_broadcast(monkeypatch, state)
 
 
 # --- item 6: crash-safe copies --------------------------------------------------------------
 def test_checkpoint_copies_are_atomic(tmp_path, monkeypatch):
     src, dst = tmp_path / "checkpoint_1_5.pt", tmp_path / "checkpoint_last.pt"
     src.write_bytes(b"new" * 1000)
+    src.chmod(0o644)
     dst.write_bytes(b"old checkpoint")
 
     def killed_mid_copy(a, b):
@@ -53,8 +94,51 @@ def test_checkpoint_copies_are_atomic(tmp_path, monkeypatch):
     assert dst.read_bytes() == b"old checkpoint"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_1_5.pt", "checkpoint_last.pt"]
     monkeypatch.undo()
+    assert not checkpoint_utils.PathManager.copy(str(src), str(dst), overwrite=False)  # fairseq's semantics
     assert checkpoint_utils.PathManager.copy(str(src), str(dst), overwrite=True)
     assert dst.read_bytes() == src.read_bytes()
+    assert dst.stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
+    assert checkpoint_utils.PathManager.isfile(str(dst))  # every other attribute is fairseq's
+
+
+SIGKILL_DURING_SAVE = """
+import os, shutil, signal, sys
+import fairseq_ext  # noqa: F401  (what --user-dir fairseq_ext does)
+from fairseq import checkpoint_utils
+
+def copy_then_die(src, dst):  # the copy is half done when the process is killed
+    with open(src, "rb") as f, open(dst, "wb") as g:
+        g.write(f.read(1000))
+        g.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+shutil.copyfile = copy_then_die
+save_dir = sys.argv[1]
+checkpoint_utils.PathManager.copy(os.path.join(save_dir, "checkpoint_1_4.pt"),
+                                  os.path.join(save_dir, "checkpoint_last.pt"), overwrite=True)
+"""
+
+
+def test_sigkill_during_the_copy_to_checkpoint_last_keeps_the_old_one(tmp_path, tiny_trained):
+    """fairseq's save_checkpoint: write checkpoint_1_4.pt (atomically), copy it to
+    checkpoint_last.pt; the process is SIGKILLed halfway through the copy."""
+    _, checkpoint = tiny_trained
+    shutil.copy(checkpoint, tmp_path / "checkpoint_last.pt")  # the previous save
+    (tmp_path / "checkpoint_1_4.pt").write_bytes(b"PK" + os.urandom(5000))
+    result = subprocess.run([sys.executable, "-c", SIGKILL_DURING_SAVE, str(tmp_path)], env=clean_env(),
+                            capture_output=True, text=True, cwd=os.path.dirname(USER_DIR))
+    assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
+    assert (tmp_path / "checkpoint_last.pt").read_bytes() == open(checkpoint, "rb").read()
+    assert resume.is_intact(str(tmp_path / "checkpoint_last.pt"))
+    # what the kill left is a hidden temporary file, which resuming ignores
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name not in ("checkpoint_last.pt", "checkpoint_1_4.pt")]
+    assert len(leftovers) == 1 and leftovers[0].startswith(".checkpoint_last.pt.") and leftovers[0].endswith(".tmp")
+
+
+def with_updates(checkpoint, path, updates):
+    state = torch.load(checkpoint, map_location="cpu")
+    state["optimizer_history"][-1]["num_updates"] = updates
+    torch.save(state, path)
 
 
 def test_newest_intact_checkpoint(tmp_path, tiny_trained):
@@ -62,8 +146,36 @@ def test_newest_intact_checkpoint(tmp_path, tiny_trained):
     for name in ("checkpoint1.pt", "checkpoint_2_10.pt", "checkpoint2.pt", "checkpoint_3_12.pt", "checkpoint_best.pt"):
         shutil.copy(checkpoint, tmp_path / name)
     (tmp_path / "checkpoint_3_12.pt").write_bytes(open(checkpoint, "rb").read()[:1000])  # truncated
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"")
+    # all record the same updates: the newest by name
     assert resume.newest_intact_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint2.pt")
     assert not resume.is_intact(str(tmp_path / "checkpoint_3_12.pt"))
+    # by the updates recorded in each file: checkpoint_best.pt may be the newest (--no-epoch-checkpoints)
+    with_updates(checkpoint, tmp_path / "checkpoint_best.pt", 20)
+    assert resume.newest_intact_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint_best.pt")
+    with_updates(checkpoint, tmp_path / "checkpoint.best_loss_3.210.pt", 30)
+    assert resume.newest_intact_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint.best_loss_3.210.pt")
+    # suffixes (--checkpoint-suffix) are kept apart
+    with_updates(checkpoint, tmp_path / "checkpoint_4_40-x.pt", 40)
+    assert resume.newest_intact_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint.best_loss_3.210.pt")
+    assert resume.newest_intact_checkpoint(str(tmp_path), "-x") == str(tmp_path / "checkpoint_4_40-x.pt")
+
+
+def test_what_counts_as_intact(tmp_path, tiny_trained):
+    _, checkpoint = tiny_trained
+    data = open(checkpoint, "rb").read()
+    cases = {"empty.pt": b"", "half.pt": data[: len(data) // 2], "almost.pt": data[:-10],
+             "zeros.pt": bytes(len(data)), "whole.pt": data}
+    for name, content in cases.items():
+        (tmp_path / name).write_bytes(content)
+    torch.save({"optimizer_history": [{"num_updates": 7}]}, tmp_path / "legacy.pt",
+               _use_new_zipfile_serialization=False)  # torch < 1.6's format: not judged, loaded
+    verdict = {name: resume.is_intact(str(tmp_path / name)) for name in [*cases, "legacy.pt"]}
+    assert verdict == {"empty.pt": False, "half.pt": False, "almost.pt": False, "zeros.pt": False,
+                       "whole.pt": True, "legacy.pt": True}
+    assert resume.recorded_updates(str(tmp_path / "whole.pt")) == 2
+    assert resume.recorded_updates(str(tmp_path / "legacy.pt")) == 7
+    assert resume.recorded_updates(str(tmp_path / "half.pt")) is None
 
 
 # --- item 6: resuming end to end ------------------------------------------------------------
