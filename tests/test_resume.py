@@ -179,10 +179,11 @@ def test_what_counts_as_intact(tmp_path, tiny_trained):
 
 
 # --- item 6: resuming end to end ------------------------------------------------------------
-def train(bin_dir, save_dir, *flags):
+def train(bin_dir, save_dir, *flags, cwd=None):
+    """Plain fairseq-train with the plugin loaded through --user-dir."""
     return subprocess.run(["fairseq-train", bin_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer",
                            *TINY_TRAIN_FLAGS, "--save-dir", str(save_dir), *flags],
-                          capture_output=True, text=True, env=clean_env(), timeout=300)
+                          capture_output=True, text=True, env=clean_env(), timeout=300, cwd=cwd)
 
 
 @pytest.fixture
@@ -196,15 +197,19 @@ def crashed_save_dir(tiny_trained, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kept", [0, 0.5])
-def test_truncated_last_checkpoint_resumes_from_the_newest_intact_one(crashed_save_dir, kept):
+@pytest.mark.parametrize("kept,finetune", [(0, False), (0.5, False), (0.5, True)])
+def test_truncated_last_checkpoint_resumes_from_the_newest_intact_one(crashed_save_dir, tiny_trained, kept, finetune):
     bin_dir, save_dir, data = crashed_save_dir
     (save_dir / "checkpoint_last.pt").write_bytes(data[: int(len(data) * kept)])
-    result = train(bin_dir, save_dir, "--max-update", "4")
+    # --finetune-from-model only applies to a first launch: fairseq resumes from checkpoint_last.pt
+    flags = ["--finetune-from-model", tiny_trained[1]] if finetune else []
+    result = train(bin_dir, save_dir, "--max-update", "4", *flags)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-3000:]
-    assert f"{save_dir}/checkpoint_last.pt is unreadable" in log
-    assert f"resuming from {save_dir}/checkpoint_1_2.pt" in log
+    warning = (f"WARNING | fairseq_ext.resume | {save_dir}/checkpoint_last.pt is unreadable (empty or truncated, "
+               f"e.g. by a crash during a save): resuming from {save_dir}/checkpoint_1_2.pt")
+    assert log.count(warning) == 1, log[-3000:]
+    assert f"Loaded checkpoint {save_dir}/checkpoint_1_2.pt (epoch 1 @ 2 updates)" in log
     assert resume.is_intact(str(save_dir / "checkpoint_last.pt"))
     assert torch.load(save_dir / "checkpoint_last.pt")["optimizer_history"][-1]["num_updates"] == 4
 
@@ -217,11 +222,17 @@ def test_nothing_intact_and_restore_file_typos_are_refused(crashed_save_dir, tmp
     result = train(bin_dir, save_dir, "--max-update", "4")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert f"fairseq-train: error: {save_dir}/checkpoint_last.pt is unreadable" in result.stderr
+    assert (save_dir / "checkpoint_last.pt").read_bytes() == b""  # nothing trained, nothing overwritten
     typo = tmp_path / "ckpt" / "checkpont_best.pt"
     result = train(bin_dir, tmp_path / "other", "--max-update", "4", "--restore-file", str(typo))
-    assert result.returncode == 1
+    assert result.returncode == 1 and "Traceback" not in result.stderr
     assert f"fairseq-train: error: --restore-file {typo} does not exist" in result.stderr
     assert not (tmp_path / "other" / "checkpoint_last.pt").exists()
+    # a path relative to --save-dir instead of the working directory: named, with the fix
+    result = train(bin_dir, save_dir, "--max-update", "4", "--restore-file", "checkpoint_1_2.pt", cwd=tmp_path)
+    assert result.returncode == 1
+    assert (f"fairseq-train: error: --restore-file checkpoint_1_2.pt does not exist; fairseq would train from "
+            f"scratch (did you mean {save_dir}/checkpoint_1_2.pt?") in result.stderr
 
 
 @pytest.mark.slow
