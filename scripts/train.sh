@@ -27,7 +27,11 @@ die() { fsx_die "$@"; }
 [[ $# -ge 2 ]] || usage 1
 DATA=$1 SAVE=$2
 shift 2
-NPROC=1 NNODES=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=${MASTER_PORT:-29500} CONFIG=""
+NPROC=1 NNODES=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 CONFIG=""
+# the port: --master-port, else the environment's MASTER_PORT (as torchrun), else 29500
+PORT_SOURCE="--master-port"
+[[ -n ${MASTER_PORT:-} ]] && PORT_SOURCE="MASTER_PORT (from the environment)"
+MASTER_PORT=${MASTER_PORT:-29500}
 while [[ $# -gt 0 ]]; do
     case $1 in
         --nproc | --nnodes | --node-rank | --master-addr | --master-port | --config)
@@ -37,7 +41,7 @@ while [[ $# -gt 0 ]]; do
                 --nnodes) NNODES=$2 ;;
                 --node-rank) NODE_RANK=$2 ;;
                 --master-addr) MASTER_ADDR=$2 ;;
-                --master-port) MASTER_PORT=$2 ;;
+                --master-port) MASTER_PORT=$2 PORT_SOURCE=--master-port ;;
                 --config) CONFIG=$2 ;;
             esac
             shift 2 ;;
@@ -46,18 +50,22 @@ while [[ $# -gt 0 ]]; do
         *) die "unknown option $1 (fairseq-train flags go after --)" ;;
     esac
 done
-is_int() { [[ $1 =~ ^[0-9]+$ ]]; }
-is_int "$NPROC" && ((NPROC >= 1)) || die "--nproc must be a positive integer (processes on this node), not '$NPROC'"
-is_int "$NNODES" && ((NNODES >= 1)) || die "--nnodes must be a positive integer, not '$NNODES'"
-is_int "$NODE_RANK" && ((NODE_RANK < NNODES)) ||
+# decimal integers of at most 9 digits (no overflow, "08" is eight, not an octal error)
+is_int() { [[ $1 =~ ^[0-9]{1,9}$ ]]; }
+is_int "$NPROC" && ((10#$NPROC >= 1)) || die "--nproc must be a positive integer (processes on this node), not '$NPROC'"
+is_int "$NNODES" && ((10#$NNODES >= 1)) || die "--nnodes must be a positive integer, not '$NNODES'"
+NPROC=$((10#$NPROC)) NNODES=$((10#$NNODES))
+is_int "$NODE_RANK" && ((10#$NODE_RANK < NNODES)) ||
     die "--node-rank must be an integer in 0..$((NNODES - 1)) (--nnodes $NNODES), not '$NODE_RANK'"
-is_int "$MASTER_PORT" && ((MASTER_PORT >= 1 && MASTER_PORT <= 65535)) ||
-    die "--master-port must be a port number (1-65535), not '$MASTER_PORT'"
+is_int "$MASTER_PORT" && ((10#$MASTER_PORT >= 1 && 10#$MASTER_PORT <= 65535)) ||
+    die "$PORT_SOURCE must be a port number (1-65535), not '$MASTER_PORT'"
+NODE_RANK=$((10#$NODE_RANK)) MASTER_PORT=$((10#$MASTER_PORT))
 [[ -d $DATA ]] || die "no binarized data directory $DATA (run a scripts/prepare-*.sh recipe first)"
 USER_DIR="$(cd "$(dirname "$0")/.." && pwd)/fairseq_ext"
 CONFIG_ARGS=()
 [[ -z $CONFIG ]] || fsx_read_config "$CONFIG" CONFIG_ARGS
 
+fsx_require_cmd fairseq-train
 if fsx_has_gpu; then
     DEVICE_ARGS=(--distributed-backend nccl)
 else
@@ -70,6 +78,7 @@ if [[ $WORLD -eq 1 ]]; then
     [[ ${DEVICE_ARGS[0]} == --distributed-backend ]] && DEVICE_ARGS=(--distributed-world-size 1)
     exec fairseq-train "${ARGS[@]}" "${DEVICE_ARGS[@]}"
 fi
+fsx_require_cmd torchrun
 echo "[train.sh] world size $WORLD ($NNODES node(s) x $NPROC process(es)), ${DEVICE_ARGS[*]}" >&2
 exec torchrun --no-python --nproc_per_node "$NPROC" --nnodes "$NNODES" --node_rank "$NODE_RANK" \
     --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \

@@ -74,10 +74,31 @@ def test_train_sh_rejects_missing_data(tmp_path):
     (["--nnodes", "two"], "--nnodes must be a positive integer, not 'two'"),
     (["--nnodes", "2", "--node-rank", "2"], "--node-rank must be an integer in 0..1"),
     (["--master-port", "70000"], "--master-port must be a port number (1-65535), not '70000'"),
+    (["--nproc", "-1"], "--nproc must be a positive integer (processes on this node), not '-1'"),
+    (["--nproc", "2", "--nnodes", "2", "--node-rank", "x"], "--node-rank must be an integer in 0..1 (--nnodes 2), not 'x'"),
+    (["--master-port", "80a"], "--master-port must be a port number (1-65535), not '80a'"),
+    (["--master-port", ""], "--master-port must be a port number (1-65535), not ''"),
     (["--nproc"], "option --nproc needs a value"),
+    (["--nproc", "--", "--arch", "x"], "option --nproc needs a value"),
+    (["--master-port", "--nproc", "2"], "option --master-port needs a value"),
     (["--config", "--nproc", "2"], "option --config needs a value"),
+    (["--nprocs", "2"], "unknown option --nprocs (fairseq-train flags go after --)"),
 ])
 def test_train_sh_names_the_option_it_refuses(tmp_path, flags, message):
     result = subprocess.run(["bash", TRAIN, str(tmp_path), str(tmp_path / "ckpt"), *flags, "--", "--arch", "x"],
                             capture_output=True, text=True)
-    assert result.returncode != 0 and f"[train.sh] error: {message}" in result.stderr, result.stderr
+    assert result.returncode == 1 and f"[train.sh] error: {message}" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # the message alone, no bash noise
+
+
+def test_train_sh_names_a_bad_master_port_from_the_environment(tmp_path):
+    env = dict(os.environ, MASTER_PORT="abc")
+    result = subprocess.run(["bash", TRAIN, str(tmp_path), str(tmp_path / "ckpt"), "--", "--arch", "x"],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode == 1
+    assert "[train.sh] error: MASTER_PORT (from the environment) must be a port number (1-65535), not 'abc'" in \
+        result.stderr
+    # --master-port wins over the environment
+    result = subprocess.run(["bash", TRAIN, str(tmp_path / "nope"), str(tmp_path / "ckpt"), "--nproc", "08",
+                             "--master-port", "08080", "--", "--arch", "x"], capture_output=True, text=True, env=env)
+    assert result.returncode == 1 and "no binarized data directory" in result.stderr, result.stderr
