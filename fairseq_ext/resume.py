@@ -41,6 +41,14 @@ Three narrow patches of fairseq 0.12, installed on import (``--user-dir fairseq_
      ``weights_only=True``, memory-mapped so that no tensor data is read). fairseq's own logic
      (``--reset-*``, ``--finetune-from-model``, ...) then runs as if that file were
      ``checkpoint_last.pt``. With none intact the run is refused, naming the broken file.
+
+   These checks are :func:`check_restore`; ``scripts/train.sh`` runs them once through
+   :func:`preflight` before it starts several processes, so that the error is one line
+   rather than one per rank followed by torchrun's traceback.
+
+Not covered: remote storage paths (``s3://``, ...: fairseq's behaviour is kept), a
+checkpoint in torch's legacy (pre-1.6) format that is truncated (fairseq 0.12 never writes
+one), and a kill during fairseq's own ``--write-checkpoints-asynchronously`` writes.
 """
 import logging
 import os
@@ -247,6 +255,34 @@ def _refuse_missing(option: str, path: str, save_dir: str) -> None:
                       f"{os.path.join(save_dir, 'checkpoint_last.pt')} (or start from scratch if there is none)")
 
 
+def check_restore(cfg, suffix: str = "") -> Optional[str]:
+    """What :func:`load_checkpoint` checks before fairseq's own code runs, for a
+    ``CheckpointConfig`` ``cfg``: raises :class:`ResumeError` for a missing explicit
+    ``--restore-file`` / ``--continue-once`` and for an unreadable ``checkpoint_last.pt`` with
+    no intact checkpoint beside it; returns the checkpoint to load in place of an unreadable
+    ``checkpoint_last{suffix}.pt``, else None (fairseq's choice stands)."""
+    if "://" in str(cfg.save_dir) or "://" in str(cfg.restore_file):  # remote storage: unchanged
+        return None
+    if cfg.restore_file != "checkpoint_last.pt":  # given explicitly (fairseq's own test)
+        if not cfg.finetune_from_model:  # fairseq refuses that combination itself
+            _refuse_missing("--restore-file", cfg.restore_file.replace(".pt", suffix + ".pt"), cfg.save_dir)
+        return None
+    last = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
+    if not PathManager.exists(last):  # a fresh save dir (or --finetune-from-model / --continue-once)
+        continue_once = getattr(cfg, "continue_once", None)
+        if continue_once is not None:
+            _refuse_missing("--continue-once", continue_once, cfg.save_dir)
+        return None
+    if is_intact(last):
+        return None
+    fallback = newest_intact_checkpoint(cfg.save_dir, suffix)
+    if fallback is None:
+        raise ResumeError(f"{last} is unreadable (empty or truncated, e.g. by a crash during a save) and "
+                          f"{cfg.save_dir} has no intact checkpoint to resume from; give one with "
+                          f"--restore-file, or move {last} away to start from scratch")
+    return fallback
+
+
 def _wrap_load_checkpoint() -> None:
     original = checkpoint_utils.load_checkpoint
     if getattr(original, "_fairseq_ext", False):
@@ -254,29 +290,15 @@ def _wrap_load_checkpoint() -> None:
 
     def load_checkpoint(cfg, trainer, **passthrough_args):
         suffix = trainer.checkpoint_suffix or ""
-        if "://" in str(cfg.save_dir) or "://" in str(cfg.restore_file):  # remote storage: unchanged
-            return original(cfg, trainer, **passthrough_args)
-        if cfg.restore_file != "checkpoint_last.pt":  # given explicitly (fairseq's test too)
-            if not cfg.finetune_from_model:  # fairseq refuses that combination itself
-                _refuse_missing("--restore-file", cfg.restore_file.replace(".pt", suffix + ".pt"), cfg.save_dir)
+        fallback = check_restore(cfg, suffix)
+        if fallback is None:
             return original(cfg, trainer, **passthrough_args)
         last = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
-        if not PathManager.exists(last):
-            continue_once = getattr(cfg, "continue_once", None)
-            if continue_once is not None:
-                _refuse_missing("--continue-once", continue_once, cfg.save_dir)
-            return original(cfg, trainer, **passthrough_args)  # fresh save dir, or --finetune-from-model
-        if is_intact(last):
-            return original(cfg, trainer, **passthrough_args)
-        fallback = newest_intact_checkpoint(cfg.save_dir, suffix)
-        if fallback is None:
-            raise ResumeError(f"{last} is unreadable (empty or truncated, e.g. by a crash during a save) and "
-                              f"{cfg.save_dir} has no intact checkpoint to resume from; give one with "
-                              f"--restore-file, or move {last} away to start from scratch")
         if _is_data_parallel_master(trainer):
             logger.warning(f"{last} is unreadable (empty or truncated, e.g. by a crash during a save): resuming "
                            f"from {fallback}, the intact checkpoint of {cfg.save_dir} with the most updates")
-        # fairseq's own logic, with the fallback file in place of checkpoint_last.pt
+        # fairseq's own logic (--reset-*, --finetune-from-model, ...), with the fallback file
+        # in place of checkpoint_last.pt
         shadowed = trainer.__dict__.get("load_checkpoint")
         load_method = trainer.load_checkpoint
 
@@ -296,6 +318,21 @@ def _wrap_load_checkpoint() -> None:
     load_checkpoint._fairseq_ext = True
     load_checkpoint.__wrapped__ = original
     checkpoint_utils.load_checkpoint = load_checkpoint
+
+
+def preflight(argv: List[str]) -> None:
+    """``scripts/train.sh``'s check before it starts several processes with torchrun, where
+    every rank would print the error and torchrun a traceback after it: parse ``argv``
+    (fairseq-train's arguments) with fairseq-train's own parser and run
+    :func:`check_restore` once. Sharded (FSDP) checkpoints are per rank: left to the ranks."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    args = options.parse_args_and_arch(options.get_training_parser(), input_args=argv)
+    cfg = convert_namespace_to_omegaconf(args)
+    if cfg.distributed_training.ddp_backend == "fully_sharded" and cfg.distributed_training.use_sharded_state:
+        return
+    check_restore(cfg.checkpoint, cfg.checkpoint.checkpoint_suffix or "")
 
 
 def install() -> None:

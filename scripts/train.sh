@@ -79,6 +79,21 @@ if [[ $WORLD -eq 1 ]]; then
     exec fairseq-train "${ARGS[@]}" "${DEVICE_ARGS[@]}"
 fi
 fsx_require_cmd torchrun
+# A --restore-file typo, or an unreadable checkpoint_last.pt with no intact checkpoint beside
+# it, is said once here (fairseq_ext.resume.preflight, the plugin's own check), not by every
+# rank followed by torchrun's traceback. fairseq-train's own argument errors likewise.
+PY="$(dirname "$(command -v fairseq-train)")/python"
+[[ -x $PY ]] || PY=python3
+if ! PREFLIGHT=$(PYTHONPATH="$(dirname "$USER_DIR")${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c \
+    'import sys; sys.argv[0] = "fairseq-train"; from fairseq_ext.resume import preflight; preflight(sys.argv[1:])' \
+    "${ARGS[@]}" "${DEVICE_ARGS[@]}" 2>&1 >/dev/null); then
+    if grep -q '^fairseq-train: error: ' <<<"$PREFLIGHT"; then
+        grep '^fairseq-train: error: ' <<<"$PREFLIGHT" >&2
+    else
+        printf '%s\n' "$PREFLIGHT" >&2
+    fi
+    exit 1
+fi
 echo "[train.sh] world size $WORLD ($NNODES node(s) x $NPROC process(es)), ${DEVICE_ARGS[*]}" >&2
 exec torchrun --no-python --nproc_per_node "$NPROC" --nnodes "$NNODES" --node_rank "$NODE_RANK" \
     --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \

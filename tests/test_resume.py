@@ -241,3 +241,23 @@ def test_a_fresh_save_dir_still_trains_from_scratch(tiny_trained, tmp_path):
     result = train(bin_dir, tmp_path / "fresh", "--max-update", "2")
     assert result.returncode == 0, result.stderr[-2000:]
     assert resume.is_intact(str(tmp_path / "fresh" / "checkpoint_last.pt"))
+
+
+@pytest.mark.slow
+def test_train_sh_says_it_once_before_starting_several_processes(crashed_save_dir, tmp_path):
+    """With --nproc 2 every rank would refuse and torchrun print a traceback after them:
+    train.sh runs the plugin's check once, first."""
+    bin_dir, save_dir, data = crashed_save_dir
+    train_sh = os.path.join(os.path.dirname(USER_DIR), "scripts", "train.sh")
+    flags = ["--arch", "multilayer_transformer", *[f for f in TINY_TRAIN_FLAGS if f != "--cpu"], "--max-update", "4"]
+    typo = tmp_path / "checkpoint_typo.pt"
+    (save_dir / "checkpoint_1_2.pt").write_bytes(data[:100])
+    (save_dir / "checkpoint_last.pt").write_bytes(data[:-1])
+    for extra, message in [(["--restore-file", str(typo)], f"--restore-file {typo} does not exist"),
+                           ([], f"{save_dir}/checkpoint_last.pt is unreadable")]:
+        result = subprocess.run(["bash", train_sh, bin_dir, str(save_dir), "--nproc", "2", "--", *flags, *extra],
+                                capture_output=True, text=True, env=clean_env(), timeout=120)
+        assert result.returncode == 1
+        assert result.stderr.startswith(f"fairseq-train: error: {message}"), result.stderr[-2000:]
+        assert len(result.stderr.splitlines()) == 1 and "world size" not in result.stderr  # torchrun not started
+
