@@ -16,14 +16,16 @@
 # References come from DATA/text/SPLIT.{raw,tok}.TGT written by the prepare-*.sh recipes
 # (so the <unk>s of fairseq's own T- lines do not count against the system); without them
 # the T- lines are used, with a warning. Files written to --out:
-#   generate-SPLIT.txt  fairseq-generate output      hyp.tok / ref.tok    tokenized text
-#   hyp.detok / ref.detok  detokenized text          src.tok              source side
-#   bleu.txt / bleu.json   the scores
-#   .evaluation-complete   written last: the directory holds one complete evaluation
-# Everything is written to a temporary directory first and moved into --out only when the
-# evaluation succeeded. A run clears the previous results in --out when it starts, so after
-# a failure --out holds no results (only the generate log and command, to debug with), and
-# significance.sh refuses it: stale hypotheses are never compared.
+#   generate-SPLIT.txt  fairseq-generate output (+ .log, .cmd)
+#   hyp.tok / ref.tok    tokenized text          hyp.detok / ref.detok  detokenized text
+#   src.tok              source side             bleu.txt / bleu.json   the scores
+#   .evaluation-complete what was evaluated; significance.sh reads only directories with it
+#   .fairseq_ext-output  the marker: --out is replaced only when it holds one (or is empty)
+# --out holds one complete evaluation or none: everything is written into a temporary
+# directory beside --out, renamed into place only when the evaluation succeeded. A rerun
+# removes the previous evaluation when it starts, so after a failed rerun --out holds no
+# result, only the generate log and command to debug with (and significance.sh refuses it):
+# a stale result never passes for the new one.
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -120,30 +122,17 @@ fi
 [[ -z "$REF_TOK" || -f "$REF_TOK" ]] || fsx_die "--ref-tok $REF_TOK: no such file"
 
 [[ -n "$OUT" ]] || OUT="$(dirname "${ckpts[0]}")/eval-$SPLIT"
-mkdir -p "$OUT"
-FINAL_OUT="$(realpath "$OUT")"
-RESULT_FILES=(generate-"$SPLIT".txt hyp.tok hyp.detok ref.tok ref.detok src.tok bleu.txt bleu.json)
-# clear the previous evaluation first: a failed rerun must not leave it looking current
-rm -f "$FINAL_OUT/$FSX_EVAL_COMPLETE" "${RESULT_FILES[@]/#/$FINAL_OUT/}"
-OUT="$(mktemp -d "$FINAL_OUT/.evaluate.tmp.XXXXXX")"
-EVAL_DONE=0
-eval_cleanup() {
-    local rc=$?
-    if [[ "$EVAL_DONE" != 1 && -d "$OUT" ]]; then
-        # keep what helps to debug, never a partial result
-        for f in "generate-$SPLIT.log" "generate-$SPLIT.cmd"; do
-            [[ -f "$OUT/$f" ]] && mv -f "$OUT/$f" "$FINAL_OUT/$f"
-        done
-        rm -rf "$OUT"
-    fi
-    return $rc
-}
-trap eval_cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
 fsx_setup_tools
 fsx_require_cmd fairseq-generate
+# --out: replaced (it must be a directory evaluate.sh wrote, or empty), never one that holds
+# the data, a checkpoint or a reference
+FSX_OUT="$OUT"
+FSX_FORCE=1
+FSX_INPUTS=("$DATA" "${ckpts[@]}" "$REF_DETOK" "$REF_TOK")
+fsx_begin_output
+fsx_discard_old_output
+FSX_KEEP_ON_FAILURE=("generate-$SPLIT.log" "generate-$SPLIT.cmd")
+OUT="$FSX_STAGE"
 
 has_opt() { # has_opt NAME: whether GEN_ARGS holds option NAME
     local a
@@ -166,11 +155,11 @@ printf '%q ' "${cmd[@]}" >"$OUT/generate-$SPLIT.cmd"
 echo >>"$OUT/generate-$SPLIT.cmd"
 if ! "${cmd[@]}" >"$GEN" 2>"$OUT/generate-$SPLIT.log"; then
     tail -n 20 "$OUT/generate-$SPLIT.log" >&2
-    fsx_die "fairseq-generate failed (full log: $OUT/generate-$SPLIT.log)"
+    fsx_die "fairseq-generate failed (full log: $FSX_OUT/generate-$SPLIT.log)"
 fi
 grep -h "Translated" "$GEN" "$OUT/generate-$SPLIT.log" 2>/dev/null | tail -n 1 | sed 's/^.*| //' >&2 || true
 
-n="$(fsx_tools extract-gen "$GEN" "$OUT")" || fsx_die "could not read $GEN"
+n="$(fsx_tools extract-gen "$GEN" "$OUT")" || exit 1
 mv "$OUT/gen.hyp" "$OUT/hyp.tok"
 mv "$OUT/gen.src" "$OUT/src.tok"
 fsx_detok "$TGT" <"$OUT/hyp.tok" >"$OUT/hyp.detok"
@@ -190,21 +179,17 @@ else
     fsx_warn "no $REF_DETOK: detokenizing the tokenized reference for detokenized BLEU"
     fsx_detok "$TGT" <"$OUT/ref.tok" >"$OUT/ref.detok"
 fi
-for f in ref.tok ref.detok; do
-    m=$(wc -l <"$OUT/$f")
-    [[ "$m" == "$n" ]] || fsx_die "$OUT/$f has $m lines but fairseq-generate translated $n sentences (wrong --split or --ref?)"
+for f in "ref.tok:$REF_TOK" "ref.detok:$REF_DETOK"; do
+    m=$(wc -l <"$OUT/${f%%:*}")
+    [[ "$m" == "$n" ]] || fsx_die "the reference ${f#*:} has $m lines but fairseq-generate translated $n sentences of '$SPLIT' (wrong --split or --ref-*?)"
 done
 
-fsx_log "sacreBLEU on $n sentences of '$SPLIT' (outputs in $OUT)"
+fsx_log "sacreBLEU on $n sentences of '$SPLIT'"
 "$FSX_PY" "$FSX_SCRIPTS_DIR/lib/score_bleu.py" --hyp-detok "$OUT/hyp.detok" --ref-detok "$OUT/ref.detok" \
     --hyp-tok "$OUT/hyp.tok" --ref-tok "$OUT/ref.tok" --json "$OUT/bleu.json" \
     --headline "$HEADLINE" --headline-note "${NOTE:-}" | tee "$OUT/bleu.txt"
 
-# success: move the results into place, the completion marker last
-for f in "$OUT"/* "$OUT"/.[!.]*; do
-    [[ -e "$f" ]] && mv -f "$f" "$FINAL_OUT/"
-done
+# success: the completion marker last, then the whole directory into place
 printf 'checkpoint=%s\ndata=%s\nsplit=%s\nsentences=%s\n' "$CKPT" "$DATA" "$SPLIT" "$n" \
-    >"$FINAL_OUT/$FSX_EVAL_COMPLETE"
-EVAL_DONE=1
-rm -rf "$OUT"
+    >"$OUT/$FSX_EVAL_COMPLETE"
+fsx_finish_output

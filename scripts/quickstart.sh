@@ -27,13 +27,15 @@
 # Decode: BEAM [5]  LENPEN [1.0]  MAX_LEN_A [1.2]  MAX_LEN_B [10] (output length limit
 #         a*source+b: keeps an undertrained model from babbling to 200 tokens)  EXTRA_GEN_ARGS [""]
 # Reruns reuse the data and the checkpoint when their settings are unchanged; FORCE=1
-# redoes both.
+# redoes both. DATA_DIR and SAVE_DIR are replaced only when quickstart (or a recipe) wrote
+# them and nothing else has been put into them since (scripts/lib/common.sh,
+# fsx_check_replaceable): SAVE_DIR=checkpoints DATA_DIR=data-bin is refused, not wiped.
 set -euo pipefail
 SCRIPTS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$SCRIPTS/.." && pwd)"
-cd "$REPO"
 # shellcheck source=lib/common.sh
-source "$SCRIPTS/lib/common.sh"
+source "$SCRIPTS/lib/common.sh" # before the cd: the directory the user started in stays protected
+cd "$REPO"
 fsx_setup_tools
 fsx_require_cmd fairseq-train fairseq-generate
 
@@ -113,14 +115,12 @@ if [[ "$FORCE" != 1 && -f "$CKPT" && -f "$SAVE_DIR/quickstart.settings" &&
     "$(cat "$SAVE_DIR/quickstart.settings")" == "$SIGNATURE" ]]; then
     fsx_log "[$(elapsed)] reusing $CKPT, trained with the same settings (FORCE=1 to retrain)"
 else
-    # replace only a directory quickstart wrote itself (never another experiment's)
-    if [[ -e "$SAVE_DIR" && ! -f "$SAVE_DIR/$FSX_MARKER" && -f "$SAVE_DIR/quickstart.settings" ]]; then
-        fsx_mark_output "$SAVE_DIR" # written by an earlier quickstart
-    fi
-    fsx_check_replaceable "$SAVE_DIR" "$DATA_DIR"
+    # replace only a directory quickstart wrote itself and nothing else wrote into since
+    # (never another experiment's), and never one that holds the data
+    fsx_check_replaceable "$SAVE_DIR" "$DATA_DIR" "$MULTI30K_FROM"
     rm -rf "$SAVE_DIR"
     mkdir -p "$SAVE_DIR"
-    fsx_mark_output "$SAVE_DIR"
+    fsx_mark_output "$SAVE_DIR" "${FSX_QUICKSTART_ENTRIES[@]}"
     fsx_log "[$(elapsed)] training $ARCH ($LAYERS+$LAYERS layers, d $EMBED_DIM, FFN $FFN_DIM, $HEADS heads) for $MAX_UPDATE updates or $TRAIN_MINUTES min, whichever comes first"
     PYTHONUNBUFFERED=1 "$SCRIPTS/train.sh" "$DATA_DIR" "$SAVE_DIR" --config "$CONFIG" -- "${TRAIN_FLAGS[@]}" 2>&1 |
         tee "$SAVE_DIR/train.log" |

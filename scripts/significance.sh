@@ -9,7 +9,9 @@
 # compare-mt's BLEU splits on whitespace, so by default the Moses-tokenized files of
 # evaluate.sh are compared (hyp.tok / ref.tok, multi-bleu style); --level detok uses the
 # detokenized ones. Writes DIR/report.txt (compare-mt's text report, bootstrap result at the
-# top) and DIR/index.html (+ figures). compare-mt runs through scripts/lib/compare_mt_shim.py,
+# top) and DIR/index.html (+ figures), all at once when compare-mt succeeded (an existing DIR
+# is replaced only when significance.sh wrote it). With --eval-*, only directories that hold
+# a complete evaluation (evaluate.sh's .evaluation-complete) are read. compare-mt runs through scripts/lib/compare_mt_shim.py,
 # which works around compare-mt 0.2.10's undeclared dependency on `six`.
 set -euo pipefail
 # shellcheck source=lib/common.sh
@@ -88,26 +90,43 @@ fi
 [[ -n "$REF" && -n "$SYS_A" && -n "$SYS_B" ]] || { usage >&2; fsx_die "need --ref, --sys-a and --sys-b (or --eval-a/--eval-b)"; }
 
 fsx_setup_tools
+# --out: a directory significance.sh wrote (or a new or empty one), replaced when the
+# report is complete; never one that holds the compared files
+FSX_OUT="$OUT"
+FSX_FORCE=1
+FSX_INPUTS=("$REF" "$SYS_A" "$SYS_B" "$SRC_FILE" "$EVAL_A" "$EVAL_B")
+fsx_begin_output
+FSX_KEEP_ON_FAILURE=(compare-mt.log)
+names=(ref sys-a sys-b)
 files=("$REF" "$SYS_A" "$SYS_B")
-[[ -n "$SRC_FILE" ]] && files+=("$SRC_FILE")
-fsx_tools check-parallel "${files[@]}" || fsx_die "reference and system outputs must be non-empty and line-aligned"
-
-mkdir -p "$OUT"
-OUT="$(realpath "$OUT")"
+if [[ -n "$SRC_FILE" ]]; then
+    names+=(src)
+    files+=("$SRC_FILE")
+fi
+fsx_check_parallel "${files[@]}"
+# compare-mt reads copies cleaned by the reader of every script (UTF-8 checked, BOM and CRs
+# removed: Python's universal newlines would split a line at a lone CR, wc -l would not)
+clean=()
+for i in "${!files[@]}"; do
+    fsx_cat "${files[$i]}" >"$FSX_WORK/${names[$i]}"
+    clean+=("$FSX_WORK/${names[$i]}")
+done
+OUT="$FSX_STAGE"
 ci=""
 [[ "$LC" == 1 ]] && ci=",case_insensitive=True"
-args=("$REF" "$SYS_A" "$SYS_B" --sys_names "${NAMES[@]}"
+args=("${clean[@]:0:3}" --sys_names "${NAMES[@]}"
     --compare_scores "score_type=bleu,bootstrap=$SAMPLES,prob_thresh=0.05$ci" "score_type=length"
     --compare_sentence_buckets "bucket_type=length,statistic_type=score,score_measure=bleu,bucket_cutoffs=10:20:30:40:50$ci"
     --output_directory "$OUT" --seed "$SEED"
     --report_title "${NAMES[0]} vs ${NAMES[1]}")
-[[ -n "$SRC_FILE" ]] && args+=(--src_file "$SRC_FILE")
+[[ -n "$SRC_FILE" ]] && args+=(--src_file "${clean[3]}")
 fsx_log "compare-mt: paired bootstrap, $SAMPLES samples ($(basename "$SYS_A") vs $(basename "$SYS_B"))"
 if ! MPLBACKEND=Agg "$FSX_PY" "$FSX_SCRIPTS_DIR/lib/compare_mt_shim.py" "${args[@]}" \
     "${EXTRA[@]+"${EXTRA[@]}"}" >"$OUT/report.txt" 2>"$OUT/compare-mt.log"; then
     tail -n 15 "$OUT/compare-mt.log" >&2
-    fsx_die "compare-mt failed (log: $OUT/compare-mt.log)"
+    fsx_die "compare-mt failed (log: $FSX_OUT/compare-mt.log)"
 fi
 # the aggregate-score block: scores, 95% intervals, the winner and p-value
 awk '/Aggregate Scores/{p=1} /Reading frequency|Word Accuracy Analysis|Sentence Bucket Analysis/{if(p)exit} p' "$OUT/report.txt"
-fsx_log "full report: $OUT/report.txt, $OUT/index.html"
+fsx_finish_output
+fsx_log "full report: $FSX_OUT/report.txt, $FSX_OUT/index.html"

@@ -23,6 +23,18 @@ def m30k_small(tmp_path):
     return d
 
 
+def mark(directory, prog, *entries):
+    """The marker a script of this package writes (scripts/lib/common.sh, fsx_mark_output)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / ".fairseq_ext-output").write_text(
+        f"# written by {prog} (fairseq_ext); it may replace this directory while it holds only:\n"
+        + "".join(e + "\n" for e in entries))
+
+
+def error_lines(stderr):
+    return [line for line in stderr.splitlines() if "error" in line.lower()]
+
+
 def prepare(src_dir, out, *flags, cwd=None):
     return run([SCRIPTS / "prepare-multi30k.sh", "--from", src_dir, "--out", out, "--bpe-merges", "100",
                 "--workers", "1", *flags], cwd=cwd)
@@ -30,14 +42,22 @@ def prepare(src_dir, out, *flags, cwd=None):
 
 # --- item 4: --force replaces only what a recipe wrote ------------------------------------
 @needs_multi30k
-def test_force_replaces_a_directory_the_recipe_wrote(m30k_small, tmp_path):
+def test_force_replaces_a_directory_the_recipe_wrote_and_nothing_else_wrote_into(m30k_small, tmp_path):
     out = tmp_path / "bin"
     assert prepare(m30k_small, out).returncode == 0
-    assert (out / ".fairseq_ext-output").is_file()
-    (out / "old").write_text("x")
+    marker = (out / ".fairseq_ext-output").read_text()
+    assert marker.startswith("# written by prepare-multi30k.sh") and "\ndict.en.txt\n" in marker
+    (out / "prep.env").write_text("edited")  # an entry the recipe wrote, changed: still its own
     res = prepare(m30k_small, out, "--force")
     assert res.returncode == 0, res.stderr
-    assert not (out / "old").exists() and (out / "dict.en.txt").is_file()
+    assert (out / "prep.env").read_text().startswith("# written by") and (out / "dict.en.txt").is_file()
+    # a user put another experiment into it (the recipe wrote --out data-bin once): kept
+    (out / "run1").mkdir()
+    (out / "run1" / "checkpoint_best.pt").write_text("weeks of training")
+    res = prepare(m30k_small, out, "--force")
+    assert res.returncode != 0 and "it holds run1, which no fairseq_ext script wrote there" in res.stderr
+    assert (out / "run1" / "checkpoint_best.pt").read_text() == "weeks of training"
+    assert (out / "dict.en.txt").is_file() and not list(tmp_path.glob(".bin.tmp.*"))
 
 
 @needs_multi30k
@@ -51,25 +71,35 @@ def test_force_refuses_a_directory_it_did_not_write(m30k_small, tmp_path):
 
 
 @needs_multi30k
-@pytest.mark.parametrize("where", ["cwd", "repo", "from_parent"])
+@pytest.mark.parametrize("where", ["cwd", "repo", "from_parent", "download_dir"])
 def test_force_never_replaces_the_checkout_cwd_or_the_input(m30k_small, tmp_path, where):
     checkout = tmp_path / "checkout"
     (checkout / ".git").mkdir(parents=True)
     (checkout / "README.md").write_text("mine")
-    (checkout / ".fairseq_ext-output").write_text("a marker does not make it replaceable")
+    mark(checkout, "prepare-multi30k.sh", "*", ".*")  # a marker does not make it replaceable
+    flags = ()
     if where == "cwd":
         out, cwd = Path("."), checkout
     elif where == "repo":
         out, cwd = checkout, tmp_path
-    else:  # --out is a directory that contains the --from input
+    elif where == "from_parent":  # --out is a directory that contains the --from input
         inside = tmp_path / "data"
         shutil.copytree(m30k_small, inside / "m30k")
-        (inside / ".fairseq_ext-output").write_text("")
+        mark(inside, "prepare-multi30k.sh", "m30k")
         out, cwd, m30k_small = inside, tmp_path, inside / "m30k"
-    res = prepare(m30k_small, out, "--force", cwd=cwd)
+    else:  # --download-dir inside --out
+        out, cwd = tmp_path / "data", tmp_path
+        (out / "downloads").mkdir(parents=True)
+        (out / "downloads" / "archive.tgz").write_text("slow to fetch")
+        mark(out, "prepare-multi30k.sh", "downloads")
+        flags = ("--download-dir", out / "downloads")
+    res = prepare(m30k_small, out, "--force", *flags, cwd=cwd)
     assert res.returncode != 0 and "refusing to replace" in res.stderr, res.stderr
+    assert "is or contains" in res.stderr or "git repository" in res.stderr, res.stderr
     assert (checkout / ".git").is_dir() and (checkout / "README.md").read_text() == "mine"
     assert (m30k_small / "train.en.gz").is_file()
+    if where == "download_dir":
+        assert (out / "downloads" / "archive.tgz").read_text() == "slow to fetch"
 
 
 @needs_multi30k
@@ -86,10 +116,30 @@ def test_quickstart_never_wipes_another_experiment(m30k_small, tmp_path):
     experiments = tmp_path / "checkpoints"  # SAVE_DIR=checkpoints: other experiments live there
     (experiments / "run1").mkdir(parents=True)
     (experiments / "run1" / "checkpoint_best.pt").write_text("keep")
-    res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra={"DATA_DIR": str(prepared), "SAVE_DIR": str(experiments),
-                                                               "BPE_MERGES": "100"})
+    env = {"DATA_DIR": str(prepared), "SAVE_DIR": str(experiments), "BPE_MERGES": "100"}
+    res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra=env)
     assert res.returncode != 0 and f"refusing to replace {experiments}" in res.stderr, res.stderr[-2000:]
-    assert (experiments / "run1" / "checkpoint_best.pt").read_text() == "keep"
+    assert "not written by a fairseq_ext script" in res.stderr
+    # quickstart created checkpoints/ itself once (its marker; or an earlier version's
+    # quickstart.settings), and run1 was put there later: still refused
+    for own in ("marker", "settings"):
+        if own == "marker":
+            mark(experiments, "quickstart.sh", "checkpoint*", "train.log", "quickstart.settings", "eval-test")
+        else:
+            (experiments / ".fairseq_ext-output").unlink()
+            (experiments / "quickstart.settings").write_text("old settings")
+        (experiments / "checkpoint_last.pt").write_text("quickstart's")
+        res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra=env)
+        assert res.returncode != 0 and "it holds run1, which no fairseq_ext script wrote there" in res.stderr, \
+            res.stderr[-2000:]
+        assert (experiments / "run1" / "checkpoint_best.pt").read_text() == "keep"
+    # quickstart changes into the repository; the directory the user started it in stays protected
+    own = tmp_path / "qs"
+    mark(own, "quickstart.sh", "checkpoint*", "train.log", "quickstart.settings", "eval-test")
+    (own / "train.log").write_text("x")
+    res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra={**env, "SAVE_DIR": str(own)}, cwd=own)
+    assert res.returncode != 0 and f"refusing to replace {own}: it is or contains {own}" in res.stderr
+    assert (own / "train.log").read_text() == "x"
 
 
 def test_strip_aux_refuses_to_overwrite_its_input(tmp_path, tiny_trained):
@@ -133,26 +183,138 @@ def test_non_utf8_input_names_the_file_and_line(tmp_path):
     assert res.returncode == 1 and f"{gz}: line 2 is not valid UTF-8" in res.stderr and "Traceback" not in res.stderr
 
 
+def dirty(lines):
+    """The lines as bytes with a UTF-8 BOM, CR LF line ends and a CR inside line 6."""
+    lines = list(lines)
+    lines[5] = lines[5].replace(" ", "\r", 1)
+    return "\ufeff".encode() + "\r\n".join(lines).encode("utf-8") + b"\r\n"
+
+
 @needs_multi30k
-def test_recipe_with_bom_crlf_and_a_bad_byte(m30k_small, tmp_path):
-    for lang in ("en", "de"):
-        lines = gzip.open(m30k_small / f"train.{lang}.gz", "rt", encoding="utf-8").read().splitlines()
-        lines[0] = "\ufeff" + lines[0]
-        lines[5] = lines[5].replace(" ", "\r", 1)
-        with gzip.open(m30k_small / f"train.{lang}.gz", "wb") as f:
-            f.write("\r\n".join(lines).encode("utf-8") + b"\r\n")
+def test_recipe_with_bom_crlf_and_inner_cr(m30k_small, tmp_path):
+    for split, n in M30K_SMALL:
+        for lang in ("en", "de"):
+            f = m30k_small / f"{split}.{lang}.gz"
+            lines = gzip.open(f, "rt", encoding="utf-8").read().splitlines()
+            assert len(lines) == n
+            with gzip.open(f, "wb") as out:
+                out.write(dirty(lines))
     out = tmp_path / "bin"
     res = prepare(m30k_small, out)
     assert res.returncode == 0, res.stderr
-    assert "\ufeff" not in (out / "dict.en.txt").read_text(encoding="utf-8")
-    assert "\r" not in (out / "dict.de.txt").read_text(encoding="utf-8")
+    env = dict(line.split("=", 1) for line in (out / "prep.env").read_text().splitlines() if "=" in line)
+    assert (env["train_pairs"], env["valid_pairs"], env["test_pairs"]) == ("61", "13", "13")
+    for f in [*out.glob("dict.*.txt"), *(out / "text").iterdir()]:
+        text = f.read_text(encoding="utf-8")
+        assert "\ufeff" not in text and "\r" not in text, f
+    for f in (out / "text").iterdir():
+        n = 13
+        assert len(f.read_text(encoding="utf-8").split("\n")) - 1 == n, f  # as wc -l counts
+        assert len(f.read_text(encoding="utf-8").splitlines()) == n, f  # as Python counts
+
+
+@needs_multi30k
+def test_recipe_non_utf8_input_is_one_line_naming_file_and_line(m30k_small, tmp_path):
     with gzip.open(m30k_small / "val.de.gz", "ab") as f:
         f.write(b"caf\xe9\n")
     with gzip.open(m30k_small / "val.en.gz", "ab") as f:
         f.write(b"cafe\n")
-    res = prepare(m30k_small, tmp_path / "bin2")
-    assert res.returncode != 0
-    assert "val.de.gz: line 14 is not valid UTF-8" in res.stderr and "Traceback" not in res.stderr
+    out = tmp_path / "bin"
+    res = prepare(m30k_small, out)
+    assert res.returncode != 0 and not out.exists()
+    assert error_lines(res.stderr) == [f"[prepare-multi30k.sh] error: {m30k_small / 'val.de.gz'}: line 14 is not "
+                                       "valid UTF-8 (byte 0xe9 at column 4)"], res.stderr
+
+
+# --- evaluate.sh and significance.sh, up to the point where fairseq-generate runs ----------
+@pytest.fixture
+def fake_eval_inputs(tmp_path):
+    """A data directory and a checkpoint that pass evaluate.sh's checks (the checkpoint is
+    not a real one: fairseq-generate fails on it)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "prep.env").write_text("# written by prepare-multi30k.sh\nrecipe=multi30k\nsrc=en\ntgt=de\nbpe=subword_nmt\n")
+    (data / "test.en-de.en.idx").write_bytes(b"")
+    ckpt = tmp_path / "ckpt" / "checkpoint_best.pt"
+    ckpt.parent.mkdir()
+    ckpt.write_bytes(b"not a checkpoint")
+    return data, ckpt
+
+
+def evaluate(data, ckpt, out, *flags):
+    return run([SCRIPTS / "evaluate.sh", "--checkpoint", ckpt, "--data", data, "--out", out, "--cpu", *flags])
+
+
+def test_evaluate_missing_reference_is_an_error(fake_eval_inputs, tmp_path):
+    data, ckpt = fake_eval_inputs
+    for opt in ("--ref-detok", "--ref-tok"):
+        missing = tmp_path / f"missing{opt}.de"
+        res = evaluate(data, ckpt, tmp_path / "eval", opt, missing)
+        assert res.returncode != 0 and f"error: {opt} {missing}: no such file" in res.stderr, res.stderr
+        assert not (tmp_path / "eval").exists()
+
+
+def test_evaluate_replaces_only_its_own_output(fake_eval_inputs, tmp_path):
+    data, ckpt = fake_eval_inputs
+    mine = tmp_path / "results"
+    mine.mkdir()
+    (mine / "hyp.tok").write_text("my own hypotheses")
+    res = evaluate(data, ckpt, mine)
+    assert res.returncode != 0 and "was not written by a fairseq_ext script" in res.stderr, res.stderr
+    assert (mine / "hyp.tok").read_text() == "my own hypotheses"
+    # never the directory of the checkpoint, even one a script of this package wrote
+    mark(ckpt.parent, "quickstart.sh", "checkpoint*", "eval-test")
+    res = evaluate(data, ckpt, ckpt.parent)
+    assert res.returncode != 0 and f"it is or contains {ckpt}" in res.stderr, res.stderr
+    assert ckpt.read_bytes() == b"not a checkpoint"
+    res = run([SCRIPTS / "evaluate.sh", "--checkpoint", ckpt, "--data", data, "--out", ".", "--cpu"], cwd=mine)
+    assert res.returncode != 0 and "refusing to replace" in res.stderr
+    assert (mine / "hyp.tok").read_text() == "my own hypotheses"
+
+
+def test_failed_evaluation_leaves_no_result(fake_eval_inputs, tmp_path):
+    """A rerun that fails removes the previous evaluation: significance.sh cannot compare
+    stale hypotheses."""
+    data, ckpt = fake_eval_inputs
+    ev = tmp_path / "eval"
+    entries = ("generate-*", "hyp.*", "ref.*", "src.tok", "bleu.txt", "bleu.json", ".evaluation-complete")
+    mark(ev, "evaluate.sh", *entries)
+    for f in ("hyp.tok", "ref.tok", "bleu.txt", "bleu.json", "generate-test.txt"):
+        (ev / f).write_text("an earlier checkpoint's\n")
+    (ev / ".evaluation-complete").write_text("checkpoint=old.pt\n")
+    res = evaluate(data, ckpt, ev)
+    assert res.returncode != 0 and "fairseq-generate failed" in res.stderr, res.stderr
+    assert sorted(p.name for p in ev.iterdir()) == [".fairseq_ext-output", "generate-test.cmd", "generate-test.log"]
+    assert not list(tmp_path.glob(".eval.tmp.*"))
+    res = run([SCRIPTS / "significance.sh", "--eval-a", ev, "--eval-b", ev, "--out", tmp_path / "sig"])
+    assert res.returncode != 0 and f"{ev} holds no complete evaluation" in res.stderr
+    assert not (tmp_path / "sig").exists()
+
+
+def test_significance_reads_clean_lines_and_names_bad_input(tmp_path):
+    rows = [f"word{i} is here ." for i in range(13)]
+    (tmp_path / "ref").write_bytes(dirty(rows))  # BOM, CRLF, a CR inside line 6
+    (tmp_path / "a").write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+    (tmp_path / "b").write_text("".join(r.replace("here", "there") + "\n" for r in rows), encoding="utf-8")
+    sig = [SCRIPTS / "significance.sh", "--ref", tmp_path / "ref", "--sys-a", tmp_path / "a", "--sys-b",
+           tmp_path / "b", "--samples", "50"]
+    res = run([*sig, "--out", tmp_path / "sig"])
+    assert res.returncode == 0, res.stderr
+    assert "Aggregate Scores" in (tmp_path / "sig" / "report.txt").read_text()
+    # an existing --out it did not write is refused; its own is replaced
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    res = run([*sig, "--out", mine])
+    assert res.returncode != 0 and "was not written by a fairseq_ext script" in res.stderr
+    assert (mine / "notes.txt").read_text() == "keep"
+    res = run([*sig, "--out", tmp_path / "sig"])
+    assert res.returncode == 0, res.stderr
+    (tmp_path / "b").write_bytes(b"ok\n" * 6 + b"\xff\n" + b"ok\n" * 6)
+    res = run([*sig, "--out", tmp_path / "sig2"])
+    assert res.returncode != 0 and not (tmp_path / "sig2").exists()
+    assert error_lines(res.stderr) == [f"[significance.sh] error: {tmp_path / 'b'}: line 7 is not valid UTF-8 "
+                                       "(byte 0xff at column 1)"], res.stderr
 
 
 @pytest.mark.slow

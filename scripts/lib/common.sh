@@ -17,6 +17,11 @@
 FSX_SCRIPTS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FSX_REPO_ROOT="$(cd "$FSX_SCRIPTS_DIR/.." && pwd)"
 FSX_PROG="$(basename "$0")"
+# the Python helpers start their one-line errors with it, as fsx_die does
+export FSX_PROG
+# the directory the user started in (quickstart.sh changes into the repository): never replaced
+FSX_CALLER_PWD="${FSX_CALLER_PWD:-$PWD}"
+export FSX_CALLER_PWD
 
 fsx_log() { printf '[%s] %s\n' "$FSX_PROG" "$*" >&2; }
 fsx_warn() { printf '[%s] WARNING: %s\n' "$FSX_PROG" "$*" >&2; }
@@ -212,61 +217,130 @@ fsx_check_common() {
 }
 
 # ---------------------------------------------------------------------------- atomic output
+# Every script of this package that writes a directory (the recipes, quickstart.sh,
+# evaluate.sh, significance.sh) writes it through these functions:
+#   fsx_begin_output      FSX_OUT must be absent, or a directory this package wrote that holds
+#                         nothing else (fsx_check_replaceable; the recipes also want --force);
+#                         a temporary directory $FSX_TMP is made beside it, with $FSX_WORK
+#                         (scratch) and $FSX_STAGE (the future FSX_OUT)
+#   fsx_discard_old_output  (optional) the previous FSX_OUT is removed now rather than at the end
+#   fsx_finish_output     the marker goes into $FSX_STAGE, which replaces FSX_OUT by renames
+# On any failure the trap removes $FSX_TMP (--keep-tmp: keeps it), so FSX_OUT is either the
+# old directory, untouched, or the new one, complete.
 FSX_TMP=""
 FSX_DONE=0
+FSX_INPUTS=()           # paths the output must never contain (besides --from, --download-dir)
+FSX_KEEP_ON_FAILURE=()  # files of $FSX_STAGE put into FSX_OUT when the script fails (logs)
+
+# Every directory a script of this package writes holds this file. Its first line says
+# which script wrote the directory, every other line that is not a comment names an entry
+# (a name or a glob) that the script wrote there. A directory is replaced only while it
+# holds nothing but those entries: whatever a user put into it later keeps it.
+FSX_MARKER=".fairseq_ext-output"
+# evaluate.sh writes this file into its output last; significance.sh reads only such directories
+FSX_EVAL_COMPLETE=".evaluation-complete"
+# what each script writes, for directories written before the marker listed it
+FSX_RECIPE_ENTRIES=('dict.*.txt' '*.bin' '*.idx' code 'spm.model' 'spm.vocab' text prep.env preprocess.log)
+FSX_EVAL_ENTRIES=('generate-*' 'hyp.*' 'ref.*' src.tok bleu.txt bleu.json "$FSX_EVAL_COMPLETE" '.evaluate.tmp.*')
+FSX_QUICKSTART_ENTRIES=('checkpoint*' train.log quickstart.settings eval-test)
 
 fsx_cleanup() {
-    local rc=$?
+    local rc=$? f
     if [[ "$FSX_DONE" != 1 && -n "$FSX_TMP" && -d "$FSX_TMP" ]]; then
         if [[ "$FSX_KEEP_TMP" == 1 ]]; then
             fsx_log "failed; intermediate files kept in $FSX_TMP"
         else
+            # the logs of a failed run, where no output is (never mixed into an old one)
+            if [[ ! -e "$FSX_OUT" ]]; then
+                for f in "${FSX_KEEP_ON_FAILURE[@]+"${FSX_KEEP_ON_FAILURE[@]}"}"; do
+                    [[ -f "$FSX_STAGE/$f" ]] || continue
+                    [[ -d "$FSX_OUT" ]] || { mkdir -p "$FSX_OUT" && fsx_mark_output "$FSX_OUT" "${FSX_KEEP_ON_FAILURE[@]}"; }
+                    mv -f "$FSX_STAGE/$f" "$FSX_OUT/$f"
+                done
+            fi
             rm -rf "$FSX_TMP"
         fi
     fi
     return $rc
 }
 
-# Every directory a script of this package writes holds this file; --force (and FORCE=1)
-# replace only such directories.
-FSX_MARKER=".fairseq_ext-output"
-
 fsx_is_within() { [[ "$2" == "$1" || "$2" == "$1"/* ]]; } # fsx_is_within DIR PATH
 
-# fsx_check_replaceable DIR [INPUT...]: die unless the existing DIR may be deleted and
-# replaced: it must hold $FSX_MARKER (a directory this package wrote), and must not be, or
-# contain, /, $HOME, the working directory, this repository, any INPUT (e.g. --from) or a
-# git repository.
+# fsx_mark_output DIR [ENTRY...]: write the marker into DIR; ENTRY: names or globs of what
+# the script writes there (default: what DIR holds now)
+fsx_mark_output() {
+    local dir="$1" e
+    shift
+    {
+        printf '# written by %s (fairseq_ext); it may replace this directory while it holds only:\n' "$FSX_PROG"
+        if [[ $# -gt 0 ]]; then
+            printf '%s\n' "$@"
+        else
+            find "$dir" -mindepth 1 -maxdepth 1 ! -name "$FSX_MARKER" -printf '%f\n' | LC_ALL=C sort
+        fi
+    } >"$dir/$FSX_MARKER"
+}
+
+# fsx_owned_entries DIR: the entries (names or globs, one a line) that a script of this
+# package wrote into DIR: from its marker, or for a directory written before the marker
+# listed them, from the file that shows which script wrote it. Status 1: not ours.
+fsx_owned_entries() {
+    local dir="$1"
+    if [[ -f "$dir/$FSX_MARKER" ]] && head -n1 "$dir/$FSX_MARKER" | grep -q '^# written by '; then
+        grep -v '^#' "$dir/$FSX_MARKER" || true
+    elif head -n1 "$dir/prep.env" 2>/dev/null | grep -q '^# written by prepare-'; then
+        printf '%s\n' "${FSX_RECIPE_ENTRIES[@]}"
+    elif [[ -f "$dir/$FSX_EVAL_COMPLETE" ]]; then
+        printf '%s\n' "${FSX_EVAL_ENTRIES[@]}"
+    elif [[ -f "$dir/quickstart.settings" ]]; then
+        printf '%s\n' "${FSX_QUICKSTART_ENTRIES[@]}"
+    else
+        return 1
+    fi
+}
+
+# fsx_check_replaceable DIR [INPUT...]: die unless an existing DIR may be deleted and
+# replaced. DIR must not be, or contain, /, $HOME, the working directory (also the one the
+# user started quickstart.sh in), this repository or any INPUT; it must be empty, or hold
+# the marker of a script of this package and nothing but the entries that script wrote;
+# and it must not contain a git repository.
 fsx_check_replaceable() {
-    local dir p
+    local dir p entry owned pat ok
     dir="$(realpath -m "$1")"
     shift
     [[ -e "$dir" ]] || return 0
-    for p in / "${HOME:-/}" "$PWD" "$FSX_REPO_ROOT" "$@"; do
+    for p in / "${HOME:-/}" "$PWD" "$FSX_CALLER_PWD" "$FSX_REPO_ROOT" "$@"; do
         [[ -n "$p" ]] || continue
         p="$(realpath -m "$p")"
         fsx_is_within "$dir" "$p" && fsx_die "refusing to replace $dir: it is or contains $p"
     done
     [[ -d "$dir" ]] || fsx_die "refusing to replace $dir: it is not a directory"
-    [[ -z "$(find "$dir" -maxdepth 4 -name .git -print -quit 2>/dev/null)" ]] ||
-        fsx_die "refusing to replace $dir: it contains a git repository"
-    # recipes of the first release marked their output with prep.env only
-    [[ -f "$dir/$FSX_MARKER" ]] || head -n1 "$dir/prep.env" 2>/dev/null | grep -q '^# written by prepare-' ||
+    [[ -n "$(ls -A "$dir")" ]] || return 0
+    owned="$(fsx_owned_entries "$dir")" ||
         fsx_die "refusing to replace $dir: it was not written by a fairseq_ext script (no $FSX_MARKER in it); remove it yourself or choose another directory"
+    while IFS= read -r -d '' entry; do
+        entry="${entry##*/}"
+        [[ "$entry" == "$FSX_MARKER" ]] && continue
+        ok=0
+        while IFS= read -r pat; do
+            # shellcheck disable=SC2053  # $pat is a glob
+            [[ -n "$pat" && "$entry" == $pat ]] && { ok=1; break; }
+        done <<<"$owned"
+        [[ "$ok" == 1 ]] ||
+            fsx_die "refusing to replace $dir: it holds $entry, which no fairseq_ext script wrote there; move $entry elsewhere, or remove $dir yourself"
+    done < <(find "$dir" -mindepth 1 -maxdepth 1 -print0)
+    [[ -z "$(find "$dir" -name .git -print -quit 2>/dev/null)" ]] ||
+        fsx_die "refusing to replace $dir: it contains a git repository"
 }
 
-# evaluate.sh writes this file last into --out; significance.sh reads only such directories
-FSX_EVAL_COMPLETE=".evaluation-complete"
-
-fsx_mark_output() { printf 'written by %s\n' "$FSX_PROG" >"$1/$FSX_MARKER"; }
-
+# fsx_begin_output: see above. Without --force (FSX_FORCE=1) an existing FSX_OUT is an error.
 fsx_begin_output() {
     local parent base
     FSX_OUT="$(realpath -m "$FSX_OUT")"
     if [[ -e "$FSX_OUT" && "$FSX_FORCE" != 1 ]]; then
         fsx_die "output directory $FSX_OUT already exists (use --force to replace it)"
     fi
-    [[ "$FSX_FORCE" == 1 ]] && fsx_check_replaceable "$FSX_OUT" "$FSX_FROM"
+    fsx_check_replaceable "$FSX_OUT" "$FSX_FROM" "$FSX_DOWNLOAD_DIR" "${FSX_INPUTS[@]+"${FSX_INPUTS[@]}"}"
     parent="$(dirname "$FSX_OUT")"
     base="$(basename "$FSX_OUT")"
     mkdir -p "$parent"
@@ -276,16 +350,26 @@ fsx_begin_output() {
     trap 'exit 143' TERM
     FSX_WORK="$FSX_TMP/work"
     FSX_STAGE="$FSX_TMP/out"
-    mkdir -p "$FSX_WORK" "$FSX_STAGE/text"
-    fsx_mark_output "$FSX_STAGE"
+    mkdir -p "$FSX_WORK" "$FSX_STAGE"
     fsx_log "working in $FSX_TMP"
+}
+
+# fsx_discard_old_output: remove the previous FSX_OUT at once (evaluate.sh: from its start
+# until it succeeds, --out holds no result, so no stale result can pass for the new one)
+fsx_discard_old_output() {
+    if [[ -e "$FSX_OUT" ]]; then
+        mv "$FSX_OUT" "$FSX_TMP/old"
+        rm -rf "$FSX_TMP/old"
+    fi
 }
 
 fsx_finish_output() {
     rm -rf "$FSX_WORK"
+    fsx_mark_output "$FSX_STAGE"
     if [[ -e "$FSX_OUT" ]]; then
-        local old="$FSX_TMP/old"
-        mv "$FSX_OUT" "$old"
+        # checked again: the user may have put something into it while the script ran
+        fsx_check_replaceable "$FSX_OUT" "$FSX_FROM" "$FSX_DOWNLOAD_DIR" "${FSX_INPUTS[@]+"${FSX_INPUTS[@]}"}"
+        mv "$FSX_OUT" "$FSX_TMP/old"
     fi
     mv "$FSX_STAGE" "$FSX_OUT"
     FSX_DONE=1
@@ -299,7 +383,7 @@ fsx_finish_output() {
 # lone CR inside a line turned into \n and a space, a final newline (corpus_tools.py cat).
 fsx_cat() {
     [[ -f "$1" ]] || fsx_die "missing file: $1"
-    fsx_tools cat "$1" || fsx_die "cannot read $1 (see above)"
+    fsx_tools cat "$1" || exit 1 # corpus_tools.py said why, in one line
 }
 
 # fsx_find DIR NAME: path of NAME or NAME.gz under DIR (at most 3 levels deep), or "".
@@ -364,7 +448,7 @@ fsx_extract() {
 
 # fsx_check_parallel A B: both exist, non-empty, equal line counts (clear error otherwise).
 fsx_check_parallel() {
-    fsx_tools check-parallel "$@" || fsx_die "bad parallel corpus (see above)"
+    fsx_tools check-parallel "$@" || exit 1 # corpus_tools.py said why, in one line
 }
 
 # fsx_take_train SRC_FILE TGT_FILE OUT_SRC OUT_TGT: copy (gunzipped), honouring --max-lines.
@@ -392,6 +476,7 @@ fsx_detok() { fsx_tools detokenize -l "$1"; }
 fsx_subword_and_binarize() {
     local src="$1" tgt="$2" split l
     local merges="${FSX_BPE_MERGES:-$FSX_DEFAULT_MERGES}"
+    mkdir -p "$FSX_STAGE/text"
     for split in train valid test; do
         fsx_check_parallel "$FSX_WORK/$split.tok.$src" "$FSX_WORK/$split.tok.$tgt"
     done

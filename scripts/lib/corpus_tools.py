@@ -19,7 +19,8 @@ Each subcommand is a small filter; files ending in .gz are read transparently.
   head N IN OUT              first N lines (N <= 0: all lines)
   extract-gen GEN OUT_DIR    fairseq-generate output -> hyp/ref/src files in input order
 
-Every error goes to stderr as one line starting with "error:" and exits non-zero.
+Every error goes to stderr as one line, "[PROG] error: ..." (PROG: $FSX_PROG, the script
+that called; "error: ..." without it), and exits non-zero.
 """
 import argparse
 import gzip
@@ -32,7 +33,8 @@ import sys
 
 
 def die(msg):
-    print(f"error: {msg}", file=sys.stderr)
+    prog = os.environ.get("FSX_PROG")
+    print(f"[{prog}] error: {msg}" if prog else f"error: {msg}", file=sys.stderr)
     sys.exit(1)
 
 

@@ -36,7 +36,7 @@ iwslt_xml() {
     local f
     f="$(fsx_find "$IWSLT_IN" "IWSLT*.TED.$1.$2.$3.xml")"
     [[ -n "$f" ]] || return 1
-    fsx_tools extract-segs "$f" >"$4" || fsx_die "cannot read $f"
+    fsx_tools extract-segs "$f" >"$4" || exit 1 # corpus_tools.py said why
 }
 
 # iwslt_need_sets REL L1 L2 SET...: extract every SET into $FSX_WORK/SET.raw.{L1,L2};

@@ -18,7 +18,7 @@ import sys
 from sacrebleu.metrics import BLEU
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from corpus_tools import read_lines  # noqa: E402  (one reader: UTF-8 checked, BOM/CR cleaned)
+from corpus_tools import die, read_lines  # noqa: E402  (one reader: UTF-8 checked, BOM/CR cleaned)
 
 
 def read(path):
@@ -46,9 +46,7 @@ def main():
     for name, hyp_path, ref_path, tok, lc in jobs:
         hyps, refs = read(hyp_path), read(ref_path)
         if len(hyps) != len(refs):
-            print(f"error: {hyp_path} has {len(hyps)} lines but {ref_path} has {len(refs)}",
-                  file=sys.stderr)
-            sys.exit(1)
+            die(f"{hyp_path} has {len(hyps)} lines but {ref_path} has {len(refs)}")
         # force: the tok flavours are tokenized on purpose (no "forgot to detokenize" nag)
         bleu = BLEU(tokenize=tok, lowercase=lc, force=(tok == "none"))
         score = bleu.corpus_score(hyps, [refs])

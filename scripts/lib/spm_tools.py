@@ -11,12 +11,11 @@ joint vocabulary results, as with subword-nmt.  fairseq-generate removes it with
 """
 import argparse
 import io
+import os
 import sys
 
-
-def die(msg):
-    print(f"error: {msg}", file=sys.stderr)
-    sys.exit(1)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from corpus_tools import die  # noqa: E402  (one-line errors, as every helper)
 
 
 def lines_in():
