@@ -37,7 +37,7 @@ def arch_registered():
     return res.returncode == 0, res.stderr[-2000:]
 
 
-def synthetic_corpus(root, n_train=400, n_eval=40):
+def synthetic_corpus(root, n_train=401, n_eval=41):
     """A toy 'translation' task (word-by-word cipher of English), Multi30k file layout."""
     words = ("a man woman dog cat child runs sits plays on the in street park red blue "
              "big small ball water house tree with looks at").split()
@@ -102,7 +102,7 @@ def test_prepare_train_generate_score(tmp_path):
         assert "reported BLEU [detok-cased]" in res.stdout
         for f in ("hyp.tok", "hyp.detok", "ref.tok", "ref.detok", "generate-test.txt", "bleu.json"):
             assert (out / f).is_file(), f
-        assert len((out / "hyp.detok").read_text().splitlines()) == 40
+        assert len((out / "hyp.detok").read_text().splitlines()) == 41  # not a multiple of 8: none dropped
         # references are the recipe's text files, not fairseq's <unk>-ridden target lines
         assert (out / "ref.detok").read_text() == (data / "text" / "test.raw.de").read_text()
         scores = json.loads((out / "bleu.json").read_text())

@@ -4,7 +4,9 @@ Multi30k and IWSLT'15 En-Vi run on small slices of the local copies in ../shared
 (skipped when absent); IWSLT'14, IWSLT Fr/Ro and WMT'14, whose releases are not stored
 locally, run on tiny synthetic corpora laid out like the official releases. Bad input
 (missing file, mismatched line counts, empty corpus, failed download) must fail with a
-clear message and leave no output directory behind. Everything is written under tmp_path.
+clear message and leave no output directory behind. Everything is written under tmp_path;
+line counts are not multiples of 8 (fairseq batches in multiples of 8: a dropped or padded
+last batch shows).
 """
 import gzip
 import os
@@ -117,7 +119,7 @@ def synthetic_pairs(l1, l2, n, seed):
     return rows1, rows2
 
 
-def fake_iwslt_release(root, rel, year, sets, n_train=240, n_eval=30, gz=False):
+def fake_iwslt_release(root, rel, year, sets, n_train=241, n_eval=30, gz=False):
     """Files as in a WIT3 texts archive: REL/train.tags.REL.L and IWSLTyy.TED.SET.REL.L.xml."""
     l1, l2 = rel.split("-")
     d = Path(root) / rel
@@ -146,7 +148,7 @@ def fake_wmt_release(root, n=150):
         en, de = synthetic_pairs("en", "de", n, seed=10 + k)
         write_lines(root / f"{c}.en", en)
         write_lines(root / f"{c}.de", de)
-    en, de = synthetic_pairs("en", "de", 40, seed=20)
+    en, de = synthetic_pairs("en", "de", 41, seed=20)
     write_lines(root / "dev/newstest2013.en", en)
     write_lines(root / "dev/newstest2013.de", de)
     en, de = synthetic_pairs("en", "de", 50, seed=21)
@@ -197,11 +199,11 @@ def test_multi30k_fr_sentencepiece_plain_files_max_lines(m30k_slice, tmp_path):
     out = tmp_path / "bin-fr"
     res = run([SCRIPTS / "prepare-multi30k.sh", "--from", plain, "--src", "en", "--tgt", "fr",
                "--out", out, "--bpe", "sentencepiece", "--bpe-merges", "400",
-               "--max-lines", "200", "--workers", "1"], cwd=tmp_path)
+               "--max-lines", "201", "--workers", "1"], cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     env = assert_databin(out, "en", "fr")
     assert (out / "spm.model").is_file() and env["bpe"] == "sentencepiece"
-    assert env["train_pairs"] == "200"
+    assert env["train_pairs"] == "201"
 
 
 @needs_multi30k
@@ -264,7 +266,7 @@ def test_bad_options(tmp_path):
 def envi_slice(tmp_path):
     d = tmp_path / "envi"
     for lang in ("en", "vi"):
-        write_lines(d / f"train.{lang}", head_gz(ENVI / f"train.{lang}.gz", 400), gz=True)
+        write_lines(d / f"train.{lang}", head_gz(ENVI / f"train.{lang}.gz", 401), gz=True)
         write_lines(d / f"tst2012.{lang}", head_gz(ENVI / f"tst2012.{lang}.gz", 50))
     return d
 
@@ -279,7 +281,7 @@ def test_envi_fallback_without_tst2013(envi_slice, tmp_path):
     assert "tst2013" in res.stderr and "FALLBACK SPLIT" in res.stderr
     env = assert_databin(out, "en", "vi")
     assert env["test_set"] == "tst2012" and env["test_pairs"] == "50"
-    assert int(env["train_pairs"]) + int(env["valid_pairs"]) == 400
+    assert int(env["train_pairs"]) + int(env["valid_pairs"]) == 401
     # already tokenized with XML escapes: tok keeps them, raw is detokenized
     tok = (out / "text" / "test.tok.en").read_text()
     raw = (out / "text" / "test.raw.en").read_text()
@@ -321,7 +323,7 @@ def test_iwslt14_de_en(tmp_path):
     env = assert_databin(out, "de", "en")
     assert env["lowercase"] == "1"
     # valid = every 23rd training pair; test = dev2010 + tst2010-2012
-    assert int(env["valid_pairs"]) == 240 // 23
+    assert int(env["valid_pairs"]) == 241 // 23
     assert env["test_pairs"] == str(4 * 30)
     test_tok = (out / "text" / "test.tok.en").read_text()
     assert test_tok == test_tok.lower() and "<seg" not in test_tok
@@ -421,11 +423,11 @@ def test_wmt14_en_de(tmp_path):
     fake_wmt_release(tmp_path / "wmt")
     out = tmp_path / "bin"
     res = run([SCRIPTS / "prepare-wmt14-en-de.sh", "--from", tmp_path / "wmt", "--out", out,
-               "--bpe-merges", "200", "--workers", "2", "--max-lines", "400"])
+               "--bpe-merges", "200", "--workers", "2", "--max-lines", "401"])
     assert res.returncode == 0, res.stderr
     env = assert_databin(out, "en", "de")
-    assert env["train_pairs"] == "400"  # first 400 of the concatenated corpora
-    assert env["valid_set"] == "newstest2013" and env["valid_pairs"] == "40"
+    assert env["train_pairs"] == "401"  # first 401 of the concatenated corpora
+    assert env["valid_set"] == "newstest2013" and env["valid_pairs"] == "41"
     assert env["test_set"] == "newstest2014" and env["test_pairs"] == "50"
     assert "<seg" not in (out / "text" / "test.raw.de").read_text()
 
@@ -440,7 +442,7 @@ def test_wmt14_missing_corpus(tmp_path):
 
 # ----------------------------------------------------------------------------- significance
 def test_significance_paired_bootstrap(tmp_path):
-    ref, a, b = synthetic_pairs("en", "en", 120, seed=3)[0], [], []
+    ref, a, b = synthetic_pairs("en", "en", 121, seed=3)[0], [], []
     rng = random.Random(0)
     for sent in ref:
         words = sent.split()
