@@ -33,7 +33,9 @@ Three narrow patches of fairseq 0.12, installed on import (``--user-dir fairseq_
    ``fairseq_cli/train.py`` calls on every rank):
    - an explicit ``--restore-file`` (or ``--continue-once``) that is not a file is refused,
      naming the path; fairseq 0.12 would log "No existing checkpoint found" and train from
-     scratch. A fresh ``--save-dir`` without ``checkpoint_last.pt`` still starts from scratch;
+     scratch. One that is unreadable is refused too (naming the newest intact checkpoint of
+     ``--save-dir``), rather than replaced: the user chose that file. A fresh ``--save-dir``
+     without ``checkpoint_last.pt`` still starts from scratch;
    - an unreadable ``checkpoint_last.pt`` (empty, truncated, zero-filled) is skipped with a
      WARNING naming it and the replacement: the intact checkpoint of ``--save-dir`` with the
      most updates recorded in it (``checkpoint_E_U.pt``, ``checkpointE.pt``,
@@ -242,9 +244,17 @@ def _is_data_parallel_master(trainer) -> bool:
         return True
 
 
-def _refuse_missing(option: str, path: str, save_dir: str) -> None:
+def _check_explicit(option: str, path: str, save_dir: str, suffix: str = "") -> None:
+    """Refuse a checkpoint the user named (``--restore-file``, ``--continue-once``) that is
+    not a file, or that is unreadable (fairseq would fail with a bare ``EOFError`` /
+    ``RuntimeError`` from torch)."""
     if PathManager.isfile(path):
-        return
+        if is_intact(path):
+            return
+        newest = newest_intact_checkpoint(save_dir, suffix) if os.path.isdir(save_dir) else None
+        instead = f"; the intact checkpoint of {save_dir} with the most updates is {newest}" if newest else ""
+        raise ResumeError(f"{option} {path} is unreadable (empty or truncated, e.g. by a crash during a save)"
+                          f"{instead}")
     what = "is a directory, not a checkpoint file" if os.path.isdir(path) else "does not exist"
     hint = ""
     beside = os.path.join(save_dir, path)
@@ -257,21 +267,23 @@ def _refuse_missing(option: str, path: str, save_dir: str) -> None:
 
 def check_restore(cfg, suffix: str = "") -> Optional[str]:
     """What :func:`load_checkpoint` checks before fairseq's own code runs, for a
-    ``CheckpointConfig`` ``cfg``: raises :class:`ResumeError` for a missing explicit
-    ``--restore-file`` / ``--continue-once`` and for an unreadable ``checkpoint_last.pt`` with
-    no intact checkpoint beside it; returns the checkpoint to load in place of an unreadable
-    ``checkpoint_last{suffix}.pt``, else None (fairseq's choice stands)."""
+    ``CheckpointConfig`` ``cfg``: raises :class:`ResumeError` for a missing or unreadable
+    explicit ``--restore-file`` / ``--continue-once`` and for an unreadable
+    ``checkpoint_last.pt`` with no intact checkpoint beside it; returns the checkpoint to
+    load in place of an unreadable ``checkpoint_last{suffix}.pt``, else None (fairseq's
+    choice stands)."""
     if "://" in str(cfg.save_dir) or "://" in str(cfg.restore_file):  # remote storage: unchanged
         return None
     if cfg.restore_file != "checkpoint_last.pt":  # given explicitly (fairseq's own test)
         if not cfg.finetune_from_model:  # fairseq refuses that combination itself
-            _refuse_missing("--restore-file", cfg.restore_file.replace(".pt", suffix + ".pt"), cfg.save_dir)
+            restore_file = cfg.restore_file.replace(".pt", suffix + ".pt")
+            _check_explicit("--restore-file", restore_file, cfg.save_dir, suffix)
         return None
     last = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
     if not PathManager.exists(last):  # a fresh save dir (or --finetune-from-model / --continue-once)
         continue_once = getattr(cfg, "continue_once", None)
         if continue_once is not None:
-            _refuse_missing("--continue-once", continue_once, cfg.save_dir)
+            _check_explicit("--continue-once", continue_once, cfg.save_dir, suffix)
         return None
     if is_intact(last):
         return None

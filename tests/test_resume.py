@@ -3,6 +3,7 @@ and never silently from scratch (fairseq_ext/resume.py)."""
 import argparse
 import io
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -176,6 +177,48 @@ def test_what_counts_as_intact(tmp_path, tiny_trained):
     assert resume.recorded_updates(str(tmp_path / "whole.pt")) == 2
     assert resume.recorded_updates(str(tmp_path / "legacy.pt")) == 7
     assert resume.recorded_updates(str(tmp_path / "half.pt")) is None
+
+
+def checkpoint_cfg(save_dir, **overrides):
+    from fairseq.dataclass.configs import CheckpointConfig
+    from omegaconf import OmegaConf
+
+    return OmegaConf.merge(OmegaConf.structured(CheckpointConfig), {"save_dir": str(save_dir), **overrides})
+
+
+def test_check_restore_without_training(tmp_path, tiny_trained):
+    """What the patched load_checkpoint decides, for each case, before fairseq loads anything."""
+    _, checkpoint = tiny_trained
+    data = open(checkpoint, "rb").read()
+    save_dir = tmp_path / "ckpt"
+    save_dir.mkdir()
+    assert resume.check_restore(checkpoint_cfg(save_dir)) is None  # fresh dir: from scratch
+    (save_dir / "checkpoint_last.pt").write_bytes(data)
+    assert resume.check_restore(checkpoint_cfg(save_dir)) is None  # intact: fairseq's choice
+    (save_dir / "checkpoint_last.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(resume.ResumeError, match="has no intact checkpoint to resume from"):
+        resume.check_restore(checkpoint_cfg(save_dir))
+    (save_dir / "checkpoint_1_2.pt").write_bytes(data)
+    assert resume.check_restore(checkpoint_cfg(save_dir)) == str(save_dir / "checkpoint_1_2.pt")
+    # explicit files: missing, a directory, unreadable (fairseq: "No existing checkpoint found"
+    # and training from scratch, or a bare EOFError / RuntimeError), intact
+    typo = str(tmp_path / "checkpoint_1_3.pt")
+    with pytest.raises(resume.ResumeError, match=f"^--restore-file {re.escape(typo)} does not exist"):
+        resume.check_restore(checkpoint_cfg(save_dir, restore_file=typo))
+    with pytest.raises(resume.ResumeError, match="is a directory, not a checkpoint file"):
+        resume.check_restore(checkpoint_cfg(save_dir, restore_file=str(save_dir)))
+    broken = str(save_dir / "checkpoint_last.pt")
+    with pytest.raises(resume.ResumeError, match=f"^--restore-file {re.escape(broken)} is unreadable .*the intact "
+                                                 f"checkpoint of {re.escape(str(save_dir))} with the most updates is "
+                                                 f"{re.escape(str(save_dir / 'checkpoint_1_2.pt'))}$"):
+        resume.check_restore(checkpoint_cfg(save_dir, restore_file=broken))
+    assert resume.check_restore(checkpoint_cfg(save_dir, restore_file=str(save_dir / "checkpoint_1_2.pt"))) is None
+    # --continue-once only counts on a first launch (no checkpoint_last.pt)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    with pytest.raises(resume.ResumeError, match=f"^--continue-once {re.escape(broken)} is unreadable"):
+        resume.check_restore(checkpoint_cfg(fresh, continue_once=broken))
+    assert resume.check_restore(checkpoint_cfg(fresh, continue_once=str(save_dir / "checkpoint_1_2.pt"))) is None
 
 
 # --- item 6: resuming end to end ------------------------------------------------------------
