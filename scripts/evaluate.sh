@@ -134,6 +134,13 @@ fsx_discard_old_output
 FSX_KEEP_ON_FAILURE=("generate-$SPLIT.log" "generate-$SPLIT.cmd")
 OUT="$FSX_STAGE"
 
+# the references first (read as every script reads text: UTF-8 checked, BOM and CRs
+# removed), so that an unreadable one fails before the decoding, not after it
+REF_TOK="${REF_TOK:-$DATA/text/$SPLIT.tok.$TGT}"
+REF_DETOK="${REF_DETOK:-$DATA/text/$SPLIT.raw.$TGT}"
+if [[ -f "$REF_TOK" ]]; then fsx_cat "$REF_TOK" >"$OUT/ref.tok"; fi
+if [[ -f "$REF_DETOK" ]]; then fsx_cat "$REF_DETOK" >"$OUT/ref.detok"; fi
+
 has_opt() { # has_opt NAME: whether GEN_ARGS holds option NAME
     local a
     for a in "${GEN_ARGS[@]+"${GEN_ARGS[@]}"}"; do [[ "$a" == "$1" || "$a" == "$1="* ]] && return 0; done
@@ -164,18 +171,12 @@ mv "$OUT/gen.hyp" "$OUT/hyp.tok"
 mv "$OUT/gen.src" "$OUT/src.tok"
 fsx_detok "$TGT" <"$OUT/hyp.tok" >"$OUT/hyp.detok"
 
-REF_TOK="${REF_TOK:-$DATA/text/$SPLIT.tok.$TGT}"
-REF_DETOK="${REF_DETOK:-$DATA/text/$SPLIT.raw.$TGT}"
-if [[ -f "$REF_TOK" ]]; then
-    fsx_cat "$REF_TOK" >"$OUT/ref.tok"
-else
+if [[ ! -f "$OUT/ref.tok" ]]; then
     fsx_warn "no $REF_TOK: using fairseq's target lines as the tokenized reference (their <unk>s count as errors)"
     cp "$OUT/gen.ref" "$OUT/ref.tok"
 fi
 rm -f "$OUT/gen.ref"
-if [[ -f "$REF_DETOK" ]]; then
-    fsx_cat "$REF_DETOK" >"$OUT/ref.detok"
-else
+if [[ ! -f "$OUT/ref.detok" ]]; then
     fsx_warn "no $REF_DETOK: detokenizing the tokenized reference for detokenized BLEU"
     fsx_detok "$TGT" <"$OUT/ref.tok" >"$OUT/ref.detok"
 fi
@@ -190,6 +191,5 @@ fsx_log "sacreBLEU on $n sentences of '$SPLIT'"
     --headline "$HEADLINE" --headline-note "${NOTE:-}" | tee "$OUT/bleu.txt"
 
 # success: the completion marker last, then the whole directory into place
-printf 'checkpoint=%s\ndata=%s\nsplit=%s\nsentences=%s\n' "$CKPT" "$DATA" "$SPLIT" "$n" \
-    >"$OUT/$FSX_EVAL_COMPLETE"
+fsx_write_evaluation_complete "$OUT" "checkpoint=$CKPT" "data=$DATA" "split=$SPLIT" "sentences=$n"
 fsx_finish_output

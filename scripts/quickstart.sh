@@ -27,9 +27,10 @@
 # Decode: BEAM [5]  LENPEN [1.0]  MAX_LEN_A [1.2]  MAX_LEN_B [10] (output length limit
 #         a*source+b: keeps an undertrained model from babbling to 200 tokens)  EXTRA_GEN_ARGS [""]
 # Reruns reuse the data and the checkpoint when their settings are unchanged; FORCE=1
-# redoes both. DATA_DIR and SAVE_DIR are replaced only when quickstart (or a recipe) wrote
-# them and nothing else has been put into them since (scripts/lib/common.sh,
-# fsx_check_replaceable): SAVE_DIR=checkpoints DATA_DIR=data-bin is refused, not wiped.
+# redoes both. SAVE_DIR is replaced only when quickstart wrote it, DATA_DIR only when
+# prepare-multi30k.sh (run by quickstart) wrote it, and only while nothing else has been
+# put into them since (scripts/lib/common.sh, fsx_check_replaceable):
+# SAVE_DIR=checkpoints DATA_DIR=data-bin is refused, not wiped.
 set -euo pipefail
 SCRIPTS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$SCRIPTS/.." && pwd)"
@@ -75,7 +76,7 @@ elapsed() { local s=$(($(date +%s) - T0)); printf '%dm%02ds' $((s / 60)) $((s % 
 
 # ---------------------------------------------------------------- 1. data
 prep_value() { sed -n "s/^$1=//p" "$DATA_DIR/prep.env" 2>/dev/null; }
-if [[ "$FORCE" != 1 && -f "$DATA_DIR/prep.env" && "$(prep_value src)" == "$SRC_LANG" &&
+if [[ "$FORCE" != 1 && -f "$DATA_DIR/prep.env" && "$(prep_value recipe)" == multi30k && "$(prep_value src)" == "$SRC_LANG" &&
     "$(prep_value tgt)" == "$TGT_LANG" && "$(prep_value bpe_merges)" == "$BPE_MERGES" ]]; then
     fsx_log "[$(elapsed)] reusing $DATA_DIR (FORCE=1 to rebuild)"
 else

@@ -75,10 +75,8 @@ case "$LEVEL" in tok | detok) ;; *) fsx_die "--level must be tok or detok" ;; es
 if [[ -n "$EVAL_A" || -n "$EVAL_B" ]]; then
     [[ -n "$EVAL_A" && -n "$EVAL_B" ]] || fsx_die "give both --eval-a and --eval-b"
     [[ -z "$SYS_A$SYS_B" ]] || fsx_die "use either --eval-a/--eval-b or --sys-a/--sys-b, not both"
-    for d in "$EVAL_A" "$EVAL_B"; do
-        [[ -f "$d/$FSX_EVAL_COMPLETE" ]] ||
-            fsx_die "$d holds no complete evaluation (no $FSX_EVAL_COMPLETE: evaluate.sh did not finish there); rerun scripts/evaluate.sh"
-    done
+    fsx_check_evaluation "$EVAL_A"
+    fsx_check_evaluation "$EVAL_B"
     SYS_A="$EVAL_A/hyp.$LEVEL"
     SYS_B="$EVAL_B/hyp.$LEVEL"
     REF="${REF:-$EVAL_A/ref.$LEVEL}"

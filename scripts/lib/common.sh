@@ -238,7 +238,10 @@ FSX_KEEP_ON_FAILURE=()  # files of $FSX_STAGE put into FSX_OUT when the script f
 # holds nothing but those entries: whatever a user put into it later keeps it.
 FSX_MARKER=".fairseq_ext-output"
 # evaluate.sh writes this file into its output last; significance.sh reads only such directories
+# (fsx_check_evaluation). It records what was evaluated and the checksum of each of
+# FSX_EVAL_FILES, so that a file replaced or changed afterwards is noticed.
 FSX_EVAL_COMPLETE=".evaluation-complete"
+FSX_EVAL_FILES=(hyp.tok hyp.detok ref.tok ref.detok src.tok)
 # what each script writes, for directories written before the marker listed it
 FSX_RECIPE_ENTRIES=('dict.*.txt' '*.bin' '*.idx' code 'spm.model' 'spm.vocab' text prep.env preprocess.log)
 FSX_EVAL_ENTRIES=('generate-*' 'hyp.*' 'ref.*' src.tok bleu.txt bleu.json "$FSX_EVAL_COMPLETE" '.evaluate.tmp.*')
@@ -281,31 +284,59 @@ fsx_mark_output() {
     } >"$dir/$FSX_MARKER"
 }
 
-# fsx_owned_entries DIR: the entries (names or globs, one a line) that a script of this
-# package wrote into DIR: from its marker, or for a directory written before the marker
-# listed them, from the file that shows which script wrote it. Status 1: not ours.
-fsx_owned_entries() {
-    local dir="$1"
-    if [[ -f "$dir/$FSX_MARKER" ]] && head -n1 "$dir/$FSX_MARKER" | grep -q '^# written by '; then
-        grep -v '^#' "$dir/$FSX_MARKER" || true
-    elif head -n1 "$dir/prep.env" 2>/dev/null | grep -q '^# written by prepare-'; then
-        printf '%s\n' "${FSX_RECIPE_ENTRIES[@]}"
+# fsx_dir_writer DIR: the script that wrote DIR (prepare-multi30k.sh, evaluate.sh, ...): from
+# its marker, or for a directory written before the marker, from prep.env (a recipe's
+# output), .evaluation-complete (evaluate.sh's) or quickstart.settings (quickstart.sh's).
+# Status 1: no script of this package wrote DIR.
+fsx_dir_writer() {
+    local dir="$1" line
+    if [[ -f "$dir/$FSX_MARKER" ]]; then
+        line="$(head -n1 "$dir/$FSX_MARKER")"
+        if [[ "$line" =~ ^(# )?written\ by\ ([^ ;]+) ]]; then
+            echo "${BASH_REMATCH[2]}"
+            return 0
+        fi
+    fi
+    line="$(head -n1 "$dir/prep.env" 2>/dev/null || true)"
+    if [[ "$line" =~ ^#\ written\ by\ (prepare-[^ ;]+) ]]; then
+        echo "${BASH_REMATCH[1]}"
     elif [[ -f "$dir/$FSX_EVAL_COMPLETE" ]]; then
-        printf '%s\n' "${FSX_EVAL_ENTRIES[@]}"
+        echo evaluate.sh
     elif [[ -f "$dir/quickstart.settings" ]]; then
-        printf '%s\n' "${FSX_QUICKSTART_ENTRIES[@]}"
+        echo quickstart.sh
     else
         return 1
     fi
 }
 
+# fsx_owned_entries DIR WRITER: the entries (names or globs, one a line) that WRITER wrote
+# into DIR: those its marker lists, or for a directory written before the marker listed
+# them, what WRITER writes.
+fsx_owned_entries() {
+    local dir="$1" writer="$2"
+    if [[ -f "$dir/$FSX_MARKER" ]] && head -n1 "$dir/$FSX_MARKER" | grep -q '^# written by '; then
+        grep -v '^#' "$dir/$FSX_MARKER" || true
+        return 0
+    fi
+    case "$writer" in
+        prepare-*) printf '%s\n' "${FSX_RECIPE_ENTRIES[@]}" ;;
+        evaluate.sh) printf '%s\n' "${FSX_EVAL_ENTRIES[@]}" ;;
+        quickstart.sh) printf '%s\n' "${FSX_QUICKSTART_ENTRIES[@]}" ;;
+    esac
+}
+
+# Which scripts' directories the running script may replace (a glob over fsx_dir_writer's
+# names): only its own, so that a recipe never replaces quickstart's checkpoints or another
+# recipe's data, evaluate.sh never a data directory, and so on.
+FSX_REPLACES="$FSX_PROG"
+
 # fsx_check_replaceable DIR [INPUT...]: die unless an existing DIR may be deleted and
 # replaced. DIR must not be, or contain, /, $HOME, the working directory (also the one the
-# user started quickstart.sh in), this repository or any INPUT; it must be empty, or hold
-# the marker of a script of this package and nothing but the entries that script wrote;
-# and it must not contain a git repository.
+# user started quickstart.sh in), this repository or any INPUT; it must not contain a git
+# repository (at any depth); and it must be empty, or have been written by the running
+# script (FSX_REPLACES: its marker says so) and hold nothing but the entries it wrote.
 fsx_check_replaceable() {
-    local dir p entry owned pat ok
+    local dir p entry owned pat ok writer git
     dir="$(realpath -m "$1")"
     shift
     [[ -e "$dir" ]] || return 0
@@ -315,9 +346,15 @@ fsx_check_replaceable() {
         fsx_is_within "$dir" "$p" && fsx_die "refusing to replace $dir: it is or contains $p"
     done
     [[ -d "$dir" ]] || fsx_die "refusing to replace $dir: it is not a directory"
+    git="$(find "$dir" -name .git -print -quit 2>/dev/null)"
+    [[ -z "$git" ]] || fsx_die "refusing to replace $dir: it contains a git repository ($git)"
     [[ -n "$(ls -A "$dir")" ]] || return 0
-    owned="$(fsx_owned_entries "$dir")" ||
+    writer="$(fsx_dir_writer "$dir")" ||
         fsx_die "refusing to replace $dir: it was not written by a fairseq_ext script (no $FSX_MARKER in it); remove it yourself or choose another directory"
+    # shellcheck disable=SC2053  # FSX_REPLACES is a glob
+    [[ "$writer" == $FSX_REPLACES ]] ||
+        fsx_die "refusing to replace $dir: it was written by $writer, and $FSX_PROG replaces only its own output; remove it yourself or choose another directory"
+    owned="$(fsx_owned_entries "$dir" "$writer")"
     while IFS= read -r -d '' entry; do
         entry="${entry##*/}"
         [[ "$entry" == "$FSX_MARKER" ]] && continue
@@ -329,8 +366,44 @@ fsx_check_replaceable() {
         [[ "$ok" == 1 ]] ||
             fsx_die "refusing to replace $dir: it holds $entry, which no fairseq_ext script wrote there; move $entry elsewhere, or remove $dir yourself"
     done < <(find "$dir" -mindepth 1 -maxdepth 1 -print0)
-    [[ -z "$(find "$dir" -name .git -print -quit 2>/dev/null)" ]] ||
-        fsx_die "refusing to replace $dir: it contains a git repository"
+}
+
+# fsx_write_evaluation_complete DIR KEY=VALUE...: evaluate.sh's last file, in DIR
+fsx_write_evaluation_complete() {
+    local dir="$1" f
+    shift
+    {
+        printf '%s\n' "$@"
+        for f in "${FSX_EVAL_FILES[@]}"; do
+            printf 'sha256.%s=%s\n' "$f" "$(sha256sum <"$dir/$f" | cut -d' ' -f1)"
+        done
+    } >"$dir/$FSX_EVAL_COMPLETE.tmp"
+    mv "$dir/$FSX_EVAL_COMPLETE.tmp" "$dir/$FSX_EVAL_COMPLETE"
+}
+
+# fsx_check_evaluation DIR: die unless DIR holds one complete evaluation by evaluate.sh: its
+# $FSX_EVAL_COMPLETE, and each of FSX_EVAL_FILES as evaluate.sh wrote it (the checksum it
+# recorded; for a marker without checksums, as many lines as sentences were translated).
+fsx_check_evaluation() {
+    local dir="$1" f key want n m
+    local why="holds no complete evaluation"
+    local fix="rerun scripts/evaluate.sh into it"
+    [[ -f "$dir/$FSX_EVAL_COMPLETE" ]] ||
+        fsx_die "$dir $why (no $FSX_EVAL_COMPLETE: evaluate.sh did not finish there); $fix"
+    n="$(sed -n 's/^sentences=//p' "$dir/$FSX_EVAL_COMPLETE")"
+    for f in "${FSX_EVAL_FILES[@]}"; do
+        [[ -f "$dir/$f" ]] || fsx_die "$dir $why: $f is missing; $fix"
+        key="sha256.${f//./\\.}="
+        want="$(sed -n "s/^$key//p" "$dir/$FSX_EVAL_COMPLETE")"
+        if [[ -n "$want" ]]; then
+            [[ "$(sha256sum <"$dir/$f" | cut -d' ' -f1)" == "$want" ]] ||
+                fsx_die "$dir $why: $f is not the file evaluate.sh wrote (changed since); $fix"
+        elif [[ -n "$n" ]]; then
+            m=$(wc -l <"$dir/$f")
+            [[ "$m" == "$n" ]] ||
+                fsx_die "$dir $why: $f has $m lines, but evaluate.sh translated $n sentences; $fix"
+        fi
+    done
 }
 
 # fsx_begin_output: see above. Without --force (FSX_FORCE=1) an existing FSX_OUT is an error.
