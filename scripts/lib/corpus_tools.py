@@ -38,9 +38,9 @@ def die(msg):
     sys.exit(1)
 
 
-def open_text(path, mode="r"):
-    if "r" in mode and not os.path.exists(path):
-        die(f"missing file: {path}")
+def open_text(path, mode="w"):
+    """A file to write text to (UTF-8, LF line ends; .gz compressed). Files are read with
+    read_lines, never through this."""
     if path.endswith(".gz"):
         return io.TextIOWrapper(gzip.open(path, mode.replace("t", "") + "b"), encoding="utf-8",
                                 newline="\n")
@@ -86,9 +86,10 @@ def cmd_cat(args):
 
 
 def stdin_lines():
-    stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline="\n")
-    for line in stream:
-        yield line.rstrip("\n").rstrip("\r")
+    """The lines of standard input, cleaned by clean_line like a file's (the filters read what
+    fsx_cat wrote, but are safe on their own too)."""
+    for number, raw in enumerate(sys.stdin.buffer, start=1):  # binary: split on LF only, as wc -l
+        yield clean_line(raw, "<standard input>", number)
 
 
 def stdout():
@@ -216,9 +217,8 @@ def cmd_extract_segs(args):
 # ----------------------------------------------------------------------------- clean / split / head
 def cmd_clean(args):
     kept = dropped = 0
-    with open_text(args.src) as fs, open_text(args.tgt) as ft, \
-            open_text(args.out_src, "w") as os_, open_text(args.out_tgt, "w") as ot:
-        for s, t in zip(fs, ft):
+    with open_text(args.out_src) as os_, open_text(args.out_tgt) as ot:
+        for s, t in zip(read_lines(args.src), read_lines(args.tgt)):
             s, t = " ".join(s.split()), " ".join(t.split())
             ns, nt = len(s.split()), len(t.split())
             if (ns < args.min or nt < args.min or ns > args.max or nt > args.max
@@ -243,21 +243,20 @@ def cmd_split(args):
         if k <= 0:
             die(f"corpus {args.src} has {n} lines: too few to hold out a dev set")
         held = set(random.Random(args.seed).sample(range(n), k))
-    with open_text(args.src) as fs, open_text(args.tgt) as ft, \
-            open_text(args.rest_src, "w") as rs, open_text(args.rest_tgt, "w") as rt, \
-            open_text(args.heldout_src, "w") as hs, open_text(args.heldout_tgt, "w") as ht:
-        for i, (s, t) in enumerate(zip(fs, ft)):
+    with open_text(args.rest_src) as rs, open_text(args.rest_tgt) as rt, \
+            open_text(args.heldout_src) as hs, open_text(args.heldout_tgt) as ht:
+        for i, (s, t) in enumerate(zip(read_lines(args.src), read_lines(args.tgt))):
             if i in held:
-                hs.write(s)
-                ht.write(t)
+                hs.write(s + "\n")
+                ht.write(t + "\n")
             else:
-                rs.write(s)
-                rt.write(t)
+                rs.write(s + "\n")
+                rt.write(t + "\n")
     print(f"split: held out {len(held)} of {n} lines", file=sys.stderr)
 
 
 def cmd_head(args):
-    with open_text(args.output, "w") as out:
+    with open_text(args.output) as out:
         for i, line in enumerate(read_lines(args.input)):
             if 0 < args.n <= i:
                 break
@@ -268,19 +267,17 @@ def cmd_head(args):
 def cmd_extract_gen(args):
     """Pull S-/T-/H- lines out of fairseq-generate's log, ordered by sentence id."""
     hyps, refs, srcs = {}, {}, {}
-    with open_text(args.gen) as f:
-        for line in f:
-            line = line.rstrip("\n")
-            m = re.match(r"^([STH])-(\d+)\t(.*)$", line)
-            if not m:
-                continue
-            kind, idx, rest = m.group(1), int(m.group(2)), m.group(3)
-            if kind == "H":
-                hyps[idx] = rest.split("\t", 1)[1] if "\t" in rest else ""
-            elif kind == "T":
-                refs[idx] = rest
-            else:
-                srcs[idx] = rest
+    for line in read_lines(args.gen):
+        m = re.match(r"^([STH])-(\d+)\t(.*)$", line)
+        if not m:
+            continue
+        kind, idx, rest = m.group(1), int(m.group(2)), m.group(3)
+        if kind == "H":
+            hyps[idx] = rest.split("\t", 1)[1] if "\t" in rest else ""
+        elif kind == "T":
+            refs[idx] = rest
+        else:
+            srcs[idx] = rest
     if not hyps:
         die(f"no hypotheses (H- lines) in {args.gen}: did fairseq-generate fail?")
     ids = sorted(hyps)
@@ -289,7 +286,7 @@ def cmd_extract_gen(args):
             " are missing")
     os.makedirs(args.out_dir, exist_ok=True)
     for name, table in (("hyp", hyps), ("ref", refs), ("src", srcs)):
-        with open_text(os.path.join(args.out_dir, f"gen.{name}"), "w") as out:
+        with open_text(os.path.join(args.out_dir, f"gen.{name}")) as out:
             for i in ids:
                 out.write(table.get(i, "") + "\n")
     print(len(ids))

@@ -15,12 +15,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from corpus_tools import die  # noqa: E402  (one-line errors, as every helper)
-
-
-def lines_in():
-    for line in io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"):
-        yield line.rstrip("\n")
+from corpus_tools import die, stdin_lines  # noqa: E402  (one-line errors; lines as wc -l counts them)
 
 
 def main():
@@ -58,9 +53,12 @@ def main():
         except RuntimeError as e:
             die(f"sentencepiece training failed: {e}")
         return
-    sp = spm.SentencePieceProcessor(model_file=args.model)
+    try:
+        sp = spm.SentencePieceProcessor(model_file=args.model)
+    except (OSError, RuntimeError) as e:
+        die(f"cannot load the SentencePiece model {args.model}: {e}")
     out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
-    for line in lines_in():
+    for line in stdin_lines():
         if args.cmd == "encode":
             out.write(" ".join(sp.encode(line, out_type=str)) + "\n")
         else:
