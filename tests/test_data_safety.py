@@ -1,9 +1,11 @@
 """Issue 8, items 4, 5 and 7 (data): careless paths never delete data, results never look
 valid when they are not, and bad input is named by file and line."""
 import gzip
+import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -317,11 +319,180 @@ def test_significance_reads_clean_lines_and_names_bad_input(tmp_path):
                                        "(byte 0xff at column 1)"], res.stderr
 
 
+# --- each script replaces only its own kind of directory ----------------------------------
+def quick_prepare(out, *flags, cwd=None, script=SCRIPTS / "prepare-multi30k.sh", env_extra=None):
+    """A recipe run that stops at the output check or fails right after it (its --from holds
+    no corpus): enough to see whether --out would have been replaced."""
+    src = Path(out).parent / "no-corpus"
+    src.mkdir(exist_ok=True)
+    return run([script, "--from", src, "--out", out, "--force", *flags], cwd=cwd, env_extra=env_extra)
+
+
+def test_force_refuses_another_scripts_directory(tmp_path, fake_eval_inputs):
+    """A recipe never replaces quickstart's checkpoints or another recipe's data; evaluate.sh
+    never replaces a data directory."""
+    save = tmp_path / "qs"
+    mark(save, "quickstart.sh", "checkpoint*", "train.log", "quickstart.settings", "eval-test")
+    (save / "checkpoint_best.pt").write_text("days of training")
+    res = quick_prepare(save)
+    assert res.returncode != 0 and f"refusing to replace {save}: it was written by quickstart.sh, and " \
+        "prepare-multi30k.sh replaces only its own output" in res.stderr, res.stderr
+    assert (save / "checkpoint_best.pt").read_text() == "days of training"
+    # another recipe's output: refused too (a directory of the first release, known by prep.env)
+    other = tmp_path / "iwslt"
+    other.mkdir()
+    (other / "prep.env").write_text("# written by prepare-iwslt14.sh; read by scripts/evaluate.sh\nrecipe=iwslt14\n")
+    (other / "dict.de.txt").write_text("x 1\n")
+    res = quick_prepare(other)
+    assert res.returncode != 0 and "it was written by prepare-iwslt14.sh" in res.stderr, res.stderr
+    assert (other / "dict.de.txt").is_file()
+    # evaluate.sh --out naming a data directory other than --data
+    data, ckpt = fake_eval_inputs
+    res = evaluate(data, ckpt, other)
+    assert res.returncode != 0 and "it was written by prepare-iwslt14.sh, and evaluate.sh replaces only its own " \
+        "output" in res.stderr, res.stderr
+    assert (other / "dict.de.txt").is_file() and (other / "prep.env").is_file()
+
+
+@pytest.mark.parametrize("where", ["home", "root_of_checkout", "deep_git"])
+def test_force_never_replaces_home_the_checkout_or_a_git_repository(tmp_path, where):
+    victim = tmp_path / "victim"
+    mark(victim, "prepare-multi30k.sh", "*", ".*")  # a marker does not make these replaceable
+    (victim / "README.md").write_text("mine")
+    env, script = None, SCRIPTS / "prepare-multi30k.sh"
+    if where == "home":
+        env = {"HOME": str(victim)}
+        out = victim
+    elif where == "root_of_checkout":  # a copy of the scripts: its checkout is victim (no .git in it)
+        shutil.copytree(SCRIPTS, victim / "scripts")
+        script, out = victim / "scripts" / "prepare-multi30k.sh", victim
+    else:  # a git repository five levels down
+        (victim / "a" / "b" / "c" / "d" / "e" / ".git").mkdir(parents=True)
+        out = victim
+    res = quick_prepare(out, script=script, env_extra=env)
+    assert res.returncode != 0, res.stderr
+    if where == "deep_git":
+        assert f"refusing to replace {victim}: it contains a git repository ({victim}/a/b/c/d/e/.git)" in res.stderr
+    else:
+        assert f"refusing to replace {victim}: it is or contains {victim}" in res.stderr, res.stderr
+    assert (victim / "README.md").read_text() == "mine" and (victim / ".fairseq_ext-output").is_file()
+
+
+def test_quickstart_replaces_only_data_prepare_multi30k_wrote(tmp_path):
+    """DATA_DIR holding another recipe's en-de data with the same settings is neither reused
+    as Multi30k nor replaced."""
+    data = tmp_path / "iwslt14.en-de"
+    data.mkdir()
+    (data / "prep.env").write_text("# written by prepare-iwslt14.sh; read by scripts/evaluate.sh\nrecipe=iwslt14\n"
+                                   "src=en\ntgt=de\nbpe=subword_nmt\nbpe_merges=100\n")
+    (data / "train.en-de.en.bin").write_text("hours of preprocessing")
+    (tmp_path / "no-corpus").mkdir()
+    res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra={"DATA_DIR": str(data), "SAVE_DIR": str(tmp_path / "ck"),
+                                                               "BPE_MERGES": "100",
+                                                               "MULTI30K_FROM": str(tmp_path / "no-corpus")})
+    assert res.returncode != 0 and "reusing" not in res.stderr
+    assert f"refusing to replace {data}: it was written by prepare-iwslt14.sh" in res.stderr, res.stderr[-2000:]
+    assert (data / "train.en-de.en.bin").read_text() == "hours of preprocessing"
+    assert not (tmp_path / "ck").exists()
+
+
+# --- significance.sh reads only complete, unchanged evaluations ----------------------------
+def fake_evaluation(directory, lines, checksums=True):
+    """An evaluation directory as evaluate.sh leaves it (its files and .evaluation-complete)."""
+    directory.mkdir(parents=True)
+    for f in ("hyp.tok", "hyp.detok", "ref.tok", "ref.detok", "src.tok"):
+        (directory / f).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    if checksums:
+        res = subprocess.run(["bash", "-c", f'source {SCRIPTS}/lib/common.sh; fsx_write_evaluation_complete '
+                              f'"$1" sentences={len(lines)}', "x", directory], capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+    else:  # the marker of the first version, without checksums
+        (directory / ".evaluation-complete").write_text(f"checkpoint=x.pt\nsentences={len(lines)}\n")
+
+
+def test_significance_refuses_an_evaluation_changed_afterwards(tmp_path):
+    rows = [f"word{i} is here ." for i in range(13)]
+    a, b = tmp_path / "a", tmp_path / "b"
+    fake_evaluation(a, rows)
+    fake_evaluation(b, rows, checksums=False)
+    sig = [SCRIPTS / "significance.sh", "--eval-a", a, "--eval-b", b, "--samples", "50"]
+    res = run([*sig, "--out", tmp_path / "sig"])
+    assert res.returncode == 0, res.stderr
+    (a / "hyp.tok").write_text("".join(r.replace("here", "there") + "\n" for r in rows))  # copied in by hand
+    res = run([*sig, "--out", tmp_path / "sig2"])
+    assert res.returncode != 0 and f"{a} holds no complete evaluation: hyp.tok is not the file evaluate.sh " \
+        "wrote" in res.stderr, res.stderr
+    (a / "hyp.tok").unlink()
+    res = run([*sig, "--out", tmp_path / "sig2"])
+    assert res.returncode != 0 and f"{a} holds no complete evaluation: hyp.tok is missing" in res.stderr
+    (b / "hyp.detok").write_text("one line\n")  # without checksums: the line count
+    res = run([SCRIPTS / "significance.sh", "--eval-a", b, "--eval-b", b, "--out", tmp_path / "sig2"])
+    assert res.returncode != 0 and f"{b} holds no complete evaluation: hyp.detok has 1 lines, but evaluate.sh " \
+        "translated 13 sentences" in res.stderr, res.stderr
+    assert not (tmp_path / "sig2").exists()
+
+
+# --- evaluate.sh reads the references first, with the one reader --------------------------
+def test_evaluate_non_utf8_reference_names_file_and_line(fake_eval_inputs, tmp_path):
+    data, ckpt = fake_eval_inputs
+    ref = tmp_path / "ref.de"
+    ref.write_bytes(b"gut\n" * 4 + b"Stra\xdfe\n" + b"gut\n" * 8)
+    res = evaluate(data, ckpt, tmp_path / "eval", "--ref-tok", ref)
+    assert res.returncode != 0 and "fairseq-generate" not in res.stderr  # before the decoding
+    assert error_lines(res.stderr) == [f"[evaluate.sh] error: {ref}: line 5 is not valid UTF-8 (byte 0xdf at "
+                                       "column 5)"], res.stderr
+
+
+# --- every text filter of the helpers reads lines as wc -l counts them ---------------------
+def helper(script, *args, stdin=b""):
+    return subprocess.run([sys.executable, SCRIPTS / "lib" / script, *map(str, args)], input=stdin,
+                          capture_output=True)
+
+
+def test_helpers_read_lines_as_wc_counts_them(tmp_path):
+    text = "\ufeffein Hund\r\nzwei\rKatzen\r\ndrei\n".encode("utf-8")  # 3 lines for wc -l
+    for args in (("corpus_tools.py", "tokenize", "-l", "de"), ("corpus_tools.py", "lowercase"),
+                 ("corpus_tools.py", "detokenize", "-l", "de"), ("corpus_tools.py", "strip-tags")):
+        res = helper(*args, stdin=text)
+        assert res.returncode == 0, res.stderr
+        out = res.stdout.decode("utf-8")
+        assert out.count("\n") == 3 and "\r" not in out and "\ufeff" not in out, (args, out)
+        assert out.split("\n")[1].lower() == "zwei katzen", (args, out)
+    (tmp_path / "spm.txt").write_text("".join(f"wort{i} und noch ein satz\n" for i in range(61)))
+    res = helper("spm_tools.py", "train", "--model-prefix", tmp_path / "spm", "--vocab-size", "60", tmp_path / "spm.txt")
+    assert res.returncode == 0, res.stderr
+    res = helper("spm_tools.py", "encode", "--model", tmp_path / "spm.model", stdin=text)
+    assert res.returncode == 0 and res.stdout.count(b"\n") == 3 and b"\r" not in res.stdout, res
+    res = helper("spm_tools.py", "encode", "--model", tmp_path / "spm.model", stdin=b"wort1\nwort\xff\n")
+    assert res.returncode == 1
+    assert res.stderr.decode() == "error: <standard input>: line 2 is not valid UTF-8 (byte 0xff at column 5)\n"
+
+
+def test_helpers_name_the_file_and_line_of_bad_utf8(tmp_path):
+    good, bad = tmp_path / "good.de", tmp_path / "bad.de"
+    good.write_text("a b\n" * 13)
+    bad.write_bytes(b"a b\n" * 12 + b"a \xc3\n")
+    for args in (("clean", bad, good, tmp_path / "o1", tmp_path / "o2"),
+                 ("split", good, bad, "--every", "5", "--rest-src", tmp_path / "r1", "--rest-tgt", tmp_path / "r2",
+                  "--heldout-src", tmp_path / "h1", "--heldout-tgt", tmp_path / "h2"),
+                 ("head", "0", bad, tmp_path / "o3"), ("extract-gen", bad, tmp_path / "gen")):
+        res = helper("corpus_tools.py", *args)
+        err = res.stderr.decode()
+        assert res.returncode == 1 and err == f"error: {bad}: line 13 is not valid UTF-8 (byte 0xc3 at column 3)\n", \
+            (args, err)
+    res = helper("corpus_tools.py", "tokenize", "-l", "de", stdin=b"gut\n\xff\n")
+    assert res.returncode == 1
+    assert res.stderr.decode() == "error: <standard input>: line 2 is not valid UTF-8 (byte 0xff at column 1)\n"
+    res = helper("spm_tools.py", "encode", "--model", tmp_path / "missing.model")
+    assert res.returncode == 1 and res.stderr.decode().startswith(f"error: cannot load the SentencePiece model "
+                                                                  f"{tmp_path / 'missing.model'}")
+
+
 @pytest.mark.slow
 @needs_multi30k
 def test_evaluation_is_complete_or_absent(m30k_small, tmp_path):
-    """A failed rerun leaves no result that significance.sh would take for current; a
-    missing --ref-* file is an error."""
+    """A real evaluation: references with a BOM and CRs give the same lines and scores; a
+    failed rerun leaves no result that significance.sh would take for current."""
     out = tmp_path / "bin"
     assert prepare(m30k_small, out).returncode == 0
     ckpt_dir = tmp_path / "ckpt"
@@ -333,20 +504,35 @@ def test_evaluation_is_complete_or_absent(m30k_small, tmp_path):
                "--no-progress-bar"])
     assert res.returncode == 0, res.stderr[-2000:]
     ev = tmp_path / "eval"
-    evaluate = [SCRIPTS / "evaluate.sh", "--checkpoint", ckpt_dir / "checkpoint_last.pt", "--data", out,
-                "--out", ev, "--cpu", "--beam", "1", "--max-len-b", "5"]
+    base = [SCRIPTS / "evaluate.sh", "--checkpoint", ckpt_dir / "checkpoint_last.pt", "--data", out, "--cpu",
+            "--beam", "1", "--max-len-b", "5"]
+    evaluate = [*base, "--out", ev]
     res = run(evaluate)
     assert res.returncode == 0, res.stderr
     assert (ev / ".evaluation-complete").is_file() and (ev / "bleu.json").is_file()
     assert not list(ev.glob(".evaluate.tmp.*"))
-    res = run([*evaluate, "--ref-detok", tmp_path / "missing.de"])
-    assert res.returncode != 0 and f"--ref-detok {tmp_path / 'missing.de'}: no such file" in res.stderr
+    # the same references with a BOM, CR LF line ends and a CR inside a line: the same lines
+    for kind in ("raw", "tok"):
+        (tmp_path / f"ref.{kind}").write_bytes(dirty((out / "text" / f"test.{kind}.de").read_text().splitlines()))
+    ev2 = tmp_path / "eval2"
+    res = run([*base, "--out", ev2, "--ref-detok", tmp_path / "ref.raw", "--ref-tok", tmp_path / "ref.tok"])
+    assert res.returncode == 0, res.stderr
+    for f in ("ref.tok", "ref.detok"):
+        assert (ev2 / f).read_bytes() == (ev / f).read_bytes()
+        assert len((ev2 / f).read_text().split("\n")) - 1 == len((ev2 / f).read_text().splitlines()) == 13
+    scores = [{k: v["score"] for k, v in json.loads((d / "bleu.json").read_text()).items() if isinstance(v, dict)}
+              for d in (ev, ev2)]
+    assert scores[0] == scores[1] and len(scores[0]) == 4
+    sig = [SCRIPTS / "significance.sh", "--eval-a", ev, "--eval-b", ev2, "--samples", "50"]
+    res = run([*sig, "--out", tmp_path / "sig"])
+    assert res.returncode == 0, res.stderr
+    # a rerun that fails: no result is left that significance.sh would take for current
     res = run([*evaluate, "--model-overrides", "{'no_such_option': 1}", "--path-typo"])  # generate fails
     assert res.returncode != 0
-    assert not (ev / ".evaluation-complete").exists() and not (ev / "bleu.json").exists()
-    assert not (ev / "hyp.tok").exists()
-    res = run([SCRIPTS / "significance.sh", "--eval-a", ev, "--eval-b", ev, "--out", tmp_path / "sig"])
-    assert res.returncode != 0 and "holds no complete evaluation" in res.stderr
+    assert sorted(p.name for p in ev.iterdir()) == [".fairseq_ext-output", "generate-test.cmd", "generate-test.log"]
+    res = run([*sig, "--out", tmp_path / "sig"])
+    assert res.returncode != 0 and f"{ev} holds no complete evaluation" in res.stderr
+    assert (tmp_path / "sig" / "report.txt").is_file()  # the earlier report is kept
 
 
 REPO_FAIRSEQ_EXT = Path(__file__).resolve().parents[1] / "fairseq_ext"
