@@ -116,21 +116,28 @@ if [[ "$FORCE" != 1 && -f "$CKPT" && -f "$SAVE_DIR/quickstart.settings" &&
     "$(cat "$SAVE_DIR/quickstart.settings")" == "$SIGNATURE" ]]; then
     fsx_log "[$(elapsed)] reusing $CKPT, trained with the same settings (FORCE=1 to retrain)"
 else
-    # replace only a directory quickstart wrote itself and nothing else wrote into since
-    # (never another experiment's), and never one that holds the data
-    fsx_check_replaceable "$SAVE_DIR" "$DATA_DIR" "$MULTI30K_FROM"
-    rm -rf "$SAVE_DIR"
-    mkdir -p "$SAVE_DIR"
-    fsx_mark_output "$SAVE_DIR" "${FSX_QUICKSTART_ENTRIES[@]}"
+    # SAVE_DIR is replaced only when quickstart wrote it and nothing else was put into it
+    # since (never another experiment's), and never when it holds the data. The new one is
+    # trained in a temporary directory beside it and moved into place when training
+    # succeeded; the old one goes first (its checkpoints are stale), so that after a failed
+    # run SAVE_DIR holds only train.log, never a checkpoint that looks current.
+    FSX_OUT="$SAVE_DIR"
+    FSX_FORCE=1
+    FSX_INPUTS=("$DATA_DIR" "$MULTI30K_FROM")
+    FSX_MARK_ENTRIES=("${FSX_QUICKSTART_ENTRIES[@]}")
+    fsx_begin_output
+    fsx_discard_old_output
+    FSX_KEEP_ON_FAILURE=(train.log)
     fsx_log "[$(elapsed)] training $ARCH ($LAYERS+$LAYERS layers, d $EMBED_DIM, FFN $FFN_DIM, $HEADS heads) for $MAX_UPDATE updates or $TRAIN_MINUTES min, whichever comes first"
-    PYTHONUNBUFFERED=1 "$SCRIPTS/train.sh" "$DATA_DIR" "$SAVE_DIR" --config "$CONFIG" -- "${TRAIN_FLAGS[@]}" 2>&1 |
-        tee "$SAVE_DIR/train.log" |
+    PYTHONUNBUFFERED=1 "$SCRIPTS/train.sh" "$DATA_DIR" "$FSX_STAGE" --config "$CONFIG" -- "${TRAIN_FLAGS[@]}" 2>&1 |
+        tee "$FSX_STAGE/train.log" |
         grep --line-buffered -E "train_inner|valid on|done training|Stopping|Error" || true
-    if ! grep -q "done training" "$SAVE_DIR/train.log" || [[ ! -f "$CKPT" ]]; then
-        tail -n 20 "$SAVE_DIR/train.log" >&2
+    if ! grep -q "done training" "$FSX_STAGE/train.log" || [[ ! -f "$FSX_STAGE/checkpoint_last.pt" ]]; then
+        tail -n 20 "$FSX_STAGE/train.log" >&2
         fsx_die "fairseq-train failed (log: $SAVE_DIR/train.log)"
     fi
-    printf '%s\n' "$SIGNATURE" >"$SAVE_DIR/quickstart.settings"
+    printf '%s\n' "$SIGNATURE" >"$FSX_STAGE/quickstart.settings"
+    fsx_finish_output
 fi
 
 # ---------------------------------------------------------------- 3. translate + score

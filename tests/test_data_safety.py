@@ -378,6 +378,24 @@ def test_force_never_replaces_home_the_checkout_or_a_git_repository(tmp_path, wh
     assert (victim / "README.md").read_text() == "mine" and (victim / ".fairseq_ext-output").is_file()
 
 
+@needs_multi30k
+def test_quickstart_failed_training_leaves_no_checkpoint(m30k_small, tmp_path):
+    """SAVE_DIR is built beside itself and moved into place only when training succeeded: a
+    failed retraining leaves train.log, never the old checkpoint looking current."""
+    data = tmp_path / "m30k-bin"
+    assert prepare(m30k_small, data).returncode == 0
+    save = tmp_path / "qs"
+    mark(save, "quickstart.sh", "checkpoint*", "train.log", "quickstart.settings", "eval-test")
+    (save / "checkpoint_last.pt").write_text("trained with other settings")
+    (save / "quickstart.settings").write_text("other settings")
+    env = {"DATA_DIR": str(data), "SAVE_DIR": str(save), "BPE_MERGES": "100", "EXTRA_TRAIN_ARGS": "--no-such-option"}
+    res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra=env)
+    assert res.returncode != 0 and f"fairseq-train failed (log: {save}/train.log)" in res.stderr, res.stderr[-2000:]
+    assert sorted(p.name for p in save.iterdir()) == [".fairseq_ext-output", "train.log"]
+    assert "--no-such-option" in (save / "train.log").read_text()
+    assert not list(tmp_path.glob(".qs.tmp.*"))
+
+
 def test_quickstart_replaces_only_data_prepare_multi30k_wrote(tmp_path):
     """DATA_DIR holding another recipe's en-de data with the same settings is neither reused
     as Multi30k nor replaced."""

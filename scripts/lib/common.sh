@@ -231,6 +231,7 @@ FSX_TMP=""
 FSX_DONE=0
 FSX_INPUTS=()           # paths the output must never contain (besides --from, --download-dir)
 FSX_KEEP_ON_FAILURE=()  # files of $FSX_STAGE put into FSX_OUT when the script fails (logs)
+FSX_MARK_ENTRIES=()     # what the marker lists (names or globs; default: what FSX_OUT holds)
 
 # Every directory a script of this package writes holds this file. Its first line says
 # which script wrote the directory, every other line that is not a comment names an entry
@@ -438,7 +439,7 @@ fsx_discard_old_output() {
 
 fsx_finish_output() {
     rm -rf "$FSX_WORK"
-    fsx_mark_output "$FSX_STAGE"
+    fsx_mark_output "$FSX_STAGE" "${FSX_MARK_ENTRIES[@]+"${FSX_MARK_ENTRIES[@]}"}"
     if [[ -e "$FSX_OUT" ]]; then
         # checked again: the user may have put something into it while the script ran
         fsx_check_replaceable "$FSX_OUT" "$FSX_FROM" "$FSX_DOWNLOAD_DIR" "${FSX_INPUTS[@]+"${FSX_INPUTS[@]}"}"
