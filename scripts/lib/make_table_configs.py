@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""Write configs/tables/<table>.yaml from ../shared/paper-tables.json (a maintainer's tool).
+
+The YAML files are the source of truth and are edited by hand after generation: this tool
+only writes a file that does not exist yet (or every file with --force, which discards the
+hand edits: review `git diff` afterwards). It maps each row's technique, in the vocabulary
+of paper-tables.json, to fairseq_ext flags, and keeps the printed numbers verbatim.
+
+    python scripts/lib/make_table_configs.py [--tables ../shared/paper-tables.json] [--force]
+"""
+import argparse
+import json
+import os
+import re
+import sys
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+OUT_DIR = os.path.join(REPO, "configs", "tables")
+
+PAPERS = {  # file -> (id prefix, short name)
+    "thesis-multi-layer-nmt-ampomah.txt": ("thesis", "Ampomah (2021), PhD thesis"),
+    "mlmha-every-layer-counts-pbml2020.txt": ("mlmha", "Ampomah et al. (2020), Every layer counts, PBML"),
+    "mixed-multi-head-self-attention.txt": ("mma", "Mixed multi-head self-attention"),
+    "multi-source-input-combination.txt": ("ms", "Libovicky et al. (2018), input combination strategies"),
+    "analyzing-word-translation-of-layers.txt": ("wt", "Xu et al. (2020), word translation of layers"),
+}
+
+# task string (prefix match, longest first) -> (dataset key of configs/tables/setups.yaml, BLEU flavour)
+TASKS = [
+    ("WMT14 En->De (newstest2014; case-sensitive detokenized BLEU", "wmt14-en-de", "detok-cased"),
+    ("WMT14 En->De newstest2014 (3,003 sentences; tokenized", "wmt14-en-de", "tok-cased"),
+    ("WMT14 En->De newstest2014 (tokenized", "wmt14-en-de", "tok-cased"),
+    ("WMT14 En->De newstest2014 (word translation", "wmt14-en-de", "detok-cased"),
+    ("WMT14 En->De newstest2014", "wmt14-en-de", "tok-lc"),
+    ("WMT14 En->Fr", "wmt14-en-fr", "tok-cased"),
+    ("WMT15 Cs->En", "wmt15-cs-en", "tok-cased"),
+    ("IWSLT15 En->Vi", "iwslt15-en-vi", "detok-cased"),
+    ("IWSLT15 Vi->En", "iwslt15-vi-en", "detok-cased"),
+    ("IWSLT14 Es->En", "iwslt14-es-en", "tok-cased"),
+    ("IWSLT14 En->Es", "iwslt14-en-es", "tok-cased"),
+    ("IWSLT14 De->En lowercased", "iwslt14-de-en", "tok-lc"),
+    ("IWSLT15 Fr->En", "iwslt15-fr-en", "tok-cased"),
+    ("IWSLT15 En->Fr", "iwslt15-en-fr", "tok-cased"),
+    ("IWSLT14 Ro->En", "iwslt14-ro-en", "tok-cased"),
+    ("IWSLT14 En->Ro", "iwslt14-en-ro", "tok-cased"),
+    ("WAT17 ASPEC En->Ja", "wat17-en-ja", "tok-cased"),
+    ("WAT17 ASPEC Ja->En", "wat17-ja-en", "tok-cased"),
+    ("SentEval probing, encoder of WMT14", "wmt14-en-de", "detok-cased"),
+    ("SentEval probing", "iwslt15-en-vi", "detok-cased"),
+    ("Multi30k MMT en(+image)->de", "multi30k-en-de", "detok-cased"),
+    ("Multi30k MMT en(+image)->fr", "multi30k-en-fr", "detok-cased"),
+    ("Multi30k MMT en(+image)->cs", "multi30k-en-cs", "detok-cased"),
+    ("Europarl multi-source", "europarl-xx-cs", "detok-cased"),
+]
+
+# the training settings of each paper and data set (configs/tables/setups.yaml "trainings")
+def training_for(prefix, dataset):
+    wmt = dataset.startswith(("wmt", "wat"))
+    if prefix in ("thesis", "mlmha"):
+        return "thesis-wmt14" if wmt else "thesis-iwslt"
+    if prefix == "mma":
+        return "mma-wat" if wmt else "mma-iwslt"
+    if prefix == "wt":
+        return "wt-wmt14"
+    return "ms-multi30k" if dataset.startswith("multi30k") else "ms-europarl"
+
+# metrics the runner measures itself; the others come from an analysis (issue 12)
+ANALYSIS_OF_METRIC = [
+    ("ΔBLEU masking", "layer_dependency"),
+    ("BLEU Main-Decoder", "decoders"),
+    ("BLEU Aux-Decoder", "decoders"),
+    ("probing", "probing"),
+    ("Encoder ", "word_translation"),
+    ("Decoder", "word_translation"),
+    ("Acc", "word_translation"),
+    ("BLEU1", "translate_from_layer"),
+    ("BLEU (BPE", "translate_from_layer"),
+    ("BLEU Δ", "translate_from_layer"),
+    ("adv", "adversarial"),
+    ("adversarial", "adversarial"),
+    ("METEOR", "meteor"),
+]
+
+
+def dataset_of(task):
+    for prefix, key, flavour in sorted(TASKS, key=lambda t: -len(t[0])):
+        if task.startswith(prefix):
+            return key, flavour
+    raise SystemExit(f"no dataset for task {task!r}: add it to TASKS")
+
+
+def as_int(value):
+    m = re.match(r"\s*(\d+)", str(value))
+    return int(m.group(1)) if m else None
+
+
+def flags_for(tech, prefix, dataset, notes):
+    """fairseq_ext flags for a row's technique (paper-tables.json vocabulary)."""
+    config = str(tech.get("config", "base"))
+    small = config.startswith("small") and not (prefix == "mma" and dataset.startswith("wat"))
+    if prefix == "mma":
+        # the MMA paper's own setups (its Sec. 4): IWSLT 6+6, d 512, FFN 1024, 4 heads, dropout 0.3
+        arch = "multilayer_transformer_mma_wmt_en_de" if dataset.startswith("wat") else "multilayer_transformer_mma_iwslt"
+        preset = {"enc_layers": 6, "dec_layers": 6, "d_model": 512,
+                  "d_ff": 2048 if dataset.startswith("wat") else 1024, "heads": 8 if dataset.startswith("wat") else 4}
+    elif small:
+        arch = "multilayer_transformer_iwslt"
+        preset = {"enc_layers": 4, "dec_layers": 4, "d_model": 256, "d_ff": 1024, "heads": 4}
+    else:
+        arch = "multilayer_transformer_wmt_en_de"
+        preset = {"enc_layers": 6, "dec_layers": 6, "d_model": 512, "d_ff": 2048, "heads": 8}
+    flags = ["--arch", arch]
+    if config.startswith("small (Table 5.1)"):
+        tech = dict(tech, d_ff=512)
+    for key, opts in (("enc_layers", ["--encoder-layers"]), ("dec_layers", ["--decoder-layers"]),
+                      ("d_model", ["--encoder-embed-dim", "--decoder-embed-dim"]),
+                      ("d_ff", ["--encoder-ffn-embed-dim", "--decoder-ffn-embed-dim"]),
+                      ("heads", ["--encoder-attention-heads", "--decoder-attention-heads"])):
+        value = as_int(tech.get(key, preset[key]))
+        if key == "d_ff" and value == 4098:
+            value = 4096
+            notes.append("d_ff printed 4098; 4096 gives the printed #Params")
+        if key in ("enc_layers", "dec_layers") and prefix == "ms":
+            continue  # the multi-source setup sets its own depth
+        if value is not None and value != preset[key]:
+            for opt in opts:
+                flags += [opt, str(value)]
+    if prefix != "mma" and "dropout" in tech and str(tech["dropout"]) != "0.1":
+        flags += ["--dropout", str(tech["dropout"])]
+    ja = tech.get("joint_attention", "none")
+    if ja and ja != "none":
+        flags += ["--joint-attention", ja]
+        n = as_int(tech.get("n"))
+        enc = as_int(tech.get("enc_layers")) or preset["enc_layers"]
+        if ja != "transparent" and prefix != "ms" and n and n != enc:
+            flags += ["--joint-attention-layers", str(n)]
+    aux = str(tech.get("aux_decoder_layers", "") or "")
+    generic = {"i (one layer)": "1", "i,j (two layers)": "1,2", "i,j,k (three layers)": "1,2,3"}
+    if aux in generic:
+        notes.append(f"aux decoders '{aux}' (complexity per number of aux decoders): layers {generic[aux]} here")
+        aux = generic[aux]
+    if aux:
+        flags += ["--aux-decoder-layers", aux]
+    if str(tech.get("aux_fusion", "no")).startswith("yes"):
+        flags += ["--aux-fusion"]
+    for side in ("enc", "dec"):
+        kind = tech.get(f"{side}_self_attention", "standard")
+        full = "encoder" if side == "enc" else "decoder"
+        if kind == "dc":
+            flags += [f"--{full}-self-attention", "dc"]
+            layers = tech.get(f"dc_{side}_layers")
+            depth = as_int(tech.get(f"{side}_layers")) or preset[f"{side}_layers"]
+            if layers and layers != f"1-{depth}":
+                flags += [f"--dc-{full}-layers", str(layers)]
+        elif kind == "mma":
+            flags += ["--encoder-self-attention", "mma"]
+    heads = str(tech.get("mma_heads", "") or "")
+    if heads.startswith("G,") or heads.startswith("global"):
+        spec = {"global + local heads (split not stated)": "G,G,L,L",
+                "global + forward heads (split not stated)": "G,G,F,F",
+                "global + backward heads (split not stated)": "G,G,B,B"}.get(heads, heads)
+        if spec != heads:
+            notes.append(f"MMA heads '{heads}': {spec} here (two of each)")
+        if spec != "G,L,F,B":
+            flags += ["--mma-heads", spec]
+    window = as_int(tech.get("mma_window"))
+    if window and window != 1:
+        flags += ["--mma-window", str(window)]
+    if str(tech.get("positional_embedding", "yes")).startswith("no"):
+        flags += ["--no-encoder-positional-embeddings"]
+    pcp = str(tech.get("pre_classifier_projection", "no"))
+    if pcp == "yes":
+        flags += ["--pre-classifier-projection"]
+    return " ".join(flags)
+
+
+def slug(text):
+    text = text.replace("+", " plus ").replace("Δ", "delta")
+    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-").lower()
+
+
+def metric_key(metric):
+    return metric
+
+
+def table_config(paper, table):
+    prefix, paper_name = PAPERS[paper["file"]]
+    number = table["id"].split()[-1]
+    tid = f"{prefix}-{number}"
+    rows, seen = [], {}
+    datasets = {}
+    baseline = None
+    for row in table["rows"]:
+        label = row.get("row_label") or row["row_name"]
+        rid = slug(label) or slug(row["row_name"])
+        if rid in seen:
+            seen[rid] += 1
+            rid = f"{rid}-{seen[rid]}"
+        else:
+            seen[rid] = 1
+        paper_numbers = {}
+        for cell in row["results"]:
+            key, flavour = dataset_of(cell["task"])
+            datasets.setdefault(key, {"task": cell["task"], "bleu": flavour})
+            if cell["printed"] in ("-", "—", "–", ""):
+                continue
+            paper_numbers.setdefault(key, {})[metric_key(cell["metric"])] = cell["printed"]
+        entry = {"id": rid, "label": label}
+        if row.get("group"):
+            entry["group"] = row["group"]
+        if row["cited_system"]:
+            entry["cited"] = row["technique"].get("cited_technique") or row["row_name"]
+        else:
+            notes = []
+            key = next(iter(paper_numbers), next(iter(datasets)))
+            entry["flags"] = flags_for(row["technique"], prefix, key, notes)
+            if notes:
+                entry["note"] = "; ".join(notes)
+            if baseline is None and row["technique"].get("joint_attention", "none") in ("none", None) \
+                    and not row["technique"].get("aux_decoder_layers") \
+                    and row["technique"].get("enc_self_attention", "standard") == "standard":
+                baseline = rid
+        if isinstance(row.get("notes"), str) and row["notes"]:
+            entry["paper_note"] = row["notes"]
+        entry["paper"] = paper_numbers
+        rows.append(entry)
+    metrics = []
+    for row in table["rows"]:
+        for cell in row["results"]:
+            if cell["metric"] not in metrics:
+                metrics.append(cell["metric"])
+    analyses = sorted({a for m in metrics for p, a in ANALYSIS_OF_METRIC if m.startswith(p)})
+    config = {
+        "id": tid,
+        "paper": paper_name,
+        "source": f"{paper['file']}, {table['id']} (section {table.get('section', '?')})",
+        "caption": table.get("caption", ""),
+        "datasets": {k: {"task": v["task"], "bleu": v["bleu"], "training": training_for(prefix, k)}
+                     for k, v in datasets.items()},
+        "baseline": baseline,
+        "metrics": metrics,
+    }
+    if analyses:
+        config["analyses"] = analyses
+    if table.get("significance"):
+        config["paper_significance"] = table["significance"]
+    if table.get("notes"):
+        config["paper_notes"] = table["notes"]
+    config["rows"] = rows
+    return tid, config
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tables", default=os.path.join(REPO, "..", "shared", "paper-tables.json"))
+    ap.add_argument("--force", action="store_true", help="overwrite existing files (discards hand edits)")
+    args = ap.parse_args()
+    with open(args.tables, encoding="utf-8") as f:
+        data = json.load(f)
+    os.makedirs(OUT_DIR, exist_ok=True)
+    for paper in data["papers"]:
+        for table in paper["results_tables"]:
+            tid, config = table_config(paper, table)
+            path = os.path.join(OUT_DIR, f"{tid}.yaml")
+            if os.path.exists(path) and not args.force:
+                print(f"kept {path} (exists; --force overwrites)")
+                continue
+            header = (f"# {config['paper']}: {table['id']}. Generated from paper-tables.json by\n"
+                      "# scripts/lib/make_table_configs.py, then edited by hand: this file is the source of truth.\n"
+                      "# Run: scripts/reproduce.sh " + tid + " --dry-run   (README: Reproducing the papers' tables)\n")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(header)
+                yaml.safe_dump(config, f, sort_keys=False, allow_unicode=True, width=110)
+            print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
