@@ -77,3 +77,27 @@ def test_ms_with_a_criterion_that_ignores_the_auxiliary_decoders_is_refused(mult
                                           "label_smoothed_cross_entropy"):
         train_recording_validation(multi30k_bin, tmp_path, monkeypatch, *flags, "--aux-decoder-layers", "1")
     assert not (tmp_path / "checkpoint_last.pt").exists()
+
+
+def test_no_encoder_positional_embeddings_makes_the_encoder_order_blind():
+    """MMA paper Table 3 (word order): without encoder positions the encoder is permutation
+    equivariant (each token's output moves with it), the decoder keeps its positions, and the
+    model equals one whose encoder positional embedding was removed by hand."""
+    model, _ = build("multilayer_transformer_iwslt", *SMALL, "--no-encoder-positional-embeddings")
+    reference, _ = build("multilayer_transformer_iwslt", *SMALL)
+    assert model.encoder.embed_positions is None
+    assert model.decoder.embed_positions is not None and reference.encoder.embed_positions is not None
+    tokens = torch.tensor([[5, 6, 7, 8, 9, 10, 2]])
+    perm = torch.tensor([3, 0, 5, 1, 4, 2, 6])  # keep EOS last
+    lengths = torch.tensor([7])
+    out = model.encoder(tokens, src_lengths=lengths)["encoder_out"][0]
+    out_perm = model.encoder(tokens[:, perm], src_lengths=lengths)["encoder_out"][0]
+    torch.testing.assert_close(out_perm, out[perm], rtol=1e-5, atol=1e-5)
+    # with positions (the default) the same permutation changes every output
+    ref = reference.encoder(tokens, src_lengths=lengths)["encoder_out"][0]
+    ref_perm = reference.encoder(tokens[:, perm], src_lengths=lengths)["encoder_out"][0]
+    assert (ref_perm - ref[perm]).abs().max() > 1e-2
+    # identical to removing the reference's encoder positions by hand
+    reference.load_state_dict(model.state_dict(), strict=False)
+    reference.encoder.embed_positions = None
+    torch.testing.assert_close(reference.encoder(tokens, src_lengths=lengths)["encoder_out"][0], out)

@@ -75,6 +75,9 @@ class MultilayerTransformerConfig(FairseqDataclass):
     pre_classifier_projection: bool = field(
         default=False, metadata={"help": "d x d linear map (no bias) before the output classifier "
                                          "(word-translation paper, Table 6)"})
+    no_encoder_positional_embeddings: bool = field(
+        default=False, metadata={"help": "no positional embedding on the encoder side (MMA paper, Table 3: "
+                                         "word-order sensitivity); the decoder keeps its own"})
 
 
 OPTION_NAMES = tuple(f.name for f in fields(MultilayerTransformerConfig))
@@ -135,6 +138,7 @@ class MultilayerOptions:
     decoder_mma_heads: Tuple[str, ...]
     mma_window: int
     pre_classifier_projection: bool
+    encoder_positions: bool = True  # False: --no-encoder-positional-embeddings
 
     @property
     def serial_sublayers(self) -> bool:
@@ -332,4 +336,5 @@ def parse_options(args, num_source_sentences: int = 1) -> MultilayerOptions:
         encoder_self_attention=encoder_kinds, decoder_self_attention=decoder_kinds,
         dc_kernel_size=args.dc_kernel_size, encoder_mma_heads=encoder_heads, decoder_mma_heads=decoder_heads,
         mma_window=args.mma_window, pre_classifier_projection=bool(args.pre_classifier_projection),
+        encoder_positions=not getattr(args, "no_encoder_positional_embeddings", False),
     )

@@ -70,6 +70,10 @@ class MultilayerTransformerEncoder(TransformerEncoderBase):
         self.options = options
         self._layers_built = 0
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
+        if not options.encoder_positions:
+            # MMA paper Table 3: the encoder sees its tokens without positions (fairseq's own
+            # --no-token-positional-embeddings drops the decoder's as well)
+            self.embed_positions = None
         # an encoder of one source among several builds no memory of its own: the
         # MultiSourceEncoder stacks the sources' top layers instead
         self.strategy = options.strategy if joint_memory else options.for_auxiliary_decoder().strategy
