@@ -93,7 +93,7 @@ def main(argv=None):
     ap.add_argument("--master-port", type=int, default=29500)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cpu", action="store_true", default=None, help="decode on the CPU (default: when no GPU)")
-    ap.add_argument("--train-args", default="", help="more fairseq-train flags for every row, e.g. '--fp16'")
+    ap.add_argument("--train-args", default="", help="more fairseq-train flags for every row, e.g. --train-args='--fp16'")
     ap.add_argument("--generate-args", default="", help="more fairseq-generate flags for every row")
     ap.add_argument("--samples", type=int, default=1000, help="paired bootstrap samples (default 1000)")
     args = ap.parse_args(argv)

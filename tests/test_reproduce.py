@@ -1,0 +1,237 @@
+"""The table runner (scripts/reproduce.sh, fairseq_ext.reproduce): every results table of
+paper-tables.json is configured with every row and printed number; every row's flags build
+the model the table's #Params column describes; --list and --dry-run cover every table;
+the side-by-side report computes its deltas and ratios; and (slow) one table runs end to
+end at a tiny budget: data, training, evaluation, significance, table."""
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fairseq_ext.reproduce import __main__ as cli
+from fairseq_ext.reproduce import params, report, runner
+from fairseq_ext.reproduce.tables import REPO, TableConfigError, load_setups, load_table, load_tables, table_ids
+
+PAPER_TABLES = os.path.join(REPO, "..", "shared", "paper-tables.json")
+needs_tables = pytest.mark.skipif(not os.path.exists(PAPER_TABLES), reason="../shared/paper-tables.json not here")
+PREFIX = {"thesis-multi-layer-nmt-ampomah.txt": "thesis", "mlmha-every-layer-counts-pbml2020.txt": "mlmha",
+          "mixed-multi-head-self-attention.txt": "mma", "multi-source-input-combination.txt": "ms",
+          "analyzing-word-translation-of-layers.txt": "wt"}
+
+
+@needs_tables
+def test_every_table_row_and_printed_number_is_configured():
+    with open(PAPER_TABLES, encoding="utf-8") as f:
+        data = json.load(f)
+    tables = {t.id: t for t in load_tables()}
+    expected_ids = set()
+    for paper in data["papers"]:
+        for t in paper["results_tables"]:
+            tid = f"{PREFIX[paper['file']]}-{t['id'].split()[-1]}"
+            expected_ids.add(tid)
+            ours = tables[tid]
+            assert len(ours.rows) == len(t["rows"]), tid
+            for theirs, row in zip(t["rows"], ours.rows):
+                assert bool(row.cited) == theirs["cited_system"], (tid, row.id)
+                printed = sorted(c["printed"] for c in theirs["results"] if c["printed"] not in ("-", "—", "–", ""))
+                kept = sorted(v for cells in row.paper.values() for v in cells.values())
+                assert kept == printed, (tid, row.id)
+    assert set(tables) == expected_ids
+    assert sum(len(t.rows) for t in tables.values()) == 347
+    assert sum(r.runnable for t in tables.values() for r in t.rows) == 285
+
+
+def test_every_row_builds_and_every_params_column_matches():
+    """The flags of all 285 own rows build (fairseq's parser, device meta), and each row with
+    a printed #Params differs from its baseline by the paper's difference; the two rows whose
+    printed numbers the paper itself contradicts are recorded and still differ (if they ever
+    match, the note is stale)."""
+    logging.disable(logging.WARNING)
+    try:
+        checked = known = 0
+        for table in load_tables():
+            for row in table.rows:
+                if row.runnable:
+                    assert params.count(row.flags, vocab=1000) > 0
+            for row_id, dataset, paper, ours, ok, note in params.check_table(table):
+                checked += 1
+                if note:
+                    known += 1
+                    assert not ok, f"{table.id} {row_id}: matches now; remove its params_check note"
+                else:
+                    assert ok, f"{table.id} {row_id} ({dataset}): paper {paper:+.2f}M, ours {ours:+.2f}M"
+        assert checked >= 90 and known == 2
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def test_params_check_fails_for_a_wrong_row(tmp_path):
+    """A row whose flags miss its technique (here M-10 without --joint-attention-layers 3) fails."""
+    table = load_table("thesis-3.4")
+    row = table.row("m-10-n-3")
+    row.flags = [f for f in row.flags if f not in ("--joint-attention-layers", "3")]
+    logging.disable(logging.WARNING)
+    try:
+        results = {r[0]: r for r in params.check_table(table)}
+    finally:
+        logging.disable(logging.NOTSET)
+    assert results["m-10-n-3"][4] is False and results["m-10-n-2"][4] is True
+
+
+def test_list_and_dry_run_cover_every_table(capsys):
+    assert cli.main(["--list"]) == 0
+    listing = capsys.readouterr().out
+    ids = table_ids()
+    assert len(ids) == 34 and all(f"\n{t} " in "\n" + listing for t in ids)
+    setups = load_setups()
+    for tid in ids:
+        assert cli.main(["--list", tid]) == 0
+        assert cli.main([tid, "--dry-run", "--work-dir", "/nonexistent/runs", "--data-root", "/nonexistent/data"]) == 0
+        out = capsys.readouterr().out
+        table = load_table(tid, setups=setups)
+        for row in table.rows:
+            if row.runnable:
+                assert f"/ {row.id} [" in out, (tid, row.id)
+        assert "scripts/train.sh" in out and "scripts/evaluate.sh" in out
+        assert "--headline" in out
+
+
+def test_dry_run_commands_carry_the_rows_flags_and_the_papers_settings(capsys):
+    cli.main(["thesis-3.2", "--dry-run", "--rows", "m-10", "--work-dir", "/w", "--data-root", "/d"])
+    out = capsys.readouterr().out
+    # the baseline is added for significance; the paper's WMT decoding: beam 4, lenpen 0.6
+    assert "/ transformer [Transformer]" in out and "/ m-10 [M-10]" in out
+    assert "--joint-attention m-10" in out and "--beam 4 --lenpen 0.6" in out
+    assert "--config " + os.path.join(REPO, "configs", "wmt14.args") in out
+    assert "--headline detok-cased" in out
+    # no WMT'14 copy here and no --smoke: the recipe downloads into DATA_ROOT/reproduce
+    assert "prepare-wmt14-en-de.sh --out /d/reproduce/wmt14-en-de" in out
+    # the word-translation paper averages its last 5 checkpoints
+    cli.main(["wt-4", "--dry-run", "--rows", "enc10-dec2", "--work-dir", "/w", "--data-root", "/d"])
+    out = capsys.readouterr().out
+    assert "--num-update-checkpoints 5" in out and "checkpoint_avg5.pt" in out
+    assert "--encoder-layers 10 --decoder-layers 2" in out
+    # a data set without a recipe is substituted, and the substitution is printed
+    cli.main(["mma-1", "--dry-run", "--work-dir", "/w", "--data-root", "/d"])
+    out = capsys.readouterr().out
+    assert "multi30k-en-de in place of wat17-en-ja" in out
+    # mma-3's WAT column uses the base preset for every row
+    cli.main(["mma-3", "--dry-run", "--datasets", "wat17-ja-en", "--work-dir", "/w", "--data-root", "/d"])
+    out = capsys.readouterr().out
+    assert "multilayer_transformer_mma_iwslt" not in out and "multilayer_transformer_mma_wmt_en_de" in out
+
+
+def test_multi_gpu_flags_reach_train_sh(capsys):
+    cli.main(["thesis-3.2", "--dry-run", "--rows", "m-10", "--nproc", "8", "--nnodes", "2", "--node-rank", "1",
+              "--master-addr", "node0", "--train-args=--fp16"])
+    out = capsys.readouterr().out
+    assert "--nproc 8 --nnodes 2 --node-rank 1 --master-addr node0 --master-port 29500 --" in out
+    assert "--seed 1 --fp16" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["thesis-9.9", "--dry-run"], "no table 'thesis-9.9'"),
+    (["thesis-3.2", "--dry-run", "--rows", "m-99"], "--rows: thesis-3.2 has no row 'm-99'"),
+    (["thesis-3.2", "--dry-run", "--rows", "convseq2seq-gehring-et-al.-2017"], "quoted from another paper"),
+    (["thesis-3.2", "--dry-run", "--budget", "ten"], "--budget: expected a number of updates"),
+    (["thesis-3.3", "--dry-run", "--datasets", "wmt14-en-de"], "--datasets: thesis-3.3 has no data set"),
+    (["thesis-3.2", "--dry-run", "--from", "wmt14"], "--from: expected DATASET=DIR"),
+])
+def test_errors_name_the_option(argv, message):
+    with pytest.raises((TableConfigError, runner.ReproduceError, Exception)) as e:
+        cli.main(argv)
+    assert message in str(e.value)
+
+
+def test_budget_flags():
+    assert runner.budget_flags("300") == ["--max-update", "300", "--max-epoch", "0"]
+    assert runner.budget_flags("30m")[:2] == ["--stop-time-hours", "0.5000"]
+    assert runner.budget_flags("2h")[:2] == ["--stop-time-hours", "2.0000"]
+    assert runner.budget_flags(None) == []
+
+
+def test_report_puts_our_numbers_next_to_the_papers(tmp_path):
+    """Hand-made results: deltas, ratios and marks are computed from them, not copied."""
+    table = load_table("thesis-3.2")
+    opts = runner.Options(work_dir=str(tmp_path), data_root=str(tmp_path / "d"), budget="100")
+    plans = runner.plan_table(table, table.select("m-10"), load_setups(), opts)
+    ours = {"transformer": (30.0, 61_000_000, 4.0, 100.0), "m-10": (31.25, 92_500_000, 3.0, 80.0)}
+    for p in plans:
+        os.makedirs(p.run_dir)
+        bleu, n, ups, sps = ours[p.row]
+        with open(os.path.join(p.run_dir, "result.json"), "w") as f:
+            json.dump({"bleu": bleu, "params": n, "train_ups": ups, "decode_sents_per_s": sps}, f)
+        if p.row == "m-10":
+            with open(os.path.join(p.run_dir, "significance.json"), "w") as f:
+                json.dump({"mark": "‡", "p_value": 0.001}, f)
+    records = {r["row"]: r for r in report.build_rows(table, plans)}
+    m10 = records["m-10"]
+    assert m10["delta"] == pytest.approx(1.25) and m10["mark"] == "‡"
+    assert m10["params_m"] == pytest.approx(92.5)
+    assert m10["train_ratio"] == pytest.approx(0.75) and m10["decode_ratio"] == pytest.approx(0.8)
+    assert m10["paper_bleu"] == pytest.approx(29.08) and m10["paper_delta"] == pytest.approx(29.08 - 28.37)
+    assert m10["paper_mark"] == "‡"
+    assert m10["paper_train_ratio"] == pytest.approx(2.59 / 3.66, rel=1e-3)
+    assert records["transformer"]["delta"] is None
+    assert records["convseq2seq-gehring-et-al.-2017"]["status"] == "cited"
+    md = report.markdown(table, list(records.values()))
+    assert "| M-10 | 29.08‡ | +0.71 | 31.25 | +1.25 | ‡ | 92.7 | 92.5 | 0.71 / 0.75 | 0.80 |" in md
+    paths = report.write_reports(table, list(records.values()), str(tmp_path / "out"))
+    with open(paths["json"]) as f:
+        assert len(json.load(f)["rows"]) == len(records)
+
+
+def test_a_finished_run_is_reused_and_other_settings_are_refused(tmp_path):
+    table = load_table("thesis-4.6")
+    setups = load_setups()
+    opts = runner.Options(work_dir=str(tmp_path), data_root=str(tmp_path / "d"), smoke=True, budget="5")
+    plan = runner.plan_table(table, table.select("ms-1"), setups, opts)[1]
+    os.makedirs(plan.run_dir)
+    with open(os.path.join(plan.run_dir, "result.json"), "w") as f:
+        json.dump({"plan": runner._plan_key(plan), "bleu": 1.0}, f)
+    assert runner.execute(plan)["bleu"] == 1.0  # nothing runs (there is no data to train on)
+    other = runner.plan_table(table, table.select("ms-1"), setups,
+                              runner.Options(work_dir=str(tmp_path), data_root=str(tmp_path / "d"), smoke=True,
+                                             budget="5", seed=2))[1]
+    assert other.run_dir == plan.run_dir
+    with pytest.raises(runner.ReproduceError, match="holds a run with other settings"):
+        runner.execute(other)
+
+
+@pytest.mark.slow
+def test_one_table_end_to_end_at_a_tiny_budget(tmp_path):
+    """thesis-4.6 (#Params, training and decoding speed, BLEU) with the baseline and MS-1+AIF,
+    on Multi30k (the --smoke substitute), 30 updates each: data preparation, training,
+    evaluation, significance, table; a second call reuses both runs."""
+    multi30k = os.path.join(REPO, "..", "shared", "data", "multi30k")
+    if not os.path.isdir(multi30k):
+        pytest.skip("no ../shared/data/multi30k")
+    cmd = [os.path.join(REPO, "scripts", "reproduce.sh"), "thesis-4.6", "--rows", "ms-1-plus-aif", "--smoke",
+           "--budget", "30", "--work-dir", str(tmp_path / "runs"), "--data-root", str(tmp_path / "data"),
+           "--samples", "100"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(tmp_path / "runs" / "thesis-4.6" / "table.json") as f:
+        rows = {r["row"]: r for r in json.load(f)["rows"]}
+    base, aif = rows["baseline"], rows["ms-1-plus-aif"]
+    assert base["status"] == aif["status"] == "done"
+    assert base["bleu"] is not None and aif["bleu"] is not None
+    assert aif["delta"] == pytest.approx(aif["bleu"] - base["bleu"])
+    # one auxiliary decoder and AIF on the smoke model (d 64, FFN 128, 4+4 layers, 4 heads):
+    # a decoder stack (4 x (4 d^2 self + 4 d^2 cross + 2 d ffn) + biases/norms) and 4 d^2 of AIF
+    run = tmp_path / "runs" / "thesis-4.6"
+    res = {r: json.load(open(next((run / r).iterdir()) / "result.json")) for r in ("baseline", "ms-1-plus-aif")}
+    extra = res["ms-1-plus-aif"]["params"] - res["baseline"]["params"]
+    d, f, layers = 64, 128, 4
+    decoder = layers * (2 * (4 * d * d + 4 * d) + (2 * d * f + d + f) + 3 * 2 * d) + 2 * d
+    assert extra == decoder + layers * d * d
+    assert res["baseline"]["train_ups"] > 0 and res["baseline"]["decode_sents_per_s"] > 0
+    assert res["baseline"]["decode_sentences"] == 1000  # test_2016_flickr, every sentence
+    sig = json.load(open(next((run / "ms-1-plus-aif").iterdir()) / "significance.json"))
+    assert sig["baseline"] == "baseline" and "p_value" in sig
+    assert "| MS-1+AIF |" in proc.stdout and "multi30k-en-de (substitute), 30" in proc.stdout
+    again = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path))
+    assert again.returncode == 0 and again.stdout.count("finished before: reused") == 2
