@@ -148,7 +148,8 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options) 
     flags = list(row.flags)
     if ds.get("arch"):  # the table's data set names the size preset (e.g. mma-3: small De-En, base Ja-En)
         flags[flags.index("--arch") + 1] = ds["arch"]
-    train += ["--", *flags, *extra_data_flags, *smoke_flags, *budget_flags(opts.budget),
+    training_flags = shlex.split(training.get("flags", "") or "")
+    train += ["--", *training_flags, *flags, *extra_data_flags, *smoke_flags, *budget_flags(opts.budget),
               "--seed", str(opts.seed), *opts.extra_train]
 
     average = None

@@ -116,7 +116,12 @@ def table_ids(config_dir: str = CONFIG_DIR) -> List[str]:
 
 
 def load_table(table_id: str, config_dir: str = CONFIG_DIR, setups: Optional[dict] = None) -> Table:
-    path = os.path.join(config_dir, f"{table_id}.yaml")
+    """A table of configs/tables by id, or any table file by path (e.g. configs/benchmarks/*.yaml)."""
+    if table_id.endswith(".yaml") and os.path.exists(table_id):
+        path = table_id
+        table_id = os.path.basename(table_id)[:-5]
+    else:
+        path = os.path.join(config_dir, f"{table_id}.yaml")
     if not os.path.exists(path):
         raise TableConfigError(f"no table {table_id!r} (configs/tables/{table_id}.yaml); "
                                f"tables: {', '.join(table_ids(config_dir))}")
