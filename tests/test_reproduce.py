@@ -63,7 +63,7 @@ def test_every_row_builds_and_every_params_column_matches():
                     assert not ok, f"{table.id} {row_id}: matches now; remove its params_check note"
                 else:
                     assert ok, f"{table.id} {row_id} ({dataset}): paper {paper:+.2f}M, ours {ours:+.2f}M"
-        assert checked >= 90 and known == 2
+        assert checked == 94 and known == 2
     finally:
         logging.disable(logging.NOTSET)
 
