@@ -235,3 +235,19 @@ def test_one_table_end_to_end_at_a_tiny_budget(tmp_path):
     assert "| MS-1+AIF |" in proc.stdout and "multi30k-en-de (substitute), 30" in proc.stdout
     again = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path))
     assert again.returncode == 0 and again.stdout.count("finished before: reused") == 2
+
+
+def test_a_worker_node_waits_for_the_data_and_only_trains(tmp_path, monkeypatch):
+    table = load_table("thesis-3.2")
+    opts = runner.Options(work_dir=str(tmp_path / "w"), data_root=str(tmp_path / "d"), nproc=8, nnodes=2,
+                          node_rank=1, master_addr="node0")
+    plan = runner.plan_table(table, table.select("m-10"), load_setups(), opts)[1]
+    calls = []
+    monkeypatch.setattr(runner, "_run", lambda cmd, log, env=None: calls.append((cmd, log)))
+    with pytest.raises(runner.ReproduceError, match="node 0 prepares the data"):
+        runner.execute_worker_node(plan, wait_seconds=0)
+    os.makedirs(plan.data_dir)
+    open(os.path.join(plan.data_dir, "prep.env"), "w").close()
+    runner.execute_worker_node(plan, wait_seconds=0)
+    assert [c for c, _ in calls] == [plan.train] and calls[0][1].endswith("train.node1.log")
+    assert "--node-rank 1" in runner.shell_line(plan.train)

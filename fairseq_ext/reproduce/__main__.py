@@ -130,6 +130,10 @@ def main(argv=None):
         if table.analyses:
             print(f"# then the analyses of this table: {', '.join(table.analyses)} (README: Analysis)")
         return 0
+    if not args.report and args.node_rank > 0:
+        for p in plans:  # worker node of a multi-node run: train only
+            runner.execute_worker_node(p)
+        return 0
     if not args.report:
         for p in plans:
             runner.execute(p)

@@ -311,6 +311,22 @@ def _run(cmd: List[str], log: str, env=None):
         raise ReproduceError(f"command failed ({proc.returncode}); full log: {log}")
 
 
+def execute_worker_node(plan: RunPlan, wait_seconds: int = 6 * 3600) -> None:
+    """On node rank > 0 of a multi-node run: wait for node 0 to have prepared the data (a
+    shared file system), then train; node 0 evaluates and measures."""
+    if os.path.exists(os.path.join(plan.run_dir, "result.json")):
+        return
+    print(f"[{plan.table}/{plan.row}/{plan.dataset}] training as a worker node", flush=True)
+    deadline = time.time() + wait_seconds
+    while not os.path.exists(os.path.join(plan.data_dir, "prep.env")):
+        if time.time() > deadline:
+            raise ReproduceError(f"{plan.data_dir} did not appear: node 0 prepares the data on a shared file system")
+        time.sleep(10)
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    _run(plan.train, os.path.join(plan.run_dir, f"train.node{plan.train[plan.train.index('--node-rank') + 1]}.log"), env)
+
+
 def execute(plan: RunPlan) -> dict:
     """Run one plan (data, train, average, evaluate, measure) unless it finished before."""
     done = finished(plan)
