@@ -121,9 +121,13 @@ def markdown(table: Table, records: List[dict]) -> str:
                       f"{_fmt(r['params_m'], 1)} | {_fmt(r['paper_train_ratio'])} / {_fmt(r['train_ratio'])} | "
                       f"{_fmt(r['decode_ratio'])} | {r['data']}{', ' + r['budget'] if r['budget'] else ''} |\n")
         out.write("\n")
-    out.write("sig.: sacreBLEU paired bootstrap (1000 samples) against the baseline row, same BLEU flavour; "
-              "† p < 0.05, ‡ p < 0.01 (the papers' marks). Speeds are ratios to the baseline of the same run "
-              "set (paper: its Train column).\n")
+    from fairseq_ext.significance import MARKS
+
+    marks = MARKS.get(table.id.split("-")[0], MARKS["thesis"])
+    legend = ", ".join(f"{m} p < {p}" for p, m in sorted(marks, key=lambda x: -x[0]))
+    out.write("sig.: sacreBLEU paired bootstrap (1000 samples) against the baseline row, same BLEU flavour, "
+              f"in this paper's marks: {legend} (a mark says the difference is significant, the sign of Δ its "
+              "direction). Speeds are ratios to the baseline of the same run set (paper: its Train column).\n")
     return out.getvalue()
 
 

@@ -370,7 +370,7 @@ def significance(table: Table, plans: List[RunPlan], n_samples: int = 1000, seed
     """Paired bootstrap of every row against the baseline row, per data set, with the table's
     BLEU flavour; writes ``significance.json`` into each run directory and returns
     {run_dir: {...}}."""
-    from fairseq_ext.significance import paired_significance
+    from fairseq_ext.significance import MARKS, paired_significance
 
     out = {}
     by_dataset: Dict[str, List[RunPlan]] = {}
@@ -395,8 +395,9 @@ def significance(table: Table, plans: List[RunPlan], n_samples: int = 1000, seed
                 systems[p.row] = list(read_lines(path))
         if not systems:
             continue
+        prefix = table.id.split("-")[0]
         result = paired_significance(refs, baseline, systems, flavour=base.bleu, method="bs",
-                                     n_samples=n_samples, seed=seed)
+                                     n_samples=n_samples, seed=seed, marks=prefix if prefix in MARKS else "thesis")
         for p in group:
             entry = result.get(p.row) if p is not base else result.get("baseline", {})
             if entry is None:

@@ -1,0 +1,115 @@
+"""fairseq_ext.significance: sacreBLEU's paired tests in the papers' BLEU flavours and marks,
+checked against the sacrebleu command line on the same files."""
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from fairseq_ext.significance import FLAVOURS, MARKS, mark_for, paired_significance
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+
+
+def corpus(n=121, seed=0):
+    """A reference, a system close to it and one far from it (n not a multiple of 8)."""
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(60)] + ["The", "the", "A", "a", "."]
+    refs = [" ".join(rng.choice(words) for _ in range(rng.randint(4, 14))) for _ in range(n)]
+
+    def noisy(p):
+        out = []
+        for line in refs:
+            toks = [t if rng.random() > p else rng.choice(words) for t in line.split()]
+            out.append(" ".join(toks))
+        return out
+
+    return refs, noisy(0.35), noisy(0.15), noisy(0.36)
+
+
+def sacrebleu_cli(tmp_path, refs, systems, extra):
+    paths = []
+    for name, lines in [("ref", refs), *systems]:
+        p = tmp_path / f"{name}.txt"
+        p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        paths.append(str(p))
+    env = dict(os.environ, SACREBLEU_SEED="12345")
+    cmd = [os.path.join(os.path.dirname(sys.executable), "sacrebleu"), paths[0], "-i", *paths[1:], "-m", "bleu",
+           "--format", "json", *extra]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("flavour, extra", [("detok-cased", []), ("tok-lc", ["-tok", "none", "-lc", "--force"])])
+def test_paired_bootstrap_equals_the_sacrebleu_command(tmp_path, flavour, extra):
+    refs, base, better, same = corpus()
+    ours = paired_significance(refs, base, {"better": better, "same": same}, flavour=flavour, n_samples=200)
+    cli = sacrebleu_cli(tmp_path, refs, [("base", base), ("better", better), ("same", same)],
+                        ["--paired-bs", "--paired-bs-n", "200", *extra])
+    for name, entry in zip(["baseline", "better", "same"], cli):
+        assert ours[name]["bleu"] == pytest.approx(entry["BLEU"]["score"], abs=0.005)
+        if name != "baseline":
+            assert ours[name]["p_value"] == pytest.approx(entry["BLEU"]["p_value"], abs=1e-4)
+            assert ours[name]["mean"] == pytest.approx(entry["BLEU"]["mean"], abs=0.005)
+    assert ours["better"]["p_value"] < 0.01 and ours["better"]["mark"] == "‡"
+    assert ours["same"]["p_value"] > 0.05 and ours["same"]["mark"] == ""
+
+
+def test_approximate_randomization_and_identical_systems(tmp_path):
+    refs, base, better, _ = corpus(seed=3)
+    ours = paired_significance(refs, base, {"copy": list(base), "better": better}, method="ar", n_samples=300)
+    cli = sacrebleu_cli(tmp_path, refs, [("base", base), ("copy", base), ("better", better)],
+                        ["--paired-ar", "--paired-ar-n", "300"])
+    assert ours["better"]["p_value"] == pytest.approx(cli[2]["BLEU"]["p_value"], abs=1e-4)
+    # sacreBLEU itself calls an identical system significant (p = 1/(n+1)); we do not
+    assert cli[1]["BLEU"]["p_value"] == pytest.approx(1 / 301)
+    assert ours["copy"]["p_value"] == 1.0 and ours["copy"]["mark"] == ""
+    boot = paired_significance(refs, base, {"copy": list(base)}, method="bs", n_samples=50)
+    assert boot["copy"]["p_value"] == 1.0 and boot["copy"]["mark"] == ""
+
+
+def test_seed_reproducible_and_flavours_differ():
+    refs, base, better, same = corpus(seed=5)
+    a = paired_significance(refs, base, {"s": same}, n_samples=100, seed=7)
+    b = paired_significance(refs, base, {"s": same}, n_samples=100, seed=7)
+    c = paired_significance(refs, base, {"s": same}, n_samples=100, seed=8)
+    assert a == b and a["s"]["p_value"] != c["s"]["p_value"]
+    upper = [r.upper() for r in refs]
+    cased = paired_significance(upper, base, {"s": same}, flavour="tok-cased", n_samples=10)
+    lower = paired_significance(upper, base, {"s": same}, flavour="tok-lc", n_samples=10)
+    assert cased["baseline"]["bleu"] < lower["baseline"]["bleu"]
+
+
+def test_marks_follow_each_papers_convention():
+    assert [mark_for(p, "thesis") for p in (0.005, 0.03, 0.2, None)] == ["‡", "†", "", ""]
+    assert [mark_for(p, "mma") for p in (0.005, 0.03)] == ["††", "†"]
+    assert [mark_for(p, "wt") for p in (0.005, 0.03)] == ["†", "‡"]  # reversed in that paper
+    assert set(MARKS) >= {"thesis", "mlmha", "mma", "wt"}
+
+
+def test_score_bleu_uses_the_same_flavours(tmp_path):
+    """evaluate.sh's scorer gives the corpus BLEU paired_significance reports, per flavour."""
+    refs, base, better, _ = corpus(seed=9)
+    (tmp_path / "ref").write_text("\n".join(refs) + "\n")
+    (tmp_path / "hyp").write_text("\n".join(better) + "\n")
+    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "lib", "score_bleu.py"), "--hyp-detok",
+                    str(tmp_path / "hyp"), "--ref-detok", str(tmp_path / "ref"), "--hyp-tok", str(tmp_path / "hyp"),
+                    "--ref-tok", str(tmp_path / "ref"), "--json", str(tmp_path / "s.json")], check=True,
+                   capture_output=True)
+    scores = json.loads((tmp_path / "s.json").read_text())
+    for flavour in FLAVOURS:
+        ours = paired_significance(refs, better, {"x": base}, flavour=flavour, n_samples=10)["baseline"]["bleu"]
+        assert scores[flavour]["score"] == pytest.approx(ours, abs=0.01), flavour
+
+
+def test_errors_name_the_problem():
+    refs, base, better, _ = corpus(n=9)
+    with pytest.raises(ValueError, match="has 8 lines but the reference has 9"):
+        paired_significance(refs, base, {"x": better[:-1]})
+    with pytest.raises(ValueError, match="--flavour"):
+        paired_significance(refs, base, {"x": better}, flavour="chrf")
+    with pytest.raises(ValueError, match="--method"):
+        paired_significance(refs, base, {"x": better}, method="perm")
