@@ -133,6 +133,7 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--ref", required=True)
     ap.add_argument("--baseline", required=True, help="the baseline system's output")
+    ap.add_argument("--baseline-name", default="baseline", help="its name in the printed table")
     ap.add_argument("--system", action="append", required=True, metavar="NAME=FILE")
     ap.add_argument("--flavour", default="detok-cased", choices=sorted(FLAVOURS))
     ap.add_argument("--method", default="bs", choices=["bs", "ar"])
@@ -149,11 +150,14 @@ def main(argv=None):
         systems[name] = _read(path)
     result = paired_significance(_read(args.ref), _read(args.baseline), systems, flavour=args.flavour,
                                  method=args.method, n_samples=args.samples, seed=args.seed, marks=args.marks)
-    print(f"{'system':<20} {'BLEU':>6} {'mean ± 95% CI':>16} {'p':>8}  mark   ({args.method}, {args.samples} samples, {args.flavour})")
+    method = "paired bootstrap" if args.method == "bs" else "approximate randomization"
+    print(f"sacreBLEU {method}, {args.samples} samples, BLEU {args.flavour}, p against {args.baseline_name}")
+    print(f"{'system':<20} {'BLEU':>6} {'mean ± 95% CI':>16} {'p':>8}  mark")
     for name, r in result.items():
         ci = f"{r['mean']} ± {r['ci']}" if r["mean"] is not None else ""
         p = "" if r["p_value"] is None else f"{r['p_value']:.4f}"
-        print(f"{name:<20} {r['bleu']:>6.2f} {ci:>16} {p:>8}  {r['mark']}")
+        shown = args.baseline_name if name == "baseline" else name
+        print(f"{shown:<20} {r['bleu']:>6.2f} {ci:>16} {p:>8}  {r['mark']}")
     print(f"signature: {next(iter(result.values()))['signature']}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

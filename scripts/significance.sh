@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Paired bootstrap resampling (Koehn, 2004) of system A vs system B with compare-mt
-# (Neubig et al., 2019), 1000 samples as in the papers, plus compare-mt's analyses: BLEU by
-# reference-length bucket (<10, 10-20, ..., >=50, as the thesis reports), word accuracy, n-grams.
+# Paired bootstrap resampling (Koehn, 2004) of system B against system A with sacreBLEU
+# (--paired-bs, 1000 samples as in the papers; --paired-ar for approximate randomization), in
+# the BLEU flavour of the compared files, plus compare-mt's (Neubig et al., 2019) analyses: BLEU
+# by reference-length bucket (<10, 10-20, ..., >=50, as the thesis reports), word accuracy,
+# n-grams. The p-value and mark come from sacreBLEU, the scorer of the BLEU they qualify;
+# compare-mt's own BLEU treats a zero n-gram precision as 1 and can disagree (README).
 #
 #   scripts/significance.sh --eval-a EVAL_DIR_A --eval-b EVAL_DIR_B --out DIR   # evaluate.sh outputs
 #   scripts/significance.sh --ref REF --sys-a HYP_A --sys-b HYP_B --out DIR [--src SRC]
 #
-# compare-mt's BLEU splits on whitespace, so by default the Moses-tokenized files of
-# evaluate.sh are compared (hyp.tok / ref.tok, multi-bleu style); --level detok uses the
-# detokenized ones. Writes DIR/report.txt (compare-mt's text report, bootstrap result at the
-# top) and DIR/index.html (+ figures), all at once when compare-mt succeeded (an existing DIR
+# By default the Moses-tokenized files of evaluate.sh are compared (hyp.tok / ref.tok,
+# multi-bleu style, sacreBLEU --tokenize none); --level detok uses the detokenized ones (13a).
+# Writes DIR/significance.{txt,json} (sacreBLEU), DIR/report.txt (compare-mt's text report)
+# and DIR/index.html (+ figures), all at once when both succeeded (an existing DIR
 # is replaced only when significance.sh wrote it). With --eval-*, only directories that hold
 # a complete evaluation (evaluate.sh's .evaluation-complete) are read. compare-mt runs through scripts/lib/compare_mt_shim.py,
 # which works around compare-mt 0.2.10's undeclared dependency on `six`.
@@ -29,6 +32,7 @@ SAMPLES=1000
 SEED=1
 LEVEL=tok
 LC=0
+METHOD=bs
 EXTRA=()
 
 usage() {
@@ -43,7 +47,8 @@ Usage: $FSX_PROG (--eval-a DIR --eval-b DIR | --ref REF --sys-a HYP --sys-b HYP)
   --samples N            bootstrap samples (default 1000)
   --seed N               random seed (default 1)
   --lc                   case-insensitive BLEU (e.g. IWSLT'14 De-En)
-  --out DIR              report directory (created; index.html + report.txt)
+  --paired-ar            approximate randomization instead of the paired bootstrap
+  --out DIR              report directory (created; significance.txt/.json, index.html, report.txt)
 Further arguments after -- go to compare-mt unchanged.
 EOF
 }
@@ -61,6 +66,8 @@ while [[ $# -gt 0 ]]; do
         --samples) SAMPLES="${2?--samples needs a value}"; shift 2 ;;
         --seed) SEED="${2?--seed needs a value}"; shift 2 ;;
         --lc) LC=1; shift ;;
+        --paired-ar) METHOD=ar; shift ;;
+        --paired-bs) METHOD=bs; shift ;;
         --out) OUT="${2?--out needs a value}"; shift 2 ;;
         -h | --help) usage; exit 0 ;;
         --) shift; EXTRA=("$@"); break ;;
@@ -94,7 +101,7 @@ FSX_OUT="$OUT"
 FSX_FORCE=1
 FSX_INPUTS=("$REF" "$SYS_A" "$SYS_B" "$SRC_FILE" "$EVAL_A" "$EVAL_B")
 fsx_begin_output
-FSX_KEEP_ON_FAILURE=(compare-mt.log)
+FSX_KEEP_ON_FAILURE=(compare-mt.log sacrebleu.log)
 names=(ref sys-a sys-b)
 files=("$REF" "$SYS_A" "$SYS_B")
 if [[ -n "$SRC_FILE" ]]; then
@@ -110,6 +117,17 @@ for i in "${!files[@]}"; do
     clean+=("$FSX_WORK/${names[$i]}")
 done
 OUT="$FSX_STAGE"
+flavour="$LEVEL-cased"
+[[ "$LC" == 1 ]] && flavour="$LEVEL-lc"
+fsx_log "sacreBLEU paired $([[ $METHOD == bs ]] && echo bootstrap || echo 'approximate randomization'), $SAMPLES samples, BLEU $flavour"
+if ! "$FSX_PY" -m fairseq_ext.significance --ref "${clean[0]}" --baseline "${clean[1]}" \
+    --baseline-name "${NAMES[0]}" --system "${NAMES[1]}=${clean[2]}" --flavour "$flavour" --method "$METHOD" \
+    --samples "$SAMPLES" --seed "$SEED" --json "$OUT/significance.json" >"$OUT/significance.txt" 2>"$OUT/sacrebleu.log"; then
+    tail -n 5 "$OUT/sacrebleu.log" >&2
+    fsx_die "the sacreBLEU paired test failed (log: $FSX_OUT/sacrebleu.log)"
+fi
+rm -f "$OUT/sacrebleu.log"
+cat "$OUT/significance.txt"
 ci=""
 [[ "$LC" == 1 ]] && ci=",case_insensitive=True"
 args=("${clean[@]:0:3}" --sys_names "${NAMES[@]}"
@@ -124,7 +142,5 @@ if ! MPLBACKEND=Agg "$FSX_PY" "$FSX_SCRIPTS_DIR/lib/compare_mt_shim.py" "${args[
     tail -n 15 "$OUT/compare-mt.log" >&2
     fsx_die "compare-mt failed (log: $FSX_OUT/compare-mt.log)"
 fi
-# the aggregate-score block: scores, 95% intervals, the winner and p-value
-awk '/Aggregate Scores/{p=1} /Reading frequency|Word Accuracy Analysis|Sentence Bucket Analysis/{if(p)exit} p' "$OUT/report.txt"
 fsx_finish_output
-fsx_log "full report: $FSX_OUT/report.txt, $FSX_OUT/index.html"
+fsx_log "significance: $FSX_OUT/significance.txt; compare-mt's analyses (length buckets, word accuracy): $FSX_OUT/report.txt, $FSX_OUT/index.html"

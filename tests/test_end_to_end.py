@@ -112,7 +112,9 @@ def test_prepare_train_generate_score(tmp_path):
     res = run([SCRIPTS / "significance.sh", "--eval-a", evals["greedy"], "--eval-b", evals["beam4"],
                "--names", "greedy beam4", "--samples", "100", "--out", tmp_path / "sig"])
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "BLEU" in res.stdout and "p=" in res.stdout
+    assert "sacreBLEU paired bootstrap, 100 samples" in res.stdout
+    sig = json.loads((tmp_path / "sig" / "significance.json").read_text())
+    assert sig["beam4"]["bleu"] == json.loads((evals["beam4"] / "bleu.json").read_text())["tok-cased"]["score"]
 
 
 def test_evaluate_rejects_missing_checkpoint(tmp_path):

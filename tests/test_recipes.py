@@ -10,6 +10,7 @@ last batch shows).
 """
 import gzip
 import os
+import json
 import random
 import subprocess
 import sys
@@ -454,7 +455,14 @@ def test_significance_paired_bootstrap(tmp_path):
     res = run([SCRIPTS / "significance.sh", "--ref", tmp_path / "ref", "--sys-a", tmp_path / "a",
                "--sys-b", tmp_path / "b", "--names", "base new", "--out", out])
     assert res.returncode == 0, res.stderr
-    assert "s2>s1" in res.stdout and "p=" in res.stdout
+    # the p-value and mark: sacreBLEU's paired bootstrap on the tokenized files, B against A
+    assert "sacreBLEU paired bootstrap, 1000 samples, BLEU tok-cased, p against base" in res.stdout
+    sig = json.loads((out / "significance.json").read_text())
+    assert sig["new"]["bleu"] > sig["baseline"]["bleu"] and sig["new"]["p_value"] < 0.01
+    assert sig["new"]["mark"] == "‡"
+    assert any(line.split()[:2] == ["new", f"{sig['new']['bleu']:.2f}"] for line in res.stdout.splitlines() if line.strip())
+    from sacrebleu.metrics import BLEU
+    assert sig["new"]["bleu"] == round(BLEU(tokenize="none", force=True).corpus_score(b, [ref]).score, 2)
     report = (out / "report.txt").read_text()
     assert "Aggregate Scores" in report and "[10,20)" in report
     assert (out / "index.html").is_file()

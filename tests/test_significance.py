@@ -113,3 +113,28 @@ def test_errors_name_the_problem():
         paired_significance(refs, base, {"x": better}, flavour="chrf")
     with pytest.raises(ValueError, match="--method"):
         paired_significance(refs, base, {"x": better}, method="perm")
+
+
+def test_compare_mt_bleu_can_name_the_other_winner():
+    """Why the marks come from sacreBLEU: compare-mt's BLEU treats a zero n-gram precision as 1.
+    A has no matching 4-gram (as undertrained systems often do): compare-mt scores it 38.88 and
+    ranks it first; its true BLEU (sacreBLEU) is 16.10, below C's 22.84."""
+    sys.path.insert(0, os.path.join(REPO, "scripts", "lib"))
+    import compare_mt_shim
+
+    compare_mt_shim._install_six_stub()
+    from compare_mt import scorers
+    from sacrebleu.metrics import BLEU
+
+    refs = ["the cat sat on the mat today", "a dog ran in the park with joy", "we went home after the long game",
+            "she reads books in the quiet room"]
+    a = ["the cat on the mat sat today", "a dog in the park ran joy with", "we home went the after game long",
+         "she books reads the in room quiet"]
+    c = ["the cat sat on the mat today", "q w e r t y u i", "z x c v b n m o", "k l j h g f d"]
+    cmt = scorers.create_scorer_from_profile("bleu")
+    cm = {n: cmt.score_corpus([r.split() for r in refs], [h.split() for h in hyps])[0] for n, hyps in (("a", a), ("c", c))}
+    sb = {n: BLEU(tokenize="none", force=True).corpus_score(hyps, [refs]) for n, hyps in (("a", a), ("c", c))}
+    assert sb["a"].counts[3] == 0
+    assert cm["a"] == pytest.approx(38.88, abs=0.01) and cm["c"] == pytest.approx(22.84, abs=0.01)
+    assert sb["a"].score == pytest.approx(16.10, abs=0.01) and sb["c"].score == pytest.approx(22.84, abs=0.01)
+    assert (cm["a"] > cm["c"]) != (sb["a"].score > sb["c"].score)
