@@ -102,3 +102,47 @@ def test_train_sh_names_a_bad_master_port_from_the_environment(tmp_path):
     result = subprocess.run(["bash", TRAIN, str(tmp_path / "nope"), str(tmp_path / "ckpt"), "--nproc", "08",
                              "--master-port", "08080", "--", "--arch", "x"], capture_output=True, text=True, env=env)
     assert result.returncode == 1 and "no binarized data directory" in result.stderr, result.stderr
+
+
+def _parameters(path):
+    from fairseq_ext.checkpoint_safety import load_checkpoint_state
+
+    return load_checkpoint_state(path)["model"]
+
+
+@pytest.mark.slow
+def test_two_processes_synchronise_gradients_like_update_freq_2(tmp_path):
+    """Gradient synchronisation, not only the world size: fairseq gives rank r the batches
+    r, r+2, ... of the same shuffled epoch, and one process with --update-freq 2 accumulates
+    batches (0, 1), (2, 3), ...; with dropout off, both see the same sentences per update and
+    must end with the same parameters (up to float summation order). A run that does not
+    accumulate (update-freq 1) ends elsewhere, so the comparison can fail."""
+    import torch
+
+    bin_dir = make_tiny_parallel_data(str(tmp_path), num_train=397)
+    env = clean_env()
+    common = ["--arch", "multilayer_transformer", "--joint-attention", "m-00", "--aux-decoder-layers", "1",
+              "--criterion", "multi_output_label_smoothed_cross_entropy", *FLAGS, "--dropout", "0",
+              "--attention-dropout", "0", "--activation-dropout", "0", "--max-update", "4", "--max-epoch", "1",
+              "--max-tokens", "300", "--no-save-optimizer-state", "--save-interval-updates", "0"]
+    runs = {"two": ["--nproc", "2", "--", *common], "accumulated": ["--", *common, "--update-freq", "2"],
+            "plain": ["--", *common]}
+    for name, args in runs.items():
+        env["MASTER_PORT"] = free_port()
+        res = subprocess.run(["bash", TRAIN, bin_dir, str(tmp_path / name), *args], capture_output=True, text=True,
+                             env=env, timeout=300)
+        log = res.stdout + res.stderr
+        assert res.returncode == 0, log[-3000:]
+        assert "num_updates 4" in log, log[-3000:]
+        if name == "two":
+            assert "training on 2 devices" in log
+    two, acc, plain = (_parameters(tmp_path / n / "checkpoint_last.pt") for n in ("two", "accumulated", "plain"))
+    assert two.keys() == acc.keys()
+    worst = max((two[k].float() - acc[k].float()).abs().max().item() for k in two)
+    print(f"two processes vs --update-freq 2: max |diff| {worst:.2e}")
+    assert worst < 1e-5, worst
+    moved = max((plain[k].float() - acc[k].float()).abs().max().item() for k in two)
+    print(f"--update-freq 1 vs 2: max |diff| {moved:.2e}")
+    assert moved > 1e-3, moved
+    # and the parameters did move from their initial values (4 real updates)
+    assert any(not torch.equal(two[k], plain[k]) for k in two)
