@@ -146,3 +146,30 @@ def test_two_processes_synchronise_gradients_like_update_freq_2(tmp_path):
     assert moved > 1e-3, moved
     # and the parameters did move from their initial values (4 real updates)
     assert any(not torch.equal(two[k], plain[k]) for k in two)
+
+
+def test_slurm_script_runs_train_sh_once_per_node(tmp_path):
+    """scripts/slurm/train.sbatch under fake scontrol/srun: one train.sh per node, each with its
+    node rank, the first node as master, the GPUs per node as --nproc, the arguments passed on."""
+    fake_bin, fake_repo = tmp_path / "bin", tmp_path / "repo"
+    (fake_repo / "scripts").mkdir(parents=True)
+    fake_bin.mkdir()
+    (fake_bin / "scontrol").write_text("#!/bin/bash\nprintf 'gpu-node-07\\ngpu-node-08\\n'\n")
+    # srun: run the task once per node, as SLURM would, with SLURM_NODEID set
+    (fake_bin / "srun").write_text('#!/bin/bash\nfor n in 0 1; do SLURM_NODEID=$n "${@: -3}"; done\n')
+    (fake_repo / "scripts" / "train.sh").write_text('#!/bin/bash\necho "node: $*"\n')
+    for f in (fake_bin / "scontrol", fake_bin / "srun"):
+        f.chmod(0o755)
+    env = dict(clean_env(), PATH=f"{fake_bin}:{os.environ['PATH']}", SLURM_JOB_NODELIST="gpu-node-[07-08]",
+               SLURM_JOB_NUM_NODES="2", SLURM_GPUS_ON_NODE="4", FAIRSEQ_EXT_REPO=str(fake_repo), MASTER_PORT="29511")
+    script = os.path.join(REPO, "scripts", "slurm", "train.sbatch")
+    res = subprocess.run(["bash", script, "data-bin/wmt14", "ckpt", "--config", "configs/wmt14.args", "--",
+                          "--arch", "multilayer_transformer_mlmha_wmt_en_de", "--fp16"],
+                         capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr
+    lines = [l for l in res.stdout.splitlines() if l.startswith("node: ")]
+    common = ("data-bin/wmt14 ckpt --nproc 4 --nnodes 2 --master-addr gpu-node-07 --master-port 29511 "
+              "--node-rank {} --config configs/wmt14.args -- --arch multilayer_transformer_mlmha_wmt_en_de --fp16")
+    assert lines == ["node: " + common.format(0), "node: " + common.format(1)]
+    bad = subprocess.run(["bash", script, "d", "c", "--nproc", "2"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "--nproc comes from SLURM here" in bad.stderr
