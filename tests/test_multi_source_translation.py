@@ -81,15 +81,42 @@ def test_each_source_keeps_its_own_padding(strategy):
             assert torch.allclose(batch[b], alone[0], atol=1e-5)
 
 
-def test_the_extra_source_matters():
+def test_the_memory_holds_each_sources_own_encoding():
+    """The decoder's memory (J x B x n x C) holds, for source i, exactly encoder i's top layer
+    for sentence i alone (left-padded to the longest source, masked there), and the decoder
+    reads it: the parallel combination (Eq. 5) of the model equals the sum over sources of
+    each source's cross-attention computed from these memories."""
     model = build_multi_source("parallel")
-    src, lengths, extra, prev = two_source_batch(model.decoder.dictionary)
-    other = extra.clone()
-    other[other.gt(3)] = 4 + (other[other.gt(3)] % 5)
+    dictionary = model.decoder.dictionary
+    pad = dictionary.pad()
+    src, lengths, extra, prev = two_source_batch(dictionary)
     with torch.no_grad():
-        a, _ = model(src, lengths, prev, extra_src_tokens=extra)
-        b, _ = model(src, lengths, prev, extra_src_tokens=other)
-    assert not torch.allclose(a, b, atol=1e-3)
+        out = model.encoder(src, lengths, extra_src_tokens=extra)
+        memory, mask = out["joint_memory"][0], out["joint_padding_mask"][0]
+        length = memory.size(0)
+        for b in range(src.size(0)):
+            for i, tokens in enumerate((src[b], extra[b, 0])):
+                alone = tokens[tokens.ne(pad)].unsqueeze(0)
+                enc = model.encoder.encoder_for(i)(alone, torch.tensor([alone.size(1)]))["encoder_out"][0][:, 0]
+                n = alone.size(1)
+                torch.testing.assert_close(memory[length - n:, b, i], enc, atol=1e-5, rtol=1e-5)
+                assert mask[b, i, length - n:].eq(False).all() and mask[b, i, :length - n].all()
+        # the first decoder layer's cross-attention = sum_i A^h(Q, K_i, V_i) over these memories
+        layer = model.decoder.layers[0]
+        captured = {}
+        handle = layer.encoder_attn.register_forward_hook(lambda m, a, k, o: captured.update(out=o[0]),
+                                                          with_kwargs=True)
+        inputs = {}
+        pre = layer.encoder_attn.register_forward_pre_hook(lambda m, a, k: inputs.update(query=k.get("query", a[0] if a else None)),
+                                                           with_kwargs=True)
+        model(src, lengths, prev, extra_src_tokens=extra)
+        handle.remove()
+        pre.remove()
+        query = inputs["query"]
+        attn = layer.encoder_attn
+        per_source = [attn.attentions[i](query=query, key=memory[:, :, i], value=memory[:, :, i],
+                                         key_padding_mask=mask[:, i], need_weights=False)[0] for i in range(2)]
+    torch.testing.assert_close(captured["out"], per_source[0] + per_source[1], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("strategy,message", [("m-00", "multi_source_translation"), ("c-agg", "multi_source_translation")])
