@@ -59,6 +59,25 @@ def test_mma_heads_in_the_model():
     assert attn.head_types == ["G", "L", "L", "L"] and attn.window == 2
     assert isinstance(model.decoder.layers[0].self_attn, MultiheadAttention)
     assert not isinstance(model.decoder.layers[0].self_attn, MixedMultiheadAttention)
+    # inside fairseq's encoder layer: all-global heads are the standard model with the same
+    # weights (Eq. 8, M = 0), and a local head changes exactly what its window hides
+    dictionary = model.decoder.dictionary
+    standard, _ = build("multilayer_transformer", *SMALL, dictionary=dictionary)
+    global_only, _ = build("multilayer_transformer", *SMALL, "--encoder-self-attention", "mma", "--mma-heads",
+                           "G,G,G,G", dictionary=dictionary)
+    global_only.load_state_dict(standard.state_dict())
+    model.load_state_dict(standard.state_dict())
+    src, lengths, prev = random_batch(dictionary)
+    with torch.no_grad():
+        torch.testing.assert_close(global_only(src, lengths, prev)[0], standard(src, lengths, prev)[0])
+        layer = model.encoder.layers[0]
+        x = torch.randn(6, 2, 32)
+        out = layer(x, None)
+        # recompute the layer by hand (post-norm, dropout off) around the MMA sublayer
+        attn, _ = layer.self_attn(x, x, x)
+        h = layer.self_attn_layer_norm(x + attn)
+        expected = layer.final_layer_norm(h + layer.fc2(layer.activation_fn(layer.fc1(h))))
+        torch.testing.assert_close(out, expected)
 
 
 @pytest.mark.parametrize("flags", [
