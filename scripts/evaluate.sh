@@ -152,6 +152,10 @@ has_opt --batch-size || has_opt --max-tokens || DEFAULTS+=(--batch-size 128)
 LANG_ARGS=()
 [[ -n "$SRC" ]] && LANG_ARGS+=(--source-lang "$SRC")
 LANG_ARGS+=(--target-lang "$TGT")
+# multi-source data (prepare-multi30k.sh --extra-src): the task and its extra sources
+if [[ -n "${PREP[extra_src]:-}" ]] && ! has_opt --task; then
+    LANG_ARGS+=(--task multi_source_translation --extra-source-langs "${PREP[extra_src]}")
+fi
 
 GEN="$OUT/generate-$SPLIT.txt"
 fsx_log "translating '$SPLIT' of $DATA with $CKPT"

@@ -91,9 +91,12 @@ def build_rows(table: Table, plans: List[RunPlan]) -> List[dict]:
                 "delta": (ours["bleu"] - base_res["bleu"]) if ours.get("bleu") is not None and base_res.get("bleu") is not None and row.id != table.baseline else None,
                 "mark": sig.get("mark", "") if row.id != table.baseline else "",
                 "p_value": sig.get("p_value") if row.id != table.baseline else None,
+                "samples": sig.get("samples"),
                 "params_m": ours["params"] / 1e6 if ours.get("params") else None,
                 "train_ratio": _ratio(ours.get("train_ups"), base_res.get("train_ups")),
                 "decode_ratio": _ratio(ours.get("decode_sents_per_s"), base_res.get("decode_sents_per_s")),
+                "adversarial": ours.get("adversarial", {}),
+                "paper_adversarial": {k: printed_value(v) for k, v in paper.items() if k.startswith("adv")},
                 "budget": plan.budget if plan else "",
                 "data": (plan.data_key + (" (substitute)" if plan.substitution else "")) if plan else "",
                 "status": ("done" if ours else "not run") if plan else "cited",
@@ -121,11 +124,21 @@ def markdown(table: Table, records: List[dict]) -> str:
                       f"{_fmt(r['params_m'], 1)} | {_fmt(r['paper_train_ratio'])} / {_fmt(r['train_ratio'])} | "
                       f"{_fmt(r['decode_ratio'])} | {r['data']}{', ' + r['budget'] if r['budget'] else ''} |\n")
         out.write("\n")
+        adversarial = [r for r in rows if r["adversarial"] or r["paper_adversarial"]]
+        if adversarial:
+            out.write("Adversarial evaluation (one source replaced by another sentence of the test set; "
+                      "BLEU, ours with the source named):\n\n| row | paper | ours |\n|---|---|---|\n")
+            for r in adversarial:
+                paper = ", ".join(f"{k.split('(')[-1].rstrip(')')}: {_fmt(v)}" for k, v in r["paper_adversarial"].items())
+                ours = ", ".join(f"{lang} shuffled: {_fmt(v)}" for lang, v in r["adversarial"].items())
+                out.write(f"| {r['label']} | {paper or '–'} | {ours or '–'} |\n")
+            out.write("\n")
     from fairseq_ext.significance import MARKS
 
     marks = MARKS.get(table.id.split("-")[0], MARKS["thesis"])
     legend = ", ".join(f"{m} p < {p}" for p, m in sorted(marks, key=lambda x: -x[0]))
-    out.write("sig.: sacreBLEU paired bootstrap (1000 samples) against the baseline row, same BLEU flavour, "
+    samples = next((r["samples"] for r in records if r.get("samples")), 1000)
+    out.write(f"sig.: sacreBLEU paired bootstrap ({samples} samples) against the baseline row, same BLEU flavour, "
               f"in this paper's marks: {legend} (a mark says the difference is significant, the sign of Δ its "
               "direction). Speeds are ratios to the baseline of the same run set (paper: its Train column).\n")
     return out.getvalue()

@@ -64,9 +64,10 @@ class RunPlan:
     evaluate: List[str]
     checkpoint: str
     budget: str
+    adversarial: List[List[str]] = field(default_factory=list)  # evaluations with one source shuffled
 
     def commands(self) -> List[List[str]]:
-        return [c for c in (self.prepare, self.train, self.average, self.evaluate) if c]
+        return [c for c in (self.prepare, self.train, self.average, self.evaluate) if c] + self.adversarial
 
 
 def budget_flags(budget: Optional[str]) -> List[str]:
@@ -118,7 +119,9 @@ def resolve_data(key: str, setups: dict, opts: Options) -> (str, str, Optional[s
 def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options) -> RunPlan:
     ds = table.datasets[dataset]
     training = setups["trainings"][ds["training"]]
-    data_key, reason, local = resolve_data(dataset, setups, opts)
+    data_key, reason, local = resolve_data(ds.get("data", dataset), setups, opts)
+    if ds.get("data") and not reason:
+        reason = f"{data_key} for {dataset}" + (f" ({ds['data_note']})" if ds.get("data_note") else "")
     data_cfg = setups["datasets"][data_key]
     suffix = ".smoke" if opts.smoke else ""
     data_dir = os.path.join(opts.data_root, "reproduce", data_key + suffix)
@@ -136,6 +139,16 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options) 
             prepare += ["--max-lines", str(setups["smoke"]["max_lines"])]
 
     extra_data_flags = shlex.split(data_cfg.get("flags", "") or "")
+    generate_task_flags = []
+    sources = data_cfg.get("sources") or []
+    if sources:  # a multi-source data set: the languages are explicit (two pairs in one directory)
+        extra_data_flags += ["-s", sources[0], "-t", data_cfg["target"]]
+        if row.multi_source:
+            task = ["--task", "multi_source_translation", "--extra-source-langs", ",".join(sources[1:])]
+            extra_data_flags += task
+            generate_task_flags = task
+        else:
+            generate_task_flags = ["--task", "translation"]  # the first source only
     smoke_flags = shlex.split(setups["smoke"]["flags"]) if opts.smoke else []
     checkpoints = os.path.join(run_dir, "checkpoints")
     train = ["bash", os.path.join(REPO, "scripts", "train.sh"), data_dir, checkpoints,
@@ -162,27 +175,21 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options) 
     generate = shlex.split(setups["smoke"]["generate"]) if opts.smoke else shlex.split(training["generate"])
     evaluate = ["bash", os.path.join(REPO, "scripts", "evaluate.sh"), "--checkpoint", checkpoint,
                 "--data", data_dir, "--split", "test", "--out", os.path.join(run_dir, "eval-test"),
-                "--headline", ds["bleu"], *generate, *extra_data_flags_for_generate(extra_data_flags),
-                *opts.extra_generate]
+                "--headline", ds["bleu"], *generate, *generate_task_flags, *opts.extra_generate]
     if cpu:
         evaluate.append("--cpu")
+    adversarial = []
+    if table.adversarial and row.multi_source:
+        langs = sources if table.adversarial == "all" else sources[1:]
+        for lang in langs:
+            cmd = list(evaluate)
+            cmd[cmd.index("--out") + 1] = os.path.join(run_dir, f"eval-test-shuffle-{lang}")
+            adversarial.append(cmd + ["--shuffle-source", lang])
     budget = opts.budget or ("smoke" if opts.smoke else "paper")
     return RunPlan(table=table.id, row=row.id, label=row.label, dataset=dataset, data_key=data_key,
                    substitution=reason, bleu=ds["bleu"], data_dir=data_dir, run_dir=run_dir, prepare=prepare,
-                   train=train, average=average, evaluate=evaluate, checkpoint=checkpoint, budget=budget)
-
-
-def extra_data_flags_for_generate(flags: List[str]) -> List[str]:
-    """The task flags of a data set (e.g. --task multi_source_translation --extra-source-langs fr)
-    matter to fairseq-generate too."""
-    out, i = [], 0
-    while i < len(flags):
-        if flags[i] in ("--task", "--extra-source-langs"):
-            out += flags[i:i + 2]
-            i += 2
-        else:
-            i += 1
-    return out
+                   train=train, average=average, evaluate=evaluate, checkpoint=checkpoint, budget=budget,
+                   adversarial=adversarial)
 
 
 def plan_table(table: Table, rows: List[Row], setups: dict, opts: Options, datasets: Optional[List[str]] = None):
@@ -350,6 +357,11 @@ def execute(plan: RunPlan) -> dict:
         _run(plan.average, os.path.join(plan.run_dir, "average.log"), env)
     _run(plan.evaluate, os.path.join(plan.run_dir, "evaluate.log"), env)
     eval_dir = os.path.join(plan.run_dir, "eval-test")
+    adversarial = {}
+    for cmd in plan.adversarial:
+        lang = cmd[-1]
+        _run(cmd, os.path.join(plan.run_dir, f"evaluate-shuffle-{lang}.log"), env)
+        adversarial[lang] = read_bleu(cmd[cmd.index("--out") + 1], plan.bleu)
     result = {
         "plan": _plan_key(plan),
         "bleu": read_bleu(eval_dir, plan.bleu),
@@ -358,6 +370,8 @@ def execute(plan: RunPlan) -> dict:
         **training_speed(train_log),
         **decoding_speed(eval_dir),
     }
+    if adversarial:
+        result["adversarial"] = adversarial
     tmp = os.path.join(plan.run_dir, ".result.json.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)

@@ -36,6 +36,7 @@ class Row:
     note: str = ""
     group: str = ""
     params_check: str = ""  # why the printed #Params is known not to match (fairseq_ext.reproduce.params)
+    multi_source: bool = False  # reads every source of a multi-source data set (--task multi_source_translation)
 
     @property
     def runnable(self) -> bool:
@@ -54,6 +55,7 @@ class Table:
     rows: List[Row]
     analyses: List[str] = field(default_factory=list)
     path: str = ""
+    adversarial: str = ""  # "extra" | "all": the sources replaced in turn (multi-source paper, Table 2)
 
     def row(self, row_id: str) -> Row:
         for r in self.rows:
@@ -132,15 +134,19 @@ def load_table(table_id: str, config_dir: str = CONFIG_DIR, setups: Optional[dic
         flags = shlex.split(r.get("flags", "") or "")
         rows.append(Row(id=str(r["id"]), label=str(r.get("label", r["id"])), flags=flags, cited=r.get("cited"),
                         paper=r.get("paper") or {}, note=r.get("note", ""), group=r.get("group", ""),
-                        params_check=r.get("params_check", "")))
+                        params_check=r.get("params_check", ""), multi_source=bool(r.get("multi_source", False))))
     table = Table(id=raw["id"], paper=raw.get("paper", ""), source=raw.get("source", ""),
                   caption=raw.get("caption", ""), datasets=raw["datasets"], baseline=raw.get("baseline"),
-                  metrics=raw.get("metrics", []), rows=rows, analyses=raw.get("analyses", []), path=path)
+                  metrics=raw.get("metrics", []), rows=rows, analyses=raw.get("analyses", []), path=path,
+                  adversarial=raw.get("adversarial", ""))
     if table.id != table_id:
         raise TableConfigError(f"{path}: id {table.id!r} differs from the file name")
     for key, ds in table.datasets.items():
-        if key not in setups["datasets"]:
-            raise TableConfigError(f"{path}: data set {key!r} is not in setups.yaml")
+        data = ds.get("data", key)
+        if data not in setups["datasets"]:
+            raise TableConfigError(f"{path}: data set {data!r} is not in setups.yaml")
+        if any(r.multi_source for r in rows) and not setups["datasets"][data].get("sources"):
+            raise TableConfigError(f"{path}: rows read several sources but data set {data} has no 'sources'")
         if ds.get("training") not in setups["trainings"]:
             raise TableConfigError(f"{path}: data set {key}: training {ds.get('training')!r} is not in setups.yaml")
         if ds.get("bleu") not in ("detok-cased", "detok-lc", "tok-cased", "tok-lc"):

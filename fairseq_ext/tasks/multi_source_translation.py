@@ -17,7 +17,7 @@ combines them with the chosen strategy.
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import List
+from typing import List, Optional
 
 import torch
 from fairseq.data import BaseWrapperDataset, data_utils
@@ -34,14 +34,34 @@ class MultiSourceTranslationConfig(TranslationConfig):
     extra_source_langs: str = field(
         default="", metadata={"help": "comma list of the extra source languages, e.g. fr or fr,cs"}
     )
+    shuffle_source: str = field(
+        default="", metadata={"help": "adversarial evaluation (Libovicky et al. 2018, Table 2): replace this "
+                                      "source language's sentences by other sentences of the same split"}
+    )
+    shuffle_seed: int = field(default=1, metadata={"help": "seed of --shuffle-source's permutation"})
+
+
+def derangement(n: int, seed: int) -> List[int]:
+    """A permutation of range(n) that moves every index (n > 1): a random cycle."""
+    if n < 2:
+        raise ValueError("--shuffle-source needs at least two sentences")
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    perm = [0] * n
+    for i in range(n):
+        perm[order[i]] = order[(i + 1) % n]
+    return perm
 
 
 class MultiSourceLanguagePairDataset(BaseWrapperDataset):
     """A LanguagePairDataset (the primary source and the target) plus the extra sources'
     token datasets, collated into ``net_input["extra_src_tokens"]`` in the batch's order."""
 
-    def __init__(self, dataset, extra_sources: List, pad: int, eos: int, left_pad: bool = True):
+    def __init__(self, dataset, extra_sources: List, pad: int, eos: int, left_pad: bool = True,
+                 shuffled: Optional[int] = None, permutation: Optional[List[int]] = None):
+        """``shuffled``: the source (0 = primary, k = k-th extra) whose sentence at index i is
+        replaced by the one at ``permutation[i]`` (adversarial evaluation)."""
         super().__init__(dataset)
+        self.shuffled, self.permutation = shuffled, permutation
         for extra in extra_sources:
             if len(extra) != len(dataset):
                 raise ValueError(
@@ -53,6 +73,10 @@ class MultiSourceLanguagePairDataset(BaseWrapperDataset):
     def __getitem__(self, index):
         item = self.dataset[index]
         item["extra_sources"] = [extra[index] for extra in self.extra_sources]
+        if self.shuffled == 0:
+            item["source"] = self.dataset[self.permutation[index]]["source"]
+        elif self.shuffled is not None:
+            item["extra_sources"][self.shuffled - 1] = self.extra_sources[self.shuffled - 1][self.permutation[index]]
         return item
 
     def collater(self, samples, **kwargs):
@@ -126,7 +150,17 @@ class MultiSourceTranslationTask(TranslationTask):
             if dataset is None:
                 raise FileNotFoundError(f"--extra-source-langs {lang}: no binarized data {prefix}.bin")
             extras.append(dataset)
+        shuffled, permutation = None, None
+        if self.cfg.shuffle_source:
+            langs = [self.cfg.source_lang] + self.extra_source_langs
+            if self.cfg.shuffle_source not in langs:
+                raise ValueError(f"--shuffle-source {self.cfg.shuffle_source}: not one of the sources ({', '.join(langs)})")
+            shuffled = langs.index(self.cfg.shuffle_source)
+            permutation = derangement(len(self.datasets[split]), self.cfg.shuffle_seed)
+            logger.info(f"{split}: --shuffle-source {self.cfg.shuffle_source}: every {self.cfg.shuffle_source} sentence "
+                        f"replaced by another one of the split (seed {self.cfg.shuffle_seed})")
         self.datasets[split] = MultiSourceLanguagePairDataset(
-            self.datasets[split], extras, self.src_dict.pad(), self.src_dict.eos(), self.cfg.left_pad_source
+            self.datasets[split], extras, self.src_dict.pad(), self.src_dict.eos(), self.cfg.left_pad_source,
+            shuffled=shuffled, permutation=permutation,
         )
         logger.info(f"{split}: {len(self.datasets[split])} examples with extra sources {self.extra_source_langs}")

@@ -561,13 +561,29 @@ fsx_subword_and_binarize() {
         done
     done
 
+    # multi-source data (FSX_EXTRA_SRC="fr cs"): the extra sources share the BPE and the
+    # dictionary, and are binarized against the same target (train.fr-de.fr, ...)
+    local extra=(${FSX_EXTRA_SRC:-})
+    local langs=("$src" "$tgt" "${extra[@]+"${extra[@]}"}")
+    for l in "${extra[@]+"${extra[@]}"}"; do
+        for split in train valid test; do
+            fsx_check_parallel "$FSX_WORK/$split.tok.$src" "$FSX_WORK/$split.tok.$l"
+        done
+        for split in valid test; do
+            cp "$FSX_WORK/$split.tok.$l" "$FSX_STAGE/text/$split.tok.$l"
+            cp "$FSX_WORK/$split.raw.$l" "$FSX_STAGE/text/$split.raw.$l"
+        done
+    done
+    local train_tok=()
+    for l in "${langs[@]}"; do train_tok+=("$FSX_WORK/train.tok.$l"); done
+
     if [[ "$FSX_BPE" == subword_nmt ]]; then
         fsx_log "learning joint BPE, $merges merges (subword-nmt)"
-        cat "$FSX_WORK/train.tok.$src" "$FSX_WORK/train.tok.$tgt" |
+        cat "${train_tok[@]}" |
             subword-nmt learn-bpe -s "$merges" >"$FSX_STAGE/code" 2>"$FSX_WORK/learn-bpe.log" ||
             fsx_die "subword-nmt learn-bpe failed: $(tail -n 3 "$FSX_WORK/learn-bpe.log")"
         for split in train valid test; do
-            for l in "$src" "$tgt"; do
+            for l in "${langs[@]}"; do
                 subword-nmt apply-bpe -c "$FSX_STAGE/code" --num-workers "$FSX_WORKERS" \
                     <"$FSX_WORK/$split.tok.$l" >"$FSX_WORK/$split.bpe.$l" ||
                     fsx_die "subword-nmt apply-bpe failed on $split.$l"
@@ -576,21 +592,40 @@ fsx_subword_and_binarize() {
     else
         fsx_log "training joint SentencePiece (BPE), vocabulary $merges"
         fsx_spm train --model-prefix "$FSX_STAGE/spm" --vocab-size "$merges" \
-            --threads "$FSX_WORKERS" "$FSX_WORK/train.tok.$src" "$FSX_WORK/train.tok.$tgt"
+            --threads "$FSX_WORKERS" "${train_tok[@]}"
         for split in train valid test; do
-            for l in "$src" "$tgt"; do
+            for l in "${langs[@]}"; do
                 fsx_spm encode --model "$FSX_STAGE/spm.model" \
                     <"$FSX_WORK/$split.tok.$l" >"$FSX_WORK/$split.bpe.$l"
             done
         done
     fi
 
-    fsx_log "binarizing (fairseq-preprocess --joined-dictionary)"
-    fairseq-preprocess --source-lang "$src" --target-lang "$tgt" \
-        --trainpref "$FSX_WORK/train.bpe" --validpref "$FSX_WORK/valid.bpe" \
-        --testpref "$FSX_WORK/test.bpe" --destdir "$FSX_STAGE" \
-        --joined-dictionary --workers "$FSX_WORKERS" >"$FSX_WORK/preprocess.log" 2>&1 ||
-        fsx_die "fairseq-preprocess failed: $(tail -n 5 "$FSX_WORK/preprocess.log")"
+    if [[ ${#extra[@]} -eq 0 ]]; then
+        fsx_log "binarizing (fairseq-preprocess --joined-dictionary)"
+        fairseq-preprocess --source-lang "$src" --target-lang "$tgt" \
+            --trainpref "$FSX_WORK/train.bpe" --validpref "$FSX_WORK/valid.bpe" \
+            --testpref "$FSX_WORK/test.bpe" --destdir "$FSX_STAGE" \
+            --joined-dictionary --workers "$FSX_WORKERS" >"$FSX_WORK/preprocess.log" 2>&1 ||
+            fsx_die "fairseq-preprocess failed: $(tail -n 5 "$FSX_WORK/preprocess.log")"
+    else
+        # one dictionary over every source and the target, then each source against the target
+        fsx_log "binarizing $src+${extra[*]// /+} -> $tgt with one dictionary (fairseq-preprocess)"
+        local train_bpe=()
+        for l in "${langs[@]}"; do train_bpe+=("$FSX_WORK/train.bpe.$l"); done
+        cat "${train_bpe[@]}" >"$FSX_WORK/dict-text.all"
+        fairseq-preprocess --only-source --dict-only --trainpref "$FSX_WORK/dict-text" --source-lang all \
+            --destdir "$FSX_WORK/dict" --workers "$FSX_WORKERS" >"$FSX_WORK/preprocess.log" 2>&1 ||
+            fsx_die "fairseq-preprocess (dictionary) failed: $(tail -n 5 "$FSX_WORK/preprocess.log")"
+        for l in "$src" "${extra[@]}"; do
+            fairseq-preprocess --source-lang "$l" --target-lang "$tgt" \
+                --trainpref "$FSX_WORK/train.bpe" --validpref "$FSX_WORK/valid.bpe" \
+                --testpref "$FSX_WORK/test.bpe" --destdir "$FSX_STAGE" \
+                --srcdict "$FSX_WORK/dict/dict.all.txt" --tgtdict "$FSX_WORK/dict/dict.all.txt" \
+                --workers "$FSX_WORKERS" >>"$FSX_WORK/preprocess.log" 2>&1 ||
+                fsx_die "fairseq-preprocess failed for $l-$tgt: $(tail -n 5 "$FSX_WORK/preprocess.log")"
+        done
+    fi
     cp "$FSX_WORK/preprocess.log" "$FSX_STAGE/preprocess.log"
     [[ -f "$FSX_STAGE/dict.$src.txt" && -f "$FSX_STAGE/train.$src-$tgt.$src.bin" ]] ||
         fsx_die "fairseq-preprocess produced no binarized data (see $FSX_STAGE/preprocess.log)"
@@ -605,6 +640,10 @@ fsx_subword_and_binarize() {
         echo "recipe=$FSX_RECIPE"
         echo "src=$src"
         echo "tgt=$tgt"
+        if [[ ${#extra[@]} -gt 0 ]]; then
+            local joined="${extra[*]}"
+            echo "extra_src=${joined// /,}"
+        fi
         echo "bpe=$FSX_BPE"
         echo "bpe_merges=$merges"
         echo "lowercase=${FSX_LOWERCASE:-0}"
