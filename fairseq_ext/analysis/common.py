@@ -1,0 +1,269 @@
+"""What every analysis command shares: loading checkpoints through the plugin's safe loader,
+iterating a binarized split, capturing attention weights from the model's own forward,
+decoding through scripts/evaluate.sh (so that BLEU is the BLEU evaluate.sh reports), and
+writing tables (printed, CSV, JSON) and figures (PNG).
+
+Command-line convention of every analysis (``python -m fairseq_ext.analysis.NAME``)::
+
+    --checkpoint CKPT [CKPT ...]  --names NAME [NAME ...]  --data DATA_BIN  --split test
+    --out DIR  [--cpu]  [--max-sentences N]
+
+API:
+
+- :func:`load_model` -> (model in eval mode, task); the data directory and overrides as in
+  fairseq-generate.
+- :func:`batches` -> fairseq's batches of a split, every sentence once (in id order groups).
+- :func:`capture_self_attention` -> context manager recording every encoder layer's
+  self-attention weights per head (and both FI units of Dual Contextual layers).
+- :func:`evaluate` -> runs scripts/evaluate.sh (model overrides allowed) and returns its
+  directory and BLEU scores.
+- :func:`write_table`, :func:`save_figure`.
+"""
+import contextlib
+import csv
+import json
+import logging
+import os
+import subprocess
+import sys
+from typing import Dict, Iterator, List, Optional, Sequence
+
+import torch
+
+from fairseq_ext.errors import FairseqExtError
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+logger = logging.getLogger(__name__)
+
+
+class AnalysisError(FairseqExtError):
+    pass
+
+
+def common_arguments(parser, several: bool = True):
+    parser.add_argument("--checkpoint", nargs="+" if several else None, required=True,
+                        help="model checkpoint(s)" if several else "model checkpoint")
+    parser.add_argument("--names", nargs="+", help="a name per checkpoint (default: the checkpoint's directory)")
+    parser.add_argument("--data", required=True, help="binarized data directory (a prepare-*.sh output)")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--out", required=True, help="output directory (tables, JSON, CSV, PNG)")
+    parser.add_argument("--cpu", action="store_true", help="run on the CPU even when a GPU is there")
+    return parser
+
+
+def names_for(checkpoints: Sequence[str], names: Optional[Sequence[str]]) -> List[str]:
+    if names:
+        if len(names) != len(checkpoints):
+            raise AnalysisError(f"--names: {len(names)} names for {len(checkpoints)} checkpoints")
+        return list(names)
+    out = [os.path.basename(os.path.dirname(os.path.abspath(c))) or os.path.basename(c) for c in checkpoints]
+    return out if len(set(out)) == len(out) else [f"{n}-{i}" for i, n in enumerate(out, 1)]
+
+
+def device(cpu: bool) -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() and not cpu else torch.device("cpu")
+
+
+def load_model(checkpoint: str, data: str, split: Optional[str] = None, overrides: Optional[dict] = None,
+               cpu: bool = False):
+    """(model, task) from ``checkpoint`` with the task's data at ``data`` (split loaded if
+    given), on the GPU unless ``cpu``. Loading goes through fairseq's checkpoint_utils, which
+    the plugin guards (weights_only, literal configuration values)."""
+    import fairseq_ext  # noqa: F401  (registers the plugin and its safe loader)
+    from fairseq import checkpoint_utils
+
+    if not os.path.exists(checkpoint):
+        raise AnalysisError(f"--checkpoint {checkpoint}: no such file")
+    if not os.path.isdir(data):
+        raise AnalysisError(f"--data {data}: no such directory")
+    arg_overrides = {"data": os.path.abspath(data)}
+    arg_overrides.update(overrides or {})
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=arg_overrides)
+    model = models[0].eval().to(device(cpu))
+    if split is not None:
+        task.load_dataset(split)
+    return model, task
+
+
+def batches(task, split: str, max_tokens: int = 4000, max_sentences: Optional[int] = None) -> Iterator[dict]:
+    """fairseq's batches of ``split`` (the plugin keeps every sentence), without shuffling;
+    ``max_sentences`` keeps the sentences with the lowest ids."""
+    dataset = task.dataset(split)
+    itr = task.get_batch_iterator(dataset=dataset, max_tokens=max_tokens, ignore_invalid_inputs=False,
+                                  required_batch_size_multiple=1).next_epoch_itr(shuffle=False)
+    for sample in itr:
+        if not sample:
+            continue
+        if max_sentences is not None:
+            keep = sample["id"] < max_sentences
+            if not keep.any():
+                continue
+            if not keep.all():
+                sample = _select(sample, keep)
+        yield sample
+
+
+def _select(sample, keep):
+    out = {"id": sample["id"][keep], "nsentences": int(keep.sum())}
+    out["net_input"] = {k: (v[keep] if torch.is_tensor(v) and v.size(0) == keep.size(0) else v)
+                        for k, v in sample["net_input"].items()}
+    if sample.get("target") is not None:
+        out["target"] = sample["target"][keep]
+    out["ntokens"] = int(out["target"].ne(1).sum()) if "target" in out else 0
+    return out
+
+
+def to_device(sample, dev):
+    from fairseq import utils
+
+    return utils.move_to_cuda(sample) if dev.type == "cuda" else sample
+
+
+@contextlib.contextmanager
+def capture_self_attention(model):
+    """Record, during the model's own forward, the self-attention weights of every encoder
+    layer: ``records[l]`` (l = 0..L-1) gets one tensor per forward call, B x H x T x T
+    (``"global"``), and for Dual Contextual layers also ``"local"`` (the local FI unit's
+    weights over the local-context keys). Works for fairseq's MultiheadAttention, the MMA
+    module and the DC module (which the encoder layers call with need_weights=False: a
+    pre-hook asks for the per-head weights, a hook takes them)."""
+    from fairseq_ext.modules.dual_contextual_attention import DualContextualAttention, FeatureInteraction
+
+    encoders = getattr(model.encoder, "encoders", None) or [model.encoder]
+    layers = encoders[0].layers
+    records: Dict[int, Dict[str, List[torch.Tensor]]] = {i: {"global": [], "local": []} for i in range(len(layers))}
+    handles = []
+    dc_current = {"layer": None, "calls": []}
+
+    def pre_hook(index):
+        def hook(module, args, kwargs):
+            kwargs["need_weights"] = True
+            kwargs["need_head_weights"] = True
+            dc_current["layer"] = index if isinstance(module, DualContextualAttention) else None
+            dc_current["calls"] = []
+            return args, kwargs
+        return hook
+
+    def post_hook(index):
+        def hook(module, args, kwargs, output):
+            weights = output[1]  # H x B x T x S
+            records[index]["global"].append(weights.detach().transpose(0, 1).float().cpu())
+            if isinstance(module, DualContextualAttention) and len(dc_current["calls"]) == 2:
+                records[index]["local"].append(dc_current["calls"][0].detach().float().cpu())  # B x H x T x S
+            dc_current["layer"] = None
+        return hook
+
+    original_attend = FeatureInteraction.attend
+
+    def recording_attend(q, k, v, bias, blocked, dropout):
+        out, weights = original_attend(q, k, v, bias, blocked, dropout)
+        if dc_current["layer"] is not None:
+            dc_current["calls"].append(weights)
+        return out, weights
+
+    # fairseq's MultiheadAttention hands the computation to torch's fused function, which
+    # returns head-averaged weights only; its own (same) computation runs when the module
+    # skips torch's embedding-dimension check, and returns every head
+    slow_path = {}
+    for i, layer in enumerate(layers):
+        handles.append(layer.self_attn.register_forward_pre_hook(pre_hook(i), with_kwargs=True))
+        handles.append(layer.self_attn.register_forward_hook(post_hook(i), with_kwargs=True))
+        if hasattr(layer.self_attn, "skip_embed_dim_check"):
+            slow_path[layer.self_attn] = layer.self_attn.skip_embed_dim_check
+            layer.self_attn.skip_embed_dim_check = True
+    FeatureInteraction.attend = staticmethod(recording_attend)
+    try:
+        yield records
+    finally:
+        FeatureInteraction.attend = staticmethod(original_attend)
+        for module, value in slow_path.items():
+            module.skip_embed_dim_check = value
+        for h in handles:
+            h.remove()
+
+
+def evaluate(checkpoint: str, data: str, split: str, out: str, overrides: Optional[dict] = None,
+             generate_args: Sequence[str] = (), cpu: bool = False) -> dict:
+    """scripts/evaluate.sh on ``checkpoint`` (decoding with the model's own forward and
+    fairseq's SequenceGenerator, BPE removed and detokenized as everywhere else); returns
+    {"dir": out, "bleu": {flavour: score}, "headline": flavour}."""
+    cmd = ["bash", os.path.join(REPO, "scripts", "evaluate.sh"), "--checkpoint", checkpoint, "--data", data,
+           "--split", split, "--out", out, *generate_args]
+    if overrides:
+        cmd += ["--model-overrides", repr(overrides)]
+    if cpu or not torch.cuda.is_available():
+        cmd.append("--cpu")
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
+        raise AnalysisError(f"evaluate.sh failed for {checkpoint} {overrides or ''}:\n{tail}")
+    with open(os.path.join(out, "bleu.json"), encoding="utf-8") as f:
+        scores = json.load(f)
+    return {"dir": out, "bleu": {k: v["score"] for k, v in scores.items() if isinstance(v, dict)},
+            "headline": scores.get("headline", "detok-cased")}
+
+
+def read_lines(path: str) -> List[str]:
+    lib = os.path.join(REPO, "scripts", "lib")
+    if lib not in sys.path:
+        sys.path.insert(0, lib)
+    from corpus_tools import read_lines as _read
+
+    return list(_read(path))
+
+
+def write_table(rows: List[dict], out_dir: str, name: str, title: str = "", floatfmt: str = ".2f") -> str:
+    """Print ``rows`` (dicts with the same keys) as a Markdown table and write
+    ``OUT/NAME.md``, ``.csv`` and ``.json``; returns the Markdown."""
+    os.makedirs(out_dir, exist_ok=True)
+    columns = list(rows[0]) if rows else []
+
+    def cell(v):
+        if isinstance(v, float):
+            return format(v, floatfmt)
+        return "–" if v is None else str(v)
+
+    lines = ([f"### {title}", ""] if title else []) + ["| " + " | ".join(columns) + " |",
+                                                     "|" + "|".join("---" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(cell(r[c]) for c in columns) + " |" for r in rows]
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(out_dir, f"{name}.md"), "w", encoding="utf-8") as f:
+        f.write(text)
+    with open(os.path.join(out_dir, f"{name}.csv"), "w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    with open(os.path.join(out_dir, f"{name}.json"), "w", encoding="utf-8") as f:
+        json.dump(rows, f, indent=1, ensure_ascii=False)
+    print(text)
+    return text
+
+
+def save_figure(fig, path: str) -> str:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def setup_cli():
+    from fairseq_ext.errors import install
+
+    install()
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger().setLevel(logging.WARNING)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
