@@ -134,15 +134,22 @@ def main(argv=None):
         for p in plans:  # worker node of a multi-node run: train only
             runner.execute_worker_node(p)
         return 0
+    failed = []
     if not args.report:
         for p in plans:
-            runner.execute(p)
+            try:
+                runner.execute(p)
+            except runner.ReproduceError as e:  # go on with the other rows; say it at the end
+                print(f"[{p.table}/{p.row}/{p.dataset}] FAILED: {e}", file=sys.stderr, flush=True)
+                failed.append(f"{p.row}/{p.dataset}: {e}")
         runner.significance(table, plans, n_samples=args.samples, seed=12345)
     records = report.build_rows(table, plans)
     text = report.markdown(table, records)
     print(text)
     paths = report.write_reports(table, records, os.path.join(opts.work_dir, table.id))
     print(f"written: {paths['md']}, {paths['csv']}, {paths['json']}")
+    if failed:
+        raise runner.ReproduceError(f"{len(failed)} run(s) failed:\n  " + "\n  ".join(failed))
     return 0
 
 

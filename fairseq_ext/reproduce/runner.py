@@ -292,13 +292,22 @@ def _plan_key(plan: RunPlan) -> dict:
     return d
 
 
+# what makes a result: the commands that trained and evaluated it (not the labels around them)
+RESULT_FIELDS = ("train", "average", "evaluate", "checkpoint", "adversarial")
+
+
+def same_run(recorded: dict, plan: RunPlan) -> bool:
+    current = _plan_key(plan)
+    return all(recorded.get(k, [] if k == "adversarial" else None) == current[k] for k in RESULT_FIELDS)
+
+
 def finished(plan: RunPlan) -> Optional[dict]:
     path = os.path.join(plan.run_dir, "result.json")
     if not os.path.exists(path):
         return None
     with open(path, encoding="utf-8") as f:
         result = json.load(f)
-    if result.get("plan") != _plan_key(plan):
+    if not same_run(result.get("plan", {}), plan):
         raise ReproduceError(f"{plan.run_dir} holds a run with other settings (see its result.json): "
                              "choose another --work-dir, or remove that directory to retrain")
     return result
