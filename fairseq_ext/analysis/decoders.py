@@ -1,0 +1,80 @@
+"""Main vs auxiliary decoders (thesis Sec. 4.5.2, Table 4.7): the BLEU of every decoder of a
+multi-level supervision model, each decoding alone (``decode_from``: the main decoder, or
+the auxiliary decoder on encoder layer l), with paired-bootstrap significance against the
+main decoder.
+
+    python -m fairseq_ext.analysis.decoders --checkpoint ms13/checkpoint_best.pt --data data-bin/iwslt15.en-vi \\
+        --out analysis/decoders --generate-args "--beam 6 --lenpen 1.1"
+
+Writes decoders.{md,csv,json} (model, decoder, reads encoder layer, BLEU, delta, p, mark) and
+decoders.png (BLEU per decoder); decodings in OUT/<model>/<decoder>.
+"""
+import argparse
+import os
+import shlex
+import sys
+
+from fairseq_ext.analysis import common
+from fairseq_ext.analysis.layer_dependency import model_options
+
+
+def decoder_rows(name, checkpoint, data, split, out, generate_args, flavour, samples, cpu=False, marks="thesis"):
+    from fairseq_ext.significance import paired_significance
+
+    options = model_options(checkpoint, data)
+    if not options.aux_layers:
+        raise common.AnalysisError(f"{checkpoint}: no auxiliary decoder (--aux-decoder-layers is empty)")
+    main = common.evaluate(checkpoint, data, split, os.path.join(out, name, "main"), generate_args=generate_args,
+                           overrides={"decode_from": "main"}, cpu=cpu)
+    flavour = flavour or main["headline"]
+    aux = {layer: common.evaluate(checkpoint, data, split, os.path.join(out, name, f"aux{layer}"),
+                                  overrides={"decode_from": f"aux{layer}"}, generate_args=generate_args, cpu=cpu)
+           for layer in options.aux_layers}
+    level = "tok" if flavour.startswith("tok") else "detok"
+    refs = common.read_lines(os.path.join(main["dir"], f"ref.{level}"))
+    sig = paired_significance(refs, common.read_lines(os.path.join(main["dir"], f"hyp.{level}")),
+                              {f"aux{l}": common.read_lines(os.path.join(r["dir"], f"hyp.{level}"))
+                               for l, r in aux.items()}, flavour=flavour, n_samples=samples, marks=marks)
+    n_layers = options.encoder_self_attention and len(options.encoder_self_attention)
+    rows = [{"model": name, "decoder": "main", "reads encoder layer": n_layers, "BLEU": sig["baseline"]["bleu"],
+             "delta": None, "p": None, "mark": "", "flavour": flavour}]
+    for layer in options.aux_layers:
+        s = sig[f"aux{layer}"]
+        rows.append({"model": name, "decoder": f"aux{layer}", "reads encoder layer": layer, "BLEU": s["bleu"],
+                     "delta": round(s["bleu"] - sig["baseline"]["bleu"], 2), "p": s["p_value"], "mark": s["mark"],
+                     "flavour": flavour})
+    return rows
+
+
+def plot(rows, path):
+    plt = common.pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    labels = [f"{r['model']}:{r['decoder']}" for r in rows]
+    ax.bar(range(len(rows)), [r["BLEU"] for r in rows], color=["C0" if r["decoder"] == "main" else "C1" for r in rows])
+    ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right")
+    ax.set_ylabel(f"BLEU ({rows[0]['flavour']})")
+    common.save_figure(fig, path)
+    return fig
+
+
+def main(argv=None):
+    common.setup_cli()
+    ap = common.common_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                                         epilog=__doc__.split("\n\n", 1)[1],
+                                                         formatter_class=argparse.RawDescriptionHelpFormatter))
+    ap.add_argument("--generate-args", default="")
+    ap.add_argument("--flavour")
+    ap.add_argument("--samples", type=int, default=1000)
+    ap.add_argument("--marks", default="thesis")
+    args = ap.parse_args(argv)
+    rows = []
+    for name, ckpt in zip(common.names_for(args.checkpoint, args.names), args.checkpoint):
+        rows += decoder_rows(name, ckpt, args.data, args.split, args.out, shlex.split(args.generate_args),
+                             args.flavour, args.samples, args.cpu, args.marks)
+    common.write_table(rows, args.out, "decoders", "BLEU of every decoder")
+    plot(rows, os.path.join(args.out, "decoders.png"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
