@@ -175,3 +175,52 @@ def test_layer_dependency_and_decoders_commands(tiny_models, tmp_path):
     with pytest.raises(common.AnalysisError, match="there is no layer to mask"):
         layer_dependency.main(["--checkpoint", ckpts["std"], "--data", bin_dir, "--split", "valid", "--out",
                                str(tmp_path / "y"), "--cpu"])
+
+
+# ---- DC divergence (thesis 5.6.2) -------------------------------------------------------------
+
+def test_js_divergence_is_symmetric_zero_for_identical_and_ln2_for_disjoint():
+    from fairseq_ext.analysis.dc_divergence import js_divergence
+
+    p = torch.tensor([0.1, 0.6, 0.3])
+    q = torch.tensor([0.5, 0.25, 0.25])
+    m = (p + q) / 2
+    expected = 0.5 * (p * (p / m).log()).sum() + 0.5 * (q * (q / m).log()).sum()
+    assert js_divergence(p, q).item() == pytest.approx(expected.item())
+    assert js_divergence(p, q).item() == pytest.approx(js_divergence(q, p).item())
+    assert js_divergence(p, p).item() == pytest.approx(0.0, abs=1e-7)
+    assert js_divergence(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])).item() == pytest.approx(math.log(2))
+
+
+def test_dc_divergence_command_equals_a_direct_computation(tiny_models, tmp_path):
+    from fairseq_ext.analysis import dc_divergence
+
+    bin_dir, ckpts = tiny_models
+    dc_divergence.main(["--checkpoint", ckpts["dc"], "--names", "f2", "--data", bin_dir, "--split", "valid",
+                        "--out", str(tmp_path), "--cpu", "--heads", "mean"])
+    rows = json.loads((tmp_path / "per_layer.json").read_text())
+    assert [r["layer"] for r in rows] == [1, 2]
+    model, task = common.load_model(ckpts["dc"], bin_dir, split="valid", cpu=True)
+    total, count = 0.0, 0
+    with torch.no_grad(), common.capture_self_attention(model) as records:
+        for sample in common.batches(task, "valid"):
+            for r in records.values():
+                r["global"].clear(), r["local"].clear()
+            net = sample["net_input"]
+            model.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
+            keep = net["src_tokens"].ne(task.source_dictionary.pad())
+            g, l = records[1]["global"][0].mean(1), records[1]["local"][0].mean(1)
+            for b in range(g.size(0)):
+                for t in range(g.size(1)):
+                    if keep[b, t]:
+                        m = (g[b, t] + l[b, t]) / 2
+                        kl = lambda a: float((a[a > 0] * (a[a > 0] / m[a > 0]).log()).sum())
+                        total += 0.5 * kl(g[b, t]) + 0.5 * kl(l[b, t])
+                        count += 1
+    assert rows[1]["JS"] == pytest.approx(total / count, abs=1e-5)
+    assert json.loads((tmp_path / "summary.json").read_text())[0]["Ed"] == pytest.approx(
+        (rows[0]["JS"] + rows[1]["JS"]) / 2, abs=1e-5)
+    assert (tmp_path / "dc_divergence.png").read_bytes()[:8] == PNG_MAGIC
+    with pytest.raises(common.AnalysisError, match="no Dual Contextual layer"):
+        dc_divergence.main(["--checkpoint", ckpts["std"], "--data", bin_dir, "--split", "valid", "--out",
+                            str(tmp_path / "x"), "--cpu"])
