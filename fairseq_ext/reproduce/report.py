@@ -127,10 +127,16 @@ def markdown(table: Table, records: List[dict]) -> str:
         adversarial = [r for r in rows if r["adversarial"] or r["paper_adversarial"]]
         if adversarial:
             out.write("Adversarial evaluation (one source replaced by another sentence of the test set; "
-                      "BLEU, ours with the source named):\n\n| row | paper | ours |\n|---|---|---|\n")
+                      "BLEU and its drop from the row's BLEU, ours with the source named):\n\n"
+                      "| row | paper | ours |\n|---|---|---|\n")
+
+            def drop(full, adv):
+                return f" (drop {_fmt(full - adv)})" if None not in (full, adv) else ""
+
             for r in adversarial:
-                paper = ", ".join(f"{k.split('(')[-1].rstrip(')')}: {_fmt(v)}" for k, v in r["paper_adversarial"].items())
-                ours = ", ".join(f"{lang} shuffled: {_fmt(v)}" for lang, v in r["adversarial"].items())
+                paper = ", ".join(f"{k.split('(')[-1].rstrip(')')}: {_fmt(v)}{drop(r['paper_bleu'], v)}"
+                                  for k, v in r["paper_adversarial"].items())
+                ours = ", ".join(f"{lang} shuffled: {_fmt(v)}{drop(r['bleu'], v)}" for lang, v in r["adversarial"].items())
                 out.write(f"| {r['label']} | {paper or '–'} | {ours or '–'} |\n")
             out.write("\n")
     from fairseq_ext.significance import MARKS
