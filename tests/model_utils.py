@@ -75,6 +75,65 @@ def full_and_incremental(model, src, lengths, prev, permute_at=None, beam=1, **e
     return full, torch.stack(steps, dim=1)
 
 
+def strip_padding_columns(tokens, pad):
+    """Drop the positions (last axis) that are padding in every row and source."""
+    return tokens[..., tokens.ne(pad).reshape(-1, tokens.size(-1)).any(0)]
+
+
+def beam_search_rescored(model, dictionary, src, lengths, beam_size=3, max_len_b=8, eos_boost=4.0,
+                         **encoder_inputs):
+    """fairseq's beam search on the batch; then every returned hypothesis is rescored by a
+    teacher-forced forward of its tokens on its own sentence without the batch's padding
+    (extra sources too): its positional scores must be those log-probabilities. This holds
+    only if padding is masked and every cache and encoder output followed beam search's
+    reorders, including those that shrink the batch when sentences finish (EOS's output
+    weights are scaled by ``eos_boost``, doubled until that happens, and restored at the
+    end). ``encoder_inputs``: extra net inputs (B x ...). Returns the hypotheses."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    model.eval()
+    eos_row = model.decoder.output_projection.weight[dictionary.eos()]
+    saved_row = eos_row.detach().clone()
+    sizes = []
+
+    def recording_reorder(encoder_out, new_order):
+        sizes.append(new_order.numel())
+        return type(model.encoder).reorder_encoder_out(model.encoder, encoder_out, new_order)
+
+    model.encoder.reorder_encoder_out = recording_reorder
+    net_input = {"src_tokens": src, "src_lengths": lengths, **encoder_inputs}
+    try:
+        with torch.no_grad():
+            for _ in range(6):
+                eos_row.copy_(saved_row * eos_boost)
+                sizes.clear()
+                hypos = SequenceGenerator([model], dictionary, beam_size=beam_size, max_len_b=max_len_b).forward(
+                    {"net_input": net_input})
+                if min(sizes) < src.size(0) * beam_size:  # some sentences finished early: the batch shrank
+                    break
+                eos_boost *= 2
+            assert min(sizes) < src.size(0) * beam_size, "no sentence finished early"
+            assert len(hypos) == src.size(0)
+            for b, beam in enumerate(hypos):
+                assert len(beam) == beam_size
+                alone = src[b : b + 1, src[b].ne(dictionary.pad())]  # the sentence without its padding
+                extra = {k: strip_padding_columns(v[b : b + 1], dictionary.pad()) for k, v in encoder_inputs.items()}
+                for hypo in beam:
+                    tokens = hypo["tokens"]
+                    assert tokens[-1] == dictionary.eos()
+                    prev = torch.cat([tokens.new_tensor([dictionary.eos()]), tokens[:-1]])[None]
+                    lprobs = model.get_normalized_probs(model(alone, lengths[b : b + 1], prev, **extra),
+                                                        log_probs=True)
+                    rescored = lprobs[0].gather(-1, tokens[:, None])[:, 0]
+                    torch.testing.assert_close(hypo["positional_scores"], rescored.to(hypo["positional_scores"]),
+                                               atol=1e-4, rtol=0)
+    finally:
+        del model.encoder.reorder_encoder_out
+        with torch.no_grad():
+            eos_row.copy_(saved_row)
+    return hypos
+
+
 def make_tiny_parallel_data(directory, num_train=300, seed=0):
     """A tiny synthetic translation task (target = reversed source), binarized with
     fairseq-preprocess --joined-dictionary into ``directory/bin``."""
