@@ -21,6 +21,12 @@
 #   src.tok              source side             bleu.txt / bleu.json   the scores
 #   .evaluation-complete what was evaluated; significance.sh reads only directories with it
 #   .fairseq_ext-output  the marker: --out is replaced only when it holds one (or is empty)
+# Multi-source data (prepare-multi30k.sh --extra-src): the task and its extra sources come
+# from prep.env. Adversarial evaluation (multi-source paper, Table 2): --shuffle-source L
+# [--shuffle-seed N] replaces every sentence of source L by another sentence of the split
+# (inside the task, so fairseq-generate does it); default --out CKPT_DIR/eval-SPLIT-shuffle-L,
+# and with an unshuffled evaluation of the same checkpoint (--unshuffled DIR, default
+# CKPT_DIR/eval-SPLIT when it holds one) the BLEU drop is printed and written to adversarial.json.
 # --out holds one complete evaluation or none: everything is written into a temporary
 # directory beside --out, renamed into place only when the evaluation succeeded. A rerun
 # removes the previous evaluation when it starts, so after a failed rerun --out holds no
@@ -40,6 +46,7 @@ BPE=""
 REF_DETOK=""
 REF_TOK=""
 HEADLINE=""
+UNSHUFFLED=""
 GEN_ARGS=()
 
 usage() {
@@ -56,6 +63,10 @@ Usage: $FSX_PROG --checkpoint CKPT --data DATA_BIN [--split test] [--out DIR] [o
   --ref-tok FILE       tokenized reference (default DATA/text/SPLIT.tok.TGT)
   --headline FLAVOUR   detok-cased | detok-lc | tok-cased | tok-lc: the score to report
                        (default: the one the papers report for the recipe in prep.env)
+  --shuffle-source L   adversarial evaluation of a multi-source model: source L's sentences
+                       replaced by other sentences of the split (--shuffle-seed N, default 1)
+  --unshuffled DIR     the plain evaluation to report the BLEU drop against
+                       (default: CKPT_DIR/eval-SPLIT when it evaluated the same checkpoint)
 Anything else is passed to fairseq-generate, e.g. --beam 6 --lenpen 1.1 --cpu
   --model-overrides "{'max_source_positions': 1024}"  (also after a lone --)
 EOF
@@ -73,6 +84,7 @@ while [[ $# -gt 0 ]]; do
         --ref-detok) REF_DETOK="${2?--ref-detok needs a value}"; shift 2 ;;
         --ref-tok) REF_TOK="${2?--ref-tok needs a value}"; shift 2 ;;
         --headline) HEADLINE="${2?--headline needs a value}"; shift 2 ;;
+        --unshuffled) UNSHUFFLED="${2?--unshuffled needs a value}"; shift 2 ;;
         --remove-bpe | --user-dir)
             fsx_die "$1 is set by $FSX_PROG itself (use --bpe to choose the subword kind)"
             ;;
@@ -121,6 +133,34 @@ fi
 [[ -z "$REF_DETOK" || -f "$REF_DETOK" ]] || fsx_die "--ref-detok $REF_DETOK: no such file"
 [[ -z "$REF_TOK" || -f "$REF_TOK" ]] || fsx_die "--ref-tok $REF_TOK: no such file"
 
+gen_value() { # gen_value NAME: the value of fairseq-generate option NAME in GEN_ARGS (the last one)
+    local i v=""
+    for ((i = 0; i < ${#GEN_ARGS[@]}; i++)); do
+        case "${GEN_ARGS[i]}" in
+            "$1") v="${GEN_ARGS[i + 1]:-}" ;;
+            "$1="*) v="${GEN_ARGS[i]#*=}" ;;
+        esac
+    done
+    printf '%s' "$v"
+}
+SHUFFLE="$(gen_value --shuffle-source)"
+SHUFFLE_SEED="$(gen_value --shuffle-seed)"
+SHUFFLE_SEED="${SHUFFLE_SEED:-1}"
+if [[ -n "$SHUFFLE" ]]; then
+    [[ -n "${PREP[extra_src]:-}" || -n "$(gen_value --extra-source-langs)" ]] ||
+        fsx_die "--shuffle-source $SHUFFLE: $DATA is not multi-source data (no extra_src in its prep.env)"
+    [[ -n "$OUT" ]] || OUT="$(dirname "${ckpts[0]}")/eval-$SPLIT-shuffle-$SHUFFLE"
+    if [[ -z "$UNSHUFFLED" && -f "$(dirname "${ckpts[0]}")/eval-$SPLIT/$FSX_EVAL_COMPLETE" ]] &&
+        grep -qxF "checkpoint=$CKPT" "$(dirname "${ckpts[0]}")/eval-$SPLIT/$FSX_EVAL_COMPLETE"; then
+        UNSHUFFLED="$(dirname "${ckpts[0]}")/eval-$SPLIT"
+    fi
+    if [[ -n "$UNSHUFFLED" ]]; then
+        fsx_check_evaluation "$UNSHUFFLED"
+        [[ -f "$UNSHUFFLED/bleu.json" ]] || fsx_die "--unshuffled $UNSHUFFLED: no bleu.json"
+    fi
+elif [[ -n "$UNSHUFFLED" ]]; then
+    fsx_die "--unshuffled is for the adversarial evaluation (--shuffle-source L)"
+fi
 [[ -n "$OUT" ]] || OUT="$(dirname "${ckpts[0]}")/eval-$SPLIT"
 fsx_setup_tools
 fsx_require_cmd fairseq-generate
@@ -193,7 +233,29 @@ fsx_log "sacreBLEU on $n sentences of '$SPLIT'"
 "$FSX_PY" "$FSX_SCRIPTS_DIR/lib/score_bleu.py" --hyp-detok "$OUT/hyp.detok" --ref-detok "$OUT/ref.detok" \
     --hyp-tok "$OUT/hyp.tok" --ref-tok "$OUT/ref.tok" --json "$OUT/bleu.json" \
     --headline "$HEADLINE" --headline-note "${NOTE:-}" | tee "$OUT/bleu.txt"
+MARK=()
+if [[ -n "$SHUFFLE" ]]; then
+    MARK=("shuffle_source=$SHUFFLE" "shuffle_seed=$SHUFFLE_SEED")
+    if [[ -n "$UNSHUFFLED" ]]; then
+        "$FSX_PY" - "$OUT/bleu.json" "$UNSHUFFLED" "$HEADLINE" "$SHUFFLE" "$SHUFFLE_SEED" \
+            "$OUT/adversarial.json" <<'PY' | tee -a "$OUT/bleu.txt"
+import json, os, sys
+bleu_json, unshuffled, flavour, lang, seed, out = sys.argv[1:]
+adv = json.load(open(bleu_json, encoding="utf-8"))[flavour]["score"]
+plain = json.load(open(os.path.join(unshuffled, "bleu.json"), encoding="utf-8"))
+if flavour not in plain:
+    sys.exit(f"evaluate.sh: --unshuffled {unshuffled}: no {flavour} BLEU in its bleu.json")
+plain = plain[flavour]["score"]
+res = {"shuffle_source": lang, "shuffle_seed": int(seed), "flavour": flavour, "bleu": adv,
+       "unshuffled_bleu": plain, "drop": round(plain - adv, 2), "unshuffled": os.path.abspath(unshuffled)}
+json.dump(res, open(out, "w", encoding="utf-8"), indent=2)
+print(f"adversarial [{flavour}, {lang} shuffled, seed {seed}]: {adv:.2f}, unshuffled {plain:.2f}, "
+      f"drop {plain - adv:.2f}")
+PY
+    fi
+fi
 
 # success: the completion marker last, then the whole directory into place
-fsx_write_evaluation_complete "$OUT" "checkpoint=$CKPT" "data=$DATA" "split=$SPLIT" "sentences=$n"
+fsx_write_evaluation_complete "$OUT" "checkpoint=$CKPT" "data=$DATA" "split=$SPLIT" "sentences=$n" \
+    "${MARK[@]+"${MARK[@]}"}"
 fsx_finish_output

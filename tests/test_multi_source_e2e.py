@@ -107,6 +107,69 @@ def test_shuffle_source_replaces_one_source_by_other_sentences(three_sources, sh
         load("es")
 
 
+@pytest.fixture(scope="module")
+def serial_checkpoint(three_sources):
+    """A tiny serial model over en + fr + de -> cs, trained for 120 updates (after fewer, it
+    says the same for every sentence)."""
+    save = three_sources.parent / "ck"
+    res = run(["bash", os.path.join(SCRIPTS, "train.sh"), three_sources, save, "--", "--task",
+               "multi_source_translation", "-s", "en", "-t", "cs", "--extra-source-langs", "fr,de",
+               "--arch", "multilayer_transformer", "--joint-attention", "serial", "--encoder-layers", "1",
+               "--decoder-layers", "1", "--encoder-embed-dim", "24", "--decoder-embed-dim", "24",
+               "--encoder-ffn-embed-dim", "40", "--decoder-ffn-embed-dim", "40", "--encoder-attention-heads", "2",
+               "--decoder-attention-heads", "2", "--share-all-embeddings", "--optimizer", "adam", "--lr", "5e-3",
+               "--max-tokens", "700", "--max-update", "120", "--criterion", "cross_entropy", "--cpu",
+               "--no-epoch-checkpoints", "--no-progress-bar", "--log-format", "simple", "--seed", "1",
+               "--num-workers", "0", "--disable-validation"])
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    return save / "checkpoint_last.pt"
+
+
+@needs_data
+def test_evaluate_and_adversarial_evaluation_of_a_multi_source_checkpoint(three_sources, serial_checkpoint):
+    """evaluate.sh takes the task from prep.env; --shuffle-source changes the translations,
+    keeps the references, and reports the drop against the plain evaluation."""
+    common = ["--checkpoint", serial_checkpoint, "--data", three_sources, "--beam", "1", "--max-len-b", "12",
+              "--batch-size", "250", "--cpu"]
+    plain = serial_checkpoint.parent / "eval-test"
+    res = run(["bash", os.path.join(SCRIPTS, "evaluate.sh"), *common])
+    assert res.returncode == 0, res.stderr[-3000:]
+    cmd = (plain / "generate-test.cmd").read_text()
+    assert "--task multi_source_translation --extra-source-langs fr\\,de --remove-bpe" in cmd  # printf %q
+    plain_bleu = json.loads((plain / "bleu.json").read_text())
+    assert (plain / "ref.detok").read_text() == (three_sources / "text" / "test.raw.cs").read_text()
+
+    hyps = {}
+    for lang in ("en", "de"):
+        res = run(["bash", os.path.join(SCRIPTS, "evaluate.sh"), *common, "--shuffle-source", lang])
+        assert res.returncode == 0, res.stderr[-3000:]
+        out = serial_checkpoint.parent / f"eval-test-shuffle-{lang}"  # the plain evaluation is kept
+        assert (out / "ref.detok").read_text() == (plain / "ref.detok").read_text()
+        if lang != "en":  # fairseq-generate prints the primary source
+            assert (out / "src.tok").read_text() == (plain / "src.tok").read_text()
+        hyps[lang] = (out / "hyp.tok").read_text().splitlines()
+        adv = json.loads((out / "adversarial.json").read_text())
+        bleu = json.loads((out / "bleu.json").read_text())["detok-cased"]["score"]
+        assert (adv["shuffle_source"], adv["shuffle_seed"], adv["bleu"]) == (lang, 1, bleu)
+        assert adv["unshuffled_bleu"] == plain_bleu["detok-cased"]["score"]
+        assert adv["drop"] == pytest.approx(adv["unshuffled_bleu"] - bleu, abs=0.011)
+        assert f"{lang} shuffled, seed 1]" in res.stdout and "drop" in res.stdout
+        assert "shuffle_source=" + lang in (out / ".evaluation-complete").read_text()
+    plain_hyps = (plain / "hyp.tok").read_text().splitlines()
+    for lang in ("en", "de"):  # either source matters to the serial model
+        assert len(hyps[lang]) == len(plain_hyps) == 1000
+        assert sum(h != p for h, p in zip(hyps[lang], plain_hyps)) > 100, lang
+    # the shuffled English is what fairseq-generate printed as the source: other sentences
+    shuffled_src = (serial_checkpoint.parent / "eval-test-shuffle-en" / "src.tok").read_text().splitlines()
+    original_src = (plain / "src.tok").read_text().splitlines()
+    assert sorted(shuffled_src) == sorted(original_src)
+    assert sum(a == b for a, b in zip(shuffled_src, original_src)) <= 2  # only duplicate sentences stay
+
+    res = run(["bash", os.path.join(SCRIPTS, "evaluate.sh"), "--checkpoint", serial_checkpoint, "--data",
+               three_sources.parent / "nowhere", "--shuffle-source", "fr"])
+    assert res.returncode != 0
+
+
 @needs_data
 @pytest.mark.slow
 def test_reproduce_ms1_with_its_adversarial_column(tmp_path):
@@ -125,4 +188,7 @@ def test_reproduce_ms1_with_its_adversarial_column(tmp_path):
     plan = json.loads(next((runs / "serial").iterdir()).joinpath("plan.json").read_text())
     assert "--extra-source-langs" in plan["train"] and "--shuffle-source" in plan["adversarial"][0]
     assert "multi30k-en+fr-de for multi30k-en-de" in res.stdout
-    assert "Adversarial evaluation" in (runs / "table.md").read_text()
+    table = (runs / "table.md").read_text()
+    assert "Adversarial evaluation" in table
+    drop = round(serial["bleu"] - serial["adversarial"]["fr"], 2)
+    assert f"fr shuffled: {serial['adversarial']['fr']:.2f} (drop {drop:.2f})" in table
