@@ -80,15 +80,16 @@ def strip_padding_columns(tokens, pad):
     return tokens[..., tokens.ne(pad).reshape(-1, tokens.size(-1)).any(0)]
 
 
-def beam_search_rescored(model, dictionary, src, lengths, beam_size=3, max_len_b=8, eos_boost=4.0,
-                         **encoder_inputs):
+def beam_search_rescored(model, dictionary, src, lengths, beam_size=3, max_len_b=8,
+                         eos_boosts=(4.0, -4.0, 2.0, -2.0, 8.0, -8.0, 1.5, -1.5), **encoder_inputs):
     """fairseq's beam search on the batch; then every returned hypothesis is rescored by a
     teacher-forced forward of its tokens on its own sentence without the batch's padding
     (extra sources too): its positional scores must be those log-probabilities. This holds
     only if padding is masked and every cache and encoder output followed beam search's
     reorders, including those that shrink the batch when sentences finish (EOS's output
-    weights are scaled by ``eos_boost``, doubled until that happens, and restored at the
-    end). ``encoder_inputs``: extra net inputs (B x ...). Returns the hypotheses."""
+    weights are scaled by the first of ``eos_boosts`` with which that happens, a negative
+    factor flipping their sign, and restored at the end). ``encoder_inputs``: extra net
+    inputs (B x ...). Returns the hypotheses."""
     from fairseq.sequence_generator import SequenceGenerator
 
     model.eval()
@@ -104,14 +105,13 @@ def beam_search_rescored(model, dictionary, src, lengths, beam_size=3, max_len_b
     net_input = {"src_tokens": src, "src_lengths": lengths, **encoder_inputs}
     try:
         with torch.no_grad():
-            for _ in range(6):
-                eos_row.copy_(saved_row * eos_boost)
+            for boost in eos_boosts:
+                eos_row.copy_(saved_row * boost)
                 sizes.clear()
                 hypos = SequenceGenerator([model], dictionary, beam_size=beam_size, max_len_b=max_len_b).forward(
                     {"net_input": net_input})
                 if min(sizes) < src.size(0) * beam_size:  # some sentences finished early: the batch shrank
                     break
-                eos_boost *= 2
             assert min(sizes) < src.size(0) * beam_size, "no sentence finished early"
             assert len(hypos) == src.size(0)
             for b, beam in enumerate(hypos):

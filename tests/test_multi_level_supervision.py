@@ -19,6 +19,7 @@ from model_utils import (
     SMALL,
     TINY_TRAIN_FLAGS,
     USER_DIR,
+    beam_search_rescored,
     build,
     clean_env,
     full_and_incremental,
@@ -146,13 +147,11 @@ def test_incremental_equals_full_forward(aux_layers, fusion):
                                    ("--aux-decoder-layers", "1,2", "--aux-fusion"),
                                    ("--aux-decoder-layers", "1", "--aux-fusion", "--joint-attention", "m-00"),
                                    ("--aux-decoder-layers", "2", "--decode-from", "aux2")])
-def test_beam_search(flags):
+def test_beam_search_scores_are_the_teacher_forced_scores(flags):
     dictionary = make_dictionary()
     model, _ = build("multilayer_transformer", *SMALL, *flags, dictionary=dictionary)
-    src, lengths, _ = random_batch(dictionary)
-    hypos = SequenceGenerator([model], dictionary, beam_size=3, max_len_b=8).forward(
-        {"net_input": {"src_tokens": src, "src_lengths": lengths}})
-    assert len(hypos) == src.size(0) and all(len(h) == 3 for h in hypos)
+    src, lengths, _ = random_batch(dictionary, bsz=4, seed=3)
+    beam_search_rescored(model, dictionary, src, lengths)
 
 
 def test_without_fusion_beam_search_runs_only_the_main_decoder():
