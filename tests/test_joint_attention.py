@@ -10,7 +10,6 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
 from fairseq_ext.models.multilayer_transformer_config import parse_options
@@ -24,6 +23,7 @@ from fairseq_ext.modules.multi_source_attention import (
 from model_utils import (
     MULTI30K_TRAIN_FLAGS,
     SMALL,
+    beam_search_rescored,
     build,
     build_stock,
     full_and_incremental,
@@ -123,44 +123,70 @@ def ref_mlmha(attn, query, sources, pad, u0, u1):
     return lin(combined, attn.out_proj), joint
 
 
-def ref_flat(attn, query, sources, pad):
+def ref_flat(attn, query, sources, pad, with_weights=False):
     """Eq. 5-6: K_flat = V_flat = concat_i(f^i) along the length axis, one attention (one
-    set of projections) over all n J positions, one softmax."""
+    set of projections) over all n J positions, one softmax. The weights (with_weights):
+    that softmax's mass on source position j summed over the n sources, head-averaged
+    (B x Z x J)."""
     assert len(attn.k_proj) == len(attn.v_proj) == 1
     states = torch.cat(sources, dim=0)  # nJ x B x C
     mask = None if pad is None else torch.cat([pad] * len(sources), dim=1)
     h = attn.num_heads
     q = heads(lin(query, attn.q_proj), h)
     k, v = heads(lin(states, attn.k_proj[0]), h), heads(lin(states, attn.v_proj[0]), h)
-    return lin(unheads(logits_of(q, k, mask).softmax(-1) @ v), attn.out_proj)
+    w = logits_of(q, k, mask).softmax(-1)  # B x H x Z x nJ
+    out = lin(unheads(w @ v), attn.out_proj)
+    if not with_weights:
+        return out
+    length = sources[0].size(0)
+    return out, sum(w[..., i * length : (i + 1) * length] for i in range(len(sources))).mean(1)
 
 
-def ref_hierarchical(attn, query, sources, pad):
+def ref_mha_weights(attn, query, source, pad=None):
+    """The softmax weights of ref_mha, B x H x Z x J."""
+    h = attn.num_heads
+    return logits_of(heads(lin(query, attn.q_proj), h), heads(lin(source, attn.k_proj), h), pad).softmax(-1)
+
+
+def ref_hierarchical(attn, query, sources, pad, with_weights=False):
     """Eq. 7-8 with A^h of Eq. 2-3: c_i = A^h_i(Q, f^i) with the i-th attention's own
     W^Q, W^K, W^V, W^O; then, at every target position z separately, one more A^h (own
-    projections) with the query x_z and keys = values = [c_1[z], ..., c_n[z]]."""
+    projections) with the query x_z and keys = values = [c_1[z], ..., c_n[z]]. The weights
+    (with_weights): sum_i beta_i alpha_i, alpha_i source i's head-averaged weights and
+    beta_i the second level's head-averaged weight of c_i (B x Z x J)."""
     contexts = [ref_mha(a, query, f, pad) for a, f in zip(attn.source_attentions, sources)]  # Z x B x C
-    outputs = []
+    outputs, betas = [], []
     for z in range(query.size(0)):
         states = torch.stack([c[z] for c in contexts])  # n x B x C: the n contexts of position z
         outputs.append(ref_mha(attn.context_attention, query[z : z + 1], states))
-    return torch.cat(outputs, dim=0)
+        betas.append(ref_mha_weights(attn.context_attention, query[z : z + 1], states).mean(1)[:, 0])  # B x n
+    out = torch.cat(outputs, dim=0)
+    if not with_weights:
+        return out
+    beta = torch.stack(betas, dim=1)  # B x Z x n
+    alphas = [ref_mha_weights(a, query, f, pad).mean(1) for a, f in zip(attn.source_attentions, sources)]
+    return out, sum(beta[..., i, None] * alpha for i, alpha in enumerate(alphas))
 
 
-def ref_hierarchical_shared(attn, query, sources, pad):
+def ref_hierarchical_shared(attn, query, sources, pad, with_weights=False):
     """The first release's simplified form (strategy hierarchical-shared): per head,
     c_i = softmax(q k_i^T / sqrt(dk)) v_i with one shared query projection, then
-    beta = softmax_i(q . c_i / sqrt(dk)), context = sum_i beta_i c_i; then one W_o."""
+    beta = softmax_i(q . c_i / sqrt(dk)), context = sum_i beta_i c_i; then one W_o. The
+    weights (with_weights): sum_i beta_i alpha_i per head, then head-averaged (B x Z x J)."""
     h = attn.num_heads
     q = heads(lin(query, attn.q_proj), h)  # B x H x Z x D
-    cs = []
+    cs, alphas = [], []
     for i, f in enumerate(sources):
         k, v = heads(lin(f, attn.k_proj[i]), h), heads(lin(f, attn.v_proj[i]), h)
-        cs.append(logits_of(q, k, pad).softmax(-1) @ v)
+        alphas.append(logits_of(q, k, pad).softmax(-1))
+        cs.append(alphas[-1] @ v)
     scores = torch.stack([(q * c).sum(-1) for c in cs], dim=-1) / math.sqrt(q.size(-1))  # B x H x Z x n
     beta = scores.softmax(-1)
     context = sum(beta[..., i, None] * c for i, c in enumerate(cs))
-    return lin(unheads(context), attn.out_proj)
+    out = lin(unheads(context), attn.out_proj)
+    if not with_weights:
+        return out
+    return out, sum(beta[..., i, None] * alpha for i, alpha in enumerate(alphas)).mean(1)
 
 
 def ref_parallel(attn, query, sources, pad):
@@ -477,9 +503,10 @@ def test_flat_and_shared_hierarchical_equations(strategy, n):
     sources, pad, query = random_sources(n)
     out, weights = attn(query, torch.stack(sources, dim=2), key_padding_mask=pad, need_weights=True)
     ref = ref_flat if strategy == "flat" else ref_hierarchical_shared
-    torch.testing.assert_close(out, ref(attn, query, sources, pad), atol=1e-5, rtol=0)
-    # weights over the J source positions (summed over the sources): a distribution
-    torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights.sum(-1)), atol=1e-6, rtol=0)
+    expected, expected_weights = ref(attn, query, sources, pad, with_weights=True)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=0)
+    # the returned weights (what alignments and the analyses read): B x Z x J, from the equations
+    torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-6)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])
@@ -489,8 +516,9 @@ def test_hierarchical_equations(n):
     sources, pad, query = random_sources(n)
     out, weights = attn(query, torch.stack(sources, dim=2), key_padding_mask=pad, need_weights=True)
     # fairseq's attention takes its softmax in float32, hence the relative tolerance
-    torch.testing.assert_close(out, ref_hierarchical(attn, query, sources, pad), atol=1e-5, rtol=1e-6)
-    torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights.sum(-1)), atol=1e-6, rtol=0)
+    expected, expected_weights = ref_hierarchical(attn, query, sources, pad, with_weights=True)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-5)  # B x Z x J
     assert torch.all(weights.masked_select(pad[:, None, :].expand_as(weights)) == 0)
     if n == 1:  # one context with weight 1: the stock cross-attention, then W^O_2 W^V_2
         second = attn.context_attention
@@ -617,30 +645,12 @@ def test_static_keys_and_values_are_projected_once_per_sentence(strategy):
 
 @pytest.mark.parametrize("strategy", ALL_OPTIONS)
 def test_sequence_generator_beam_search(strategy):
-    """fairseq's beam search (beam 3) runs and returns hypotheses whose positional scores
-    are the teacher-forced scores of the same tokens (so reordering and batch shrinking
-    kept every cache aligned)."""
+    """fairseq's beam search (beam 3) returns hypotheses whose positional scores are the
+    teacher-forced scores of the same tokens on each sentence alone (so reordering and batch
+    shrinking kept every cache aligned)."""
     model, _, dictionary = small_model(strategy)
-    model.float()
-    with torch.no_grad():  # EOS likelier, so that some sentences finish early (the batch shrinks)
-        model.decoder.output_projection.weight[dictionary.eos()] *= 4
     src, lengths, _ = random_batch(dictionary, bsz=4, src_len=7, seed=3)
-    generator = SequenceGenerator([model], dictionary, beam_size=3, max_len_b=10)
-    with torch.no_grad():
-        hypos = generator.forward({"net_input": {"src_tokens": src, "src_lengths": lengths}})
-    assert len(hypos) == src.size(0)
-    for b, beam in enumerate(hypos):
-        assert len(beam) == 3
-        for hypo in beam:
-            tokens = hypo["tokens"]
-            assert tokens[-1] == dictionary.eos() and torch.isfinite(hypo["score"])
-            prev = torch.cat([tokens.new_tensor([dictionary.eos()]), tokens[:-1]])[None]
-            keep = src[b].ne(dictionary.pad())
-            with torch.no_grad():
-                lprobs = model.get_normalized_probs(
-                    model(src[b : b + 1, keep], lengths[b : b + 1], prev), log_probs=True)
-            rescored = lprobs[0].gather(-1, tokens[:, None])[:, 0]
-            torch.testing.assert_close(hypo["positional_scores"], rescored, atol=1e-4, rtol=0)
+    beam_search_rescored(model.float(), dictionary, src, lengths, max_len_b=10)
 
 
 # ----------------------------------------------------------------------------------------
@@ -776,9 +786,8 @@ def test_a_new_table_entry_is_a_working_strategy(monkeypatch):
     src, lengths, prev = random_batch(dictionary, beam=2)
     full, incremental = full_and_incremental(model, src, lengths, prev, permute_at=2, beam=2)
     torch.testing.assert_close(full, incremental, rtol=0, atol=1e-5)
-    hypos = SequenceGenerator([model], dictionary, beam_size=2, max_len_b=5).forward(
-        {"net_input": {"src_tokens": src, "src_lengths": lengths}})
-    assert len(hypos) == src.size(0)
+    src, lengths, _ = random_batch(dictionary, bsz=4, seed=3)
+    beam_search_rescored(model, dictionary, src, lengths, beam_size=2, max_len_b=5)
 
 
 # ----------------------------------------------------------------------------------------
