@@ -20,8 +20,11 @@ def make_mma(spec, num_heads=4, window=1, causal=False, seed=0):
     return m.eval()
 
 
-def allowed(head, i, j, w):
-    """Eq. 8-11 for one query i and key j."""
+def allowed(head, i, j, w, causal=False):
+    """Eq. 8-11 for one query i and key j; in decoder self-attention (causal) a key j > i is
+    never allowed, so a local head keeps the past side of its window."""
+    if causal and j > i:
+        return False
     return {"G": True, "L": abs(i - j) <= w, "F": j >= i, "B": j <= i}[head]
 
 
@@ -79,28 +82,34 @@ def test_all_global_equals_fairseq_multihead_attention(with_future_mask):
     assert (w - w_ref).abs().max() < 1e-6
 
 
-@pytest.mark.parametrize("spec,window", [("G,L,F,B", 1), ("L,F,B,G", 2), ("G,G,L,B", 3)])
-def test_output_is_the_masked_attention_equation(spec, window):
+@pytest.mark.parametrize("spec,window,causal", [("G,L,F,B", 1, False), ("L,F,B,G", 2, False), ("G,G,L,B", 3, False),
+                                                ("L,B,L,B", 1, True), ("L,L,B,B", 2, True)])
+def test_output_is_the_masked_attention_equation(spec, window, causal):
     """Eq. 7-11 recomputed in plain torch from the module's own projections: per head h,
     softmax(q_h k_h^T / sqrt(d_k) + M_h) v_h with M_h = 0 where the head may look and -inf
-    elsewhere, the heads concatenated and projected. Padding keys masked in every head."""
+    elsewhere, the heads concatenated and projected. Padding keys masked in every head; the
+    decoder (causal) with fairseq's future mask, its local heads seeing i - w .. i."""
     heads = spec.split(",")
-    m = make_mma(spec, window=window)
+    m = make_mma(spec, window=window, causal=causal)
     length, bsz, dk = 6, 2, D // 4
     x = torch.randn(length, bsz, D)
     pad = torch.zeros(bsz, length, dtype=torch.bool)
-    pad[1, :1] = True  # the second sentence is left-padded by one
-    out, w = m(x, x, x, key_padding_mask=pad, need_head_weights=True)
+    if causal:
+        pad[1, -1:] = True  # target side: the second sentence is right-padded by one
+    else:
+        pad[1, :1] = True  # source side: left-padded by one
+    out, w = m(x, x, x, key_padding_mask=pad, need_head_weights=True,
+               attn_mask=future_mask(length) if causal else None)
     q = m.q_proj(x).view(length, bsz, 4, dk).permute(1, 2, 0, 3)  # B x H x T x dk
     k = m.k_proj(x).view(length, bsz, 4, dk).permute(1, 2, 0, 3)
     v = m.v_proj(x).view(length, bsz, 4, dk).permute(1, 2, 0, 3)
-    mask = torch.tensor([[[0.0 if allowed(head, i, j, window) else float("-inf") for j in range(length)]
+    mask = torch.tensor([[[0.0 if allowed(head, i, j, window, causal) else float("-inf") for j in range(length)]
                           for i in range(length)] for head in heads])  # H x T x T
     scores = q @ k.transpose(-1, -2) / dk ** 0.5 + mask
     scores = scores.masked_fill(pad[:, None, None, :], float("-inf"))
     probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
     expected = m.out_proj((probs @ v).permute(2, 0, 1, 3).reshape(length, bsz, D))
-    rows = [(0, range(length)), (1, range(1, length))]  # the padded query row is undefined
+    rows = [(0, range(length)), (1, range(length - 1) if causal else range(1, length))]  # not the padded query
     for b, keep in rows:
         torch.testing.assert_close(out[list(keep), b], expected[list(keep), b], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(w[:, b, list(keep)], probs[b][:, list(keep)], atol=1e-6, rtol=1e-5)
