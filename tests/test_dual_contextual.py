@@ -25,9 +25,10 @@ def future_mask(length):
     return torch.triu(torch.full((length, length), float("-inf"), dtype=torch.double), 1)
 
 
-def reference_dc(m, r, pad, causal):
+def reference_dc(m, r, pad, causal, with_weights=False):
     """Eq. 5.4-5.6 written out: windows [r_{t-a} .. r_{t+b}] times W^r in R^{f d x 2d}, GLU,
-    LayerNorm; FI per head with explicit masks; [h_l ; h_g] W_z + b_z."""
+    LayerNorm; FI per head with explicit masks; [h_l ; h_g] W_z + b_z. With
+    ``with_weights`` also the global FI unit's softmax weights, H x B x T x T."""
     length, bsz, dim = r.shape
     f = m.kernel_size
     dk = dim // H
@@ -51,7 +52,7 @@ def reference_dc(m, r, pad, causal):
         blocked |= torch.ones(length, length, dtype=torch.bool).triu(1)
 
     def fi(unit, a_in, b_in):
-        heads = []
+        heads, weights = [], []
         for h in range(H):
             s = slice(h * dk, (h + 1) * dk)
             q = F.linear(a_in, unit.q_proj.weight[s], unit.q_proj.bias[s])
@@ -60,10 +61,12 @@ def reference_dc(m, r, pad, causal):
             logits = torch.einsum("tbd,sbd->bts", q, k) / math.sqrt(dk)
             att = logits.masked_fill(blocked, float("-inf")).softmax(dim=-1)
             heads.append(torch.einsum("bts,sbd->tbd", att, v))
-        return torch.cat(heads, dim=-1)
+            weights.append(att)
+        return torch.cat(heads, dim=-1), torch.stack(weights)
 
-    h_l, h_g = fi(m.local_fi, r, lc), fi(m.global_fi, r, r)
-    return F.linear(torch.cat([h_l, h_g], dim=-1), m.out_proj.weight, m.out_proj.bias)
+    (h_l, _), (h_g, global_weights) = fi(m.local_fi, r, lc), fi(m.global_fi, r, r)
+    z_hat = F.linear(torch.cat([h_l, h_g], dim=-1), m.out_proj.weight, m.out_proj.bias)
+    return (z_hat, global_weights) if with_weights else z_hat
 
 
 def run_incremental(m, x, pad, reorder_at=None, new_order=None):
@@ -122,6 +125,40 @@ def test_output_of_stock_layer_is_eq_5_7(kernel_size):
         ffn = F.linear(F.relu(F.linear(z, layer.fc1.weight, layer.fc1.bias)), layer.fc2.weight, layer.fc2.bias)
         expected = F.layer_norm(z + ffn, (D,), layer.final_layer_norm.weight, layer.final_layer_norm.bias)
     keep = ~pad.t().unsqueeze(-1)  # padded positions are not compared
+    torch.testing.assert_close(out.masked_select(keep), expected.masked_select(keep), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kernel_size", [2, 3])
+def test_decoder_layer_with_dc_is_eq_5_7(kernel_size):
+    """Inside fairseq's own decoder layer, causal DC replaces the masked self-attention
+    sublayer: z = LayerNorm(z_hat + r) with z_hat from the equations (reference_dc, causal,
+    right-padded targets), then fairseq's encoder-decoder attention and FFN sublayers."""
+    from model_utils import build
+    model, _ = build("multilayer_transformer", "--encoder-embed-dim", str(D), "--decoder-embed-dim", str(D),
+                     "--encoder-ffn-embed-dim", "24", "--decoder-ffn-embed-dim", "24",
+                     "--encoder-attention-heads", str(H), "--decoder-attention-heads", str(H),
+                     "--encoder-layers", "1", "--decoder-layers", "2", "--dropout", "0",
+                     "--decoder-self-attention", "dc", "--dc-kernel-size", str(kernel_size))
+    layer = model.decoder.layers[1].double()
+    assert isinstance(layer.self_attn, DualContextualAttention) and layer.self_attn.causal
+    with torch.no_grad():
+        for p in layer.parameters():  # random LayerNorms and biases too
+            p.add_(0.3 * torch.randn_like(p))
+    r = torch.randn(6, 3, D, dtype=torch.double)
+    tgt_pad = torch.zeros(3, 6, dtype=torch.bool)
+    tgt_pad[1, -2:] = True
+    memory = torch.randn(5, 3, D, dtype=torch.double)
+    src_pad = torch.zeros(3, 5, dtype=torch.bool)
+    src_pad[2, :3] = True
+    with torch.no_grad():
+        out, _, _ = layer(r, memory, src_pad, self_attn_mask=future_mask(6), self_attn_padding_mask=tgt_pad)
+        z_hat = reference_dc(layer.self_attn, r, tgt_pad, True)
+        z = F.layer_norm(z_hat + r, (D,), layer.self_attn_layer_norm.weight, layer.self_attn_layer_norm.bias)
+        cross, _ = layer.encoder_attn(query=z, key=memory, value=memory, key_padding_mask=src_pad)  # fairseq's own
+        y = F.layer_norm(z + cross, (D,), layer.encoder_attn_layer_norm.weight, layer.encoder_attn_layer_norm.bias)
+        ffn = F.linear(F.relu(F.linear(y, layer.fc1.weight, layer.fc1.bias)), layer.fc2.weight, layer.fc2.bias)
+        expected = F.layer_norm(y + ffn, (D,), layer.final_layer_norm.weight, layer.final_layer_norm.bias)
+    keep = ~tgt_pad.t().unsqueeze(-1)  # padded target positions are not compared
     torch.testing.assert_close(out.masked_select(keep), expected.masked_select(keep), atol=1e-6, rtol=1e-6)
 
 
@@ -211,13 +248,14 @@ def test_parameter_delta_over_multihead_attention():
 
 
 def test_attention_weights_and_interface():
+    """The returned weights are the global FI unit's softmax (Eq. 5.5 with r as query and
+    keys), per head or head-averaged as fairseq returns them."""
     m = make_dc(3, causal=True)
     assert (m.num_heads, m.head_dim) == (H, D // H)
     x = torch.randn(4, 2, D, dtype=torch.double)
     _, per_head = m(x, x, x, attn_mask=future_mask(4), need_head_weights=True)
-    assert per_head.shape == (H, 2, 4, 4)
-    assert torch.all(per_head.triu(1) == 0)
-    torch.testing.assert_close(per_head.sum(-1), torch.ones(H, 2, 4, dtype=torch.double))
+    _, expected = reference_dc(m, x, None, True, with_weights=True)
+    torch.testing.assert_close(per_head, expected, atol=1e-10, rtol=1e-10)  # H x B x T x S
     _, avg = m(x, x, x, attn_mask=future_mask(4), need_weights=True)
     torch.testing.assert_close(avg, per_head.mean(0))
     assert m(x, x, x, need_weights=False)[1] is None
