@@ -21,6 +21,7 @@ from model_utils import (
     USER_DIR,
     beam_search_rescored,
     build,
+    build_stock,
     clean_env,
     full_and_incremental,
     make_dictionary,
@@ -166,18 +167,27 @@ def test_without_fusion_beam_search_runs_only_the_main_decoder():
     assert calls == []
 
 
-def test_decode_from_aux_is_that_decoder_alone():
+def test_aux_decoders_are_stock_decoders_reading_their_encoder_layer():
+    """Auxiliary decoder i (thesis Eq. 4.1) is a standard decoder over H^{l_i}, the output of
+    encoder layer l_i: fairseq's own TransformerDecoder with its weights, given that layer
+    and the source padding mask, returns the same logits; --decode-from aux2 returns them."""
     dictionary = make_dictionary()
     model, _ = build("multilayer_transformer", *SMALL, "--aux-decoder-layers", "1,2", dictionary=dictionary)
     aux2, _ = build("multilayer_transformer", *SMALL, "--aux-decoder-layers", "1,2", "--decode-from", "aux2",
                     dictionary=dictionary)
     aux2.load_state_dict(model.state_dict())
+    stock, _ = build_stock("transformer", *SMALL, dictionary=dictionary)
     src, lengths, prev = random_batch(dictionary)
     with torch.no_grad():
         _, extra = model(src, lengths, prev)
         logits, _ = aux2(src, lengths, prev)
-    assert torch.allclose(logits, extra["aux_out"][1], atol=1e-6)
-    assert not torch.allclose(logits, extra["aux_out"][0], atol=1e-3)
+        states = model.encoder(src, src_lengths=lengths)["encoder_states"]  # H^0 (embeddings), H^1 .. H^L
+        for i, layer in enumerate((1, 2)):
+            stock.decoder.load_state_dict(model.decoder.aux_decoders[i].state_dict())
+            memory = {"encoder_out": [states[layer]], "encoder_padding_mask": [src.eq(dictionary.pad())]}
+            expected, _ = stock.decoder(prev, encoder_out=memory)
+            torch.testing.assert_close(extra["aux_out"][i], expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(logits, extra["aux_out"][1], atol=1e-6, rtol=0)
     full, incremental = full_and_incremental(aux2, src, lengths, prev)
     assert torch.allclose(full, incremental, atol=1e-5)
 
