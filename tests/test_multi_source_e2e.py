@@ -47,6 +47,8 @@ def test_recipe_binarizes_every_source_against_the_target_with_one_dictionary(th
         for pair, lang in (("en-cs", "en"), ("en-cs", "cs"), ("fr-cs", "fr"), ("de-cs", "de")):
             ds = data_utils.load_indexed_dataset(str(out / f"{split}.{pair}.{lang}"), d)
             assert len(ds) == n, (split, pair, lang)
+            if split == "train":  # the dictionary was built from every language's training text
+                assert all(d.unk() not in ds[i] for i in range(n)), (pair, lang)
     # line k of every language is line k of the release (checked on a few lines by hand)
     for lang in ("en", "fr", "de", "cs"):
         with gzip.open(os.path.join(MULTI30K, f"test_2016_flickr.{lang}.gz"), "rt", encoding="utf-8") as f:
@@ -152,7 +154,7 @@ def test_evaluate_and_adversarial_evaluation_of_a_multi_source_checkpoint(three_
         bleu = json.loads((out / "bleu.json").read_text())["detok-cased"]["score"]
         assert (adv["shuffle_source"], adv["shuffle_seed"], adv["bleu"]) == (lang, 1, bleu)
         assert adv["unshuffled_bleu"] == plain_bleu["detok-cased"]["score"]
-        assert adv["drop"] == pytest.approx(adv["unshuffled_bleu"] - bleu, abs=0.011)
+        assert adv["drop"] == round(adv["unshuffled_bleu"] - bleu, 2)
         assert f"{lang} shuffled, seed 1]" in res.stdout and "drop" in res.stdout
         assert "shuffle_source=" + lang in (out / ".evaluation-complete").read_text()
     plain_hyps = (plain / "hyp.tok").read_text().splitlines()
