@@ -1,0 +1,603 @@
+"""Linguistic probing of the encoder (thesis Sec. 4.5.4 / 5.6.1, Tables 4.8 and 5.5; the ten
+probing tasks of Conneau et al. 2018, SentEval).
+
+The model is frozen. Each sentence is encoded with the model's own pipeline (the recipe's
+Moses tokenization and BPE / SentencePiece model from DATA/prep.env, then the model's
+dictionary); its representation is the mean over its positions (every source token and the
+end-of-sentence token the encoder always sees, padding excluded) of one encoder layer
+(``--layer``: 0 = embeddings, L = top, -1 = top; the top layer is the encoder's output, and in
+a pre-norm model every layer goes through the encoder's final LayerNorm as the top one does).
+A two-layer MLP (SentEval's: Linear, dropout, sigmoid, Linear; L2 ``--l2`` on the hidden
+layer, as the thesis) is trained on the task's ``tr`` split with RMSprop, early-stopped on
+``va`` accuracy; the table gives the accuracy on ``te`` (``--split valid``: on ``va``).
+
+Tasks come from two places:
+
+- SentEval probing files (``--senteval DIR``, the ``data/probing`` directory of SentEval, or
+  ``--task NAME=FILE``): ``partition <TAB> label <TAB> sentence`` per line, partition
+  tr/va/te; every one of the ten files found in DIR is used;
+- generated from any raw corpus (``--corpus FILE``, plain or .gz) by the rules SentEval's
+  README gives, for the tasks that need only text:
+
+  SentLen  the number of (Moses) tokens, binned 0: 5-8, 1: 9-12, 2: 13-16, 3: 17-20,
+           4: 21-25, 5: 26-28 (other lengths left out);
+  WC       1000 target words: the lower-cased corpus words of at least 4 characters taken
+           in frequency-rank order from rank 2001 on (``--wc-rank-start``, ``--wc-words``);
+           a sentence qualifies when it contains exactly one target word, exactly once;
+           the label is the word;
+  BShift   two adjacent tokens swapped (label I) or the sentence as is (label O), half
+           each; never the first token or a punctuation token, never two equal tokens,
+           and sentences with double quotes are left out.
+
+  The other seven tasks need a constituency parser (TreeDepth, TopConst, Tense, SubjNum,
+  ObjNum, CoordInv: depth, top constituents, the main verb's tense, the main clause's
+  subject / object and its top-level coordination) or a language model and POS tagger
+  (SOMO's frequency-matched noun/verb replacements); no rule on raw text reproduces them, so
+  they are only read from SentEval's files. Generated tasks are balanced over their labels
+  (every label cut to the rarest one's count, labels with fewer than ``--min-per-class``
+  sentences dropped), split 10:1:1 per label (``--sizes``, SentEval: 100k/10k/10k), and
+  written in SentEval's format to OUT/tasks/ so that they can be inspected and reused.
+
+    python -m fairseq_ext.analysis.probing --checkpoint base/checkpoint_best.pt ms1/checkpoint_best.pt \\
+        --names Transformer MS-1 --data data-bin/wmt14.en-de --senteval SentEval/data/probing --out analysis/probing
+    python -m fairseq_ext.analysis.probing --checkpoint base/checkpoint_best.pt --data data-bin/multi30k.en-de \\
+        --corpus ../shared/data/multi30k/train.en.gz --wc-rank-start 500 --wc-words 300 --out analysis/probing
+
+Writes probing.{md,csv,json} (category, task, labels, train/test sizes, the majority-label
+accuracy, one column per model and layer; #AVG rows per category as the thesis' tables) and
+probing.png (accuracy per task and model; per layer when several layers are probed).
+"""
+import argparse
+import collections
+import math
+import os
+import random
+import sys
+import unicodedata
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+
+from fairseq_ext.analysis import common
+from fairseq_ext.analysis.common import AnalysisError
+
+# (thesis name, SentEval file, category), in the order of thesis Tables 4.8 / 5.5
+TASKS = [
+    ("SentLen", "sentence_length.txt", "Surface"),
+    ("WC", "word_content.txt", "Surface"),
+    ("TDep", "tree_depth.txt", "Syntactic"),
+    ("BShift", "bigram_shift.txt", "Syntactic"),
+    ("ToCo", "top_constituents.txt", "Syntactic"),
+    ("Tense", "past_present.txt", "Semantic"),
+    ("SubjN", "subj_number.txt", "Semantic"),
+    ("ObjN", "obj_number.txt", "Semantic"),
+    ("SoMo", "odd_man_out.txt", "Semantic"),
+    ("CoIn", "coordination_inversion.txt", "Semantic"),
+]
+CATEGORY = {name: cat for name, _, cat in TASKS}
+GENERATED = ("SentLen", "WC", "BShift")
+PARTITIONS = ("tr", "va", "te")
+SENTLEN_BINS = [(5, 8), (9, 12), (13, 16), (17, 20), (21, 25), (26, 28)]
+# the XML escapes of the Moses tokenizer, undone before tokenizing (a corpus released
+# tokenized, such as IWSLT'15, carries them; tokenizing again would escape them twice)
+MOSES_ESCAPES = [("&bar;", "|"), ("&#124;", "|"), ("&lt;", "<"), ("&gt;", ">"), ("&bra;", "["), ("&ket;", "]"),
+                 ("&#91;", "["), ("&#93;", "]"), ("&quot;", '"'), ("&apos;", "'"), ("&amp;", "&")]
+# the recipes' Moses options beyond the defaults (scripts/prepare-*.sh)
+RECIPE_TOKENIZER = {"wmt14-en-de": {"normalize": True, "aggressive": True}}
+
+Split = Dict[str, List[Tuple[str, str]]]  # partition -> [(label, sentence)]
+
+
+# ---------------------------------------------------------------------------------------
+# task files and generators
+# ---------------------------------------------------------------------------------------
+
+def read_senteval(path: str) -> Split:
+    """A SentEval probing file: ``partition <TAB> label <TAB> ... <TAB> sentence``."""
+    data: Split = {p: [] for p in PARTITIONS}
+    for number, line in enumerate(common.read_lines(path), start=1):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) < 3 or fields[0] not in data:
+            raise AnalysisError(f"{path}:{number}: expected 'tr|va|te<TAB>label<TAB>sentence'")
+        data[fields[0]].append((fields[1], fields[-1].strip()))
+    for p in ("tr", "te"):
+        if not data[p]:
+            raise AnalysisError(f"{path}: no '{p}' sentences")
+    return data
+
+
+def write_senteval(data: Split, path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for p in PARTITIONS:
+            for label, sentence in data[p]:
+                f.write(f"{p}\t{label}\t{sentence}\n")
+    os.replace(tmp, path)
+
+
+def is_punctuation(token: str) -> bool:
+    return all(unicodedata.category(c)[0] in "PS" for c in token)
+
+
+def sentlen_examples(sentences: Sequence[List[str]]) -> List[Tuple[str, str]]:
+    """(bin, sentence) for every sentence whose token count falls in a SentEval bin."""
+    out = []
+    for tokens in sentences:
+        for label, (lo, hi) in enumerate(SENTLEN_BINS):
+            if lo <= len(tokens) <= hi:
+                out.append((str(label), " ".join(tokens)))
+    return out
+
+
+def wc_targets(sentences: Sequence[List[str]], n_words: int = 1000, rank_start: int = 2000,
+               min_chars: int = 4) -> List[str]:
+    """The first ``n_words`` lower-cased words of at least ``min_chars`` characters from
+    frequency rank ``rank_start`` + 1 on (ties: the earlier first occurrence first)."""
+    counts = collections.Counter(t.lower() for tokens in sentences for t in tokens)
+    ranked = [w for w, _ in counts.most_common()]
+    return [w for w in ranked[rank_start:] if len(w) >= min_chars][:n_words]
+
+
+def wc_examples(sentences: Sequence[List[str]], targets: Sequence[str]) -> List[Tuple[str, str]]:
+    """(word, sentence) for the sentences holding exactly one target word, exactly once."""
+    wanted = set(targets)
+    out = []
+    for tokens in sentences:
+        hits = [t.lower() for t in tokens if t.lower() in wanted]
+        if len(hits) == 1:
+            out.append((hits[0], " ".join(tokens)))
+    return out
+
+
+def bshift_positions(tokens: Sequence[str]) -> List[int]:
+    """Positions i (i, i+1 swappable): not the first token, no punctuation, different tokens."""
+    return [i for i in range(1, len(tokens) - 1)
+            if not is_punctuation(tokens[i]) and not is_punctuation(tokens[i + 1]) and tokens[i] != tokens[i + 1]]
+
+
+def bshift_examples(sentences: Sequence[List[str]], rng: random.Random) -> List[Tuple[str, str]]:
+    """Half the usable sentences with one random adjacent pair swapped (I), half as they are (O)."""
+    usable = [list(t) for t in sentences if '"' not in t and bshift_positions(t)]
+    rng.shuffle(usable)
+    out = []
+    for k, tokens in enumerate(usable):
+        if k % 2 == 0:
+            i = rng.choice(bshift_positions(tokens))
+            tokens[i], tokens[i + 1] = tokens[i + 1], tokens[i]
+            out.append(("I", " ".join(tokens)))
+        else:
+            out.append(("O", " ".join(tokens)))
+    return out
+
+
+def balanced_split(examples: List[Tuple[str, str]], sizes: Sequence[int], rng: random.Random,
+                   min_per_class: int = 3) -> Split:
+    """Every label cut to the same count (the rarest label's, at most sum(sizes) / labels;
+    labels with fewer than ``min_per_class`` examples dropped), then split per label in the
+    proportions of ``sizes`` (tr, va, te), at least one va and one te example each."""
+    by_label: Dict[str, List[str]] = collections.defaultdict(list)
+    for label, sentence in examples:
+        by_label[label].append(sentence)
+    by_label = {k: v for k, v in by_label.items() if len(v) >= max(min_per_class, 3)}
+    data: Split = {p: [] for p in PARTITIONS}
+    if not by_label:
+        return data
+    per_label = min(min(len(v) for v in by_label.values()), math.ceil(sum(sizes) / len(by_label)))
+    total = sum(sizes)
+    for label in sorted(by_label):
+        sents = by_label[label]
+        rng.shuffle(sents)
+        sents = sents[:per_label]
+        n_va = max(1, round(per_label * sizes[1] / total))
+        n_te = max(1, round(per_label * sizes[2] / total))
+        data["te"] += [(label, s) for s in sents[:n_te]]
+        data["va"] += [(label, s) for s in sents[n_te:n_te + n_va]]
+        data["tr"] += [(label, s) for s in sents[n_te + n_va:]]
+    for p in PARTITIONS:
+        rng.shuffle(data[p])
+    return data
+
+
+def generate_tasks(sentences: Sequence[List[str]], tasks: Sequence[str], sizes: Sequence[int], seed: int = 1,
+                   wc_words: int = 1000, wc_rank_start: int = 2000, min_per_class: int = 10) -> Dict[str, Split]:
+    """SentLen / WC / BShift from tokenized sentences (duplicates removed first, so that no
+    sentence is in two partitions)."""
+    unique = list(dict.fromkeys(tuple(t) for t in sentences if t))
+    out = {}
+    for name in tasks:
+        rng = random.Random(f"{seed}-{name}")
+        if name == "SentLen":
+            examples = sentlen_examples(unique)
+        elif name == "WC":
+            examples = wc_examples(unique, wc_targets(unique, wc_words, wc_rank_start))
+        elif name == "BShift":
+            examples = bshift_examples(unique, rng)
+        else:
+            raise AnalysisError(f"--generate: {name} needs a parser or a language model; give its SentEval file")
+        data = balanced_split(examples, sizes, rng, min_per_class)
+        if len({label for label, _ in data["tr"]}) < 2:
+            raise AnalysisError(f"--corpus: too few sentences for {name} ({len(examples)} usable)")
+        out[name] = data
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# the model's text pipeline and the frozen encoder
+# ---------------------------------------------------------------------------------------
+
+def read_prep_env(data: str) -> Dict[str, str]:
+    path = os.path.join(data, "prep.env")
+    env = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if line and not line.startswith("#") and "=" in line:
+                    k, v = line.split("=", 1)
+                    env[k] = v
+    return env
+
+
+def unescape_moses(text: str) -> str:
+    for entity, char in MOSES_ESCAPES:
+        text = text.replace(entity, char)
+    return text
+
+
+def moses_tokenizer(lang: str, escape: bool, lowercase: bool = False, normalize: bool = False,
+                    aggressive: bool = False):
+    """The recipes' tokenizer (scripts/lib/corpus_tools.py tokenize) as a function."""
+    lib = os.path.join(common.REPO, "scripts", "lib")
+    if lib not in sys.path:
+        sys.path.insert(0, lib)
+    import corpus_tools
+
+    corpus_tools._init_tok(lang, aggressive, escape, lowercase, normalize)
+    tok = corpus_tools._TOK
+    return lambda line: tok(unescape_moses(line))
+
+
+class TextPipeline:
+    """Raw or tokenized text -> the model's source token ids, as the recipe in DATA/prep.env
+    made the training data: Moses tokenization (the recipe's options, lower-casing when it
+    lower-cased), then subword-nmt BPE (DATA/code) or SentencePiece (DATA/spm.model), then
+    the dictionary. Without prep.env the text is taken as the model's tokens."""
+
+    def __init__(self, data: str, dictionary, max_positions: Optional[int] = None):
+        self.dictionary, self.max_positions = dictionary, max_positions
+        env = read_prep_env(data)
+        self.description = "whitespace tokens (no DATA/prep.env)"
+        self.tokenize = lambda line: line.strip()
+        self.subword = lambda line: line
+        if not env:
+            return
+        lang = env.get("src", "en")
+        options = RECIPE_TOKENIZER.get(env.get("recipe", ""), {})
+        self.tokenize = moses_tokenizer(lang, escape=True, lowercase=env.get("lowercase") == "1", **options)
+        bpe = env.get("bpe", "subword_nmt")
+        if bpe in ("subword_nmt", "subword-nmt"):
+            codes = os.path.join(data, "code")
+            if not os.path.exists(codes):
+                raise AnalysisError(f"--data {data}: prep.env says bpe={bpe} but {codes} is missing")
+            from subword_nmt.apply_bpe import BPE
+
+            with open(codes, encoding="utf-8") as f:
+                applier = BPE(f)
+            self.subword = lambda line: applier.process_line(line)
+        elif bpe == "sentencepiece":
+            path = os.path.join(data, "spm.model")
+            if not os.path.exists(path):
+                raise AnalysisError(f"--data {data}: prep.env says bpe=sentencepiece but {path} is missing")
+            import sentencepiece as spm
+
+            sp = spm.SentencePieceProcessor(model_file=path)
+            self.subword = lambda line: " ".join(sp.encode(line, out_type=str))
+        self.description = f"Moses ({lang}{', ' + ', '.join(options) if options else ''}" \
+                           f"{', lowercased' if env.get('lowercase') == '1' else ''}) + {bpe}"
+
+    def __call__(self, sentence: str) -> torch.Tensor:
+        line = self.subword(self.tokenize(sentence))
+        ids = self.dictionary.encode_line(line, add_if_not_exist=False, append_eos=True).long()
+        if self.max_positions is not None and ids.numel() > self.max_positions:
+            ids = torch.cat([ids[: self.max_positions - 1], ids[-1:]])
+        return ids
+
+
+def primary_encoder(model):
+    """The encoder of the (first) source sentence."""
+    encoder = model.encoder
+    return encoder.encoder_for(0) if hasattr(encoder, "encoder_for") else encoder
+
+
+def encoder_layers(encoder, encoder_out) -> List[torch.Tensor]:
+    """[H^0 (embeddings), H^1, ..., H^L], T x B x C each, every one as the top layer is handed
+    on: through the encoder's final LayerNorm when it has one (pre-norm), so H^L is
+    ``encoder_out``."""
+    states = list(encoder_out.get("encoder_states") or [])
+    if not states:
+        raise AnalysisError("the encoder did not return its layer outputs (encoder_states)")
+    norm = getattr(encoder, "layer_norm", None)
+    return [norm(s) if norm is not None else s for s in states]
+
+
+def resolve_layer(layer: int, num_layers: int, option: str = "--layer") -> int:
+    resolved = layer if layer >= 0 else num_layers + 1 + layer
+    if not 0 <= resolved <= num_layers:
+        raise AnalysisError(f"{option} {layer}: the encoder has layers 0 (embeddings) to {num_layers}")
+    return resolved
+
+
+@torch.no_grad()
+def pooled_features(model, pipeline: TextPipeline, sentences: Sequence[str], layers: Sequence[int],
+                    max_tokens: int = 6000) -> Dict[int, torch.Tensor]:
+    """layer -> N x C: the mean of encoder layer l over each sentence's positions."""
+    encoder = primary_encoder(model)
+    dev = next(model.parameters()).device
+    pad = pipeline.dictionary.pad()
+    ids = [pipeline(s) for s in sentences]
+    order = sorted(range(len(ids)), key=lambda i: ids[i].numel())
+    out = {l: torch.zeros(len(ids), encoder.embed_tokens.embedding_dim) for l in layers}
+    from fairseq.data import data_utils
+
+    start = 0
+    while start < len(order):
+        longest, end = 0, start
+        while end < len(order) and max(longest, ids[order[end]].numel()) * (end - start + 1) <= max_tokens:
+            longest = max(longest, ids[order[end]].numel())
+            end += 1
+        end = max(end, start + 1)
+        batch = [ids[i] for i in order[start:end]]
+        tokens = data_utils.collate_tokens(batch, pad, left_pad=True).to(dev)
+        lengths = torch.tensor([b.numel() for b in batch], device=dev)
+        states = encoder_layers(encoder, encoder(tokens, src_lengths=lengths, return_all_hiddens=True))
+        keep = tokens.ne(pad).t().unsqueeze(-1).float()  # T x B x 1
+        for l in layers:
+            mean = (states[l].float() * keep).sum(0) / keep.sum(0)
+            out[l][torch.tensor(order[start:end])] = mean.cpu()
+        start = end
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# the probe
+# ---------------------------------------------------------------------------------------
+
+class MLPProbe(nn.Module):
+    """SentEval's MLP: Linear(C, hidden), dropout, sigmoid, Linear(hidden, labels);
+    ``hidden`` 0 is logistic regression."""
+
+    def __init__(self, dim: int, num_labels: int, hidden: int = 200, dropout: float = 0.0):
+        super().__init__()
+        if hidden > 0:
+            self.hidden = nn.Linear(dim, hidden)
+            self.net = nn.Sequential(self.hidden, nn.Dropout(dropout), nn.Sigmoid(), nn.Linear(hidden, num_labels))
+        else:
+            self.hidden = None
+            self.net = nn.Linear(dim, num_labels)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+@torch.no_grad()
+def accuracy(probe: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 4096) -> float:
+    probe.eval()
+    if len(y) == 0:
+        return float("nan")
+    correct = sum(int((probe(x[i:i + batch_size]).argmax(-1) == y[i:i + batch_size]).sum())
+                  for i in range(0, len(y), batch_size))
+    return correct / len(y)
+
+
+def train_probe(x_tr, y_tr, x_va, y_va, num_labels: int, hidden: int = 200, dropout: float = 0.0,
+                l2: float = 1e-4, lr: float = 1e-3, batch_size: int = 512, max_epochs: int = 100,
+                patience: Optional[int] = None, seed: int = 1) -> Tuple[MLPProbe, dict]:
+    """RMSprop on cross-entropy, L2 ``l2`` on the hidden layer's weights, ``max_epochs``
+    epochs; the parameters of the epoch with the best validation accuracy are kept (early
+    stopping), and with ``patience`` training stops after that many epochs without a better
+    one."""
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    probe = MLPProbe(x_tr.size(1), num_labels, hidden, dropout)
+    first = probe.hidden if probe.hidden is not None else probe.net
+    rest = [p for n, p in probe.named_parameters() if not any(p is q for q in first.parameters())]
+    groups = [{"params": [first.weight], "weight_decay": l2}, {"params": [first.bias] + rest, "weight_decay": 0.0}]
+    optimizer = torch.optim.RMSprop(groups, lr=lr)
+    best, best_state, best_epoch, epoch = -1.0, None, 0, 0
+    for epoch in range(1, max_epochs + 1):
+        probe.train()
+        perm = torch.randperm(len(y_tr), generator=gen)
+        for i in range(0, len(perm), batch_size):
+            idx = perm[i:i + batch_size]
+            loss = nn.functional.cross_entropy(probe(x_tr[idx]), y_tr[idx])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        acc = accuracy(probe, x_va, y_va)
+        if acc > best:
+            best, best_epoch = acc, epoch
+            best_state = {k: v.clone() for k, v in probe.state_dict().items()}
+        elif patience and epoch - best_epoch >= patience:
+            break
+    probe.load_state_dict(best_state)
+    return probe, {"valid": best, "epochs": epoch, "best_epoch": best_epoch}
+
+
+def probe_task(features: Dict[str, torch.Tensor], data: Split, report: str = "te", **train_args) -> dict:
+    """Train on tr (labels indexed in sorted order; a label absent from tr counts as an
+    error), early-stop on va, accuracy on ``report``."""
+    labels = sorted({label for label, _ in data["tr"]})
+    index = {label: i for i, label in enumerate(labels)}
+    y = {p: torch.tensor([index.get(label, -1) for label, _ in data[p]], dtype=torch.long) for p in PARTITIONS}
+    probe, info = train_probe(features["tr"], y["tr"], features["va"], y["va"], len(labels), **train_args)
+    majority = collections.Counter(label for label, _ in data["tr"]).most_common(1)[0][0]
+    n = len(data[report])
+    return {"accuracy": accuracy(probe, features[report], y[report]), "valid": info["valid"],
+            "epochs": info["epochs"], "labels": len(labels),
+            "majority": sum(label == majority for label, _ in data[report]) / n if n else float("nan")}
+
+
+# ---------------------------------------------------------------------------------------
+# command
+# ---------------------------------------------------------------------------------------
+
+def load_tasks(args, out: str) -> Dict[str, Split]:
+    tasks: Dict[str, Split] = {}
+    if args.senteval:
+        if not os.path.isdir(args.senteval):
+            raise AnalysisError(f"--senteval {args.senteval}: no such directory")
+        for name, filename, _ in TASKS:
+            path = os.path.join(args.senteval, filename)
+            if os.path.exists(path):
+                tasks[name] = read_senteval(path)
+        if not tasks:
+            raise AnalysisError(f"--senteval {args.senteval}: none of the SentEval probing files "
+                                f"({', '.join(f for _, f, _ in TASKS)})")
+    for spec in args.task or []:
+        name, sep, path = spec.partition("=")
+        if not sep or not path:
+            raise AnalysisError(f"--task {spec}: expected NAME=FILE")
+        if not os.path.exists(path):
+            raise AnalysisError(f"--task {spec}: no such file")
+        tasks[name] = read_senteval(path)
+    if args.corpus:
+        if not os.path.exists(args.corpus):
+            raise AnalysisError(f"--corpus {args.corpus}: no such file")
+        lang = read_prep_env(args.data).get("src", "en")
+        tok = (lambda line: unescape_moses(line).split()) if args.corpus_tokenized else \
+            (lambda line, t=moses_tokenizer(lang, escape=False): t(line).split())
+        lines = common.read_lines(args.corpus)
+        if args.corpus_lines:
+            lines = lines[: args.corpus_lines]
+        sentences = [tok(line) for line in lines]
+        wanted = [t for t in args.generate if t not in tasks]
+        generated = generate_tasks(sentences, wanted, args.sizes, args.seed, args.wc_words, args.wc_rank_start,
+                                   args.min_per_class)
+        for name, data in generated.items():
+            write_senteval(data, os.path.join(out, "tasks", dict((n, f) for n, f, _ in TASKS)[name]))
+        tasks.update(generated)
+    if not tasks:
+        raise AnalysisError("no probing task: give --senteval DIR, --task NAME=FILE or --corpus FILE")
+    known = [n for n, _, _ in TASKS]
+    return dict(sorted(tasks.items(), key=lambda kv: known.index(kv[0]) if kv[0] in known else len(known)))
+
+
+def summary_rows(results: Dict[str, Dict[str, dict]], tasks: Dict[str, Split], columns: List[str],
+                 report: str) -> List[dict]:
+    """One row per task, grouped by category (thesis layout), each category of more than one
+    task followed by its #AVG row."""
+    task_rows = []
+    for name, data in tasks.items():
+        first = results[columns[0]][name]
+        row = {"category": CATEGORY.get(name, "other"), "task": name, "labels": first["labels"],
+               "train": len(data["tr"]), "test": len(data[report]), "majority": round(100 * first["majority"], 2)}
+        for c in columns:
+            row[c] = round(100 * results[c][name]["accuracy"], 2)
+        task_rows.append(row)
+    rows = []
+    for cat in ("Surface", "Syntactic", "Semantic", "other"):
+        sel = [r for r in task_rows if r["category"] == cat]
+        rows += sel
+        if len(sel) > 1 and cat != "other":
+            avg = {"category": cat, "task": "#AVG", "labels": None, "train": None, "test": None,
+                   "majority": round(sum(r["majority"] for r in sel) / len(sel), 2)}
+            for c in columns:
+                avg[c] = round(sum(r[c] for r in sel) / len(sel), 2)
+            rows.append(avg)
+    return rows
+
+
+def plot(rows: List[dict], columns: List[str], layer_columns: Dict[str, List[Tuple[int, str]]], path: str):
+    plt = common.pyplot()
+    task_rows = [r for r in rows if r["task"] != "#AVG"]
+    several_layers = any(len(v) > 1 for v in layer_columns.values())
+    if several_layers:
+        fig, axes = plt.subplots(1, len(layer_columns), figsize=(5 * len(layer_columns), 3.5), squeeze=False)
+        for ax, (model, cols) in zip(axes[0], layer_columns.items()):
+            for r in task_rows:
+                ax.plot([l for l, _ in cols], [r[c] for _, c in cols], marker="o", label=r["task"])
+            ax.set_xlabel("encoder layer")
+            ax.set_ylabel("probing accuracy (%)")
+            ax.set_title(model)
+            ax.legend(fontsize=7)
+    else:
+        fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(task_rows) * max(1, len(columns)) / 2), 3.5))
+        width = 0.8 / len(columns)
+        for k, c in enumerate(columns):
+            ax.bar([i + k * width for i in range(len(task_rows))], [r[c] for r in task_rows], width, label=c)
+        ax.scatter([i + 0.4 - width / 2 for i in range(len(task_rows))], [r["majority"] for r in task_rows],
+                   marker="_", s=300, color="black", label="majority label", zorder=3)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(task_rows))], [r["task"] for r in task_rows])
+        ax.set_ylabel("probing accuracy (%)")
+        ax.legend(fontsize=7)
+    common.save_figure(fig, path)
+    return fig
+
+
+def main(argv=None):
+    common.setup_cli()
+    ap = common.common_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                                         epilog=__doc__.split("\n\n", 1)[1],
+                                                         formatter_class=argparse.RawDescriptionHelpFormatter))
+    g = ap.add_argument_group("tasks")
+    g.add_argument("--senteval", help="SentEval's data/probing directory (any of its ten files)")
+    g.add_argument("--task", nargs="+", help="NAME=FILE, a file in SentEval's format")
+    g.add_argument("--corpus", help="raw text (one sentence a line, .gz allowed) to generate SentLen, WC, BShift from")
+    g.add_argument("--corpus-tokenized", action="store_true", help="the corpus is Moses-tokenized already")
+    g.add_argument("--corpus-lines", type=int, help="read only the first N lines of --corpus")
+    g.add_argument("--generate", nargs="+", default=list(GENERATED), choices=list(GENERATED))
+    g.add_argument("--sizes", nargs=3, type=int, default=[100000, 10000, 10000], metavar=("TRAIN", "VALID", "TEST"))
+    g.add_argument("--wc-words", type=int, default=1000)
+    g.add_argument("--wc-rank-start", type=int, default=2000)
+    g.add_argument("--min-per-class", type=int, default=10)
+    g.add_argument("--seed", type=int, default=1)
+    g = ap.add_argument_group("representation and classifier")
+    g.add_argument("--layer", type=int, nargs="+", default=[-1],
+                   help="encoder layer(s): 0 = embeddings, L = top, negative from the top (default -1)")
+    g.add_argument("--hidden", type=int, default=200, help="hidden units of the MLP (0: logistic regression)")
+    g.add_argument("--dropout", type=float, default=0.0)
+    g.add_argument("--l2", type=float, default=1e-4, help="L2 on the hidden layer (thesis: 1e-4)")
+    g.add_argument("--lr", type=float, default=1e-3, help="RMSprop learning rate (thesis Ch. 4: 1e-3, Ch. 5: 2.5e-4)")
+    g.add_argument("--batch-size", type=int, default=512, help="thesis Ch. 4: 512, Ch. 5: 64")
+    g.add_argument("--max-epoch", type=int, default=100)
+    g.add_argument("--patience", type=int, help="stop after N epochs without a better validation accuracy "
+                   "(default: all --max-epoch epochs; the best validation epoch is kept either way)")
+    args = ap.parse_args(argv)
+    report = {"test": "te", "te": "te", "valid": "va", "va": "va"}.get(args.split)
+    if report is None:
+        raise AnalysisError(f"--split {args.split}: probing reports on the tasks' test (te) or valid (va) sentences")
+    tasks = load_tasks(args, args.out)
+    names = common.names_for(args.checkpoint, args.names)
+    results: Dict[str, Dict[str, dict]] = {}
+    layer_columns: Dict[str, List[Tuple[int, str]]] = {}
+    train_args = dict(hidden=args.hidden, dropout=args.dropout, l2=args.l2, lr=args.lr, batch_size=args.batch_size,
+                      max_epochs=args.max_epoch, patience=args.patience, seed=args.seed)
+    for name, ckpt in zip(names, args.checkpoint):
+        model, task = common.load_model(ckpt, args.data, cpu=args.cpu)
+        encoder = primary_encoder(model)
+        pipeline = TextPipeline(args.data, task.source_dictionary, encoder.max_positions())
+        layers = sorted({resolve_layer(l, len(encoder.layers)) for l in args.layer})
+        cols = [(l, name if len(layers) == 1 else f"{name} L{l}") for l in layers]
+        layer_columns[name] = cols
+        print(f"{name}: encoding with {pipeline.description}, layers {layers}", file=sys.stderr)
+        for task_name, data in tasks.items():
+            feats = {p: pooled_features(model, pipeline, [s for _, s in data[p]], layers) for p in PARTITIONS}
+            for l, col in cols:
+                res = probe_task({p: feats[p][l] for p in PARTITIONS}, data, report, **train_args)
+                results.setdefault(col, {})[task_name] = res
+                print(f"  {col} {task_name}: {100 * res['accuracy']:.2f} (valid {100 * res['valid']:.2f}, "
+                      f"{res['epochs']} epochs)", file=sys.stderr)
+    columns = [c for cols in layer_columns.values() for _, c in cols]
+    rows = summary_rows(results, tasks, columns, report)
+    common.write_table(rows, args.out, "probing", f"Probing accuracy (%) on {report}")
+    plot(rows, columns, layer_columns, os.path.join(args.out, "probing.png"))
+    print(f"written: {args.out}/probing.{{md,csv,json,png}}" + (", tasks/" if args.corpus else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
