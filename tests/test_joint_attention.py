@@ -879,11 +879,6 @@ def test_masked_models_decode_incrementally(strategy, mask):
 # ----------------------------------------------------------------------------------------
 # 11. a copy of a model is a model (copy.deepcopy: fairseq's EMA, distillation teachers)
 # ----------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason=(
-    "fairseq_ext/modules/post_self_attention.py:57 registers a lambda that closes over the "
-    "original layer's bound after_self_attention; copy.deepcopy keeps that closure, so a copy "
-    "runs the original's serial sublayers / AIF with the original decoder's (empty) step "
-    "context: serial silently skips its lower sublayers, AIF raises"))
 @pytest.mark.parametrize("flags", [("--joint-attention", "serial"),
                                    ("--aux-decoder-layers", "1", "--aux-fusion")])
 def test_a_deep_copy_computes_what_the_model_computes_with_its_own_weights(flags):

@@ -19,6 +19,7 @@ copying that method to add one call is what this plugin does not do. Instead:
 Parameters keep their places (``layers.i.aif.*``, ``layers.i.serial_stack.*``), so a
 checkpoint's parameter names do not depend on this mechanism.
 """
+import functools
 from contextlib import contextmanager
 from typing import Callable, List, Optional
 
@@ -54,4 +55,11 @@ def run_after_self_attention(layer: nn.Module, sublayer: Callable[[Tensor], Tens
     self-attention sublayer, inside fairseq's ``TransformerDecoderLayerBase.forward``."""
     if getattr(layer, "normalize_before", False):
         raise ValueError("sublayers after self-attention need a post-norm decoder layer")
-    layer.self_attn_layer_norm.register_forward_hook(lambda module, inputs, output: sublayer(output))
+    # a partial over a module-level function, not a lambda: copy.deepcopy (fairseq's EMA, model
+    # averaging tools) copies a partial's arguments, so a copied layer's hook calls the copied
+    # sublayer (a bound method of a copied module), where a lambda would keep the original's
+    layer.self_attn_layer_norm.register_forward_hook(functools.partial(_replace_output, sublayer))
+
+
+def _replace_output(sublayer: Callable[[Tensor], Tensor], module: nn.Module, inputs, output: Tensor) -> Tensor:
+    return sublayer(output)
