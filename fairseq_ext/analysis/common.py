@@ -24,6 +24,7 @@ import csv
 import json
 import logging
 import os
+import shlex
 import subprocess
 import sys
 from typing import Dict, Iterator, List, Optional, Sequence
@@ -237,8 +238,24 @@ def write_table(rows: List[dict], out_dir: str, name: str, title: str = "", floa
         writer.writerows(rows)
     with open(os.path.join(out_dir, f"{name}.json"), "w", encoding="utf-8") as f:
         json.dump(rows, f, indent=1, ensure_ascii=False)
+    record_command(out_dir)
     print(text)
     return text
+
+
+def record_command(out_dir: str) -> Optional[str]:
+    """Write ``OUT/command.txt``: the analysis command that is running (``python -m
+    fairseq_ext.analysis.NAME ARGS``), for the HTML report and for whoever finds the
+    directory later. Nothing when the analysis was called from Python rather than as a command."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    module = getattr(spec, "name", "") or ""
+    if not module.startswith("fairseq_ext.analysis."):
+        return None
+    line = " ".join(shlex.quote(a) for a in ["python", "-m", module, *sys.argv[1:]])
+    path = os.path.join(out_dir, "command.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(line + "\n")
+    return path
 
 
 def save_figure(fig, path: str) -> str:

@@ -1,0 +1,261 @@
+"""One self-contained HTML page from several analyses: tables, figures inline, the commands.
+
+Run a chosen set of analyses on one or more checkpoints, then write ``OUT/report.html``::
+
+    python -m fairseq_ext.analysis.report --checkpoint base.pt m00.pt --names baseline M-00 \\
+        --data data-bin/multi30k-en-de --split test --out analysis/report \\
+        --run length_buckets attention_stats layer_dependency \\
+        --args length_buckets="--generate-args '--beam 5'" --args attention_stats="--max-sentences 500"
+
+or collect analyses that were run before (each command's ``--out`` directory)::
+
+    python -m fairseq_ext.analysis.report --from analysis/len analysis/attn --out analysis/report
+
+Every analysis runs as its own command (``python -m fairseq_ext.analysis.NAME``, the same
+command a user would type) with ``--out OUT/NAME``; the ones that read one checkpoint
+(``SINGLE``) run once per checkpoint, into ``OUT/NAME/<name>``. An analysis that fails is
+reported on the page with its error and the others still run (the exit status is then 1).
+The page holds every table an analysis wrote (its ``NAME.json`` rows), every PNG (base64,
+so the one file can be sent on), the command that produced each directory
+(``command.txt``, which every analysis writes next to its tables) and the environment
+(fairseq_ext commit, torch, fairseq, date). Nothing on the page is loaded from elsewhere.
+"""
+import argparse
+import base64
+import datetime
+import html
+import json
+import os
+import shlex
+import subprocess
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from fairseq_ext.analysis import common
+from fairseq_ext.analysis.common import AnalysisError
+
+# name -> (title, where in the papers); the order is the page's order
+ANALYSES: Dict[str, Tuple[str, str]] = {
+    "length_buckets": ("BLEU by source length", "thesis 3.5.1 / 4.5.1 / 5.6.4, MLMHA 7.1, MMA 5.2"),
+    "attention_stats": ("Encoder self-attention distance and entropy", "thesis 3.5.3, MLMHA 7.3 (Eq. 13-16)"),
+    "layer_dependency": ("Encoder-layer dependency (layer masking)", "thesis Table 3.5, MLMHA Table 7"),
+    "decoders": ("Main and auxiliary decoders", "thesis Table 4.7"),
+    "aif_dependency": ("AIF dependency", "thesis 4.5.5 (Eq. 4.4-4.7)"),
+    "dc_divergence": ("DC divergence", "thesis 5.6.2 (Fig. 5.4)"),
+    "probing": ("Linguistic probing", "thesis Tables 4.8, 5.5"),
+    "word_translation": ("Word-translation accuracy per layer", "Xu et al. 2020, Sec. 2-3, Tables 1, 3, 5"),
+    "translate_from_layer": ("Translating from an encoder layer", "Xu et al. 2020, Table 2"),
+    "attention_maps": ("Attention of one sentence", "MMA Fig. 3, multi-source Fig. 2 / App. A"),
+    "word_order": ("Word-order sensitivity", "MMA Table 3"),
+}
+# analyses whose --checkpoint takes one checkpoint: run once per checkpoint
+SINGLE = {"word_translation", "translate_from_layer", "aif_dependency", "attention_maps"}
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 70em; margin: 2em auto; padding: 0 1em; color: #222; }
+h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
+h3 { font-size: 1.05em; margin-top: 1.5em; }
+table { border-collapse: collapse; margin: .5em 0 1em; font-size: .9em; }
+th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: right; }
+th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
+pre { background: #f6f6f6; padding: .6em; overflow-x: auto; font-size: .85em; white-space: pre-wrap; }
+img { max-width: 100%; border: 1px solid #eee; margin: .3em 0 1em; }
+.failed { color: #a00; } .ref { color: #666; font-size: .9em; } nav a { margin-right: 1em; }
+"""
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1e-2 and value != 0 else f"{value:.2f}"
+    return "–" if value is None else str(value)
+
+
+def html_table(rows: List[dict]) -> str:
+    """``rows`` (a table an analysis wrote as JSON) as an HTML table, every value escaped."""
+    columns: List[str] = []
+    for row in rows:
+        columns += [c for c in row if c not in columns]
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c)))}</td>" for c in columns) + "</tr>"
+                   for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _title_of(md_path: str) -> Optional[str]:
+    try:
+        with open(md_path, encoding="utf-8") as f:
+            first = f.readline().strip()
+    except OSError:
+        return None
+    return first[4:] if first.startswith("### ") else None
+
+
+def collect(directory: str) -> dict:
+    """What an analysis wrote in ``directory`` (recursively): its tables (a ``.json`` list of
+    rows beside a ``.md`` of the same stem), its PNG figures and its command."""
+    tables, figures, commands = [], [], []
+    for root, dirs, files in os.walk(directory):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, directory)
+            stem, ext = os.path.splitext(name)
+            if ext == ".json" and stem + ".md" in files:
+                with open(path, encoding="utf-8") as f:
+                    rows = json.load(f)
+                if isinstance(rows, list) and all(isinstance(r, dict) for r in rows):
+                    tables.append({"name": rel, "title": _title_of(os.path.join(root, stem + ".md")) or stem,
+                                   "rows": rows})
+            elif ext == ".png":
+                with open(path, "rb") as f:
+                    data = f.read()
+                if data.startswith(PNG_MAGIC):
+                    figures.append({"name": rel, "png": data})
+            elif name == "command.txt":
+                with open(path, encoding="utf-8") as f:
+                    commands.append(f.read().strip())
+    return {"tables": tables, "figures": figures, "commands": commands}
+
+
+def section_html(anchor: str, title: str, reference: str, directory: str, found: dict,
+                 error: Optional[str] = None) -> str:
+    parts = [f'<h2 id="{html.escape(anchor)}">{html.escape(title)}</h2>']
+    if reference:
+        parts.append(f'<p class="ref">{html.escape(reference)} · <code>{html.escape(directory)}</code></p>')
+    for command in found["commands"]:
+        parts.append(f"<pre>{html.escape(command)}</pre>")
+    if error:
+        parts.append(f'<p class="failed">failed:</p><pre class="failed">{html.escape(error)}</pre>')
+    for table in found["tables"]:
+        parts.append(f"<h3>{html.escape(table['title'])} <span class=\"ref\">({html.escape(table['name'])})"
+                     f"</span></h3>{html_table(table['rows'])}")
+    for fig in found["figures"]:
+        data = base64.b64encode(fig["png"]).decode("ascii")
+        parts.append(f"<h3>{html.escape(fig['name'])}</h3>"
+                     f'<img alt="{html.escape(fig["name"])}" src="data:image/png;base64,{data}">')
+    if not (found["tables"] or found["figures"] or error):
+        parts.append("<p>(no table or figure in this directory)</p>")
+    return "\n".join(parts)
+
+
+def environment() -> List[Tuple[str, str]]:
+    import fairseq
+    import torch
+
+    try:
+        commit = subprocess.run(["git", "-C", common.REPO, "describe", "--always", "--dirty"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    return [("date", datetime.datetime.now().isoformat(timespec="seconds")), ("fairseq_ext", commit),
+            ("torch", torch.__version__), ("fairseq", fairseq.__version__),
+            ("command", " ".join(shlex.quote(a) for a in ["python", "-m", "fairseq_ext.analysis.report",
+                                                          *sys.argv[1:]]))]
+
+
+def write_page(sections: List[str], titles: List[Tuple[str, str]], path: str, heading: str) -> str:
+    env = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in environment())
+    nav = "".join(f'<a href="#{html.escape(a)}">{html.escape(t)}</a>' for a, t in titles)
+    page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(heading)}</title>"
+            f"<style>{STYLE}</style></head><body>\n<h1>{html.escape(heading)}</h1>\n<nav>{nav}</nav>\n"
+            f"<table>{env}</table>\n" + "\n".join(sections) + "\n</body></html>\n")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(page)
+    return path
+
+
+def analysis_commands(name: str, checkpoints: Sequence[str], names: Sequence[str], data: str, split: str,
+                      out: str, cpu: bool, extra: Sequence[str]) -> List[Tuple[List[str], str]]:
+    """[(argv, output directory)] of ``name`` on the checkpoints."""
+    base = [sys.executable, "-m", f"fairseq_ext.analysis.{name}"]
+    tail = ["--data", data, "--split", split] + (["--cpu"] if cpu else []) + list(extra)
+    target = os.path.join(out, name)
+    if name in SINGLE:
+        return [(base + ["--checkpoint", c, "--names", n, "--out", os.path.join(target, n)] + tail,
+                 os.path.join(target, n)) for c, n in zip(checkpoints, names)]
+    return [(base + ["--checkpoint", *checkpoints, "--names", *names, "--out", target] + tail, target)]
+
+
+def run_analysis(argv: List[str], out: str) -> Optional[str]:
+    """Run one analysis command; its output goes to OUT/log.txt. The error tail, or None."""
+    os.makedirs(out, exist_ok=True)
+    shown = ["python", *argv[1:]]
+    with open(os.path.join(out, "command.txt"), "w", encoding="utf-8") as f:
+        f.write(" ".join(shlex.quote(a) for a in shown) + "\n")
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    print("$ " + " ".join(shlex.quote(a) for a in shown), flush=True)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=os.getcwd())
+    with open(os.path.join(out, "log.txt"), "w", encoding="utf-8") as f:
+        f.write(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        return "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+    return None
+
+
+def parse_extra(values: Sequence[str]) -> Dict[str, List[str]]:
+    extra: Dict[str, List[str]] = {}
+    for value in values or []:
+        name, sep, args = value.partition("=")
+        if not sep or name not in ANALYSES:
+            raise AnalysisError(f"--args {value!r}: expected NAME=ARGS with NAME one of {', '.join(ANALYSES)}")
+        extra.setdefault(name, []).extend(shlex.split(args))
+    return extra
+
+
+def main(argv=None):
+    common.setup_cli()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", nargs="+", choices=list(ANALYSES), help="analyses to run (page order: as listed)")
+    ap.add_argument("--checkpoint", nargs="+", help="checkpoint(s) for --run")
+    ap.add_argument("--names", nargs="+", help="a name per checkpoint")
+    ap.add_argument("--data", help="binarized data directory for --run")
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--cpu", action="store_true")
+    ap.add_argument("--args", action="append", metavar="NAME=ARGS",
+                    help="extra arguments of one analysis, e.g. attention_stats='--max-sentences 500' (repeatable)")
+    ap.add_argument("--from", dest="from_dirs", nargs="+", default=[], metavar="DIR",
+                    help="output directories of analyses run before, added to the page")
+    ap.add_argument("--title", default="fairseq_ext analysis report")
+    ap.add_argument("--out", required=True, help="directory of report.html (and of the analyses run here)")
+    args = ap.parse_args(argv)
+    if not args.run and not args.from_dirs:
+        raise AnalysisError("nothing to report: give --run NAME... (with --checkpoint and --data) or --from DIR...")
+    if args.run and (not args.checkpoint or not args.data):
+        raise AnalysisError("--run needs --checkpoint and --data")
+    for d in args.from_dirs:
+        if not os.path.isdir(d):
+            raise AnalysisError(f"--from {d}: not a directory")
+    extra = parse_extra(args.args)
+    names = common.names_for(args.checkpoint, args.names) if args.run else []
+
+    sections, titles, failed = [], [], 0
+    for name in args.run or []:
+        title, reference = ANALYSES[name]
+        for command, out in analysis_commands(name, args.checkpoint, names, args.data, args.split, args.out,
+                                              args.cpu, extra.get(name, [])):
+            error = run_analysis(command, out)
+            failed += error is not None
+            shown_title = title + (f": {os.path.basename(out)}" if name in SINGLE else "")
+            anchor = os.path.relpath(out, args.out).replace(os.sep, "-")
+            sections.append(section_html(anchor, shown_title, reference, os.path.relpath(out, args.out),
+                                         collect(out), error))
+            titles.append((anchor, shown_title))
+    for d in args.from_dirs:
+        found = collect(d)
+        module = next((n for n in ANALYSES if any(f"fairseq_ext.analysis.{n} " in c + " " for c in found["commands"])),
+                      None)
+        title, reference = ANALYSES[module] if module else (os.path.basename(os.path.abspath(d)), "")
+        anchor = f"from-{len(titles)}"
+        sections.append(section_html(anchor, title, reference, d, found))
+        titles.append((anchor, title))
+    path = write_page(sections, titles, os.path.join(args.out, "report.html"), args.title)
+    print(f"written: {path}" + (f" ({failed} analysis run(s) failed: see the page)" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
