@@ -1,0 +1,271 @@
+"""Auxiliary Information Fusion: how much the main decoder depends on its auxiliary decoders
+(thesis Sec. 4.5.5, Eq. 4.4-4.7, Figs. 4.7-4.8).
+
+The "ind-decoder" is the same model with every AIF weight W^{a,i}_l set to zero, so that the
+AIF sublayer (Eq. 4.3, h_l <- h_l + sum_i W^{a,i}_l f^i) passes h_l through unchanged. The
+main decoder translates each sentence greedily (y^m); the ind-decoder reads the same
+previous tokens y^m_<t (teacher forcing), and per target token, per sentence Y and per
+decoder layer l and cross-attention head h (natural log):
+
+    D_yt  = KL(P_m(y_t) || P_ind(y_t))                                   (Eq. 4.4)
+            P_m = P(y_t | y^m_<t, x; theta_m), P_ind = P(y_t | y^m_<t, x; theta_ind)
+    D_Y   = (1 / |Y|) sum_{t=1..|Y|} D_yt                                (Eq. 4.5)
+    D^l_h = KL(A^m_h || A^ind_h),  A_h in R^{Z x J}                      (Eq. 4.6)
+    D^l   = (1 / N_h) sum_h D^l_h                                        (Eq. 4.7)
+
+|Y| counts the end-of-sentence token (Fig. 4.8 shows it). Each row of A_h is a distribution
+over the source positions; ``--attention-rows mean`` (default) averages the Z row
+divergences, which is the KL of A_h / Z read as one distribution over the Z x J cells,
+``sum`` adds them (the thesis does not say). D_Y and D^l_h are averaged over the sentences.
+Several checkpoints (MS-1+AIF, MS-2+AIF, ...) are compared as in the thesis' figures.
+
+    python -m fairseq_ext.analysis.aif_dependency --checkpoint ms1aif/checkpoint_best.pt ms3aif/checkpoint_best.pt \\
+        --names MS-1+AIF MS-3+AIF --data data-bin/iwslt15.en-vi --split test --max-sentences 1000 \\
+        --sentence 17 --out analysis/aif
+
+Writes summary.{md,csv,json} (model, sentences, mean D_Y, D^l per layer), per_sentence.*
+(model, id, |Y|, D_Y, hypothesis), per_head.* (model, layer, head, D^l_h), tokens.* (D_yt of
+every token of sentence --sentence, default the lowest analysed id), aif_dependency.png
+(Fig. 4.7: (a) D_Y per model, (b) D^l per layer) and tokens.png (Fig. 4.8: D_yt per token).
+"""
+import argparse
+import contextlib
+import copy
+import os
+import sys
+from typing import Dict, List, Optional
+
+import torch
+
+from fairseq_ext.analysis import common
+from fairseq_ext.modules.auxiliary_information_fusion import AuxiliaryInformationFusion
+
+
+def kl_divergence(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) = sum_x p(x) (log p(x) - log q(x)) over the last dimension, from
+    log-probabilities (natural log; 0 log 0 = 0), in float64."""
+    log_p, log_q = log_p.double(), log_q.double()
+    terms = torch.where(torch.isneginf(log_p), torch.zeros_like(log_p), log_p.exp() * (log_p - log_q))
+    return terms.sum(-1)
+
+
+def aif_modules(model) -> List[AuxiliaryInformationFusion]:
+    return [m for m in model.decoder.modules() if isinstance(m, AuxiliaryInformationFusion)]
+
+
+def check_aif(model, what: str = "the model") -> None:
+    if getattr(model.decoder, "decode_from", None) is not None:
+        raise common.AnalysisError(f"{what} decodes from an auxiliary decoder (--decode-from); "
+                                   "the analysis needs the main decoder")
+    if not getattr(model.decoder, "aux_fusion", False) or not aif_modules(model):
+        raise common.AnalysisError(
+            f"{what} has no Auxiliary Information Fusion: the AIF dependency needs a model trained with "
+            "--aux-decoder-layers L --aux-fusion")
+
+
+def ind_decoder(model):
+    """A copy of ``model`` with every AIF weight W^{a,i}_l zero (the thesis' ind-decoder);
+    ``model`` is left as it is."""
+    check_aif(model)
+    ind = copy.deepcopy(model).eval()
+    with torch.no_grad():
+        for aif in aif_modules(ind):
+            for p in aif.parameters():
+                p.zero_()
+    return ind
+
+
+@contextlib.contextmanager
+def capture_cross_attention(model):
+    """Record, during the model's own forward, the per-head cross-attention weights of every
+    main-decoder layer: ``records[l]`` (l = 0..L-1) gets one B x H x Z x J tensor per call.
+    fairseq's decoder layer asks its ``encoder_attn`` for weights only at the alignment
+    layer; a pre-hook asks every layer for every head."""
+    layers = model.decoder.layers
+    records: Dict[int, List[torch.Tensor]] = {i: [] for i in range(len(layers))}
+
+    def pre_hook(module, args, kwargs):
+        kwargs["need_weights"] = True
+        kwargs["need_head_weights"] = True
+        return args, kwargs
+
+    def post_hook(index):
+        def hook(module, args, kwargs, output):
+            records[index].append(output[1].detach().transpose(0, 1).double().cpu())  # H x B -> B x H
+        return hook
+
+    handles = []
+    for i, layer in enumerate(layers):
+        if getattr(layer, "encoder_attn", None) is None:
+            raise common.AnalysisError("the decoder has no cross-attention (--no-cross-attention)")
+        handles.append(layer.encoder_attn.register_forward_pre_hook(pre_hook, with_kwargs=True))
+        handles.append(layer.encoder_attn.register_forward_hook(post_hook(i), with_kwargs=True))
+    try:
+        yield records
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def greedy_decode(model, sample, max_len_a: float = 0.0, max_len_b: int = 200) -> List[torch.Tensor]:
+    """The main decoder's greedy translation of every sentence (fairseq's SequenceGenerator
+    with beam 1, the model's own incremental decoding): token ids ending with EOS."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    generator = SequenceGenerator([model], model.decoder.dictionary, beam_size=1, max_len_a=max_len_a,
+                                  max_len_b=max_len_b)
+    with torch.no_grad():
+        hypos = generator.generate([model], sample)
+    return [h[0]["tokens"].cpu() for h in hypos]
+
+
+def compare(model, ind, sample, hypotheses: List[torch.Tensor], rows: str = "mean") -> List[dict]:
+    """Teacher-force both models on the main decoder's translations; per sentence: its id,
+    tokens, ``D_yt`` (|Y|, Eq. 4.4), ``D_Y`` (Eq. 4.5) and ``attention`` (L x H, Eq. 4.6)."""
+    from fairseq.data import data_utils
+
+    dictionary = model.decoder.dictionary
+    pad, eos = dictionary.pad(), dictionary.eos()
+    dev = next(model.parameters()).device
+    prev = data_utils.collate_tokens(hypotheses, pad, eos, left_pad=False, move_eos_to_beginning=True).to(dev)
+    target = data_utils.collate_tokens(hypotheses, pad, eos, left_pad=False)
+    inputs = {k: v for k, v in sample["net_input"].items() if k != "prev_output_tokens"}
+    lprobs, attention = [], []
+    with torch.no_grad():
+        for m in (model, ind):
+            with capture_cross_attention(m) as records:
+                out = m(**inputs, prev_output_tokens=prev)
+            lprobs.append(m.get_normalized_probs(out, log_probs=True).double().cpu())  # B x Z x V
+            attention.append(torch.stack([records[i][0] for i in sorted(records)], dim=1))  # B x L x H x Z x J
+    d_tokens = kl_divergence(lprobs[0], lprobs[1])  # B x Z
+    d_rows = kl_divergence(torch.log(attention[0]), torch.log(attention[1]))  # B x L x H x Z
+    real = target.ne(pad)
+    out = []
+    for b, hyp in enumerate(hypotheses):
+        n = int(real[b].sum())
+        per_row = d_rows[b, :, :, :n]
+        out.append({"id": int(sample["id"][b]), "tokens": hyp, "D_yt": d_tokens[b, :n],
+                    "D_Y": d_tokens[b, :n].mean().item(),
+                    "attention": per_row.mean(-1) if rows == "mean" else per_row.sum(-1)})
+    return out
+
+
+def analyse(model, task, split: str, max_sentences: Optional[int] = None, rows: str = "mean",
+            max_len_a: float = 0.0, max_len_b: int = 200, cpu: bool = False) -> List[dict]:
+    """:func:`compare` over the sentences of ``split`` (the lowest ids with ``max_sentences``)."""
+    ind = ind_decoder(model)
+    dev = common.device(cpu)
+    results = []
+    for sample in common.batches(task, split, max_sentences=max_sentences):
+        sample = common.to_device(sample, dev)
+        results += compare(model, ind, sample, greedy_decode(model, sample, max_len_a, max_len_b), rows)
+    return sorted(results, key=lambda r: r["id"])
+
+
+def one_sentence(model, task, split: str, sentence: int, rows: str = "mean", max_len_a: float = 0.0,
+                 max_len_b: int = 200, cpu: bool = False) -> dict:
+    dataset = task.dataset(split)
+    if not 0 <= sentence < len(dataset):
+        raise common.AnalysisError(f"--sentence {sentence}: the {split} split has {len(dataset)} sentences")
+    sample = common.to_device(dataset.collater([dataset[sentence]]), common.device(cpu))
+    return compare(model, ind_decoder(model), sample, greedy_decode(model, sample, max_len_a, max_len_b), rows)[0]
+
+
+def summarise(name: str, results: List[dict], dictionary) -> Dict[str, List[dict]]:
+    attention = torch.stack([r["attention"] for r in results]).mean(0)  # L x H, mean over sentences
+    d_y = torch.tensor([r["D_Y"] for r in results], dtype=torch.float64)
+    summary = {"model": name, "sentences": len(results), "mean D_Y": d_y.mean().item()}
+    summary.update({f"D^{l}": attention[l - 1].mean().item() for l in range(1, attention.size(0) + 1)})
+    summary["mean D^l"] = attention.mean().item()
+    per_sentence = [{"model": name, "id": r["id"], "|Y|": len(r["tokens"]), "D_Y": r["D_Y"],
+                     "hypothesis": dictionary.string(r["tokens"][:-1])} for r in results]
+    per_head = [{"model": name, "layer": l + 1, "head": h + 1, "D^l_h": attention[l, h].item()}
+                for l in range(attention.size(0)) for h in range(attention.size(1))]
+    return {"summary": [summary], "per_sentence": per_sentence, "per_head": per_head}
+
+
+def token_rows(name: str, result: dict, dictionary) -> List[dict]:
+    return [{"model": name, "sentence": result["id"], "position": t + 1, "token": dictionary[int(tok)],
+             "D_yt": d.item()} for t, (tok, d) in enumerate(zip(result["tokens"], result["D_yt"]))]
+
+
+def plot_dependency(summary: List[dict], per_sentence: List[dict], path: str):
+    """Fig. 4.7: (a) D_Y of every sentence per model (box) with its mean; (b) D^l per layer,
+    one series per model."""
+    plt = common.pyplot()
+    names = [s["model"] for s in summary]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
+    a.boxplot([[r["D_Y"] for r in per_sentence if r["model"] == n] for n in names], showmeans=True)
+    a.set_xticks(range(1, len(names) + 1), names)
+    a.set_ylabel("D_Y (KL, nats)")
+    a.set_title("(a) output distributions (Eq. 4.5)")
+    for s in summary:
+        layers = sorted(int(k[2:]) for k in s if k.startswith("D^") and k[2:].isdigit())
+        b.plot(layers, [s[f"D^{l}"] for l in layers], marker="o", label=s["model"])
+        b.set_xticks(layers)
+    b.set_xlabel("decoder layer")
+    b.set_ylabel("D^l (KL, nats)")
+    b.set_title("(b) cross-attention (Eq. 4.7)")
+    b.legend()
+    common.save_figure(fig, path)
+    return fig
+
+
+def plot_tokens(tokens: List[dict], path: str):
+    """Fig. 4.8: D_yt of every token of one sentence, one panel per model."""
+    plt = common.pyplot()
+    names = list(dict.fromkeys(r["model"] for r in tokens))
+    fig, axes = plt.subplots(len(names), 1, figsize=(max(6, 0.45 * max(len(tokens), 1) / len(names)),
+                                                       2.6 * len(names)), squeeze=False)
+    for ax, name in zip(axes[:, 0], names):
+        sel = [r for r in tokens if r["model"] == name]
+        ax.bar(range(len(sel)), [r["D_yt"] for r in sel])
+        ax.set_xticks(range(len(sel)), [r["token"] for r in sel], rotation=45, ha="right")
+        ax.set_ylabel("D_yt")
+        ax.set_title(f"{name}: sentence {sel[0]['sentence']}" if sel else name)
+    common.save_figure(fig, path)
+    return fig
+
+
+def main(argv=None):
+    common.setup_cli()
+    ap = common.common_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                                         epilog=__doc__.split("\n\n", 1)[1],
+                                                         formatter_class=argparse.RawDescriptionHelpFormatter))
+    ap.add_argument("--max-sentences", type=int, help="analyse the sentences with the lowest ids")
+    ap.add_argument("--sentence", type=int, help="sentence id for the per-token figure (default: lowest analysed)")
+    ap.add_argument("--attention-rows", default="mean", choices=["mean", "sum"],
+                    help="how the Z query rows of KL(A^m_h || A^ind_h) are combined (Eq. 4.6)")
+    ap.add_argument("--max-len-a", type=float, default=0.0, help="greedy output length limit a * |x| + b")
+    ap.add_argument("--max-len-b", type=int, default=200)
+    args = ap.parse_args(argv)
+    names = common.names_for(args.checkpoint, args.names)
+    summary, per_sentence, per_head, tokens = [], [], [], []
+    decoding = dict(rows=args.attention_rows, max_len_a=args.max_len_a, max_len_b=args.max_len_b, cpu=args.cpu)
+    for name, ckpt in zip(names, args.checkpoint):
+        model, task = common.load_model(ckpt, args.data, split=args.split, overrides={"decode_from": "main"},
+                                        cpu=args.cpu)
+        check_aif(model, ckpt)
+        results = analyse(model, task, args.split, args.max_sentences, **decoding)
+        if not results:
+            raise common.AnalysisError(f"no sentence of {args.split} analysed (--max-sentences {args.max_sentences})")
+        dictionary = task.target_dictionary
+        tables = summarise(name, results, dictionary)
+        summary += tables["summary"]
+        per_sentence += tables["per_sentence"]
+        per_head += tables["per_head"]
+        sentence = results[0]["id"] if args.sentence is None else args.sentence
+        chosen = next((r for r in results if r["id"] == sentence), None) \
+            or one_sentence(model, task, args.split, sentence, **decoding)
+        tokens += token_rows(name, chosen, dictionary)
+    common.write_table(summary, args.out, "summary", "AIF dependency: mean D_Y (Eq. 4.5) and D^l (Eq. 4.7)", ".4f")
+    common.write_table(per_head, args.out, "per_head", "D^l_h per decoder layer and head (Eq. 4.6)", ".4f")
+    common.write_table(tokens, args.out, "tokens", "D_yt per token (Eq. 4.4)", ".4f")
+    common.write_table(per_sentence, args.out, "per_sentence", "D_Y per sentence (Eq. 4.5)", ".4f")
+    plot_dependency(summary, per_sentence, os.path.join(args.out, "aif_dependency.png"))
+    plot_tokens(tokens, os.path.join(args.out, "tokens.png"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
