@@ -423,19 +423,23 @@ def load_projections(model, path: str, names: Sequence[str]) -> nn.ModuleDict:
 def table_rows(scores: Dict[str, dict], num_encoder_layers: int, num_decoder_layers: int) -> List[dict]:
     """Tables 1 / 5: per layer, accuracy (%) and its delta."""
     def acc(name):
-        return round(100 * scores[name]["accuracy"], 2) if name in scores else None
+        return 100 * scores[name]["accuracy"] if name in scores else None
 
-    def delta(a, b):
+    def rounded(a):
+        return round(a, 2) if a is not None else None
+
+    def delta(a, b):  # of the unrounded accuracies
         return round(a - b, 2) if a is not None and b is not None else None
 
     rows = []
     for l in range(max(num_encoder_layers, num_decoder_layers) + 1):
         enc, dec = acc(f"enc{l}"), acc(f"dec{l}")
         no_self, no_cross = acc(f"dec{l}-self"), acc(f"dec{l}-cross")
-        rows.append({"layer": l, "encoder": enc, "encoder delta": delta(enc, acc(f"enc{l - 1}")) if l else None,
-                     "decoder": dec, "decoder delta": delta(dec, acc(f"dec{l - 1}")) if l else None,
-                     "-self attention": no_self, "-self delta": delta(no_self, dec),
-                     "-cross attention": no_cross, "-cross delta": delta(no_cross, dec)})
+        rows.append({"layer": l, "encoder": rounded(enc),
+                     "encoder delta": delta(enc, acc(f"enc{l - 1}")) if l else None,
+                     "decoder": rounded(dec), "decoder delta": delta(dec, acc(f"dec{l - 1}")) if l else None,
+                     "-self attention": rounded(no_self), "-self delta": delta(no_self, dec),
+                     "-cross attention": rounded(no_cross), "-cross delta": delta(no_cross, dec)})
     return rows
 
 

@@ -1,0 +1,184 @@
+"""Translating from an encoder layer (Xu et al. 2020, "Analyzing Word Translation of
+Transformer Layers", Sec. 3.3, Table 2).
+
+What the paper did: the output of encoder layer l at every source position goes through that
+layer's trained projection (``word_translation``; the alignment weights w are not used) and
+the model's classifier, and the most probable token at each position is the "translation":
+one target token per source token, in the source order, with no decoder. Here every source
+token of a sentence is translated (its end-of-sentence position is not a source token and is
+left out), and the argmax runs over the vocabulary without the padding, beginning- and
+end-of-sentence symbols, so that each source token gives exactly one target token as in the
+paper (a predicted end-of-sentence would otherwise shorten the hypothesis).
+The hypotheses are scored against the binarized references as they are, on BPE units and
+lowercased (sacreBLEU, ``--tokenize none --lowercase``), as the paper's "BPEized
+case-insensitive BLEU": BLEU-1 (brevity penalty x unigram precision: sacreBLEU with
+``max_ngram_order=1``) and BLEU. FULL is the whole model, beam search (``--beam``, default
+4 as the paper) through fairseq's generator, scored the same way. Delta is the gain over the
+layer below (FULL: over the top layer).
+
+    python -m fairseq_ext.analysis.translate_from_layer --checkpoint base/checkpoint_best.pt \\
+        --data data-bin/wmt14.en-de --split test --projections analysis/wt/projections.pt --out analysis/wt-enc
+
+Without ``--projections`` the encoder layers' projections are trained first, as
+``word_translation --parts encoder`` does (same options), and saved to OUT/projections.pt.
+Writes translate_from_layer.{md,csv,json} (Table 2 layout), translate_from_layer.png (BLEU-1
+and BLEU per layer, FULL dashed) and the hypotheses of every layer, OUT/hyp.layer<l>.bpe and
+OUT/hyp.full.bpe, with OUT/ref.bpe.
+"""
+import argparse
+import os
+import sys
+from typing import Dict, List, Sequence
+
+import torch
+from fairseq import utils
+
+from fairseq_ext.analysis import common
+from fairseq_ext.analysis.probing import encoder_layers, primary_encoder
+from fairseq_ext.analysis.word_translation import (
+    add_training_arguments,
+    build_probes,
+    load_for_training,
+    load_projections,
+    probe_names,
+    save_projections,
+    train_probes,
+)
+
+
+def bleu_scores(hypotheses: Sequence[str], references: Sequence[str]) -> Dict[str, float]:
+    """BLEU-1 and BLEU (sacreBLEU, no tokenization, lowercased) of BPE strings."""
+    from sacrebleu.metrics import BLEU
+
+    refs = [list(references)]
+    bleu1 = BLEU(tokenize="none", lowercase=True, max_ngram_order=1, force=True).corpus_score(list(hypotheses), refs)
+    bleu = BLEU(tokenize="none", lowercase=True, force=True).corpus_score(list(hypotheses), refs)
+    return {"BLEU-1": bleu1.score, "BLEU": bleu.score}
+
+
+def token_string(dictionary, tokens: torch.Tensor) -> str:
+    """BPE units of ``tokens``, without padding, EOS and BOS (unknowns as <unk>)."""
+    special = {dictionary.pad(), dictionary.eos(), dictionary.bos()}
+    return " ".join(dictionary[int(t)] for t in tokens if int(t) not in special)
+
+
+@torch.no_grad()
+def layer_translations(model, task, split: str, probes, layers: Sequence[int], max_tokens: int = 4000,
+                       max_sentences=None) -> Dict[str, List[str]]:
+    """``layer<l>`` -> hypotheses, ``ref`` -> references, in sentence-id order."""
+    src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+    dev = next(model.parameters()).device
+    out: Dict[str, Dict[int, str]] = {f"layer{l}": {} for l in layers}
+    out["ref"] = {}
+    encoder = primary_encoder(model)
+    special = [tgt_dict.pad(), tgt_dict.eos(), tgt_dict.bos()]
+    for sample in common.batches(task, split, max_tokens, max_sentences):
+        sample = common.to_device(sample, dev)
+        net = {k: v for k, v in sample["net_input"].items() if k != "prev_output_tokens"}
+        states = encoder_layers(encoder, model.encoder(**net, return_all_hiddens=True))
+        src = sample["net_input"]["src_tokens"]
+        source_token = src.ne(src_dict.pad()) & src.ne(src_dict.eos())  # B x S
+        ids = sample["id"].tolist()
+        for b, i in enumerate(ids):
+            out["ref"][i] = token_string(tgt_dict, utils.strip_pad(sample["target"][b], tgt_dict.pad()))
+        for l in layers:
+            logits = model.decoder.output_layer(probes[f"enc{l}"].projection(states[l].transpose(0, 1)))
+            logits[..., special] = float("-inf")
+            best = logits.argmax(-1)  # B x S
+            for b, i in enumerate(ids):
+                out[f"layer{l}"][i] = token_string(tgt_dict, best[b][source_token[b]])
+    return {k: [v[i] for i in sorted(v)] for k, v in out.items()}
+
+
+@torch.no_grad()
+def full_translations(model, task, split: str, beam: int = 4, lenpen: float = 1.0, max_tokens: int = 4000,
+                      max_sentences=None) -> List[str]:
+    """The whole model's beam-search hypotheses (BPE units), in sentence-id order."""
+    from fairseq.dataclass.configs import GenerationConfig
+
+    generator = task.build_generator([model], GenerationConfig(beam=beam, lenpen=lenpen))
+    dev = next(model.parameters()).device
+    hyps: Dict[int, str] = {}
+    for sample in common.batches(task, split, max_tokens, max_sentences):
+        sample = common.to_device(sample, dev)
+        for i, hypos in zip(sample["id"].tolist(), task.inference_step(generator, [model], sample)):
+            hyps[i] = token_string(task.target_dictionary, hypos[0]["tokens"])
+    return [hyps[i] for i in sorted(hyps)]
+
+
+def table_rows(scores: Dict[str, Dict[str, float]], layers: Sequence[int]) -> List[dict]:
+    rows, prev = [], None
+    for key in [f"layer{l}" for l in layers] + (["full"] if "full" in scores else []):
+        s = scores[key]
+        rows.append({"layer": "FULL" if key == "full" else int(key[5:]), "BLEU-1": round(s["BLEU-1"], 2),
+                     "BLEU-1 delta": round(s["BLEU-1"] - prev["BLEU-1"], 2) if prev else None,
+                     "BLEU": round(s["BLEU"], 2), "BLEU delta": round(s["BLEU"] - prev["BLEU"], 2) if prev else None})
+        prev = s
+    return rows
+
+
+def plot(rows: List[dict], path: str):
+    plt = common.pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    layer_rows = [r for r in rows if r["layer"] != "FULL"]
+    full = [r for r in rows if r["layer"] == "FULL"]
+    for k, key in enumerate(("BLEU-1", "BLEU")):
+        ax.plot([r["layer"] for r in layer_rows], [r[key] for r in layer_rows], "o-", color=f"C{k}", label=key)
+        if full:
+            ax.axhline(full[0][key], color=f"C{k}", linestyle="--", label=f"{key} FULL")
+    ax.set_xlabel("encoder layer (0 = embeddings)")
+    ax.set_ylabel("score (BPE, lowercased)")
+    ax.legend(fontsize=8)
+    common.save_figure(fig, path)
+    return fig
+
+
+def main(argv=None):
+    common.setup_cli()
+    ap = common.common_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                                         epilog=__doc__.split("\n\n", 1)[1],
+                                                         formatter_class=argparse.RawDescriptionHelpFormatter),
+                                 several=False)
+    ap.add_argument("--projections", help="projections.pt written by word_translation (default: train them here)")
+    ap.add_argument("--beam", type=int, default=4, help="beam of the FULL row (0: no FULL row)")
+    ap.add_argument("--lenpen", type=float, default=1.0)
+    add_training_arguments(ap)
+    args = ap.parse_args(argv)
+    if args.projections:
+        model, task = common.load_model(args.checkpoint, args.data, split=args.split, cpu=args.cpu)
+    else:
+        model, task = load_for_training(args)
+    num_layers = len(primary_encoder(model).layers)
+    layers = list(range(num_layers + 1))
+    names = probe_names(num_layers, 0, ["encoder"])
+    if args.projections:
+        probes = load_projections(model, args.projections, names)
+    else:
+        probes = build_probes(model, names)
+        train_probes(model, task, probes, args.train_split, args.valid_split, lr=args.lr, max_epoch=args.max_epoch,
+                     max_update=args.max_update, validate_interval=args.validate_interval,
+                     max_tokens=args.max_tokens, max_train_sentences=args.max_train_sentences,
+                     max_valid_sentences=args.max_valid_sentences, seed=args.seed)
+        save_projections(probes, os.path.join(args.out, "projections.pt"), args.checkpoint)
+    probes.eval()
+    texts = layer_translations(model, task, args.split, probes, layers, args.max_tokens, args.max_sentences)
+    if args.beam > 0:
+        texts["full"] = full_translations(model, task, args.split, args.beam, args.lenpen, args.max_tokens,
+                                          args.max_sentences)
+    os.makedirs(args.out, exist_ok=True)
+    for key, lines in texts.items():
+        name = "ref.bpe" if key == "ref" else f"hyp.{key}.bpe"
+        with open(os.path.join(args.out, name), "w", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in lines)
+    scores = {k: bleu_scores(v, texts["ref"]) for k, v in texts.items() if k != "ref"}
+    rows = table_rows(scores, layers)
+    common.write_table(rows, args.out, "translate_from_layer",
+                       f"Translating from encoder layers ({args.split}, BPE, lowercased)")
+    plot(rows, os.path.join(args.out, "translate_from_layer.png"))
+    print(f"written: {args.out}/translate_from_layer.{{md,csv,json,png}}, hyp.*.bpe, ref.bpe "
+          f"({len(texts['ref'])} sentences)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
