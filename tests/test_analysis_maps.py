@@ -1,0 +1,245 @@
+"""attention_maps and word_order (fairseq_ext/analysis): the captured maps against direct
+computations, figures checked for their panels, on tiny trained models."""
+import json
+import os
+import subprocess
+from argparse import Namespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fairseq_ext.analysis import attention_maps, common, word_order
+from model_utils import TINY_TRAIN_FLAGS, USER_DIR, clean_env, make_tiny_parallel_data
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    """Three tiny checkpoints on one synthetic task: hierarchical joint attention over both
+    encoder layers (standard encoder self-attention), the same without encoder positions,
+    and an MMA encoder with one head of each type (G, L, F, B)."""
+    root = tmp_path_factory.mktemp("maps")
+    bin_dir = make_tiny_parallel_data(str(root), num_train=121)
+    with open(os.path.join(bin_dir, "prep.env"), "w") as f:  # what evaluate.sh reads
+        f.write("recipe=tiny\nsrc=src\ntgt=tgt\nbpe=none\n")
+    ckpts = {}
+    for name, extra in (("hier", ["--joint-attention", "hierarchical"]),
+                        ("hier_nopos", ["--joint-attention", "hierarchical", "--no-encoder-positional-embeddings"]),
+                        ("mma", ["--encoder-attention-heads", "4", "--encoder-self-attention", "mma",
+                                 "--mma-heads", "G,L,F,B", "--mma-window", "1"])):
+        subprocess.run(["fairseq-train", bin_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer",
+                        *TINY_TRAIN_FLAGS, *extra, "--max-update", "6", "--lr", "5e-3",
+                        "--save-dir", str(root / name)], check=True, capture_output=True, env=clean_env())
+        ckpts[name] = str(root / name / "checkpoint_last.pt")
+    return bin_dir, ckpts
+
+
+def one_sentence(ckpt, bin_dir, sentence=3):
+    model, task = common.load_model(ckpt, bin_dir, split="test", cpu=True)
+    sample = attention_maps.sentence_sample(task, "test", sentence, None)
+    target = attention_maps.translate(model, task, sample, beam=2, max_len_a=1.2, max_len_b=10)
+    return model, task, sample, target
+
+
+def test_encoder_maps_equal_torch_multi_head_attention_on_the_layer_input(tiny_models):
+    """A standard encoder layer's captured per-head map is torch's multi_head_attention_forward
+    (need_weights=True, average_attn_weights=False) run by hand with the fairseq module's
+    projections on that layer's input (taken by a hook); every row sums to 1."""
+    bin_dir, ckpts = tiny_models
+    model, task, sample, target = one_sentence(ckpts["hier"], bin_dir)
+    inputs = {}
+    layers = model.encoder.layers
+    hooks = [layer.self_attn.register_forward_pre_hook(
+        lambda m, a, k, i=i: inputs.__setitem__(i, (k.get("query", a[0] if a else None),
+                                                   k.get("key_padding_mask"))), with_kwargs=True)
+        for i, layer in enumerate(layers)]
+    maps = attention_maps.attention_maps(model, task, sample, target)
+    for h in hooks:
+        h.remove()
+    assert [e["kind"] for e in maps["encoder"]] == ["standard", "standard"]
+    for i, layer in enumerate(layers):
+        x, pad = inputs[i]
+        attn = layer.self_attn
+        with torch.no_grad():
+            _, expected = F.multi_head_attention_forward(
+                x, x, x, attn.embed_dim, attn.num_heads, in_proj_weight=None,
+                in_proj_bias=torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]),
+                bias_k=None, bias_v=None, add_zero_attn=False, dropout_p=0.0,
+                out_proj_weight=attn.out_proj.weight, out_proj_bias=attn.out_proj.bias, training=False,
+                key_padding_mask=pad, need_weights=True, use_separate_proj_weight=True,
+                q_proj_weight=attn.q_proj.weight, k_proj_weight=attn.k_proj.weight,
+                v_proj_weight=attn.v_proj.weight, average_attn_weights=False)
+        got = maps["encoder"][i]["global"]  # H x T x T
+        assert got.shape == (attn.num_heads, x.size(0), x.size(0))
+        torch.testing.assert_close(got, expected[0].float(), atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(got.sum(-1), torch.ones(got.shape[:-1]))
+        assert maps["encoder"][i]["titles"] == {"global": ["h1", "h2"]}
+
+
+def test_hierarchical_cross_attention_on_a_padded_batch(tiny_models):
+    """Per-source maps: rows sum to 1 over the non-pad keys and are 0 on pads; beta sums to
+    1 over the sources; the combined map is sum_i beta_i * map_i (multi-source paper App. A);
+    capturing leaves the model's output unchanged."""
+    bin_dir, ckpts = tiny_models
+    model, task = common.load_model(ckpts["hier"], bin_dir, split="valid", cpu=True)
+    sample = next(iter(common.batches(task, "valid")))
+    net = sample["net_input"]
+    pad = net["src_tokens"].eq(task.source_dictionary.pad())
+    assert pad.any()  # the batch has padding to check
+    with torch.no_grad():
+        plain, _ = model(**net)
+        with attention_maps.capture_cross_attention(model) as records:
+            captured, _ = model(**net)
+    torch.testing.assert_close(captured, plain)
+    target_rows = net["prev_output_tokens"].ne(task.target_dictionary.pad())
+    for index, rec in records.items():
+        assert sorted(rec["per_source"]) == [0, 1]
+        for w in rec["per_source"].values():  # B x H x Z x J
+            assert w.shape[:2] == (pad.size(0), 2)
+            assert w.masked_select(pad[:, None, None, :]).abs().max() == 0
+            torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:-1]))
+        beta = rec["beta"]  # B x 1 x Z x n (the module's second level averages its heads)
+        assert beta.shape == (pad.size(0), 1, net["prev_output_tokens"].size(1), 2)
+        torch.testing.assert_close(beta.sum(-1), torch.ones(beta.shape[:-1]))
+        combined = sum(beta[..., i, None] * rec["per_source"][i] for i in range(2))
+        torch.testing.assert_close(rec["attention"], combined, atol=1e-6, rtol=1e-5)
+        assert rec["attention"][target_rows[:, None, :, None].expand_as(rec["attention"])].numel() > 0
+
+
+def test_mma_heads_are_zero_outside_their_band(tiny_models):
+    from fairseq_ext.modules.mixed_multihead_attention import mma_head_masks
+
+    bin_dir, ckpts = tiny_models
+    model, task, sample, target = one_sentence(ckpts["mma"], bin_dir)
+    maps = attention_maps.attention_maps(model, task, sample, target)
+    for entry, layer in zip(maps["encoder"], model.encoder.layers):
+        assert entry["kind"] == "mma"
+        assert entry["titles"]["global"] == ["h1 G (global)", "h2 L (local)", "h3 F (forward)", "h4 B (backward)"]
+        w = entry["global"]  # H x T x T
+        t = w.size(-1)
+        allowed = mma_head_masks(layer.self_attn.head_types, t, t, window=1, causal=False)
+        assert w.masked_select(~allowed).abs().max() == 0
+        assert (~allowed[1:]).any(dim=(1, 2)).all()  # L, F and B each block something here
+        torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:-1]))
+        # forward head: only j >= i; backward: only j <= i; local: |i - j| <= 1
+        i, j = torch.meshgrid(torch.arange(t), torch.arange(t), indexing="ij")
+        assert w[2][j < i].abs().max() == 0 and w[3][j > i].abs().max() == 0
+        assert w[1][(i - j).abs() > 1].abs().max() == 0
+
+
+def test_attention_maps_command_figures_and_json(tiny_models, tmp_path):
+    bin_dir, ckpts = tiny_models
+    attention_maps.main(["--checkpoint", ckpts["hier"], "--data", bin_dir, "--split", "test", "--sentence", "3",
+                         "--out", str(tmp_path / "hier"), "--cpu", "--beam", "2"])
+    for png in ("encoder_self_attention.png", "decoder_attention.png", "context_weights.png"):
+        assert (tmp_path / "hier" / png).read_bytes()[:8] == PNG_MAGIC
+    saved = json.loads((tmp_path / "hier" / "attention_maps.json").read_text())
+    assert saved["strategy"] == "hierarchical" and saved["source_names"] == ["f^1 (enc L1)", "f^2 (enc L2)"]
+    model, task, sample, target = one_sentence(ckpts["hier"], bin_dir)
+    maps = attention_maps.attention_maps(model, task, sample, target)
+    assert saved["target_tokens"] == attention_maps.token_labels(task.target_dictionary, target)
+    assert saved["source_tokens"][0][-1] == "</s>" and len(saved["source_tokens"][0]) == sample["net_input"][
+        "src_tokens"].size(1)
+    torch.testing.assert_close(torch.tensor(saved["encoder"][1]["global"]), maps["encoder"][1]["global"], atol=1e-6,
+                               rtol=0)
+    torch.testing.assert_close(torch.tensor(saved["decoder"][0]["per_source"]["2"]),
+                               maps["decoder"][0]["per_source"][1], atol=1e-6, rtol=0)
+    torch.testing.assert_close(torch.tensor(saved["decoder"][1]["beta"]), maps["decoder"][1]["beta"], atol=1e-6,
+                               rtol=0)
+    # figures: one panel per head and layer; per decoder layer the combined map and each source's
+    names = attention_maps.source_names(model, task)
+    src = attention_maps.memory_labels(model, task, sample)
+    tgt = saved["target_tokens"]
+    fig = attention_maps.encoder_figure(maps, src[0], str(tmp_path / "e.png"))
+    assert len(fig.axes) == 2 * 2 and fig.axes[3].get_title() == "L2 h2"
+    fig = attention_maps.decoder_figure(maps, tgt, src, names, str(tmp_path / "d.png"))
+    assert [a.get_title() for a in fig.axes[:3]] == ["dec L1: attention", "dec L1: f^1 (enc L1)",
+                                                       "dec L1: f^2 (enc L2)"] and len(fig.axes) == 2 * 3
+    fig = attention_maps.context_figure(maps, tgt, names, str(tmp_path / "c.png"))
+    assert len(fig.axes) == 2 and [t.get_text() for t in fig.axes[0].get_xticklabels()] == names
+    # MMA: the head types in the titles; a given source and a given hypothesis, teacher-forced
+    out = attention_maps.run(Namespace(checkpoint=ckpts["mma"], data=bin_dir, split="test", sentence=None,
+                                       source="w1 w2 w3", hypothesis="w3 w2 w1", reference=False, beam=2,
+                                       max_len_a=1.2, max_len_b=10, out=str(tmp_path / "mma"), cpu=True))
+    assert out["target"] == ["w3", "w2", "w1", "</s>"] and out["source"] == [["w1", "w2", "w3", "</s>"]]
+    titles = [a.get_title() for a in out["figures"]["encoder"].axes]
+    assert len(titles) == 2 * 4 and titles[:4] == ["L1 h1 G (global)", "L1 h2 L (local)", "L1 h3 F (forward)",
+                                                   "L1 h4 B (backward)"]
+    assert len(out["figures"]["decoder"].axes) == 2 and "context" not in out["figures"]
+    assert out["maps"]["decoder"][0]["attention"].shape == (2, 4, 4)  # H x Z x J
+    with pytest.raises(common.AnalysisError, match="--sentence 99"):
+        attention_maps.main(["--checkpoint", ckpts["mma"], "--data", bin_dir, "--sentence", "99",
+                             "--out", str(tmp_path / "x"), "--cpu"])
+
+
+# ---- word order (MMA paper Table 3) ---------------------------------------------------------------
+
+def test_positions_and_system_are_read_from_each_checkpoints_config(tiny_models):
+    bin_dir, ckpts = tiny_models
+    systems = word_order.pair_checkpoints([ckpts["hier_nopos"], ckpts["hier"], ckpts["mma"]], None)
+    assert systems["Transformer + hierarchical"]["pos"]["checkpoint"] == ckpts["hier"]
+    assert systems["Transformer + hierarchical"]["nopos"] == {"checkpoint": ckpts["hier_nopos"], "positions": "none"}
+    assert systems["Transformer MMA"] == {"pos": {"checkpoint": ckpts["mma"], "positions": "sinusoidal"}}
+    assert word_order.encoder_positions(Namespace(encoder_learned_pos=True)) == "learned"
+    assert word_order.encoder_positions(Namespace(no_token_positional_embeddings=True)) == "none"
+    with pytest.raises(common.AnalysisError, match="both 'x' with encoder positions"):
+        word_order.pair_checkpoints([ckpts["hier"], ckpts["mma"]], ["x", "x"])
+
+
+def test_word_order_table_with_known_bleu(tiny_models, tmp_path, monkeypatch):
+    """The table's BLEU, delta, p and the Δ against the first system, with evaluate.sh
+    replaced by fixed outputs whose scores sacreBLEU gives directly."""
+    from fairseq_ext.significance import bleu_metric, paired_significance
+
+    bin_dir, ckpts = tiny_models
+    refs = [f"the cat number {i} sat on the mat today" for i in range(30)]
+    outputs = {ckpts["hier"]: refs,
+               ckpts["hier_nopos"]: [r.replace("sat", "stood") if i % 2 else r for i, r in enumerate(refs)],
+               ckpts["mma"]: [r.replace("mat", "rug") if i % 3 else r for i, r in enumerate(refs)]}
+
+    def fake_evaluate(checkpoint, data, split, out, overrides=None, generate_args=(), cpu=False):
+        os.makedirs(out, exist_ok=True)
+        for name, lines in (("ref.detok", refs), ("hyp.detok", outputs[checkpoint])):
+            with open(os.path.join(out, name), "w") as f:
+                f.write("\n".join(lines) + "\n")
+        score = bleu_metric("detok-cased").corpus_score(outputs[checkpoint], [refs]).score
+        return {"dir": out, "bleu": {"detok-cased": score}, "headline": "detok-cased"}
+
+    monkeypatch.setattr(common, "evaluate", fake_evaluate)
+    systems = word_order.pair_checkpoints([ckpts["hier"], ckpts["hier_nopos"], ckpts["mma"]], ["base", "base", "mma"])
+    rows = word_order.word_order_rows(systems, bin_dir, "test", str(tmp_path), samples=100)
+    assert [(r["model"], r["encoder positions"]) for r in rows] == [("base", "sinusoidal"), ("base", "none"),
+                                                                    ("mma", "sinusoidal")]
+    bleu = {c: round(bleu_metric("detok-cased").corpus_score(o, [refs]).score, 2) for c, o in outputs.items()}
+    assert [r["BLEU"] for r in rows] == [bleu[ckpts["hier"]], bleu[ckpts["hier_nopos"]], bleu[ckpts["mma"]]]
+    assert rows[1]["delta"] == pytest.approx(bleu[ckpts["hier_nopos"]] - bleu[ckpts["hier"]]) and rows[1]["delta"] < 0
+    sig = paired_significance(refs, outputs[ckpts["hier"]], {"x": outputs[ckpts["hier_nopos"]]}, n_samples=100,
+                              marks="mma")
+    assert (rows[1]["p"], rows[1]["mark"]) == (sig["x"]["p_value"], sig["x"]["mark"]) and rows[1]["mark"] == "††"
+    assert rows[0]["delta"] is None and rows[2]["delta"] is None
+    assert rows[2]["Δ vs base"] == pytest.approx(bleu[ckpts["mma"]] - bleu[ckpts["hier"]])
+    assert rows[0]["Δ vs base"] is None and rows[1]["Δ vs base"] is None
+    fig = word_order.plot(rows, str(tmp_path / "wo.png"))
+    assert len(fig.axes) == 1 and len(fig.axes[0].patches) == 3
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["base", "mma"]
+    assert (tmp_path / "wo.png").read_bytes()[:8] == PNG_MAGIC
+
+
+@pytest.mark.slow
+def test_word_order_command_through_evaluate(tiny_models, tmp_path):
+    """Both checkpoints decoded by evaluate.sh: one row each, the positions read from each
+    configuration (given in the 'wrong' order), delta = the difference of the BLEUs."""
+    bin_dir, ckpts = tiny_models
+    word_order.main(["--checkpoint", ckpts["hier_nopos"], ckpts["hier"], "--data", bin_dir, "--split", "valid",
+                     "--out", str(tmp_path), "--cpu", "--samples", "50", "--generate-args", "--beam 2 --max-len-b 8"])
+    rows = json.loads((tmp_path / "word_order.json").read_text())
+    assert [(r["model"], r["encoder positions"], r["checkpoint"]) for r in rows] == [
+        ("Transformer + hierarchical", "sinusoidal", ckpts["hier"]),
+        ("Transformer + hierarchical", "none", ckpts["hier_nopos"])]
+    by_hand = json.loads((tmp_path / "Transformer_hierarchical" / "nopos" / "bleu.json").read_text())
+    assert rows[1]["BLEU"] == pytest.approx(by_hand[rows[1]["flavour"]]["score"], abs=0.005)
+    assert rows[1]["delta"] == pytest.approx(rows[1]["BLEU"] - rows[0]["BLEU"], abs=1e-9)
+    assert (tmp_path / "word_order.png").read_bytes()[:8] == PNG_MAGIC
+    assert "| Transformer + hierarchical | none |" in (tmp_path / "word_order.md").read_text()
