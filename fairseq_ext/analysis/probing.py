@@ -103,7 +103,7 @@ def read_senteval(path: str) -> Split:
         if len(fields) < 3 or fields[0] not in data:
             raise AnalysisError(f"{path}:{number}: expected 'tr|va|te<TAB>label<TAB>sentence'")
         data[fields[0]].append((fields[1], fields[-1].strip()))
-    for p in ("tr", "te"):
+    for p in PARTITIONS:  # va too: the probe is early-stopped on it
         if not data[p]:
             raise AnalysisError(f"{path}: no '{p}' sentences")
     return data
