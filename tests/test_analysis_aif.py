@@ -29,6 +29,14 @@ def sample_of(model, bsz=3):
     return {"id": torch.arange(bsz), "net_input": {"src_tokens": src, "src_lengths": lengths}}
 
 
+def greedy_of_different_lengths(model, sample):
+    """The main decoder's greedy output, cut to a different length per sentence (9, 7, 5
+    tokens with EOS), so that the batch has padded target positions."""
+    hyps = aif_dependency.greedy_decode(model, sample, max_len_b=8)
+    eos = hyps[0].new_tensor([model.decoder.dictionary.eos()])
+    return [torch.cat([h[: len(h) - 1 - 2 * b], eos]) for b, h in enumerate(hyps)]
+
+
 def alone(model, src, pad, hyp, **kwargs):
     """Teacher-forced forward of one unpadded sentence on [EOS] + hyp[:-1]."""
     src = src[src.ne(pad)][None]
@@ -81,7 +89,8 @@ def test_token_and_sentence_divergences_equal_a_direct_computation():
     model = aif_model()
     ind = aif_model(zero_aif=True)  # same seed: the same weights except W^a
     sample = sample_of(model)
-    hyps = aif_dependency.greedy_decode(model, sample, max_len_b=8)
+    hyps = greedy_of_different_lengths(model, sample)
+    assert len({len(h) for h in hyps}) == len(hyps)
     results = aif_dependency.compare(model, aif_dependency.ind_decoder(model), sample, hyps)
     pad = model.decoder.dictionary.pad()
     for b, r in enumerate(results):
@@ -91,8 +100,8 @@ def test_token_and_sentence_divergences_equal_a_direct_computation():
                                           log_probs=True)[0].double()
         lp_i = ind.get_normalized_probs(alone(ind, sample["net_input"]["src_tokens"][b], pad, hyp),
                                         log_probs=True)[0].double()
-        # P_m is the distribution the greedy search took y_t from (EOS is banned at step 0 and
-        # forced at the length limit)
+        # P_m is the distribution the greedy search took y_t from (EOS is banned at step 0, and
+        # ends the cut hypotheses)
         assert torch.equal(lp_m.argmax(-1)[1:-1], hyp[1:-1])
         expected = (lp_m.exp() * (lp_m - lp_i)).sum(-1)
         torch.testing.assert_close(r["D_yt"], expected, atol=1e-5, rtol=1e-4)
@@ -106,7 +115,7 @@ def test_cross_attention_divergence_equals_a_direct_computation():
     model = aif_model()
     ind = aif_model(zero_aif=True)
     sample = sample_of(model)
-    hyps = aif_dependency.greedy_decode(model, sample, max_len_b=8)
+    hyps = greedy_of_different_lengths(model, sample)
     means = aif_dependency.compare(model, aif_dependency.ind_decoder(model), sample, hyps)
     sums = aif_dependency.compare(model, aif_dependency.ind_decoder(model), sample, hyps, rows="sum")
     pad, layer = model.decoder.dictionary.pad(), len(model.decoder.layers) - 1
@@ -189,15 +198,17 @@ def test_command_end_to_end(trained, tmp_path):
     assert [r["sentence"] for r in got] == [7] * len(batch["tokens"])
     assert [r["token"] for r in got] == [task.target_dictionary[int(t)] for t in batch["tokens"]]
     assert got[-1]["token"] == "</s>"
+    assert got[0]["source"] == task.source_dictionary.string(task.dataset("test").src[7])
     torch.testing.assert_close(torch.tensor([r["D_yt"] for r in got], dtype=torch.float64), batch["D_yt"],
                                atol=1e-5, rtol=1e-4)
     assert all(r["D_yt"] == 0 for r in tokens if r["model"] == "zeroed")
     for png in ("aif_dependency.png", "tokens.png"):
         assert (out / png).read_bytes()[:8] == PNG_MAGIC
-    fig = aif_dependency.plot_dependency(summary, per_sentence, str(tmp_path / "a.png"))
+    fig = aif_dependency.plot_dependency(summary, per_sentence, per_head, str(tmp_path / "a.png"))
     assert len(fig.axes) == 2  # Fig. 4.7a and 4.7b
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["aif", "zeroed"]  # one box per model
     assert len(fig.axes[1].lines) == 2 and list(fig.axes[1].lines[0].get_xdata()) == [1, 2]  # D^l per model
+    assert [len(c.get_offsets()) for c in fig.axes[1].collections] == [4, 4]  # D^l_h: 2 layers x 2 heads
     fig = aif_dependency.plot_tokens(tokens, str(tmp_path / "t.png"))
     assert len(fig.axes) == 2  # Fig. 4.8: one panel per model
     assert len(fig.axes[0].patches) == len(got)

@@ -18,6 +18,10 @@ over the source positions; ``--attention-rows mean`` (default) averages the Z ro
 divergences, which is the KL of A_h / Z read as one distribution over the Z x J cells,
 ``sum`` adds them (the thesis does not say). D_Y and D^l_h are averaged over the sentences.
 Several checkpoints (MS-1+AIF, MS-2+AIF, ...) are compared as in the thesis' figures.
+Greedy search is fairseq's SequenceGenerator with beam 1 (the model's own incremental
+decoding, auxiliary decoders in lock-step); the output length limit is
+``--max-len-a * |x| + --max-len-b`` (fairseq-generate's defaults 0 and 200). The thesis uses 1k
+random test pairs; ``--max-sentences N`` takes the N lowest ids (as every analysis here).
 
     python -m fairseq_ext.analysis.aif_dependency --checkpoint ms1aif/checkpoint_best.pt ms3aif/checkpoint_best.pt \\
         --names MS-1+AIF MS-3+AIF --data data-bin/iwslt15.en-vi --split test --max-sentences 1000 \\
@@ -184,28 +188,31 @@ def summarise(name: str, results: List[dict], dictionary) -> Dict[str, List[dict
     return {"summary": [summary], "per_sentence": per_sentence, "per_head": per_head}
 
 
-def token_rows(name: str, result: dict, dictionary) -> List[dict]:
-    return [{"model": name, "sentence": result["id"], "position": t + 1, "token": dictionary[int(tok)],
-             "D_yt": d.item()} for t, (tok, d) in enumerate(zip(result["tokens"], result["D_yt"]))]
+def token_rows(name: str, result: dict, dictionary, source: str = "") -> List[dict]:
+    return [{"model": name, "sentence": result["id"], "source": source, "position": t + 1,
+             "token": dictionary[int(tok)], "D_yt": d.item()}
+            for t, (tok, d) in enumerate(zip(result["tokens"], result["D_yt"]))]
 
 
-def plot_dependency(summary: List[dict], per_sentence: List[dict], path: str):
+def plot_dependency(summary: List[dict], per_sentence: List[dict], per_head: List[dict], path: str):
     """Fig. 4.7: (a) D_Y of every sentence per model (box) with its mean; (b) D^l per layer,
-    one series per model."""
+    one line per model, with its heads' D^l_h as dots."""
     plt = common.pyplot()
     names = [s["model"] for s in summary]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     a.boxplot([[r["D_Y"] for r in per_sentence if r["model"] == n] for n in names], showmeans=True)
     a.set_xticks(range(1, len(names) + 1), names)
     a.set_ylabel("D_Y (KL, nats)")
-    a.set_title("(a) output distributions (Eq. 4.5)")
-    for s in summary:
+    a.set_title("(a) D_Y per sentence (Eq. 4.5; triangle: mean)")
+    for i, s in enumerate(summary):
         layers = sorted(int(k[2:]) for k in s if k.startswith("D^") and k[2:].isdigit())
-        b.plot(layers, [s[f"D^{l}"] for l in layers], marker="o", label=s["model"])
+        b.plot(layers, [s[f"D^{l}"] for l in layers], marker="o", color=f"C{i}", label=s["model"])
+        heads = [r for r in per_head if r["model"] == s["model"]]
+        b.scatter([r["layer"] for r in heads], [r["D^l_h"] for r in heads], s=10, color=f"C{i}", alpha=0.4)
         b.set_xticks(layers)
     b.set_xlabel("decoder layer")
     b.set_ylabel("D^l (KL, nats)")
-    b.set_title("(b) cross-attention (Eq. 4.7)")
+    b.set_title("(b) cross-attention: D^l (Eq. 4.7), dots: heads")
     b.legend()
     common.save_figure(fig, path)
     return fig
@@ -216,13 +223,13 @@ def plot_tokens(tokens: List[dict], path: str):
     plt = common.pyplot()
     names = list(dict.fromkeys(r["model"] for r in tokens))
     fig, axes = plt.subplots(len(names), 1, figsize=(max(6, 0.45 * max(len(tokens), 1) / len(names)),
-                                                       2.6 * len(names)), squeeze=False)
+                                                       2.6 * len(names)), squeeze=False, sharey=True)
     for ax, name in zip(axes[:, 0], names):
         sel = [r for r in tokens if r["model"] == name]
         ax.bar(range(len(sel)), [r["D_yt"] for r in sel])
         ax.set_xticks(range(len(sel)), [r["token"] for r in sel], rotation=45, ha="right")
         ax.set_ylabel("D_yt")
-        ax.set_title(f"{name}: sentence {sel[0]['sentence']}" if sel else name)
+        ax.set_title(f"{name}, sentence {sel[0]['sentence']}: {sel[0]['source']}"[:120] if sel else name)
     common.save_figure(fig, path)
     return fig
 
@@ -257,12 +264,13 @@ def main(argv=None):
         sentence = results[0]["id"] if args.sentence is None else args.sentence
         chosen = next((r for r in results if r["id"] == sentence), None) \
             or one_sentence(model, task, args.split, sentence, **decoding)
-        tokens += token_rows(name, chosen, dictionary)
+        source = task.source_dictionary.string(task.dataset(args.split)[chosen["id"]]["source"])
+        tokens += token_rows(name, chosen, dictionary, source)
     common.write_table(summary, args.out, "summary", "AIF dependency: mean D_Y (Eq. 4.5) and D^l (Eq. 4.7)", ".4f")
     common.write_table(per_head, args.out, "per_head", "D^l_h per decoder layer and head (Eq. 4.6)", ".4f")
     common.write_table(tokens, args.out, "tokens", "D_yt per token (Eq. 4.4)", ".4f")
     common.write_table(per_sentence, args.out, "per_sentence", "D_Y per sentence (Eq. 4.5)", ".4f")
-    plot_dependency(summary, per_sentence, os.path.join(args.out, "aif_dependency.png"))
+    plot_dependency(summary, per_sentence, per_head, os.path.join(args.out, "aif_dependency.png"))
     plot_tokens(tokens, os.path.join(args.out, "tokens.png"))
     return 0
 
