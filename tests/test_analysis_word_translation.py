@@ -4,6 +4,7 @@ model's own cross-attention, the frozen model and classifier, the bypassed subla
 layer recomputed by hand, accuracy and BLEU against direct computations, and both commands
 end to end on a tiny trained model."""
 import json
+import math
 import os
 import subprocess
 
@@ -249,8 +250,6 @@ def test_bleu_and_bleu1_of_known_strings_against_sacrebleu():
     refs = ["a b x d", "e f g", "g h i j k"]
     got = translate_from_layer.bleu_scores(hyps, refs)
     # BLEU-1 = brevity penalty x unigram precision, lowercased: (3 + 2 + 5) / 11 matches, 11 vs 12 tokens
-    import math
-
     assert got["BLEU-1"] == pytest.approx(100 * math.exp(1 - 12 / 11) * 10 / 11)
     assert got["BLEU"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs], tokenize="none", lowercase=True).score)
     assert got["BLEU"] < got["BLEU-1"]
@@ -315,4 +314,8 @@ def test_word_translation_and_translate_from_layer_commands(tiny, tmp_path):
     tgt_dict = task.target_dictionary
     logits[:, [tgt_dict.pad(), tgt_dict.eos(), tgt_dict.bos()]] = float("-inf")
     assert hyps["layer2"][0] == " ".join(tgt_dict[int(t)] for t in logits.argmax(-1))
-    assert table[3]["BLEU delta"] == round(table[3]["BLEU"] - table[2]["BLEU"], 2) or table[3]["BLEU"] == 0
+    # FULL: the whole model's beam search, its delta over the top encoder layer
+    full = translate_from_layer.bleu_scores(hyps["full"], references)
+    top = translate_from_layer.bleu_scores(hyps["layer2"], references)
+    assert table[3]["BLEU"] == round(full["BLEU"], 2)
+    assert table[3]["BLEU-1 delta"] == round(full["BLEU-1"] - top["BLEU-1"], 2)
