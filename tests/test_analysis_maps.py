@@ -108,6 +108,41 @@ def test_hierarchical_cross_attention_on_a_padded_batch(tiny_models):
         assert rec["attention"][target_rows[:, None, :, None].expand_as(rec["attention"])].numel() > 0
 
 
+@pytest.mark.parametrize("strategy", ["m-10", "serial", "parallel", "flat", "hierarchical-shared"])
+def test_per_source_maps_of_the_stacked_strategies(strategy):
+    """Untrained models (random weights): the maps over each collected layer are what each
+    strategy computes; rows sum to 1 per source (flat: over all sources together, and the
+    split maps add up to the flat map), padded keys get 0, and capturing changes nothing."""
+    from model_utils import SMALL, build, random_batch
+
+    model, _ = build("multilayer_transformer_iwslt", *SMALL, "--joint-attention", strategy)
+    model.eval()
+    dictionary = model.encoder.dictionary
+    src, lengths, prev = random_batch(dictionary)
+    pad = src.eq(dictionary.pad())
+    with torch.no_grad():
+        plain, _ = model(src, lengths, prev)
+        with attention_maps.capture_cross_attention(model) as records:
+            captured, _ = model(src, lengths, prev)
+    torch.testing.assert_close(captured, plain)
+    for rec in records.values():
+        maps = rec["per_source"]
+        assert sorted(maps) == [0, 1, 2]  # n = 3 encoder layers
+        for w in maps.values():
+            assert w.masked_select(pad[:, None, None, :]).abs().max() == 0
+        sums = torch.stack([w.sum(-1) for w in maps.values()])
+        if strategy == "flat":
+            torch.testing.assert_close(sums.sum(0), torch.ones_like(sums[0]))
+            torch.testing.assert_close(sum(maps.values()), rec["attention"])
+        else:
+            torch.testing.assert_close(sums, torch.ones_like(sums))
+        if strategy == "parallel":  # the module returns the mean of its attentions
+            torch.testing.assert_close(torch.stack(list(maps.values())).mean(0), rec["attention"])
+        if strategy == "serial":  # the layer's own cross-attention reads f^n
+            torch.testing.assert_close(maps[2], rec["attention"])
+        assert (rec["beta"] is not None) == (strategy == "hierarchical-shared")
+
+
 def test_mma_heads_are_zero_outside_their_band(tiny_models):
     from fairseq_ext.modules.mixed_multihead_attention import mma_head_masks
 

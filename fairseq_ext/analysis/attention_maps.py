@@ -128,25 +128,36 @@ def capture_cross_attention(model):
         kwargs["need_head_weights"] = True
         return args, kwargs
 
+    def layer_pre(index):  # a new forward of the decoder layer (the serial sublayers run first)
+        def hook(module, args):
+            records[index].update(attention=None, per_source={}, beta=None)
+        return hook
+
     def top_pre(index):
         def hook(module, args, kwargs):
             current["layer"], current["softmaxes"] = index, []
-            records[index]["per_source"] = {}
             return force(module, args, kwargs)
         return hook
 
-    def top_post(index, n):
+    def by_source(calls, keep):
+        """The per-source softmaxes: one call per source (B x H x Z x J each), or one call
+        over all sources at once (B x n x H x Z x J)."""
+        if len(calls) == 1 and calls[0].dim() == 5:
+            calls = list(calls[0].unbind(1))
+        return dict(zip(range(len(calls)) if len(calls) == n else keep, calls))
+
+    def top_post(index):
         def hook(module, args, kwargs, output):
             rec = records[index]
             rec["attention"] = batch_first(output[1])
             calls = [s.detach().float().cpu() for s in current["softmaxes"]]
             keep = [i for i in range(n) if i != getattr(module, "removed_source", None)]
             if isinstance(module, MultiLayerMultiheadAttention) and module.layer_specific:
-                rec["per_source"] = dict(zip(keep, calls))
+                rec["per_source"] = by_source(calls, keep)
             elif isinstance(module, FlatOrHierarchicalCrossAttention) and module.strategy == "flat":
                 rec["per_source"] = dict(enumerate(calls[0].unflatten(-1, (n, -1)).unbind(-2)))
             elif isinstance(module, FlatOrHierarchicalCrossAttention):  # hierarchical-shared
-                rec["per_source"] = dict(zip(keep, calls[:-1]))
+                rec["per_source"] = by_source(calls[:-1], keep)
                 rec["beta"] = calls[-1]
             current["layer"] = None
         return hook
@@ -185,8 +196,9 @@ def capture_cross_attention(model):
         attn = layer.encoder_attn
         if attn is None:
             continue
+        handles.append(layer.register_forward_pre_hook(layer_pre(index)))
         handles.append(attn.register_forward_pre_hook(top_pre(index), with_kwargs=True))
-        handles.append(attn.register_forward_hook(top_post(index, n), with_kwargs=True))
+        handles.append(attn.register_forward_hook(top_post(index), with_kwargs=True))
         serial = getattr(layer, "serial_stack", None)
         subs = []
         if serial is not None:  # f^1..f^{n-1}; the layer's own cross-attention reads f^n
