@@ -599,9 +599,16 @@ def test_cached_state_follows_a_reorder_that_drops_and_permutes_sentences(strate
             torch.testing.assert_close(step, full[rows, t], atol=1e-5, rtol=0)
 
 
-def cross_attention_key_projections(model):
-    """Every k_proj Linear that reads the source memory (not the self-attention's)."""
-    found = {}
+def record_static_projections(model, step):
+    """{module: [decoding steps]} of every projection of the source memory into keys (not the
+    self-attention's): fairseq's k_proj of the stock cross-attentions, and the batched key
+    and value projection of all n sources of the stacked-source attentions (MLMHA, flat,
+    hierarchical-shared), called once for the keys and once for the values."""
+    from fairseq.modules import MultiheadAttention
+
+    from fairseq_ext.modules.stacked_source_attention import StackedSourceAttention
+
+    calls = {}
     for index, layer in enumerate(model.decoder.layers):
         for owner in (layer.encoder_attn, layer.serial_stack):
             if owner is None:
@@ -609,21 +616,27 @@ def cross_attention_key_projections(model):
             for name, module in owner.named_modules():
                 if name.startswith("context_attention"):
                     continue  # hierarchical's second level: its keys are each step's contexts
-                if name.split(".")[-1] == "k_proj" or re.search(r"(^|\.)k_proj\.\d+$", name):
-                    if isinstance(module, torch.nn.Linear):
-                        found[f"{index}.{type(owner).__name__}.{name}"] = module
-    return found
+                key = f"{index}.{type(owner).__name__}{'.' + name if name else ''}"
+                if isinstance(module, StackedSourceAttention):
+                    calls[key] = []
+
+                    def project(memory, projections, key=key, original=module._project_sources):
+                        calls[key].append(step[0])
+                        return original(memory, projections)
+
+                    module._project_sources = project
+                elif isinstance(module, MultiheadAttention):
+                    calls[key] = []
+                    module.k_proj.register_forward_hook(lambda m, i, o, key=key: calls[key].append(step[0]))
+    return calls
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_static_keys_and_values_are_projected_once_per_sentence(strategy):
     model, args, dictionary = small_model(strategy)
-    projections = cross_attention_key_projections(model)
-    assert projections
-    calls = {name: [] for name in projections}
     step = [0]
-    for name, module in projections.items():
-        module.register_forward_hook(lambda m, i, o, name=name: calls[name].append(step[0]))
+    calls = record_static_projections(model, step)
+    assert calls
     src, lengths, prev = random_batch(dictionary, beam=2)
     with torch.no_grad():
         encoder_out = model.encoder(src, src_lengths=lengths)
@@ -637,10 +650,8 @@ def test_static_keys_and_values_are_projected_once_per_sentence(strategy):
             model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)
     for name, steps in calls.items():
         assert steps and set(steps) == {0}, (name, steps)
-    if strategy in MLMHA:  # W^{k,i} of every layer: once per sentence, on the first step
-        n = args.joint_attention_layers
-        assert calls == {f"{j}.MultiLayerMultiheadAttention.k_proj.{i}": [0]
-                         for j in range(len(model.decoder.layers)) for i in range(n)}
+    if strategy in MLMHA:  # W^{k,i} and W^{v,i} of every layer: once per sentence, on the first step
+        assert calls == {f"{j}.MultiLayerMultiheadAttention": [0, 0] for j in range(len(model.decoder.layers))}
 
 
 @pytest.mark.parametrize("strategy", ALL_OPTIONS)

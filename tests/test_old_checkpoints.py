@@ -30,5 +30,7 @@ def test_old_checkpoint_loads_and_translates_identically(path):
     fixture = checkpoint_utils.load_checkpoint_to_cpu(path)["extra_state"]["fixture"]
     src, lengths, prev = fixture["src"], fixture["lengths"], fixture["prev"]
     full, incremental = full_and_incremental(model, src, lengths, prev)
-    torch.testing.assert_close(full, fixture["log_probs"], rtol=0, atol=1e-6)
+    # a few float32 ulps of log-probabilities of magnitude ~10: the computation may be
+    # reordered (the n sources' projections are one batched matmul since then)
+    torch.testing.assert_close(full, fixture["log_probs"], rtol=0, atol=1e-5)
     torch.testing.assert_close(incremental, fixture["log_probs"], rtol=0, atol=1e-5)

@@ -15,20 +15,19 @@ layers) and query S (the output of the decoder's self-attention sublayer):
 M-00, M-01, M-10, M-11 are (U0, U1). With n = 1 every configuration is the standard
 cross-attention.
 """
-from typing import List, Optional, Tuple
+import math
+from typing import Callable, Optional, Tuple
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch import Tensor
 
 from fairseq_ext.modules.attention_utils import (
     QKV_GAIN,
     attention_weights_for_output,
     merge_heads,
-    scaled_logits,
     softmax_float,
-    source_mask,
-    split_heads,
     xavier_linear,
 )
 from fairseq_ext.modules.stacked_source_attention import StackedSourceAttention
@@ -37,23 +36,34 @@ from fairseq_ext.modules.stacked_source_attention import StackedSourceAttention
 MLMHA_CONFIGS = {"m-00": (0, 0), "m-01": (0, 1), "m-10": (1, 0), "m-11": (1, 1)}
 
 
-def mlmha(queries, keys, values, key_padding_mask, layer_specific: bool, dropout=None
-          ) -> Tuple[List[Tensor], Tensor]:
-    """The attention core of Eq. 3.7-3.9 on projected, head-split tensors.
+def mlmha(queries: Tensor, keys: Tensor, values: Tensor, key_padding_mask: Optional[Tensor], layer_specific: bool,
+          sum_contexts: bool, dropout=None, summed_values: Optional[Callable[[], Tensor]] = None
+          ) -> Tuple[Tensor, Tensor]:
+    """The attention core of Eq. 3.7-3.10 on projected, head-split tensors, all n sources
+    in one batched matmul each.
 
-    queries/keys/values: sequences over sources i of B x H x Z x D / B x H x J x D.
-    Returns the contexts c^i (B x H x Z x D each) and the attention weights B x H x Z x J
-    (for U0 = 1 their mean over the sources, for inspection only).
+    queries: B x n x H x Z x D; keys/values: B x n x H x J x D; key_padding_mask: B x J (the
+    layers of one sentence) or B x n x J (one row per source sentence).
+    Returns the contexts, B x n x H x Z x D (U1 = 0) or their sum over the sources
+    B x H x Z x D (U1 = 1), and the attention weights B x H x Z x J (for U0 = 1 their mean
+    over the sources, for inspection only). ``summed_values`` may give sum_i V^i (cached per
+    sentence when decoding): with U0 = 0 and U1 = 1, sum_i w V^i = w sum_i V^i.
     """
-    logits = [scaled_logits(q, k, source_mask(key_padding_mask, i)) for i, (q, k) in enumerate(zip(queries, keys))]
+    logits = torch.matmul(queries, keys.transpose(-1, -2)) / math.sqrt(queries.size(-1))  # B x n x H x Z x J
+    if key_padding_mask is not None:
+        mask = key_padding_mask.to(torch.bool)
+        mask = mask[:, None, None, None, :] if mask.dim() == 2 else mask[:, :, None, None, :]
+        logits = logits.masked_fill(mask, float("-inf"))
     drop = dropout if dropout is not None else (lambda w: w)
     if layer_specific:  # U0 = 1: one softmax per source
-        weights = [softmax_float(a) for a in logits]
-        contexts = [torch.matmul(drop(w), v) for w, v in zip(weights, values)]
-        return contexts, torch.stack(weights).mean(dim=0)
-    joint = softmax_float(torch.stack(logits).sum(dim=0))  # U0 = 0: one joint softmax
+        weights = softmax_float(logits)
+        contexts = torch.matmul(drop(weights), values)
+        return (contexts.sum(dim=1) if sum_contexts else contexts), weights.mean(dim=1)
+    joint = softmax_float(logits.sum(dim=1))  # U0 = 0: one joint softmax
     dropped = drop(joint)
-    return [torch.matmul(dropped, v) for v in values], joint
+    if sum_contexts:
+        return torch.matmul(dropped, summed_values() if summed_values is not None else values.sum(dim=1)), joint
+    return torch.matmul(dropped.unsqueeze(1), values), joint
 
 
 class MultiLayerMultiheadAttention(StackedSourceAttention):
@@ -89,17 +99,27 @@ class MultiLayerMultiheadAttention(StackedSourceAttention):
         need_head_weights: bool = False,
         **unused,
     ):
-        k, v = self.static_keys_values(key, incremental_state)
-        keep = [i for i in range(self.num_sources) if i != self.removed_source]
-        queries = [split_heads(self.q_proj[i](query), self.num_heads) for i in keep]
-        keys, values = k.unbind(1), v.unbind(1)
-        if key_padding_mask is not None and key_padding_mask.dim() == 3:
-            key_padding_mask = key_padding_mask[:, keep]
-        kept, weights = mlmha(queries, [keys[i] for i in keep], [values[i] for i in keep], key_padding_mask,
-                              self.layer_specific, self.dropout_module)
-        kept = [merge_heads(c) for c in kept]  # Z x B x C each
-        contexts = [torch.zeros_like(kept[0])] * self.num_sources
-        for i, c in zip(keep, kept):
-            contexts[i] = c
-        combined = torch.stack(contexts).sum(dim=0) if self.sum_contexts else torch.cat(contexts, dim=-1)
+        k, v = self.static_keys_values(key, incremental_state)  # B x n x H x J x D
+        tgt_len, bsz, _ = query.shape
+        # every source's query projection in one matmul: Z x B x (n C) -> B x n x H x Z x D
+        q = F.linear(query, torch.cat([p.weight for p in self.q_proj]), torch.cat([p.bias for p in self.q_proj]))
+        q = q.view(tgt_len, bsz, self.num_sources, self.num_heads, self.head_dim).permute(1, 2, 3, 0, 4)
+        summed_values = None
+        if self.removed_source is not None:  # layer masking: only the kept sources take part
+            keep = torch.tensor([i for i in range(self.num_sources) if i != self.removed_source], device=q.device)
+            q, k, v = q.index_select(1, keep), k.index_select(1, keep), v.index_select(1, keep)
+            if key_padding_mask is not None and key_padding_mask.dim() == 3:
+                key_padding_mask = key_padding_mask.index_select(1, keep)
+        elif self.sum_contexts and not self.layer_specific:
+            summed_values = lambda: self.static(incremental_state, "static_v_sum", lambda: v.sum(dim=1))  # noqa: E731
+        contexts, weights = mlmha(q, k, v, key_padding_mask, self.layer_specific, self.sum_contexts,
+                                  self.dropout_module, summed_values)
+        if self.sum_contexts:
+            combined = merge_heads(contexts)  # Z x B x C
+        else:
+            if self.removed_source is not None:  # the removed source's context is zero in the concatenation
+                full = contexts.new_zeros(bsz, self.num_sources, *contexts.shape[2:])
+                contexts = full.index_copy(1, keep, contexts)
+            # B x n x H x Z x D -> Z x B x (n C), source-major as concat(c^1 .. c^n)
+            combined = contexts.permute(3, 0, 1, 2, 4).reshape(tgt_len, bsz, self.num_sources * self.embed_dim)
         return self.out_proj(combined), attention_weights_for_output(weights, need_weights, need_head_weights)

@@ -202,20 +202,19 @@ class HierarchicalCrossAttention(nn.Module):
         return out, combined
 
 
-def flat_attention(q: Tensor, keys: List[Tensor], values: List[Tensor], key_padding_mask, dropout):
+def flat_attention(q: Tensor, k: Tensor, v: Tensor, num_sources: int, key_padding_mask, dropout):
     """Eq. 5-6 on head-split tensors: one softmax over all sources' positions.
+    q: B x H x Z x D; k, v: the n sources side by side along the length axis, B x H x (n J) x D.
     Returns the context B x H x Z x D and the weights summed over the sources per source
     position (B x H x Z x J)."""
-    k = torch.cat(keys, dim=2)
-    v = torch.cat(values, dim=2)
     if key_padding_mask is None:
         mask = None
     elif key_padding_mask.dim() == 3:  # one row per source: B x n x J -> B x (n J)
         mask = key_padding_mask.flatten(1)
     else:
-        mask = key_padding_mask.repeat(1, len(keys))
+        mask = key_padding_mask.repeat(1, num_sources)
     weights = softmax_float(scaled_logits(q, k, mask))
-    per_position = weights.unflatten(-1, (len(keys), -1)).sum(dim=-2)
+    per_position = weights.unflatten(-1, (num_sources, -1)).sum(dim=-2)
     return torch.matmul(dropout(weights), v), per_position
 
 
@@ -249,19 +248,26 @@ class FlatOrHierarchicalCrossAttention(StackedSourceAttention):
 
     def forward(self, query, key, value=None, key_padding_mask=None, incremental_state=None,
                 need_weights=False, need_head_weights=False, **unused):
-        k, v = self.static_keys_values(key, incremental_state)
+        k, v = self.static_keys_values(key, incremental_state)  # B x n x H x J x D
         q = split_heads(self.q_proj(query), self.num_heads)
-        combine = flat_attention if self.strategy == "flat" else hierarchical_attention
-        keys, values = list(k.unbind(1)), list(v.unbind(1))
-        if self.removed_source is not None and self.strategy == "flat":
-            key_padding_mask = without_source(key_padding_mask, len(keys), self.removed_source, q.size(0),
-                                              keys[0].size(2), q.device)
-        elif self.removed_source is not None:  # the first release's hierarchical form: drop the source
-            keep = [i for i in range(len(keys)) if i != self.removed_source]
-            keys, values = [keys[i] for i in keep], [values[i] for i in keep]
-            if key_padding_mask is not None and key_padding_mask.dim() == 3:
-                key_padding_mask = key_padding_mask[:, keep]
-        context, weights = combine(q, keys, values, key_padding_mask, self.dropout_module)
+        if self.strategy == "flat":
+            if self.removed_source is not None:
+                key_padding_mask = without_source(key_padding_mask, self.num_sources, self.removed_source, q.size(0),
+                                                  k.size(3), q.device)
+            # the sources side by side along the length axis (B x H x (n J) x D), laid out
+            # once per sentence rather than concatenated at every decoding step
+            k_flat = self.static(incremental_state, "static_k_flat", lambda: k.transpose(1, 2).flatten(2, 3))
+            v_flat = self.static(incremental_state, "static_v_flat", lambda: v.transpose(1, 2).flatten(2, 3))
+            context, weights = flat_attention(q, k_flat, v_flat, self.num_sources, key_padding_mask,
+                                              self.dropout_module)
+        else:
+            keys, values = list(k.unbind(1)), list(v.unbind(1))
+            if self.removed_source is not None:  # the first release's hierarchical form: drop the source
+                keep = [i for i in range(len(keys)) if i != self.removed_source]
+                keys, values = [keys[i] for i in keep], [values[i] for i in keep]
+                if key_padding_mask is not None and key_padding_mask.dim() == 3:
+                    key_padding_mask = key_padding_mask[:, keep]
+            context, weights = hierarchical_attention(q, keys, values, key_padding_mask, self.dropout_module)
         return self.out_proj(merge_heads(context)), attention_weights_for_output(
             weights, need_weights, need_head_weights
         )

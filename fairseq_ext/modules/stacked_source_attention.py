@@ -1,7 +1,7 @@
 """Base of the cross-attentions that read n stacked sources (J x B x n x C): MLMHA
 (``multi_layer_multihead_attention.py``) and the flat / hierarchical combinations
 (``multi_source_attention.py``)."""
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -9,7 +9,7 @@ from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.modules.fairseq_dropout import FairseqDropout
 from torch import Tensor
 
-from fairseq_ext.modules.attention_utils import QKV_GAIN, reorder_buffer, split_heads, xavier_linear
+from fairseq_ext.modules.attention_utils import QKV_GAIN, reorder_buffer, xavier_linear
 
 
 @with_incremental_state
@@ -47,16 +47,34 @@ class StackedSourceAttention(nn.Module):
                 return cached["static_k"], cached["static_v"]
         if memory is None or memory.dim() != 4:
             raise ValueError(f"{self.__class__.__name__} expects stacked sources J x B x n x C")
-        sources = memory.unbind(dim=2)
-        k_proj, v_proj = (
-            ([self.k_proj[0]] * len(sources), [self.v_proj[0]] * len(sources)) if self.shared_kv
-            else (self.k_proj, self.v_proj)
-        )
-        k = torch.stack([split_heads(p(f), self.num_heads) for p, f in zip(k_proj, sources)], dim=1)
-        v = torch.stack([split_heads(p(f), self.num_heads) for p, f in zip(v_proj, sources)], dim=1)
+        k, v = self._project_sources(memory, self.k_proj), self._project_sources(memory, self.v_proj)
         if incremental_state is not None:
             self._set_input_buffer(incremental_state, {"static_k": k, "static_v": v})
         return k, v
+
+    def _project_sources(self, memory: Tensor, projections: nn.ModuleList) -> Tensor:
+        """J x B x n x C -> B x n x H x J x D: source i through ``projections[i]`` (or the one
+        shared projection), all sources in one batched matmul."""
+        length, bsz, n, _ = memory.shape
+        if len(projections) == 1:
+            out = projections[0](memory)  # J x B x n x C
+        else:
+            weight = torch.stack([p.weight for p in projections])  # n x C_out x C_in
+            bias = torch.stack([p.bias for p in projections])  # n x C_out
+            out = torch.einsum("jbni,noi->jbno", memory, weight) + bias
+        return out.reshape(length, bsz, n, self.num_heads, self.head_dim).permute(1, 2, 3, 0, 4)
+
+    def static(self, incremental_state, name: str, compute: Callable[[], Tensor]) -> Tensor:
+        """A batch-first tensor derived from the static keys/values (e.g. a layout of them
+        that every step reads): computed once per sentence when decoding incrementally,
+        cached with the keys/values and reordered with them."""
+        if incremental_state is None:
+            return compute()
+        buffer = self._get_input_buffer(incremental_state)
+        if name not in buffer:
+            buffer[name] = compute()
+            self._set_input_buffer(incremental_state, buffer)
+        return buffer[name]
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
         buffer = self._get_input_buffer(incremental_state)
