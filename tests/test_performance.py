@@ -6,6 +6,9 @@ import os
 import subprocess
 import sys
 
+import pytest
+import torch
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -30,3 +33,121 @@ def test_benchmark_smoke_and_deterministic_ratios(tmp_path):
         r = m00[key]
         assert r["pairs"] == 3 and r["iqr"][0] <= r["ratio"] <= r["iqr"][1]
     assert "| M-00 |" in res.stdout
+
+
+# ---- memory: the incremental cache of every technique against its formula ----------------
+
+D, HEADS, ENC, DEC = 32, 4, 4, 2
+TINY = ["--encoder-layers", str(ENC), "--decoder-layers", str(DEC), "--encoder-embed-dim", str(D),
+        "--decoder-embed-dim", str(D), "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+        "--encoder-attention-heads", str(HEADS), "--decoder-attention-heads", str(HEADS)]
+
+
+def _cache_floats(state) -> int:
+    total, seen = 0, set()
+    for buffer in state.values():
+        for value in (buffer.values() if isinstance(buffer, dict) else []):
+            if torch.is_tensor(value) and value.is_floating_point() and value.data_ptr() not in seen:
+                seen.add(value.data_ptr())
+                total += value.numel()
+    return total
+
+
+def _decode(model, src, lengths, beam, steps):
+    """The cache after ``steps`` incremental steps of len(src) x beam hypotheses."""
+    tokens = torch.randint(4, 100, (src.size(0) * beam, steps), generator=torch.Generator().manual_seed(0))
+    order = torch.arange(src.size(0)).repeat_interleave(beam)
+    state = {}
+    with torch.no_grad():
+        enc = model.encoder.reorder_encoder_out(model.encoder(src, src_lengths=lengths), order)
+        for t in range(steps):
+            logits, _ = model.decoder(tokens[:, : t + 1], encoder_out=enc, incremental_state=state)
+            assert torch.isfinite(logits).all()
+    return state
+
+
+# README "Performance", memory: floats cached per hypothesis and decoder layer after t steps,
+# with J source tokens, n = the collected layers (here all ENC), d the model width, f the DC
+# kernel, k auxiliary decoders. fairseq's stock cross-attention also keeps its padding mask
+# as J floats.
+N = ENC
+CACHE_FORMULA = {
+    "no option": lambda t, J: 2 * t * D + 2 * J * D + J,
+    "s-agg": lambda t, J: 2 * t * D + 2 * J * D + J,  # one aggregated memory, like the stock model
+    "transparent": lambda t, J: 2 * t * D + 2 * J * D + J,  # each decoder layer: its own mix of J states
+    "m-00": lambda t, J: 2 * t * D + 2 * N * J * D,  # K^i and V^i of every layer
+    "m-10": lambda t, J: 2 * t * D + 2 * N * J * D,
+    "m-11": lambda t, J: 2 * t * D + 2 * N * J * D,
+    "m-01": lambda t, J: 2 * t * D + (N + 1) * J * D,  # K^i of every layer and sum_i V^i
+    "flat": lambda t, J: 2 * t * D + 2 * N * J * D,
+    "hierarchical-shared": lambda t, J: 2 * t * D + 2 * N * J * D,
+    "hierarchical": lambda t, J: 2 * t * D + N * (2 * J * D + J),  # n stock cross-attentions
+    "serial": lambda t, J: 2 * t * D + N * (2 * J * D + J),
+    "parallel": lambda t, J: 2 * t * D + N * (2 * J * D + J),
+    "ms-1": lambda t, J: 2 * t * D + 2 * J * D + J,  # auxiliary decoders do not decode
+    "ms-1,3+aif": lambda t, J: 3 * (2 * t * D + 2 * J * D + J),  # they decode in lock-step with AIF
+    "dec-dc f=2": lambda t, J: 4 * t * D + 1 * D + 2 * J * D + J,  # both FI units' K, V; f - 1 conv inputs
+    "dec-dc f=3": lambda t, J: 4 * t * D + 2 * D + 2 * J * D + J,
+    "dec-mma": lambda t, J: 2 * t * D + 2 * J * D + J,
+}
+CACHE_FLAGS = {
+    "no option": [], "s-agg": ["--joint-attention", "s-agg"], "transparent": ["--joint-attention", "transparent"],
+    "m-00": ["--joint-attention", "m-00"], "m-10": ["--joint-attention", "m-10"],
+    "m-11": ["--joint-attention", "m-11"], "m-01": ["--joint-attention", "m-01"],
+    "flat": ["--joint-attention", "flat"], "hierarchical-shared": ["--joint-attention", "hierarchical-shared"],
+    "hierarchical": ["--joint-attention", "hierarchical"], "serial": ["--joint-attention", "serial"],
+    "parallel": ["--joint-attention", "parallel"], "ms-1": ["--aux-decoder-layers", "1"],
+    "ms-1,3+aif": ["--aux-decoder-layers", "1,3", "--aux-fusion"],
+    "dec-dc f=2": ["--decoder-self-attention", "dc", "--dc-kernel-size", "2"],
+    "dec-dc f=3": ["--decoder-self-attention", "dc", "--dc-kernel-size", "3"],
+    "dec-mma": ["--decoder-self-attention", "mma"],
+}
+
+
+@pytest.mark.parametrize("name", list(CACHE_FORMULA))
+def test_incremental_cache_is_what_the_formula_says(name):
+    from fairseq_ext.model_builder import build_model, make_dictionary
+
+    model, _ = build_model("multilayer_transformer", *TINY, *CACHE_FLAGS[name], dictionary=make_dictionary(200))
+    bsz, beam, J = 3, 2, 7
+    src = torch.randint(4, 200, (bsz, J), generator=torch.Generator().manual_seed(1))
+    lengths = torch.full((bsz,), J)
+    for t in (3, 6):
+        state = _decode(model, src, lengths, beam, t)
+        assert _cache_floats(state) == bsz * beam * DEC * CACHE_FORMULA[name](t, J), t
+
+
+@pytest.mark.slow
+def test_a_1000_token_source_through_every_strategy():
+    """Training step and 4 decoding steps with a 1,000-token source (batch 1) for every joint
+    attention strategy and self-attention variant, at the small preset's width; the cache is
+    the formula's size (a strategy that kept something per step and length would not be)."""
+    import resource
+
+    from fairseq_ext.model_builder import build_model, make_dictionary
+    from fairseq_ext.models.joint_attention_strategies import STRATEGIES
+
+    dictionary = make_dictionary(200)
+    J = 1000
+    src = torch.randint(4, 200, (1, J), generator=torch.Generator().manual_seed(2))
+    src[0, -1] = dictionary.eos()
+    lengths = torch.tensor([J])
+    prev = torch.randint(4, 200, (1, 12))
+    variants = [["--joint-attention", s] for s in STRATEGIES if s != "none"]
+    variants += [["--encoder-self-attention", "dc"], ["--encoder-self-attention", "mma"],
+                 ["--decoder-self-attention", "dc"], ["--aux-decoder-layers", "1,3", "--aux-fusion"]]
+    for flags in variants:
+        model, _ = build_model("multilayer_transformer_iwslt", "--encoder-layers", "4", "--decoder-layers", "2",
+                               "--max-source-positions", "1024", *flags, dictionary=dictionary)
+        model.train()
+        out, _ = model(src, lengths, prev)
+        out.float().logsumexp(-1).mean().backward()
+        assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None), flags
+        model.eval()
+        state = _decode(model, src, lengths, 1, 4)
+        floats = _cache_floats(state)
+        d = model.decoder.embed_dim
+        assert 2 * J * d * 2 <= floats <= 2 * J * d * 2 * 5 + 4 * J * 2, (flags, floats)
+        del model, state, out
+    peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
+    assert peak_gib < 8, peak_gib

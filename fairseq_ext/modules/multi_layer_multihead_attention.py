@@ -16,7 +16,7 @@ M-00, M-01, M-10, M-11 are (U0, U1). With n = 1 every configuration is the stand
 cross-attention.
 """
 import math
-from typing import Callable, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -37,17 +37,17 @@ MLMHA_CONFIGS = {"m-00": (0, 0), "m-01": (0, 1), "m-10": (1, 0), "m-11": (1, 1)}
 
 
 def mlmha(queries: Tensor, keys: Tensor, values: Tensor, key_padding_mask: Optional[Tensor], layer_specific: bool,
-          sum_contexts: bool, dropout=None, summed_values: Optional[Callable[[], Tensor]] = None
-          ) -> Tuple[Tensor, Tensor]:
+          sum_contexts: bool, dropout=None) -> Tuple[Tensor, Tensor]:
     """The attention core of Eq. 3.7-3.10 on projected, head-split tensors, all n sources
     in one batched matmul each.
 
-    queries: B x n x H x Z x D; keys/values: B x n x H x J x D; key_padding_mask: B x J (the
+    queries: B x n x H x Z x D; keys: B x n x H x J x D; values: B x n x H x J x D, or, for
+    U0 = 0 and U1 = 1 only, already summed over the sources (B x H x J x D: sum_i w V^i =
+    w sum_i V^i, so M-01 decodes against one value tensor); key_padding_mask: B x J (the
     layers of one sentence) or B x n x J (one row per source sentence).
     Returns the contexts, B x n x H x Z x D (U1 = 0) or their sum over the sources
     B x H x Z x D (U1 = 1), and the attention weights B x H x Z x J (for U0 = 1 their mean
-    over the sources, for inspection only). ``summed_values`` may give sum_i V^i (cached per
-    sentence when decoding): with U0 = 0 and U1 = 1, sum_i w V^i = w sum_i V^i.
+    over the sources, for inspection only).
     """
     logits = torch.matmul(queries, keys.transpose(-1, -2)) / math.sqrt(queries.size(-1))  # B x n x H x Z x J
     if key_padding_mask is not None:
@@ -62,7 +62,7 @@ def mlmha(queries: Tensor, keys: Tensor, values: Tensor, key_padding_mask: Optio
     joint = softmax_float(logits.sum(dim=1))  # U0 = 0: one joint softmax
     dropped = drop(joint)
     if sum_contexts:
-        return torch.matmul(dropped, summed_values() if summed_values is not None else values.sum(dim=1)), joint
+        return torch.matmul(dropped, values if values.dim() == 4 else values.sum(dim=1)), joint
     return torch.matmul(dropped.unsqueeze(1), values), joint
 
 
@@ -99,21 +99,21 @@ class MultiLayerMultiheadAttention(StackedSourceAttention):
         need_head_weights: bool = False,
         **unused,
     ):
-        k, v = self.static_keys_values(key, incremental_state)  # B x n x H x J x D
+        # M-01 reads only sum_i V^i: that is what it caches (a masked layer needs every V^i)
+        summed = self.sum_contexts and not self.layer_specific and self.removed_source is None
+        k, v = self.static_keys_values(key, incremental_state,
+                                       value_layout=(lambda t: t.sum(dim=1)) if summed else None)
         tgt_len, bsz, _ = query.shape
         # every source's query projection in one matmul: Z x B x (n C) -> B x n x H x Z x D
         q = F.linear(query, torch.cat([p.weight for p in self.q_proj]), torch.cat([p.bias for p in self.q_proj]))
         q = q.view(tgt_len, bsz, self.num_sources, self.num_heads, self.head_dim).permute(1, 2, 3, 0, 4)
-        summed_values = None
         if self.removed_source is not None:  # layer masking: only the kept sources take part
             keep = torch.tensor([i for i in range(self.num_sources) if i != self.removed_source], device=q.device)
             q, k, v = q.index_select(1, keep), k.index_select(1, keep), v.index_select(1, keep)
             if key_padding_mask is not None and key_padding_mask.dim() == 3:
                 key_padding_mask = key_padding_mask.index_select(1, keep)
-        elif self.sum_contexts and not self.layer_specific:
-            summed_values = lambda: self.static(incremental_state, "static_v_sum", lambda: v.sum(dim=1))  # noqa: E731
         contexts, weights = mlmha(q, k, v, key_padding_mask, self.layer_specific, self.sum_contexts,
-                                  self.dropout_module, summed_values)
+                                  self.dropout_module)
         if self.sum_contexts:
             combined = merge_heads(contexts)  # Z x B x C
         else:

@@ -248,19 +248,18 @@ class FlatOrHierarchicalCrossAttention(StackedSourceAttention):
 
     def forward(self, query, key, value=None, key_padding_mask=None, incremental_state=None,
                 need_weights=False, need_head_weights=False, **unused):
-        k, v = self.static_keys_values(key, incremental_state)  # B x n x H x J x D
         q = split_heads(self.q_proj(query), self.num_heads)
         if self.strategy == "flat":
+            # the sources side by side along the length axis (B x H x (n J) x D): the layout
+            # every step reads, made (and cached) once per sentence
+            side_by_side = lambda t: t.transpose(1, 2).flatten(2, 3)  # noqa: E731
+            k, v = self.static_keys_values(key, incremental_state, side_by_side, side_by_side)
             if self.removed_source is not None:
                 key_padding_mask = without_source(key_padding_mask, self.num_sources, self.removed_source, q.size(0),
-                                                  k.size(3), q.device)
-            # the sources side by side along the length axis (B x H x (n J) x D), laid out
-            # once per sentence rather than concatenated at every decoding step
-            k_flat = self.static(incremental_state, "static_k_flat", lambda: k.transpose(1, 2).flatten(2, 3))
-            v_flat = self.static(incremental_state, "static_v_flat", lambda: v.transpose(1, 2).flatten(2, 3))
-            context, weights = flat_attention(q, k_flat, v_flat, self.num_sources, key_padding_mask,
-                                              self.dropout_module)
+                                                  k.size(2) // self.num_sources, q.device)
+            context, weights = flat_attention(q, k, v, self.num_sources, key_padding_mask, self.dropout_module)
         else:
+            k, v = self.static_keys_values(key, incremental_state)  # B x n x H x J x D
             keys, values = list(k.unbind(1)), list(v.unbind(1))
             if self.removed_source is not None:  # the first release's hierarchical form: drop the source
                 keep = [i for i in range(len(keys)) if i != self.removed_source]

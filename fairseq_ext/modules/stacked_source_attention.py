@@ -39,8 +39,13 @@ class StackedSourceAttention(nn.Module):
         self.v_proj = nn.ModuleList(xavier_linear(kdim, embed_dim, gain=QKV_GAIN) for _ in range(num_projections))
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
 
-    def static_keys_values(self, memory: Optional[Tensor], incremental_state) -> Tuple[Tensor, Tensor]:
-        """Projected keys and values of every source: B x n x H x J x D each."""
+    def static_keys_values(self, memory: Optional[Tensor], incremental_state,
+                           key_layout: Optional[Callable[[Tensor], Tensor]] = None,
+                           value_layout: Optional[Callable[[Tensor], Tensor]] = None) -> Tuple[Tensor, Tensor]:
+        """Projected keys and values of every source: B x n x H x J x D each, or what
+        ``key_layout``/``value_layout`` make of them (e.g. the sources side by side, or the
+        values summed over the sources): the form every decoding step reads is the one
+        cached, once per sentence, and nothing else."""
         if incremental_state is not None:
             cached = self._get_input_buffer(incremental_state)
             if "static_k" in cached:
@@ -48,6 +53,10 @@ class StackedSourceAttention(nn.Module):
         if memory is None or memory.dim() != 4:
             raise ValueError(f"{self.__class__.__name__} expects stacked sources J x B x n x C")
         k, v = self._project_sources(memory, self.k_proj), self._project_sources(memory, self.v_proj)
+        if key_layout is not None:
+            k = key_layout(k)
+        if value_layout is not None:
+            v = value_layout(v)
         if incremental_state is not None:
             self._set_input_buffer(incremental_state, {"static_k": k, "static_v": v})
         return k, v
@@ -63,18 +72,6 @@ class StackedSourceAttention(nn.Module):
             bias = torch.stack([p.bias for p in projections])  # n x C_out
             out = torch.einsum("jbni,noi->jbno", memory, weight) + bias
         return out.reshape(length, bsz, n, self.num_heads, self.head_dim).permute(1, 2, 3, 0, 4)
-
-    def static(self, incremental_state, name: str, compute: Callable[[], Tensor]) -> Tensor:
-        """A batch-first tensor derived from the static keys/values (e.g. a layout of them
-        that every step reads): computed once per sentence when decoding incrementally,
-        cached with the keys/values and reordered with them."""
-        if incremental_state is None:
-            return compute()
-        buffer = self._get_input_buffer(incremental_state)
-        if name not in buffer:
-            buffer[name] = compute()
-            self._set_input_buffer(incremental_state, buffer)
-        return buffer[name]
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
         buffer = self._get_input_buffer(incremental_state)
