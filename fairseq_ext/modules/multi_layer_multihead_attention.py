@@ -36,34 +36,43 @@ from fairseq_ext.modules.stacked_source_attention import StackedSourceAttention
 MLMHA_CONFIGS = {"m-00": (0, 0), "m-01": (0, 1), "m-10": (1, 0), "m-11": (1, 1)}
 
 
-def mlmha(queries: Tensor, keys: Tensor, values: Tensor, key_padding_mask: Optional[Tensor], layer_specific: bool,
-          sum_contexts: bool, dropout=None) -> Tuple[Tensor, Tensor]:
-    """The attention core of Eq. 3.7-3.10 on projected, head-split tensors, all n sources
-    in one batched matmul each.
+def joint_mlmha(queries: Tensor, keys: Tensor, values: Tensor, key_padding_mask: Optional[Tensor], head_dim: int,
+                dropout=None) -> Tuple[Tensor, Tensor]:
+    """U0 = 0 (Eq. 3.7-3.8) with the n sources side by side on the feature axis: since
+    sum_i q^i . k^i = [q^1 .. q^n] . [k^1 .. k^n], one matmul of inner size n D gives the
+    summed logits, and one matmul gives every source's context under the joint weights.
 
-    queries: B x n x H x Z x D; keys: B x n x H x J x D; values: B x n x H x J x D, or, for
-    U0 = 0 and U1 = 1 only, already summed over the sources (B x H x J x D: sum_i w V^i =
-    w sum_i V^i, so M-01 decodes against one value tensor); key_padding_mask: B x J (the
-    layers of one sentence) or B x n x J (one row per source sentence).
-    Returns the contexts, B x n x H x Z x D (U1 = 0) or their sum over the sources
-    B x H x Z x D (U1 = 1), and the attention weights B x H x Z x J (for U0 = 1 their mean
-    over the sources, for inspection only).
+    queries: B x H x Z x (n D); keys: B x H x J x (n D); values: B x H x J x (n D), or
+    sum_i V^i (B x H x J x D) for U1 = 1 (sum_i w V^i = w sum_i V^i); key_padding_mask: B x J,
+    or B x n x J (a position padded in any source is out of the sum). Returns the contexts
+    (B x H x Z x (n D), source-major per head, or B x H x Z x D) and the weights B x H x Z x J.
+    """
+    logits = torch.matmul(queries, keys.transpose(-1, -2)) / math.sqrt(head_dim)
+    if key_padding_mask is not None:
+        mask = key_padding_mask.to(torch.bool)
+        mask = mask.any(dim=1) if mask.dim() == 3 else mask
+        logits = logits.masked_fill(mask[:, None, None, :], float("-inf"))
+    joint = softmax_float(logits)
+    dropped = dropout(joint) if dropout is not None else joint
+    return torch.matmul(dropped, values), joint
+
+
+def layer_specific_mlmha(queries: Tensor, keys: Tensor, values: Tensor, key_padding_mask: Optional[Tensor],
+                         dropout=None) -> Tuple[Tensor, Tensor]:
+    """U0 = 1 (Eq. 3.9): one softmax per source, all n in one batched matmul each.
+
+    queries: B x n x H x Z x D; keys/values: B x n x H x J x D; key_padding_mask: B x J (the
+    layers of one sentence) or B x n x J (one row per source sentence). Returns the contexts
+    B x n x H x Z x D and the weights' mean over the sources B x H x Z x J (for inspection).
     """
     logits = torch.matmul(queries, keys.transpose(-1, -2)) / math.sqrt(queries.size(-1))  # B x n x H x Z x J
     if key_padding_mask is not None:
         mask = key_padding_mask.to(torch.bool)
         mask = mask[:, None, None, None, :] if mask.dim() == 2 else mask[:, :, None, None, :]
         logits = logits.masked_fill(mask, float("-inf"))
-    drop = dropout if dropout is not None else (lambda w: w)
-    if layer_specific:  # U0 = 1: one softmax per source
-        weights = softmax_float(logits)
-        contexts = torch.matmul(drop(weights), values)
-        return (contexts.sum(dim=1) if sum_contexts else contexts), weights.mean(dim=1)
-    joint = softmax_float(logits.sum(dim=1))  # U0 = 0: one joint softmax
-    dropped = drop(joint)
-    if sum_contexts:
-        return torch.matmul(dropped, values if values.dim() == 4 else values.sum(dim=1)), joint
-    return torch.matmul(dropped.unsqueeze(1), values), joint
+    weights = softmax_float(logits)
+    contexts = torch.matmul(dropout(weights) if dropout is not None else weights, values)
+    return contexts, weights.mean(dim=1)
 
 
 class MultiLayerMultiheadAttention(StackedSourceAttention):
@@ -99,27 +108,49 @@ class MultiLayerMultiheadAttention(StackedSourceAttention):
         need_head_weights: bool = False,
         **unused,
     ):
-        # M-01 reads only sum_i V^i: that is what it caches (a masked layer needs every V^i)
-        summed = self.sum_contexts and not self.layer_specific and self.removed_source is None
-        k, v = self.static_keys_values(key, incremental_state,
-                                       value_layout=(lambda t: t.sum(dim=1)) if summed else None)
         tgt_len, bsz, _ = query.shape
-        # every source's query projection in one matmul: Z x B x (n C) -> B x n x H x Z x D
+        n, heads, head_dim = self.num_sources, self.num_heads, self.head_dim
+        # every source's query projection in one matmul: Z x B x (n C) -> Z x B x n x H x D
         q = F.linear(query, torch.cat([p.weight for p in self.q_proj]), torch.cat([p.bias for p in self.q_proj]))
-        q = q.view(tgt_len, bsz, self.num_sources, self.num_heads, self.head_dim).permute(1, 2, 3, 0, 4)
-        if self.removed_source is not None:  # layer masking: only the kept sources take part
-            keep = torch.tensor([i for i in range(self.num_sources) if i != self.removed_source], device=q.device)
-            q, k, v = q.index_select(1, keep), k.index_select(1, keep), v.index_select(1, keep)
-            if key_padding_mask is not None and key_padding_mask.dim() == 3:
-                key_padding_mask = key_padding_mask.index_select(1, keep)
-        contexts, weights = mlmha(q, k, v, key_padding_mask, self.layer_specific, self.sum_contexts,
-                                  self.dropout_module)
-        if self.sum_contexts:
-            combined = merge_heads(contexts)  # Z x B x C
+        q = q.view(tgt_len, bsz, n, heads, head_dim)
+        keep = None
+        if self.removed_source is not None:  # layer masking: source i takes no part
+            keep = torch.ones(n, 1, device=q.device, dtype=q.dtype)
+            keep[self.removed_source] = 0
+        if self.layer_specific:
+            k, v = self.static_keys_values(key, incremental_state)  # B x n x H x J x D
+            q = q.permute(1, 2, 3, 0, 4)  # B x n x H x Z x D
+            if keep is not None:
+                kept = torch.tensor([i for i in range(n) if i != self.removed_source], device=q.device)
+                q, k, v = q.index_select(1, kept), k.index_select(1, kept), v.index_select(1, kept)
+                if key_padding_mask is not None and key_padding_mask.dim() == 3:
+                    key_padding_mask = key_padding_mask.index_select(1, kept)
+            contexts, weights = layer_specific_mlmha(q, k, v, key_padding_mask, self.dropout_module)
+            if keep is not None and not self.sum_contexts:  # its context is zero in the concatenation
+                contexts = contexts.new_zeros(bsz, n, *contexts.shape[2:]).index_copy(1, kept, contexts)
+            if self.sum_contexts:
+                combined = merge_heads(contexts.sum(dim=1))  # Z x B x C
+            else:  # B x n x H x Z x D -> Z x B x (n C), source-major as concat(c^1 .. c^n)
+                combined = contexts.permute(3, 0, 1, 2, 4).reshape(tgt_len, bsz, n * self.embed_dim)
         else:
-            if self.removed_source is not None:  # the removed source's context is zero in the concatenation
-                full = contexts.new_zeros(bsz, self.num_sources, *contexts.shape[2:])
-                contexts = full.index_copy(1, keep, contexts)
-            # B x n x H x Z x D -> Z x B x (n C), source-major as concat(c^1 .. c^n)
-            combined = contexts.permute(3, 0, 1, 2, 4).reshape(tgt_len, bsz, self.num_sources * self.embed_dim)
+            # the sources side by side on the feature axis, per head: B x H x J x (n D); what
+            # is cached per sentence is this layout (and, for M-01, only sum_i V^i)
+            side_by_side = lambda t: t.permute(0, 2, 3, 1, 4).flatten(3)  # noqa: E731
+            summed = self.sum_contexts and keep is None
+            k, v = self.static_keys_values(key, incremental_state, side_by_side,
+                                           (lambda t: t.sum(dim=1)) if summed else side_by_side)
+            if keep is not None:  # q^i = 0 takes source i out of the logits' sum
+                q = q * keep[:, :, None]
+            q = q.permute(1, 3, 0, 2, 4).flatten(3)  # B x H x Z x (n D)
+            contexts, weights = joint_mlmha(q, k, v, key_padding_mask, head_dim, self.dropout_module)
+            if summed:
+                combined = merge_heads(contexts)  # Z x B x C
+            else:
+                contexts = contexts.unflatten(-1, (n, head_dim))  # B x H x Z x n x D
+                if keep is not None:  # and its context leaves the concatenation / the sum
+                    contexts = contexts * keep  # keep: n x 1 against the (n, D) axes
+                if self.sum_contexts:
+                    combined = merge_heads(contexts.sum(dim=3))
+                else:  # -> Z x B x n x H x D -> Z x B x (n C), source-major
+                    combined = contexts.permute(2, 0, 3, 1, 4).reshape(tgt_len, bsz, n * self.embed_dim)
         return self.out_proj(combined), attention_weights_for_output(weights, need_weights, need_head_weights)

@@ -75,8 +75,16 @@ class StackedSourceAttention(nn.Module):
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
         buffer = self._get_input_buffer(incremental_state)
-        if buffer:
-            self._set_input_buffer(incremental_state, reorder_buffer(buffer, new_order))
+        if not buffer:
+            return
+        # Every hypothesis of a sentence has the same static keys/values, and beam search
+        # reorders within sentences unless the batch shrinks: then nothing needs copying.
+        # fairseq's own encoder-decoder attention skips this copy the same way
+        # (MultiheadAttention.reorder_incremental_state); here it is n times the copy.
+        cached = next((v for v in buffer.values() if v is not None), None)
+        if cached is not None and cached.size(0) == new_order.size(0):
+            return
+        self._set_input_buffer(incremental_state, reorder_buffer(buffer, new_order))
 
     def _get_input_buffer(self, incremental_state) -> Dict[str, Optional[Tensor]]:
         return self.get_incremental_state(incremental_state, "attn_state") or {}
