@@ -97,6 +97,20 @@ class MultiLayerMultiheadAttention(StackedSourceAttention):
         context_dim = embed_dim if sum_contexts else num_sources * embed_dim
         self.out_proj = xavier_linear(context_dim, embed_dim)
 
+    def _stacked_query_projection(self) -> Tuple[Tensor, Tensor]:
+        """W^{q,1..n} and their biases as one (n C) x C projection. Without autograd
+        (decoding) the concatenation is kept until a weight changes (in-place updates bump
+        a tensor's version), so it is not rebuilt at every step."""
+        params = [t for p in self.q_proj for t in (p.weight, p.bias)]
+        if torch.is_grad_enabled():
+            return torch.cat(params[0::2]), torch.cat(params[1::2])
+        key = tuple((t.data_ptr(), t._version) for t in params)
+        cached = self.__dict__.get("_q_stacked")
+        if cached is None or cached[0] != key:
+            cached = (key, (torch.cat(params[0::2]), torch.cat(params[1::2])))
+            self.__dict__["_q_stacked"] = cached
+        return cached[1]
+
     def forward(
         self,
         query: Tensor,  # Z x B x C
@@ -111,7 +125,7 @@ class MultiLayerMultiheadAttention(StackedSourceAttention):
         tgt_len, bsz, _ = query.shape
         n, heads, head_dim = self.num_sources, self.num_heads, self.head_dim
         # every source's query projection in one matmul: Z x B x (n C) -> Z x B x n x H x D
-        q = F.linear(query, torch.cat([p.weight for p in self.q_proj]), torch.cat([p.bias for p in self.q_proj]))
+        q = F.linear(query, *self._stacked_query_projection())
         q = q.view(tgt_len, bsz, n, heads, head_dim)
         keep = None
         if self.removed_source is not None:  # layer masking: source i takes no part

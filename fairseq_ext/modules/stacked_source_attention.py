@@ -71,7 +71,9 @@ class StackedSourceAttention(nn.Module):
             weight = torch.stack([p.weight for p in projections])  # n x C_out x C_in
             bias = torch.stack([p.bias for p in projections])  # n x C_out
             out = torch.einsum("jbni,noi->jbno", memory, weight) + bias
-        return out.reshape(length, bsz, n, self.num_heads, self.head_dim).permute(1, 2, 3, 0, 4)
+        # contiguous once per sentence: every step's batched matmul then reads it as it is
+        # (a permuted view would be copied by torch.matmul at every step)
+        return out.reshape(length, bsz, n, self.num_heads, self.head_dim).permute(1, 2, 3, 0, 4).contiguous()
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
         buffer = self._get_input_buffer(incremental_state)
