@@ -32,7 +32,7 @@ quickstart: setup
 	PATH=$(abspath $(VENV))/bin:$$PATH bash scripts/quickstart.sh
 
 test: setup
-	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q tests $(PYTEST_ARGS)
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q --durations=20 tests $(PYTEST_ARGS)
 
 test-fast: setup
 	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q -m "not slow" tests $(PYTEST_ARGS)

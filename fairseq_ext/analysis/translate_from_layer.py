@@ -127,6 +127,9 @@ def plot(rows: List[dict], path: str):
         if full:
             ax.axhline(full[0][key], color=f"C{k}", linestyle="--", label=f"{key} FULL")
     ax.set_xlabel("encoder layer (0 = embeddings)")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers
     ax.set_ylabel("score (BPE, lowercased)")
     ax.legend(fontsize=8)
     common.save_figure(fig, path)

@@ -452,6 +452,9 @@ def plot(rows: List[dict], model_accuracy: float, path: str):
             ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=key)
     ax.axhline(100 * model_accuracy, color="gray", linestyle=":", label="model (no projection)")
     ax.set_xlabel("layer (0 = embeddings)")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers
     ax.set_ylabel("word translation accuracy (%)")
     ax.legend(fontsize=8)
     common.save_figure(fig, path)
