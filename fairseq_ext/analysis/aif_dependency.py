@@ -211,6 +211,9 @@ def plot_dependency(summary: List[dict], per_sentence: List[dict], per_head: Lis
         b.scatter([r["layer"] for r in heads], [r["D^l_h"] for r in heads], s=10, color=f"C{i}", alpha=0.4)
         b.set_xticks(layers)
     b.set_xlabel("decoder layer")
+    from matplotlib.ticker import MaxNLocator
+
+    b.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers
     b.set_ylabel("D^l (KL, nats)")
     b.set_title("(b) cross-attention: D^l (Eq. 4.7), dots: heads")
     b.legend()

@@ -97,6 +97,9 @@ def main(argv=None):
         sel = [r for r in rows if r["model"] == name]
         a.plot([r["layer"] for r in sel], [r["JS"] for r in sel], marker="o", label=name)
     a.set_xlabel("encoder layer")
+    from matplotlib.ticker import MaxNLocator
+
+    a.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers
     a.set_ylabel("JS divergence")
     a.legend()
     b.bar(range(len(summary)), [s["Ed"] for s in summary])

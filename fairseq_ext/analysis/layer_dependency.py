@@ -62,6 +62,9 @@ def plot(rows, path):
         ax.plot([int(r["masked layer"][2:]) for r in sel], [r["delta"] for r in sel], marker="o", label=model)
     ax.axhline(0, color="grey", linewidth=0.8)
     ax.set_xlabel("masked encoder layer f^i (i = 1: lowest collected)")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers
     ax.set_ylabel("ΔBLEU")
     ax.legend()
     common.save_figure(fig, path)
