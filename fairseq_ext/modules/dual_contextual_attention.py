@@ -191,7 +191,13 @@ class DualContextualAttention(nn.Module):
                 history = conv_in.new_zeros(conv_in.size(0), conv_in.size(1), self.kernel_size - 1)
             conv_in = torch.cat([history, conv_in], dim=2)
             saved["prev_conv_input"] = conv_in[:, :, conv_in.size(2) - (self.kernel_size - 1) :]
-        r_hat = F.glu(self.conv(conv_in), dim=1).permute(2, 0, 1)  # T x B x C
+        if conv_in.size(2) == self.kernel_size:  # one output step (decoding): the conv is one matmul
+            # (C x f inputs -> 2C), much cheaper than a convolution call on a length-f input
+            weight = self.conv.weight.reshape(self.conv.out_channels, -1)
+            conv_out = F.linear(conv_in.reshape(conv_in.size(0), -1), weight, self.conv.bias).unsqueeze(2)
+        else:
+            conv_out = self.conv(conv_in)
+        r_hat = F.glu(conv_out, dim=1).permute(2, 0, 1)  # T x B x C
         return self.lc_layer_norm(r_hat + r)
 
     def reorder_incremental_state(
