@@ -203,6 +203,24 @@ def profile(model, batch, cli, device):
     return out
 
 
+def print_profiles(stock, variants, batch, cli, device) -> int:
+    """Where the time of one training step or one decoding run goes (what the README's
+    explanations of time ratios above the FLOP ratio come from)."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    for name, model in [("stock", stock)] + variants:
+        fn = train_step_fn(model, batch) if cli.profile == "train" else decode_fn(model, batch, cli.beam, cli.steps)
+        fn()  # warm-up
+        with torch_profile(activities=activities) as prof:
+            fn()
+            sync(device)
+        print(f"## {name}: one {'training step' if cli.profile == 'train' else f'decoding run (beam {cli.beam})'}")
+        print(prof.key_averages().table(sort_by=sort, row_limit=10))
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -223,6 +241,9 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="write every number here")
+    parser.add_argument("--profile", choices=["train", "decode"],
+                        help="instead of ratios: torch.profiler's table of the stock model and of each --configs "
+                             "entry (one training step, or one decoding run at --beam), by self CPU/CUDA time")
     cli = parser.parse_args(argv)
     logging.disable(logging.WARNING)
     if cli.threads:
@@ -250,6 +271,9 @@ def main(argv=None):
         return model.to(device=device, dtype=dtype)
 
     stock = build(stock_arch, [])
+    if cli.profile:
+        return print_profiles(stock, [(entry.partition(":")[0], build(arch, shlex.split(entry.partition(":")[2])))
+                                      for entry in cli.configs], batch, cli, device)
     stock_profile = profile(stock, batch, cli, device)
     print(f"device {device} ({torch.get_num_threads()} threads), {cli.dtype}, {cli.config} config ({arch} vs "
           f"stock {stock_arch}), batch {cli.batch} x {cli.src_len}/{cli.tgt_len}, decoding {cli.steps} steps "

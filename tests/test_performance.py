@@ -151,3 +151,13 @@ def test_a_1000_token_source_through_every_strategy():
         del model, state, out
     peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
     assert peak_gib < 8, peak_gib
+
+
+def test_benchmark_profile_prints_where_the_time_goes():
+    res = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "benchmark.py"), "--profile", "decode",
+                          "--configs", "M-00:--joint-attention m-00", "--batch", "2", "--steps", "3", "--threads", "1",
+                          "--vocab", "500"], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.count("Self CPU time total") == 2
+    assert "## stock: one decoding run (beam 4)" in res.stdout and "## M-00:" in res.stdout
+    assert "aten::bmm" in res.stdout or "aten::matmul" in res.stdout
