@@ -167,6 +167,19 @@ TINY_TRAIN_FLAGS = ("--encoder-layers", "2", "--decoder-layers", "2", "--encoder
                     "--seed", "1", "--no-epoch-checkpoints")
 
 
+def train_tiny(bin_dir, save_dir, *flags, max_update=6, lr="5e-3"):
+    """fairseq-train a tiny ``multilayer_transformer`` (TINY_TRAIN_FLAGS, then ``flags``) for
+    ``max_update`` updates on ``bin_dir``; the path of its checkpoint_last.pt. ``lr=None``
+    keeps TINY_TRAIN_FLAGS' learning rate."""
+    import subprocess
+
+    cmd = ["fairseq-train", str(bin_dir), "--user-dir", USER_DIR, "--arch", "multilayer_transformer",
+           *TINY_TRAIN_FLAGS, *flags, "--max-update", str(max_update), *(["--lr", lr] if lr else []),
+           "--save-dir", str(save_dir)]
+    subprocess.run(cmd, check=True, capture_output=True, env=clean_env())
+    return os.path.join(str(save_dir), "checkpoint_last.pt")
+
+
 def clean_env():
     """The environment for CLI subprocesses, without any weights_only override."""
     env = dict(os.environ)

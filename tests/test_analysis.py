@@ -3,13 +3,12 @@ figures checked for their panels and series, on tiny trained models."""
 import json
 import math
 import os
-import subprocess
 
 import pytest
 import torch
 
 from fairseq_ext.analysis import attention_stats, common, decoders, layer_dependency, length_buckets
-from model_utils import TINY_TRAIN_FLAGS, USER_DIR, clean_env, make_tiny_parallel_data
+from model_utils import make_tiny_parallel_data, train_tiny
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -27,10 +26,7 @@ def tiny_models(tmp_path_factory):
     for name, extra in (("std", []), ("dc", ["--encoder-self-attention", "dc"]),
                         ("m00ms", ["--joint-attention", "m-00", "--aux-decoder-layers", "1", "--criterion",
                                    "multi_output_label_smoothed_cross_entropy"])):
-        subprocess.run(["fairseq-train", bin_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer",
-                        *TINY_TRAIN_FLAGS, *extra, "--max-update", "6", "--lr", "5e-3",
-                        "--save-dir", str(root / name)], check=True, capture_output=True, env=clean_env())
-        ckpts[name] = str(root / name / "checkpoint_last.pt")
+        ckpts[name] = train_tiny(bin_dir, root / name, *extra)
     return bin_dir, ckpts
 
 

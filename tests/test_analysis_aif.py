@@ -3,13 +3,12 @@ every number against a direct computation from the two models' own outputs."""
 import json
 import math
 import os
-import subprocess
 
 import pytest
 import torch
 
 from fairseq_ext.analysis import aif_dependency, common
-from model_utils import SMALL, TINY_TRAIN_FLAGS, USER_DIR, build, clean_env, make_tiny_parallel_data, random_batch
+from model_utils import SMALL, build, make_tiny_parallel_data, random_batch, train_tiny
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 AIF = ("--aux-decoder-layers", "1", "--aux-fusion")
@@ -152,11 +151,7 @@ def trained(tmp_path_factory):
     """A tiny MS-1+AIF checkpoint (6 updates) and a copy with its AIF weights zeroed."""
     root = tmp_path_factory.mktemp("aif")
     bin_dir = make_tiny_parallel_data(str(root), num_train=121)
-    subprocess.run(["fairseq-train", bin_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer",
-                    *TINY_TRAIN_FLAGS, *AIF, "--criterion", "multi_output_label_smoothed_cross_entropy",
-                    "--max-update", "6", "--lr", "5e-3", "--save-dir", str(root / "aif")],
-                   check=True, capture_output=True, env=clean_env())
-    ckpt = str(root / "aif" / "checkpoint_last.pt")
+    ckpt = train_tiny(bin_dir, root / "aif", *AIF, "--criterion", "multi_output_label_smoothed_cross_entropy")
     state = torch.load(ckpt, weights_only=True)  # the file as saved (the plugin allowlists its contents)
     zeroed = [k for k in state["model"] if ".aif." in k]
     assert zeroed

@@ -2,7 +2,6 @@
 computations, figures checked for their panels, on tiny trained models."""
 import json
 import os
-import subprocess
 from argparse import Namespace
 
 import pytest
@@ -10,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from fairseq_ext.analysis import attention_maps, common, word_order
-from model_utils import TINY_TRAIN_FLAGS, USER_DIR, clean_env, make_tiny_parallel_data
+from model_utils import make_tiny_parallel_data, train_tiny
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -29,10 +28,7 @@ def tiny_models(tmp_path_factory):
                         ("hier_nopos", ["--joint-attention", "hierarchical", "--no-encoder-positional-embeddings"]),
                         ("mma", ["--encoder-attention-heads", "4", "--encoder-self-attention", "mma",
                                  "--mma-heads", "G,L,F,B", "--mma-window", "1"])):
-        subprocess.run(["fairseq-train", bin_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer",
-                        *TINY_TRAIN_FLAGS, *extra, "--max-update", "6", "--lr", "5e-3",
-                        "--save-dir", str(root / name)], check=True, capture_output=True, env=clean_env())
-        ckpts[name] = str(root / name / "checkpoint_last.pt")
+        ckpts[name] = train_tiny(bin_dir, root / name, *extra)
     return bin_dir, ckpts
 
 

@@ -5,14 +5,13 @@ separable task, the frozen encoder, and the command end to end on a tiny trained
 import collections
 import json
 import random
-import subprocess
 
 import pytest
 import torch
 
 from fairseq_ext.analysis import common, probing
 from fairseq_ext.analysis.common import AnalysisError
-from model_utils import TINY_TRAIN_FLAGS, USER_DIR, clean_env, make_tiny_parallel_data
+from model_utils import make_tiny_parallel_data, train_tiny
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 WORDS = [f"w{i}" for i in range(24)]  # the tiny model's vocabulary
@@ -22,10 +21,7 @@ WORDS = [f"w{i}" for i in range(24)]  # the tiny model's vocabulary
 def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("probing")
     bin_dir = make_tiny_parallel_data(str(root), num_train=121)
-    subprocess.run(["fairseq-train", bin_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer",
-                    *TINY_TRAIN_FLAGS, "--max-update", "6", "--lr", "5e-3", "--save-dir", str(root / "std")],
-                   check=True, capture_output=True, env=clean_env())
-    ckpt = str(root / "std" / "checkpoint_last.pt")
+    ckpt = train_tiny(bin_dir, root / "std")
     model, task = common.load_model(ckpt, bin_dir, cpu=True)
     pipeline = probing.TextPipeline(bin_dir, task.source_dictionary, model.encoder.max_positions())
     return {"root": root, "bin": bin_dir, "ckpt": ckpt, "model": model, "pipeline": pipeline}

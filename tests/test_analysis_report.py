@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from fairseq_ext.analysis import common, report
-from model_utils import TINY_TRAIN_FLAGS, USER_DIR, clean_env, make_tiny_parallel_data
+from model_utils import clean_env, make_tiny_parallel_data, train_tiny
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -66,10 +66,7 @@ def test_single_checkpoint_analyses_run_once_per_checkpoint():
 @pytest.mark.slow
 def test_report_runs_analyses_and_writes_one_self_contained_page(tmp_path):
     bin_dir = make_tiny_parallel_data(str(tmp_path), num_train=61)
-    subprocess.run(["fairseq-train", bin_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer",
-                    *TINY_TRAIN_FLAGS, "--max-update", "3", "--save-dir", str(tmp_path / "std")],
-                   check=True, capture_output=True, env=clean_env())
-    ckpt = str(tmp_path / "std" / "checkpoint_last.pt")
+    ckpt = train_tiny(bin_dir, tmp_path / "std", max_update=3, lr=None)
     out = tmp_path / "report"
     # attention_stats works on any encoder; dc_divergence refuses one without DC layers
     proc = subprocess.run([sys.executable, "-m", "fairseq_ext.analysis.report", "--checkpoint", ckpt, "--names",

@@ -6,13 +6,12 @@ end to end on a tiny trained model."""
 import json
 import math
 import os
-import subprocess
 
 import pytest
 import torch
 
 from fairseq_ext.analysis import common, translate_from_layer, word_translation
-from model_utils import TINY_TRAIN_FLAGS, USER_DIR, clean_env, make_tiny_parallel_data
+from model_utils import make_tiny_parallel_data, train_tiny
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -23,10 +22,7 @@ def tiny(tmp_path_factory):
     reversal task, loaded on the CPU with train / valid / test."""
     root = tmp_path_factory.mktemp("word_translation")
     bin_dir = make_tiny_parallel_data(str(root), num_train=121)
-    subprocess.run(["fairseq-train", bin_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer",
-                    *TINY_TRAIN_FLAGS, "--max-update", "8", "--lr", "5e-3", "--save-dir", str(root / "std")],
-                   check=True, capture_output=True, env=clean_env())
-    ckpt = str(root / "std" / "checkpoint_last.pt")
+    ckpt = train_tiny(bin_dir, root / "std", max_update=8)
     model, task = common.load_model(ckpt, bin_dir, cpu=True)
     for split in ("train", "valid", "test"):
         task.load_dataset(split)

@@ -32,7 +32,6 @@ Writes summary.{md,csv,json} (model, sentences, mean D_Y, D^l per layer), per_se
 every token of sentence --sentence, default the lowest analysed id), aif_dependency.png
 (Fig. 4.7: (a) D_Y per model, (b) D^l per layer) and tokens.png (Fig. 4.8: D_yt per token).
 """
-import argparse
 import contextlib
 import copy
 import os
@@ -211,9 +210,7 @@ def plot_dependency(summary: List[dict], per_sentence: List[dict], per_head: Lis
         b.scatter([r["layer"] for r in heads], [r["D^l_h"] for r in heads], s=10, color=f"C{i}", alpha=0.4)
         b.set_xticks(layers)
     b.set_xlabel("decoder layer")
-    from matplotlib.ticker import MaxNLocator
-
-    b.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers
+    common.integer_ticks(b.xaxis)
     b.set_ylabel("D^l (KL, nats)")
     b.set_title("(b) cross-attention: D^l (Eq. 4.7), dots: heads")
     b.legend()
@@ -239,9 +236,7 @@ def plot_tokens(tokens: List[dict], path: str):
 
 def main(argv=None):
     common.setup_cli()
-    ap = common.common_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                                         epilog=__doc__.split("\n\n", 1)[1],
-                                                         formatter_class=argparse.RawDescriptionHelpFormatter))
+    ap = common.analysis_parser(__doc__)
     ap.add_argument("--max-sentences", type=int, help="analyse the sentences with the lowest ids")
     ap.add_argument("--sentence", type=int, help="sentence id for the per-token figure (default: lowest analysed)")
     ap.add_argument("--attention-rows", default="mean", choices=["mean", "sum"],

@@ -22,7 +22,6 @@ Writes per_head.{md,csv,json} (model, unit, layer, head, distance, entropy), per
 heatmaps_<model>.png (distance and entropy, layer x head) and layers.png (per-layer means of
 every model, as Figs. 3.11-3.12).
 """
-import argparse
 import os
 import sys
 from typing import Dict, List
@@ -145,9 +144,7 @@ def layer_plot(layer_rows: List[dict], path: str):
 
 def main(argv=None):
     common.setup_cli()
-    ap = common.common_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                                         epilog=__doc__.split("\n\n", 1)[1],
-                                                         formatter_class=argparse.RawDescriptionHelpFormatter))
+    ap = common.analysis_parser(__doc__)
     ap.add_argument("--max-sentences", type=int, help="only the sentences with the lowest ids (e.g. 1500)")
     ap.add_argument("--span", default="as-printed", choices=["as-printed", "all"])
     args = ap.parse_args(argv)

@@ -19,6 +19,7 @@ API:
   directory and BLEU scores.
 - :func:`write_table`, :func:`save_figure`.
 """
+import argparse
 import contextlib
 import csv
 import json
@@ -50,6 +51,21 @@ def common_arguments(parser, several: bool = True):
     parser.add_argument("--out", required=True, help="output directory (tables, JSON, CSV, PNG)")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU even when a GPU is there")
     return parser
+
+
+def analysis_parser(doc: str, several: bool = True) -> argparse.ArgumentParser:
+    """The parser of an analysis command: its module docstring's first paragraph as the
+    description, the rest as the epilog, and the arguments every analysis shares."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0], epilog=doc.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    return common_arguments(parser, several)
+
+
+def integer_ticks(axis) -> None:
+    """Whole-number ticks on a matplotlib axis (layers, heads)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
 
 
 def names_for(checkpoints: Sequence[str], names: Optional[Sequence[str]]) -> List[str]:

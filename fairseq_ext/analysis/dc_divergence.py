@@ -15,7 +15,6 @@ f = 2..8) give Fig. 5.4a (dv_l per layer, one series each) and 5.4b (Ed per mode
     python -m fairseq_ext.analysis.dc_divergence --checkpoint dc-f2/checkpoint_best.pt dc-f3/checkpoint_best.pt \\
         --names f=2 f=3 --data data-bin/wmt14.en-de --out analysis/dc --max-sentences 1500
 """
-import argparse
 import os
 import sys
 
@@ -76,9 +75,7 @@ def layer_divergences(model, task, split, heads="max", max_sentences=None, cpu=F
 
 def main(argv=None):
     common.setup_cli()
-    ap = common.common_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                                         epilog=__doc__.split("\n\n", 1)[1],
-                                                         formatter_class=argparse.RawDescriptionHelpFormatter))
+    ap = common.analysis_parser(__doc__)
     ap.add_argument("--heads", default="max", choices=["max", "mean", "each"])
     ap.add_argument("--max-sentences", type=int)
     args = ap.parse_args(argv)
@@ -97,9 +94,7 @@ def main(argv=None):
         sel = [r for r in rows if r["model"] == name]
         a.plot([r["layer"] for r in sel], [r["JS"] for r in sel], marker="o", label=name)
     a.set_xlabel("encoder layer")
-    from matplotlib.ticker import MaxNLocator
-
-    a.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers
+    common.integer_ticks(a.xaxis)
     a.set_ylabel("JS divergence")
     a.legend()
     b.bar(range(len(summary)), [s["Ed"] for s in summary])

@@ -9,7 +9,6 @@ main decoder.
 Writes decoders.{md,csv,json} (model, decoder, reads encoder layer, BLEU, delta, p, mark) and
 decoders.png (BLEU per decoder); decodings in OUT/<model>/<decoder>.
 """
-import argparse
 import os
 import shlex
 import sys
@@ -59,9 +58,7 @@ def plot(rows, path):
 
 def main(argv=None):
     common.setup_cli()
-    ap = common.common_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                                         epilog=__doc__.split("\n\n", 1)[1],
-                                                         formatter_class=argparse.RawDescriptionHelpFormatter))
+    ap = common.analysis_parser(__doc__)
     ap.add_argument("--generate-args", default="")
     ap.add_argument("--flavour")
     ap.add_argument("--samples", type=int, default=1000)

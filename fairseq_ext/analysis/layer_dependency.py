@@ -11,7 +11,6 @@ Writes masking.{md,csv,json} (model, layer, BLEU, delta, p, mark; one row per ma
 and masking.png (delta per masked layer, one series per model); the decodings stay in
 OUT/<model>/full and OUT/<model>/mask<i> (evaluate.sh directories).
 """
-import argparse
 import os
 import shlex
 import sys
@@ -62,9 +61,7 @@ def plot(rows, path):
         ax.plot([int(r["masked layer"][2:]) for r in sel], [r["delta"] for r in sel], marker="o", label=model)
     ax.axhline(0, color="grey", linewidth=0.8)
     ax.set_xlabel("masked encoder layer f^i (i = 1: lowest collected)")
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers
+    common.integer_ticks(ax.xaxis)
     ax.set_ylabel("ΔBLEU")
     ax.legend()
     common.save_figure(fig, path)
@@ -73,9 +70,7 @@ def plot(rows, path):
 
 def main(argv=None):
     common.setup_cli()
-    ap = common.common_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                                         epilog=__doc__.split("\n\n", 1)[1],
-                                                         formatter_class=argparse.RawDescriptionHelpFormatter))
+    ap = common.analysis_parser(__doc__)
     ap.add_argument("--generate-args", default="", help="fairseq-generate flags, e.g. '--beam 4 --lenpen 0.6'")
     ap.add_argument("--flavour", help="BLEU flavour (default: the one evaluate.sh reports for the data)")
     ap.add_argument("--samples", type=int, default=1000, help="paired bootstrap samples")

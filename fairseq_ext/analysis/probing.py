@@ -47,7 +47,6 @@ Writes probing.{md,csv,json} (category, task, labels, train/test sizes, the majo
 accuracy, one column per model and layer; #AVG rows per category as the thesis' tables) and
 probing.png (accuracy per task and model; per layer when several layers are probed).
 """
-import argparse
 import collections
 import math
 import os
@@ -540,9 +539,7 @@ def plot(rows: List[dict], columns: List[str], layer_columns: Dict[str, List[Tup
 
 def main(argv=None):
     common.setup_cli()
-    ap = common.common_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                                         epilog=__doc__.split("\n\n", 1)[1],
-                                                         formatter_class=argparse.RawDescriptionHelpFormatter))
+    ap = common.analysis_parser(__doc__)
     g = ap.add_argument_group("tasks")
     g.add_argument("--senteval", help="SentEval's data/probing directory (any of its ten files)")
     g.add_argument("--task", nargs="+", help="NAME=FILE, a file in SentEval's format")

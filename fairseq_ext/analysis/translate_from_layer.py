@@ -25,7 +25,6 @@ Writes translate_from_layer.{md,csv,json} (Table 2 layout), translate_from_layer
 and BLEU per layer, FULL dashed) and the hypotheses of every layer, OUT/hyp.layer<l>.bpe and
 OUT/hyp.full.bpe, with OUT/ref.bpe.
 """
-import argparse
 import os
 import sys
 from typing import Dict, List, Sequence
@@ -127,9 +126,7 @@ def plot(rows: List[dict], path: str):
         if full:
             ax.axhline(full[0][key], color=f"C{k}", linestyle="--", label=f"{key} FULL")
     ax.set_xlabel("encoder layer (0 = embeddings)")
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers
+    common.integer_ticks(ax.xaxis)
     ax.set_ylabel("score (BPE, lowercased)")
     ax.legend(fontsize=8)
     common.save_figure(fig, path)
@@ -138,10 +135,7 @@ def plot(rows: List[dict], path: str):
 
 def main(argv=None):
     common.setup_cli()
-    ap = common.common_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                                         epilog=__doc__.split("\n\n", 1)[1],
-                                                         formatter_class=argparse.RawDescriptionHelpFormatter),
-                                 several=False)
+    ap = common.analysis_parser(__doc__, several=False)
     ap.add_argument("--projections", help="projections.pt written by word_translation (default: train them here)")
     ap.add_argument("--beam", type=int, default=4, help="beam of the FULL row (0: no FULL row)")
     ap.add_argument("--lenpen", type=float, default=1.0)

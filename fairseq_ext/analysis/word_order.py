@@ -22,7 +22,6 @@ several systems Δ, p and mark against the first system's counterpart) and word_
 (BLEU per system, with and without positions); the decodings stay in OUT/<system>/pos and
 OUT/<system>/nopos (evaluate.sh directories).
 """
-import argparse
 import os
 import re
 import shlex
@@ -172,9 +171,7 @@ def plot(rows: List[dict], path: str):
 
 def main(argv=None):
     common.setup_cli()
-    ap = common.common_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                                         epilog=__doc__.split("\n\n", 1)[1],
-                                                         formatter_class=argparse.RawDescriptionHelpFormatter))
+    ap = common.analysis_parser(__doc__)
     ap.add_argument("--generate-args", default="", help="fairseq-generate flags, e.g. '--beam 5'")
     ap.add_argument("--flavour", help="BLEU flavour (default: the one evaluate.sh reports for the data)")
     ap.add_argument("--samples", type=int, default=1000, help="paired bootstrap samples")

@@ -42,7 +42,6 @@ accuracy), word_translation.png (accuracy per layer: encoder, decoder, -self, -c
 projections.pt (every trained projection and w; ``translate_from_layer --projections``
 reads it).
 """
-import argparse
 import contextlib
 import os
 import sys
@@ -452,9 +451,7 @@ def plot(rows: List[dict], model_accuracy: float, path: str):
             ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=key)
     ax.axhline(100 * model_accuracy, color="gray", linestyle=":", label="model (no projection)")
     ax.set_xlabel("layer (0 = embeddings)")
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers
+    common.integer_ticks(ax.xaxis)
     ax.set_ylabel("word translation accuracy (%)")
     ax.legend(fontsize=8)
     common.save_figure(fig, path)
@@ -463,10 +460,7 @@ def plot(rows: List[dict], model_accuracy: float, path: str):
 
 def main(argv=None):
     common.setup_cli()
-    ap = common.common_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                                         epilog=__doc__.split("\n\n", 1)[1],
-                                                         formatter_class=argparse.RawDescriptionHelpFormatter),
-                                 several=False)
+    ap = common.analysis_parser(__doc__, several=False)
     ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS),
                     help="encoder layers, decoder layers, decoder layers without self- / cross-attention")
     add_training_arguments(ap)
