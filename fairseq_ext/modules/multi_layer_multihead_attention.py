@@ -123,48 +123,57 @@ class MultiLayerMultiheadAttention(StackedSourceAttention):
         **unused,
     ):
         tgt_len, bsz, _ = query.shape
-        n, heads, head_dim = self.num_sources, self.num_heads, self.head_dim
         # every source's query projection in one matmul: Z x B x (n C) -> Z x B x n x H x D
         q = F.linear(query, *self._stacked_query_projection())
-        q = q.view(tgt_len, bsz, n, heads, head_dim)
-        keep = None
-        if self.removed_source is not None:  # layer masking: source i takes no part
-            keep = torch.ones(n, 1, device=q.device, dtype=q.dtype)
-            keep[self.removed_source] = 0
-        if self.layer_specific:
-            k, v = self.static_keys_values(key, incremental_state)  # B x n x H x J x D
-            q = q.permute(1, 2, 3, 0, 4)  # B x n x H x Z x D
-            if keep is not None:
-                kept = torch.tensor([i for i in range(n) if i != self.removed_source], device=q.device)
-                q, k, v = q.index_select(1, kept), k.index_select(1, kept), v.index_select(1, kept)
-                if key_padding_mask is not None and key_padding_mask.dim() == 3:
-                    key_padding_mask = key_padding_mask.index_select(1, kept)
-            contexts, weights = layer_specific_mlmha(q, k, v, key_padding_mask, self.dropout_module)
-            if keep is not None and not self.sum_contexts:  # its context is zero in the concatenation
-                contexts = contexts.new_zeros(bsz, n, *contexts.shape[2:]).index_copy(1, kept, contexts)
-            if self.sum_contexts:
-                combined = merge_heads(contexts.sum(dim=1))  # Z x B x C
-            else:  # B x n x H x Z x D -> Z x B x (n C), source-major as concat(c^1 .. c^n)
-                combined = contexts.permute(3, 0, 1, 2, 4).reshape(tgt_len, bsz, n * self.embed_dim)
-        else:
-            # the sources side by side on the feature axis, per head: B x H x J x (n D); what
-            # is cached per sentence is this layout (and, for M-01, only sum_i V^i)
-            side_by_side = lambda t: t.permute(0, 2, 3, 1, 4).flatten(3)  # noqa: E731
-            summed = self.sum_contexts and keep is None
-            k, v = self.static_keys_values(key, incremental_state, side_by_side,
-                                           (lambda t: t.sum(dim=1)) if summed else side_by_side)
-            if keep is not None:  # q^i = 0 takes source i out of the logits' sum
-                q = q * keep[:, :, None]
-            q = q.permute(1, 3, 0, 2, 4).flatten(3)  # B x H x Z x (n D)
-            contexts, weights = joint_mlmha(q, k, v, key_padding_mask, head_dim, self.dropout_module)
-            if summed:
-                combined = merge_heads(contexts)  # Z x B x C
-            else:
-                contexts = contexts.unflatten(-1, (n, head_dim))  # B x H x Z x n x D
-                if keep is not None:  # and its context leaves the concatenation / the sum
-                    contexts = contexts * keep  # keep: n x 1 against the (n, D) axes
-                if self.sum_contexts:
-                    combined = merge_heads(contexts.sum(dim=3))
-                else:  # -> Z x B x n x H x D -> Z x B x (n C), source-major
-                    combined = contexts.permute(2, 0, 3, 1, 4).reshape(tgt_len, bsz, n * self.embed_dim)
+        q = q.view(tgt_len, bsz, self.num_sources, self.num_heads, self.head_dim)
+        attend = self._layer_specific if self.layer_specific else self._joint
+        combined, weights = attend(q, key, key_padding_mask, incremental_state)
         return self.out_proj(combined), attention_weights_for_output(weights, need_weights, need_head_weights)
+
+    def _layer_specific(self, q: Tensor, key: Optional[Tensor], key_padding_mask: Optional[Tensor],
+                        incremental_state) -> Tuple[Tensor, Tensor]:
+        """U0 = 1. q: Z x B x n x H x D. Returns the combined contexts (Z x B x C for U1 = 1,
+        Z x B x n C for U1 = 0) and the weights."""
+        tgt_len, bsz, n = q.shape[:3]
+        k, v = self.static_keys_values(key, incremental_state)  # B x n x H x J x D
+        q = q.permute(1, 2, 3, 0, 4)  # B x n x H x Z x D
+        kept = None
+        if self.removed_source is not None:  # layer masking: source i takes no part
+            kept = torch.tensor([i for i in range(n) if i != self.removed_source], device=q.device)
+            q, k, v = q.index_select(1, kept), k.index_select(1, kept), v.index_select(1, kept)
+            if key_padding_mask is not None and key_padding_mask.dim() == 3:
+                key_padding_mask = key_padding_mask.index_select(1, kept)
+        contexts, weights = layer_specific_mlmha(q, k, v, key_padding_mask, self.dropout_module)
+        if self.sum_contexts:
+            return merge_heads(contexts.sum(dim=1)), weights  # Z x B x C
+        if kept is not None:  # its context is zero in the concatenation
+            contexts = contexts.new_zeros(bsz, n, *contexts.shape[2:]).index_copy(1, kept, contexts)
+        # B x n x H x Z x D -> Z x B x (n C), source-major as concat(c^1 .. c^n)
+        return contexts.permute(3, 0, 1, 2, 4).reshape(tgt_len, bsz, n * self.embed_dim), weights
+
+    def _joint(self, q: Tensor, key: Optional[Tensor], key_padding_mask: Optional[Tensor],
+               incremental_state) -> Tuple[Tensor, Tensor]:
+        """U0 = 0, the sources side by side on each head's feature axis (B x H x J x (n D));
+        that layout is what is cached per sentence (and, for M-01, only sum_i V^i).
+        q: Z x B x n x H x D. Returns the combined contexts and the weights."""
+        tgt_len, bsz, n = q.shape[:3]
+        side_by_side = lambda t: t.permute(0, 2, 3, 1, 4).flatten(3)  # noqa: E731
+        summed = self.sum_contexts and self.removed_source is None
+        k, v = self.static_keys_values(key, incremental_state, side_by_side,
+                                       (lambda t: t.sum(dim=1)) if summed else side_by_side)
+        keep = None
+        if self.removed_source is not None:  # layer masking: q^i = 0 takes source i out of the logits' sum
+            keep = torch.ones(n, 1, device=q.device, dtype=q.dtype)  # against the (n, D) axes
+            keep[self.removed_source] = 0
+            q = q * keep[:, :, None]
+        q = q.permute(1, 3, 0, 2, 4).flatten(3)  # B x H x Z x (n D)
+        contexts, weights = joint_mlmha(q, k, v, key_padding_mask, self.head_dim, self.dropout_module)
+        if summed:
+            return merge_heads(contexts), weights  # Z x B x C
+        contexts = contexts.unflatten(-1, (n, self.head_dim))  # B x H x Z x n x D
+        if keep is not None:  # and its context leaves the concatenation / the sum
+            contexts = contexts * keep
+        if self.sum_contexts:
+            return merge_heads(contexts.sum(dim=3)), weights
+        # -> Z x B x n x H x D -> Z x B x (n C), source-major
+        return contexts.permute(2, 0, 3, 1, 4).reshape(tgt_len, bsz, n * self.embed_dim), weights
