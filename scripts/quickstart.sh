@@ -91,7 +91,7 @@ fi
 DEVICE=(--cpu)
 if fsx_has_gpu; then
     DEVICE=()
-    fsx_log "GPU found: training on $(nvidia-smi -L | head -n1)"
+    fsx_log "GPU found: training on $(nvidia-smi -L | sed -n 1p)"
 else
     fsx_log "no GPU: training on $(nproc) CPU core(s)"
 fi

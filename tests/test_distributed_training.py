@@ -154,7 +154,9 @@ def test_slurm_script_runs_train_sh_once_per_node(tmp_path):
     fake_bin, fake_repo = tmp_path / "bin", tmp_path / "repo"
     (fake_repo / "scripts").mkdir(parents=True)
     fake_bin.mkdir()
-    (fake_bin / "scontrol").write_text("#!/bin/bash\nprintf 'gpu-node-07\\ngpu-node-08\\n'\n")
+    # the second host comes late, as from a slow scontrol: a reader that stops after the first
+    # line (`| head -n 1` under pipefail) kills scontrol with SIGPIPE and the job with exit 141
+    (fake_bin / "scontrol").write_text("#!/bin/bash\nprintf 'gpu-node-07\\n'; sleep 0.3; printf 'gpu-node-08\\n'\n")
     # srun: run the task once per node, as SLURM would, with SLURM_NODEID set
     (fake_bin / "srun").write_text('#!/bin/bash\nfor n in 0 1; do SLURM_NODEID=$n "${@: -3}"; done\n')
     (fake_repo / "scripts" / "train.sh").write_text('#!/bin/bash\necho "node: $*"\n')

@@ -466,7 +466,7 @@ fsx_find() {
     if [[ -f "$dir/$name" ]]; then echo "$dir/$name"; return 0; fi
     if [[ -f "$dir/$name.gz" ]]; then echo "$dir/$name.gz"; return 0; fi
     hit="$(find -L "$dir" -maxdepth 3 -type f \( -name "$name" -o -name "$name.gz" \) 2>/dev/null |
-        LC_ALL=C sort | head -n1)"
+        LC_ALL=C sort | sed -n 1p)"  # sed reads all: no SIGPIPE under pipefail
     echo "$hit"
 }
 
