@@ -10,6 +10,10 @@ FAIRSEQ_SPEC ?= fairseq-fixed==0.12.3.1
 STAMP := $(VENV)/.fairseq_ext-setup-done
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# The tests run their models on one thread each (tests/conftest.py), so the suite spreads over
+# TEST_WORKERS processes (pytest-xdist; a test file stays in one process, so its module
+# fixtures are built once). TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= 2
 
 .PHONY: setup quickstart test test-fast clean-venv
 
@@ -22,7 +26,7 @@ $(STAMP): setup.py Makefile
 	# fairseq's real dependencies, pinned; no torchaudio (it drags in another torch).
 	$(PY) -m pip install -q "hydra-core==1.3.2" "omegaconf==2.3.0" bitarray regex cffi cython \
 		numpy sacrebleu scikit-learn tqdm sentencepiece subword-nmt sacremoses \
-		compare-mt matplotlib pytest
+		compare-mt matplotlib pytest pytest-xdist
 	$(PY) -m pip install -q --no-deps --no-build-isolation "$(FAIRSEQ_SPEC)"
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	$(PY) -c "import fairseq, fairseq_ext; print('fairseq', fairseq.__version__)"
@@ -32,10 +36,10 @@ quickstart: setup
 	PATH=$(abspath $(VENV))/bin:$$PATH bash scripts/quickstart.sh
 
 test: setup
-	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q --durations=20 tests $(PYTEST_ARGS)
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadfile tests $(PYTEST_ARGS)
 
 test-fast: setup
-	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q -m "not slow" tests $(PYTEST_ARGS)
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile tests $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -21,7 +21,7 @@ setup(
         "compare-mt",
         "matplotlib",
     ],
-    extras_require={"test": ["pytest"]},
+    extras_require={"test": ["pytest", "pytest-xdist"]},
     entry_points={
         "console_scripts": [
             "fairseq-ext-strip-aux=fairseq_ext.strip_aux:cli_main",
