@@ -16,6 +16,9 @@ For each configuration, against the stock model built from the same dictionary a
 * decoding on fixed work: the encoder once, then ``--steps`` incremental decoder steps for
   ``--batch`` sentences x beam hypotheses (beam 1 and ``--beam``), with the cache reordered
   every step as beam search does, so that models of different quality do the same work.
+* generation: fairseq's SequenceGenerator at ``--beam`` with every hypothesis forced to
+  ``--steps`` tokens: the whole decoding of a batch as fairseq-generate runs it (encoder,
+  search, bookkeeping), the measure the thesis' decoding speeds compare with.
 * FLOPs (torch.utils.flop_counter) of one training step and of one decoding run: the ratio
   of arithmetic, to compare the time ratio with.
 * memory: on CUDA the allocator's peak of a training step; everywhere, the bytes of the
@@ -51,6 +54,8 @@ DEFAULT_CONFIGS = [
     "hierarchical:--joint-attention hierarchical",
     "MS-1:--aux-decoder-layers 1",
     "MS-1+AIF:--aux-decoder-layers 1 --aux-fusion",
+    "MS-12+AIF:--aux-decoder-layers 1,2 --aux-fusion",
+    "MS-123+AIF:--aux-decoder-layers 1,2,3 --aux-fusion",
     "Enc-DC:--encoder-self-attention dc",
     "Dec-DC:--decoder-self-attention dc",
     "MMA:--encoder-self-attention mma",
@@ -145,6 +150,25 @@ def decode_fn(model, batch, beam, steps, state_out=None):
             if state_out is not None:
                 state_out.clear()
                 state_out.update(state)
+
+    return run
+
+
+def generate_fn(model, batch, dictionary, beam, steps):
+    """fairseq's own beam search (SequenceGenerator, as fairseq-generate decodes) with every
+    hypothesis forced to ``steps`` tokens: the whole decoding of a batch, with the search's
+    bookkeeping, on the same work for every model (what the thesis' decoding speeds time)."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    src, lengths, _ = batch
+    generator = SequenceGenerator([model], dictionary, beam_size=beam, min_len=steps, max_len_a=0, max_len_b=steps)
+    sample = {"net_input": {"src_tokens": src, "src_lengths": lengths}}
+
+    def run():
+        model.eval()
+        with torch.no_grad():
+            hypos = generator.generate([model], sample)
+        assert all(len(h[0]["tokens"]) == steps + 1 for h in hypos), "forced length not kept"
 
     return run
 
@@ -279,8 +303,8 @@ def main(argv=None):
           f"stock {stock_arch}), batch {cli.batch} x {cli.src_len}/{cli.tgt_len}, decoding {cli.steps} steps "
           f"(beam 1 and {cli.beam}); time ratios: median of interleaved pairs [IQR]")
     print("| model | #params (M) | train time | train FLOPs | decode beam 1 | decode beam "
-          f"{cli.beam} | decode FLOPs | activations | cache |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          f"{cli.beam} | decode FLOPs | generate beam {cli.beam} | activations | cache |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     results = {"settings": vars(cli), "stock": {"arch": stock_arch, **stock_profile}, "configs": []}
     for entry in cli.configs:
         name, _, flags = entry.partition(":")
@@ -293,7 +317,11 @@ def main(argv=None):
         decb = interleaved_ratio(decode_fn(stock, batch, cli.beam, cli.steps),
                                  decode_fn(model, batch, cli.beam, cli.steps), device, cli.min_pairs, cli.max_pairs,
                                  cli.seconds, cli.spread)
+        gen = interleaved_ratio(generate_fn(stock, batch, dictionary, cli.beam, cli.steps),
+                                generate_fn(model, batch, dictionary, cli.beam, cli.steps), device, cli.min_pairs,
+                                cli.max_pairs, cli.seconds, cli.spread)
         rec = {"name": name, "flags": flags, **prof, "train": train, "decode_beam1": dec1, "decode_beam": decb,
+               "generate_beam": gen,
                "train_flops_ratio": prof["train_flops"] / stock_profile["train_flops"],
                "decode_flops_ratio": prof["decode_flops"] / stock_profile["decode_flops"],
                "activation_ratio": prof["activation_bytes"] / stock_profile["activation_bytes"],
@@ -306,7 +334,7 @@ def main(argv=None):
             return f"{r['ratio']:.2f} [{r['iqr'][0]:.2f}-{r['iqr'][1]:.2f}]"
 
         print(f"| {name} | {prof['params'] / 1e6:.2f} | {fmt(train)} | {rec['train_flops_ratio']:.2f} | {fmt(dec1)} | "
-              f"{fmt(decb)} | {rec['decode_flops_ratio']:.2f} | {rec['activation_ratio']:.2f} | "
+              f"{fmt(decb)} | {rec['decode_flops_ratio']:.2f} | {fmt(gen)} | {rec['activation_ratio']:.2f} | "
               f"{rec['cache_ratio']:.2f} |", flush=True)
         del model
     if cli.json:

@@ -29,7 +29,7 @@ def test_benchmark_smoke_and_deterministic_ratios(tmp_path):
     # values of 4 encoder layers instead of 1 (the self-attention cache is unchanged)
     stock_cache = data["stock"]["cache_bytes"]
     assert m00["cache_bytes"] > stock_cache and m00["train_flops_ratio"] > 1.0
-    for key in ("train", "decode_beam1", "decode_beam"):
+    for key in ("train", "decode_beam1", "decode_beam", "generate_beam"):
         r = m00[key]
         assert r["pairs"] == 3 and r["iqr"][0] <= r["ratio"] <= r["iqr"][1]
     assert "| M-00 |" in res.stdout
