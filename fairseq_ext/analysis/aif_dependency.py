@@ -36,6 +36,7 @@ import contextlib
 import copy
 import os
 import sys
+import textwrap
 from typing import Dict, List, Optional
 
 import torch
@@ -229,7 +230,12 @@ def plot_tokens(tokens: List[dict], path: str):
         ax.bar(range(len(sel)), [r["D_yt"] for r in sel])
         ax.set_xticks(range(len(sel)), [r["token"] for r in sel], rotation=45, ha="right")
         ax.set_ylabel("D_yt")
-        ax.set_title(f"{name}, sentence {sel[0]['sentence']}: {sel[0]['source']}"[:120] if sel else name)
+        if sel:  # the whole source, BPE joined, wrapped to the panel's width
+            source = sel[0]["source"].replace("@@ ", "")
+            width = int(fig.get_figwidth() * 11)
+            ax.set_title(textwrap.fill(f"{name}, sentence {sel[0]['sentence']}: {source}", width), fontsize=9)
+        else:
+            ax.set_title(name)
     common.save_figure(fig, path)
     return fig
 
