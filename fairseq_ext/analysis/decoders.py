@@ -49,7 +49,12 @@ def plot(rows, path):
     plt = common.pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
     labels = [f"{r['model']}:{r['decoder']}" for r in rows]
-    ax.bar(range(len(rows)), [r["BLEU"] for r in rows], color=["C0" if r["decoder"] == "main" else "C1" for r in rows])
+    bars = ax.bar(range(len(rows)), [r["BLEU"] for r in rows],
+                  color=["C0" if r["decoder"] == "main" else "C1" for r in rows])
+    # the BLEU on each bar, with the auxiliary decoders' delta to the main one and its mark
+    ax.bar_label(bars, [f"{r['BLEU']:.2f}" + ("" if r["decoder"] == "main" else f"\n{r['delta']:+.2f}{r['mark']}")
+                        for r in rows], fontsize=8)
+    ax.margins(y=0.15)
     ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right")
     ax.set_ylabel(f"BLEU ({rows[0]['flavour']})")
     common.save_figure(fig, path)
