@@ -67,6 +67,11 @@ SIZES = {  # the stock architecture and the plugin's preset of the same size
                "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
                "--encoder-layers", "4", "--decoder-layers", "4"]),
     "base": ("transformer_wmt_en_de", "multilayer_transformer_wmt_en_de", []),
+    # the quickstart's model (configs/quickstart.args): the size of README's CPU benchmark table
+    "quickstart": ("transformer_iwslt_de_en", "multilayer_transformer_iwslt",
+                   ["--encoder-embed-dim", "128", "--decoder-embed-dim", "128", "--encoder-ffn-embed-dim", "512",
+                    "--decoder-ffn-embed-dim", "512", "--encoder-attention-heads", "4",
+                    "--decoder-attention-heads", "4", "--encoder-layers", "3", "--decoder-layers", "3"]),
 }
 
 
