@@ -167,6 +167,28 @@ def test_without_fusion_beam_search_runs_only_the_main_decoder():
     assert calls == []
 
 
+def test_aif_beam_search_projects_only_the_main_decoder_to_the_vocabulary():
+    """With AIF the auxiliary decoders run every step, but only their features are fused:
+    the vocabulary projection runs once per step (the main decoder's), not once per decoder."""
+    dictionary = make_dictionary()
+    model, _ = build("multilayer_transformer", *SMALL, "--aux-decoder-layers", "1,2", "--aux-fusion",
+                     dictionary=dictionary)
+    projected = []
+    model.decoder.output_projection.register_forward_hook(lambda m, i, o: projected.append(o.size(-2)))
+    aux_steps = []
+    model.decoder.aux_decoders[1].layers[-1].register_forward_hook(lambda *a: aux_steps.append(1))
+    src, lengths, _ = random_batch(dictionary)
+    SequenceGenerator([model], dictionary, beam_size=3, max_len_b=8).forward(
+        {"net_input": {"src_tokens": src, "src_lengths": lengths}})
+    assert len(aux_steps) > 1 and len(projected) == len(aux_steps)  # one projection per step
+    assert set(projected) == {1}  # of the step's one position
+    # a teacher-forced forward still gives every decoder's logits to the multi-output loss
+    projected.clear()
+    src, lengths, prev = random_batch(dictionary)
+    _, extra = model(src, lengths, prev)
+    assert len(projected) == 3 and len(extra["aux_out"]) == 2
+
+
 def test_aux_decoders_are_stock_decoders_reading_their_encoder_layer():
     """Auxiliary decoder i (thesis Eq. 4.1) is a standard decoder over H^{l_i}, the output of
     encoder layer l_i: fairseq's own TransformerDecoder with its weights, given that layer

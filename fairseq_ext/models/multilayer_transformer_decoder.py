@@ -80,7 +80,8 @@ class MultilayerTransformerDecoder(TransformerDecoderBase):
     - in every teacher-forced forward (their logits are in ``extra["aux_out"]`` for the
       multi-output loss),
     - in lock-step with the main decoder during incremental decoding when AIF is on (their
-      incremental states live in the same dictionary and are reordered with it),
+      incremental states live in the same dictionary and are reordered with it; only their
+      features are computed there, not their logits),
     - alone when ``--decode-from aux<l>`` is set.
     """
 
@@ -117,7 +118,10 @@ class MultilayerTransformerDecoder(TransformerDecoderBase):
         x, extra = super().forward(prev_output_tokens, encoder_out=encoder_out, incremental_state=incremental_state,
                                    features_only=features_only, full_context_alignment=full_context_alignment,
                                    alignment_layer=alignment_layer, alignment_heads=alignment_heads)
-        if not features_only and extra.get(keys.AUX_FEATURES):
+        # the auxiliary logits feed the multi-output loss of a teacher-forced forward; in an
+        # incremental step only their features are fused (AIF), and a vocabulary projection
+        # per auxiliary decoder and step would be paid for nothing
+        if not features_only and incremental_state is None and extra.get(keys.AUX_FEATURES):
             extra[keys.AUX_OUT] = [self.output_layer(f) for f in extra[keys.AUX_FEATURES]]
         return x, extra
 
