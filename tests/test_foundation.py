@@ -59,20 +59,33 @@ def test_presets_have_the_stock_parameter_counts():
     assert 0 < biases_and_norms < 0.01 * matrices
 
 
-def test_encoder_exposes_every_layer_also_after_beam_reordering():
+@pytest.mark.parametrize("flags,decoding_reads_layers", [
+    ((), False), (("--joint-attention", "m-10"), False), (("--aux-decoder-layers", "1"), False),
+    (("--aux-decoder-layers", "1", "--aux-fusion"), True),
+    (("--aux-decoder-layers", "1", "--decode-from", "aux1"), True)])
+def test_encoder_exposes_every_layer_and_beam_reordering_keeps_what_decoding_reads(flags, decoding_reads_layers):
+    """The encoder's forward returns every layer; a beam reorder (every step of fairseq's beam
+    search) carries them only where decoding reads them (auxiliary decoders that run there),
+    and otherwise drops them instead of copying L + 1 tensors per step."""
     dictionary = make_dictionary()
-    model, args = build("multilayer_transformer", *SMALL, dictionary=dictionary)
+    model, args = build("multilayer_transformer", *SMALL, *flags, dictionary=dictionary)
     src, lengths, _ = random_batch(dictionary)
     with torch.no_grad():
         out = model.encoder(src, src_lengths=lengths, return_all_hiddens=False)
     states = out["encoder_states"]
     assert len(states) == args.encoder_layers + 1  # embeddings + every layer
     assert torch.equal(states[-1], out["encoder_out"][0])
+    states = list(states)  # fairseq's reorder rewrites the list it is given in place
     new_order = torch.tensor([2, 2, 0, 1])
     reordered = model.encoder.reorder_encoder_out(out, new_order)
-    assert len(reordered["encoder_states"]) == args.encoder_layers + 1
-    for state in reordered["encoder_states"]:
-        assert state.size(1) == 4
+    assert torch.equal(reordered["encoder_out"][0], out["encoder_out"][0].index_select(1, new_order))
+    if decoding_reads_layers:
+        assert len(reordered["encoder_states"]) == args.encoder_layers + 1
+        for state, original in zip(reordered["encoder_states"], states):
+            assert torch.equal(state, original.index_select(1, new_order))
+    else:
+        assert reordered["encoder_states"] == []
+        assert out["encoder_states"] == states  # the caller's layers are left as they were
 
 
 def test_beam_search_runs_with_the_stock_sequence_generator():

@@ -117,7 +117,20 @@ class MultilayerTransformerEncoder(TransformerEncoderBase):
             return self.memory_module(features)
         return torch.stack(features, dim=2)
 
+    @property
+    def decoding_reads_layers(self) -> bool:
+        """Whether incremental decoding reads single encoder layers (``encoder_states``): only
+        auxiliary decoders that run there do (with AIF, or with --decode-from aux<l>). The
+        joint attention strategies read ``joint_memory``, built once per sentence."""
+        return bool(self.options.aux_layers) and (self.options.aux_fusion or self.options.decode_from is not None)
+
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
+        if not self.decoding_reads_layers and encoder_out.get(keys.ENCODER_STATES):
+            # fairseq's beam search reorders every tensor of encoder_out at every step: the
+            # L + 1 layer outputs that nothing reads any more are dropped here instead of
+            # copied (they made the no-option model's beam search 7% slower than stock)
+            encoder_out = dict(encoder_out)
+            encoder_out[keys.ENCODER_STATES] = []
         reordered = super().reorder_encoder_out(encoder_out, new_order)
         if keys.JOINT_MEMORY in encoder_out:  # fairseq's version drops unknown keys
             reordered[keys.JOINT_MEMORY] = [m.index_select(1, new_order) for m in encoder_out[keys.JOINT_MEMORY]]
