@@ -13,6 +13,11 @@ from model_utils import TINY_TRAIN_FLAGS, USER_DIR, clean_env, make_tiny_paralle
 # several times slower on a 2-core machine (subprocesses get OMP_NUM_THREADS=1 from
 # model_utils.clean_env for the same reason).
 torch.set_num_threads(1)
+# ... and every subprocess a test starts inherits one thread too, clean_env or not: under
+# `make test`'s two pytest-xdist workers, a 2-thread fairseq-train or -generate beside the
+# other worker oversubscribed the 2 cores (one CI smoke test ran 20 minutes instead of 1)
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["MKL_NUM_THREADS"] = "1"
 
 SHARED_DATA = os.environ.get("FSX_SHARED_DATA",
                              os.path.join(os.path.dirname(os.path.dirname(USER_DIR)), "shared", "data"))
