@@ -67,12 +67,21 @@ SIZES = {  # the stock architecture and the plugin's preset of the same size
                "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
                "--encoder-layers", "4", "--decoder-layers", "4"]),
     "base": ("transformer_wmt_en_de", "multilayer_transformer_wmt_en_de", []),
-    # the quickstart's model (configs/quickstart.args): the size of README's CPU benchmark table
-    "quickstart": ("transformer_iwslt_de_en", "multilayer_transformer_iwslt",
-                   ["--encoder-embed-dim", "128", "--decoder-embed-dim", "128", "--encoder-ffn-embed-dim", "512",
-                    "--decoder-ffn-embed-dim", "512", "--encoder-attention-heads", "4",
-                    "--decoder-attention-heads", "4", "--encoder-layers", "3", "--decoder-layers", "3"]),
+    # the model of README's CPU benchmark table: the flags of its training setup, read in main
+    "quickstart": ("transformer_iwslt_de_en", "multilayer_transformer_iwslt", None),
 }
+QUICKSTART_SETUP = "cpu-quickstart"  # configs/tables/setups.yaml, trainings
+
+
+def size_flags(config: str) -> list:
+    """The model-size flags of ``--config``; quickstart's come from the table runner's setup,
+    so the benchmark times the very model the CPU benchmark table trains."""
+    flags = SIZES[config][2]
+    if flags is None:
+        from fairseq_ext.reproduce.tables import load_setups
+
+        flags = shlex.split(load_setups()["trainings"][QUICKSTART_SETUP]["flags"])
+    return flags
 
 
 def sync(device):
@@ -292,10 +301,11 @@ def main(argv=None):
     prev[:, 0] = dictionary.eos()
     lengths = torch.full((cli.batch,), cli.src_len)
     batch = tuple(t.to(device) for t in (src, lengths, prev))
-    stock_arch, arch, size_flags = SIZES[cli.config]
+    stock_arch, arch, _ = SIZES[cli.config]
+    sizes = size_flags(cli.config)
 
     def build(a, flags):
-        model, _ = build_model(a, "--share-all-embeddings", "--dropout", "0.1", *size_flags, *flags,
+        model, _ = build_model(a, "--share-all-embeddings", "--dropout", "0.1", *sizes, *flags,
                                dictionary=dictionary, seed=cli.seed)
         return model.to(device=device, dtype=dtype)
 

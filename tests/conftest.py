@@ -10,12 +10,11 @@ from fairseq import options
 from model_utils import TINY_TRAIN_FLAGS, USER_DIR, clean_env, make_tiny_parallel_data
 
 # The models under test are tiny: one thread avoids the oversubscription that makes them
-# several times slower on a 2-core machine (subprocesses get OMP_NUM_THREADS=1 from
-# model_utils.clean_env for the same reason).
+# several times slower on a 2-core machine. Every subprocess a test starts inherits one
+# thread too: under `make test`'s two pytest-xdist workers, a 2-thread fairseq-train or
+# -generate beside the other worker oversubscribed the 2 cores (one CI smoke test ran 20
+# minutes instead of 1).
 torch.set_num_threads(1)
-# ... and every subprocess a test starts inherits one thread too, clean_env or not: under
-# `make test`'s two pytest-xdist workers, a 2-thread fairseq-train or -generate beside the
-# other worker oversubscribed the 2 cores (one CI smoke test ran 20 minutes instead of 1)
 os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["MKL_NUM_THREADS"] = "1"
 

@@ -185,8 +185,7 @@ def clean_env():
     env = dict(os.environ)
     env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
     env.pop("TORCH_FORCE_WEIGHTS_ONLY_LOAD", None)
-    env["OMP_NUM_THREADS"] = "1"
-    return env
+    return env  # one OpenMP thread, as every test subprocess (conftest sets it for the session)
 
 
 # a tiny model and optimiser for short training runs on the Multi30k slice (conftest.multi30k_bin)

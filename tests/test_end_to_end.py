@@ -23,7 +23,6 @@ def run(cmd, cwd=None):
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["PYTHON"] = sys.executable
-    env.setdefault("OMP_NUM_THREADS", "2")
     return subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=900)
 
