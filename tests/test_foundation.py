@@ -59,14 +59,15 @@ def test_presets_have_the_stock_parameter_counts():
     assert 0 < biases_and_norms < 0.01 * matrices
 
 
-@pytest.mark.parametrize("flags,decoding_reads_layers", [
-    ((), False), (("--joint-attention", "m-10"), False), (("--aux-decoder-layers", "1"), False),
-    (("--aux-decoder-layers", "1", "--aux-fusion"), True),
-    (("--aux-decoder-layers", "1", "--decode-from", "aux1"), True)])
-def test_encoder_exposes_every_layer_and_beam_reordering_keeps_what_decoding_reads(flags, decoding_reads_layers):
+@pytest.mark.parametrize("flags,read", [
+    ((), ()), (("--joint-attention", "m-10"), ()), (("--aux-decoder-layers", "1"), ()),
+    (("--aux-decoder-layers", "1", "--aux-fusion"), (1,)),
+    (("--aux-decoder-layers", "1,2", "--aux-fusion"), (1, 2)),
+    (("--aux-decoder-layers", "1,2", "--decode-from", "aux2"), (2,))])
+def test_encoder_exposes_every_layer_and_beam_reordering_keeps_what_decoding_reads(flags, read):
     """The encoder's forward returns every layer; a beam reorder (every step of fairseq's beam
-    search) carries them only where decoding reads them (auxiliary decoders that run there),
-    and otherwise drops them instead of copying L + 1 tensors per step."""
+    search) carries only the layers decoding reads (those of the auxiliary decoders that run
+    there), reordered, and None for the others, instead of copying L + 1 tensors per step."""
     dictionary = make_dictionary()
     model, args = build("multilayer_transformer", *SMALL, *flags, dictionary=dictionary)
     src, lengths, _ = random_batch(dictionary)
@@ -75,17 +76,25 @@ def test_encoder_exposes_every_layer_and_beam_reordering_keeps_what_decoding_rea
     states = out["encoder_states"]
     assert len(states) == args.encoder_layers + 1  # embeddings + every layer
     assert torch.equal(states[-1], out["encoder_out"][0])
-    states = list(states)  # fairseq's reorder rewrites the list it is given in place
+    states = list(states)
     new_order = torch.tensor([2, 2, 0, 1])
     reordered = model.encoder.reorder_encoder_out(out, new_order)
     assert torch.equal(reordered["encoder_out"][0], out["encoder_out"][0].index_select(1, new_order))
-    if decoding_reads_layers:
-        assert len(reordered["encoder_states"]) == args.encoder_layers + 1
-        for state, original in zip(reordered["encoder_states"], states):
-            assert torch.equal(state, original.index_select(1, new_order))
-    else:
+    assert out["encoder_states"] == states  # the caller's layers are left as they were
+    if not read:
         assert reordered["encoder_states"] == []
-        assert out["encoder_states"] == states  # the caller's layers are left as they were
+        return
+    assert len(reordered["encoder_states"]) == args.encoder_layers + 1
+    for i, (state, original) in enumerate(zip(reordered["encoder_states"], states)):
+        if i in read:
+            assert torch.equal(state, original.index_select(1, new_order))
+        else:
+            assert state is None
+    # a second reorder (the next beam step) carries the same layers
+    again = model.encoder.reorder_encoder_out(reordered, torch.tensor([3, 0, 1, 2]))
+    assert [s is not None for s in again["encoder_states"]] == [i in read for i in range(len(states))]
+    assert torch.equal(again["encoder_states"][read[0]],
+                       states[read[0]].index_select(1, new_order).index_select(1, torch.tensor([3, 0, 1, 2])))
 
 
 def test_beam_search_runs_with_the_stock_sequence_generator():

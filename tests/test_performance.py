@@ -35,6 +35,29 @@ def test_benchmark_smoke_and_deterministic_ratios(tmp_path):
     assert "| M-00 |" in res.stdout
 
 
+def test_benchmark_runs_in_bf16_and_refuses_cpu_fp16(tmp_path):
+    """The half-precision path the GPU runs (--dtype fp16/bf16 casts both models) is the same
+    code on a CPU in bf16; fp16 on a CPU would time torch's reference kernels, so it is refused
+    with a message that names the option."""
+    script = os.path.join(REPO, "scripts", "benchmark.py")
+    out = tmp_path / "bf16.json"
+    res = subprocess.run([sys.executable, script, "--configs", "MS-1+AIF:--aux-decoder-layers 1 --aux-fusion",
+                          "Dec-DC:--decoder-self-attention dc", "--batch", "3", "--steps", "3", "--min-pairs", "3",
+                          "--max-pairs", "3", "--seconds", "1", "--threads", "1", "--vocab", "500", "--dtype", "bf16",
+                          "--device", "cpu", "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["settings"]["dtype"] == "bf16" and ", bf16, " in res.stdout
+    aif, dc = data["configs"]
+    # the same deterministic arithmetic as in fp32: one auxiliary decoder doubles the cache
+    assert aif["cache_ratio"] == 2.0 and dc["train_flops_ratio"] > 1.0
+    for rec in (aif, dc):
+        assert all(rec[key]["pairs"] == 3 for key in ("train", "decode_beam1", "decode_beam", "generate_beam"))
+    res = subprocess.run([sys.executable, script, "--dtype", "fp16", "--device", "cpu"],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 2 and "--dtype fp16 needs --device cuda" in res.stderr
+
+
 # ---- memory: the incremental cache of every technique against its formula ----------------
 
 D, HEADS, ENC, DEC = 32, 4, 4, 2
