@@ -599,6 +599,56 @@ def test_cached_state_follows_a_reorder_that_drops_and_permutes_sentences(strate
             torch.testing.assert_close(step, full[rows, t], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("strategy", MLMHA + ("flat", "hierarchical-shared"))
+def test_a_sentences_beam_shares_one_row_of_static_keys_and_values(strategy):
+    """The attentions over n stacked sources project and cache the static keys/values once
+    per sentence in decoding (its beam's encoder rows are copies). A reorder that drops
+    sentences keeps one row per sentence; any other reorder falls back to one row per
+    hypothesis. The outputs are the teacher-forced ones throughout."""
+    from fairseq_ext.modules.attention_utils import identical_row_groups
+    from fairseq_ext.modules.stacked_source_attention import StackedSourceAttention
+
+    model, _, dictionary = small_model(strategy)
+    attentions = [m for m in model.decoder.modules() if isinstance(m, StackedSourceAttention)]
+    src, lengths, prev = random_batch(dictionary, bsz=3, beam=3)  # rows: sentence 0, 0, 0, 1, 1, 1, 2, 2, 2
+    orders = {2: torch.tensor([8, 6, 7, 1, 0, 2]),  # sentence 1 finished, 2 before 0: still blocks of 3
+              3: torch.tensor([0, 4, 5])}  # a block of 3 from different sentences
+    cached_rows = {0: 3, 2: 2, 3: 3}
+    with torch.no_grad():
+        full = model.get_normalized_probs(model(src, lengths, prev), log_probs=True)
+        encoder_out = model.encoder(src, src_lengths=lengths)
+        assert identical_row_groups(encoder_out["encoder_out"][0]) == 3
+        state, rows = {}, torch.arange(src.size(0))
+        for t in range(prev.size(1)):
+            if t in orders:
+                encoder_out = model.encoder.reorder_encoder_out(encoder_out, orders[t])
+                model.decoder.reorder_incremental_state_scripting(state, orders[t])
+                rows = rows[orders[t]]
+            out = model.decoder(prev[rows, : t + 1], encoder_out=encoder_out, incremental_state=state)
+            step = model.get_normalized_probs(out, log_probs=True)[:, -1]
+            torch.testing.assert_close(step, full[rows, t], atol=1e-5, rtol=0)
+            if t in cached_rows:
+                for attention in attentions:
+                    buffer = attention._get_input_buffer(state)
+                    assert buffer["static_k"].size(0) == cached_rows[t] and buffer["static_rows"].numel() == rows.numel()
+
+
+def test_identical_row_groups_divides_every_run_of_equal_rows():
+    from fairseq_ext.modules.attention_utils import group_queries, identical_row_groups, ungroup
+
+    a, b, c = (torch.full((5, 1, 2, 3), float(v)) for v in (1, 2, 3))
+    assert identical_row_groups(torch.cat([a, a, b, b, c, c], dim=1)) == 2
+    assert identical_row_groups(torch.cat([a, a, a, a, c, c], dim=1)) == 2  # equal neighbours merge runs
+    assert identical_row_groups(torch.cat([a, a, b, c, c, c], dim=1)) == 1
+    assert identical_row_groups(torch.cat([a, a, a], dim=1)) == 3
+    nan = torch.full((5, 1, 2, 3), float("nan"))
+    assert identical_row_groups(torch.cat([nan, nan], dim=1)) == 1  # never claims NaN rows equal
+    q = torch.randn(6, 4, 1, 8)  # N x H x Z x D, sentence-major blocks of 3
+    grouped = group_queries(q, 2)
+    assert grouped.shape == (2, 4, 3, 8) and torch.equal(grouped[1, :, 2], q[5, :, 0])
+    assert torch.equal(ungroup(grouped, 6), q)
+
+
 def record_static_projections(model, step):
     """{module: [decoding steps]} of every projection of the source memory into keys (not the
     self-attention's): fairseq's k_proj of the stock cross-attentions, and the batched key

@@ -26,9 +26,10 @@ def test_benchmark_smoke_and_deterministic_ratios(tmp_path):
     assert plain["activation_ratio"] == 1.0 and plain["cache_ratio"] == 1.0
     assert plain["params"] == data["stock"]["params"]
     # M-00 over the 4 layers of the small config: every decoder layer caches the keys and
-    # values of 4 encoder layers instead of 1 (the self-attention cache is unchanged)
-    stock_cache = data["stock"]["cache_bytes"]
-    assert m00["cache_bytes"] > stock_cache and m00["train_flops_ratio"] > 1.0
+    # values of 4 encoder layers instead of 1, once per sentence instead of per hypothesis
+    # (the self-attention cache is unchanged)
+    # (at beam 4 these per-sentence keys/values weigh what the stock's per-hypothesis ones do)
+    assert 0.8 < m00["cache_ratio"] < 1.2 and m00["train_flops_ratio"] > 1.0
     for key in ("train", "decode_beam1", "decode_beam", "generate_beam"):
         r = m00[key]
         assert r["pairs"] == 3 and r["iqr"][0] <= r["ratio"] <= r["iqr"][1]
@@ -92,18 +93,27 @@ def _decode(model, src, lengths, beam, steps):
 # README "Performance", memory: floats cached per hypothesis and decoder layer after t steps,
 # with J source tokens, n = the collected layers (here all ENC), d the model width, f the DC
 # kernel, k auxiliary decoders. fairseq's stock cross-attention also keeps its padding mask
-# as J floats.
+# as J floats. SENTENCE: what the cross-attentions over n stacked sources cache once per
+# sentence (its beam shares one row of projected keys/values), per decoder layer.
 N = ENC
+SENTENCE = {
+    "m-00": lambda J: 2 * N * J * D,  # K^i and V^i of every layer
+    "m-10": lambda J: 2 * N * J * D,
+    "m-11": lambda J: 2 * N * J * D,
+    "m-01": lambda J: (N + 1) * J * D,  # K^i of every layer and sum_i V^i
+    "flat": lambda J: 2 * N * J * D,
+    "hierarchical-shared": lambda J: 2 * N * J * D,
+}
 CACHE_FORMULA = {
     "no option": lambda t, J: 2 * t * D + 2 * J * D + J,
     "s-agg": lambda t, J: 2 * t * D + 2 * J * D + J,  # one aggregated memory, like the stock model
     "transparent": lambda t, J: 2 * t * D + 2 * J * D + J,  # each decoder layer: its own mix of J states
-    "m-00": lambda t, J: 2 * t * D + 2 * N * J * D,  # K^i and V^i of every layer
-    "m-10": lambda t, J: 2 * t * D + 2 * N * J * D,
-    "m-11": lambda t, J: 2 * t * D + 2 * N * J * D,
-    "m-01": lambda t, J: 2 * t * D + (N + 1) * J * D,  # K^i of every layer and sum_i V^i
-    "flat": lambda t, J: 2 * t * D + 2 * N * J * D,
-    "hierarchical-shared": lambda t, J: 2 * t * D + 2 * N * J * D,
+    "m-00": lambda t, J: 2 * t * D,  # + SENTENCE
+    "m-10": lambda t, J: 2 * t * D,
+    "m-11": lambda t, J: 2 * t * D,
+    "m-01": lambda t, J: 2 * t * D,
+    "flat": lambda t, J: 2 * t * D,
+    "hierarchical-shared": lambda t, J: 2 * t * D,
     "hierarchical": lambda t, J: 2 * t * D + N * (2 * J * D + J),  # n stock cross-attentions
     "serial": lambda t, J: 2 * t * D + N * (2 * J * D + J),
     "parallel": lambda t, J: 2 * t * D + N * (2 * J * D + J),
@@ -135,9 +145,10 @@ def test_incremental_cache_is_what_the_formula_says(name):
     bsz, beam, J = 3, 2, 7
     src = torch.randint(4, 200, (bsz, J), generator=torch.Generator().manual_seed(1))
     lengths = torch.full((bsz,), J)
+    per_sentence = SENTENCE.get(name, lambda J: 0)(J)
     for t in (3, 6):
         state = _decode(model, src, lengths, beam, t)
-        assert _cache_floats(state) == bsz * beam * DEC * CACHE_FORMULA[name](t, J), t
+        assert _cache_floats(state) == bsz * DEC * (beam * CACHE_FORMULA[name](t, J) + per_sentence), t
 
 
 @pytest.mark.slow

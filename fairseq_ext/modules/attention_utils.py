@@ -118,3 +118,55 @@ def extend_cached_steps(saved: Dict[str, Optional[Tensor]], new: Dict[str, Tenso
         key_padding_mask = torch.cat([prev_mask.to(torch.bool), key_padding_mask.to(torch.bool)], dim=1)
         saved["prev_key_padding_mask"] = key_padding_mask
     return extended, key_padding_mask
+
+
+# ---- static keys/values shared by the hypotheses of a sentence ------------------------------
+# Beam search decodes every sentence as `beam` hypotheses whose encoder states are copies
+# (fairseq expands encoder_out with index_select), so the keys and values projected from
+# them are copies too. The cross-attentions over n stacked sources project and cache them
+# once per group of identical rows, and attend with the group's queries side by side: each
+# step then reads n J d floats per sentence, not per hypothesis.
+
+
+def identical_row_groups(memory: Tensor) -> int:
+    """The largest g such that the N rows of ``memory`` (dim 1: J x N x ...) come in
+    consecutive blocks of g identical rows: the beam size where decoding expanded each
+    sentence into its hypotheses, 1 otherwise. Equal neighbouring sentences only merge
+    runs, and g divides every run, so each block is always made of identical rows."""
+    rows = memory.size(1)
+    if rows < 2:
+        return 1
+    same = (memory[:, 1:] == memory[:, :-1]).flatten(2).all(dim=2).all(dim=0)  # row i == row i + 1
+    starts = torch.cat([torch.zeros(1, dtype=torch.long, device=memory.device),
+                        torch.nonzero(~same).flatten() + 1,
+                        torch.full((1,), rows, dtype=torch.long, device=memory.device)])
+    group = 0
+    for run in torch.diff(starts).tolist():
+        group = math.gcd(group, run)
+    return group
+
+
+def group_queries(q: Tensor, groups: int) -> Tensor:
+    """N x *M x Z x D -> G x *M x (g Z) x D: the queries of the g = N / G hypotheses that
+    share one cached row of keys/values, side by side on the query axis (a no-op for g = 1)."""
+    hypotheses = q.size(0)
+    if hypotheses == groups:
+        return q
+    if hypotheses % groups:
+        raise ValueError(f"{hypotheses} hypotheses cannot share {groups} cached rows of keys/values")
+    return q.unflatten(0, (groups, hypotheses // groups)).movedim(1, -3).flatten(-3, -2)
+
+
+def ungroup(x: Tensor, hypotheses: int) -> Tensor:
+    """The inverse of ``group_queries``: G x *M x (g Z) x E -> N x *M x Z x E."""
+    groups = x.size(0)
+    if hypotheses == groups:
+        return x
+    return x.unflatten(-2, (hypotheses // groups, -1)).movedim(-3, 1).flatten(0, 1)
+
+
+def group_mask(key_padding_mask: Optional[Tensor], groups: int) -> Optional[Tensor]:
+    """One padding-mask row per group (N x ... -> G x ...): a group's rows are identical."""
+    if key_padding_mask is None or key_padding_mask.size(0) == groups:
+        return key_padding_mask
+    return key_padding_mask[:: key_padding_mask.size(0) // groups]

@@ -26,8 +26,11 @@ from torch import Tensor
 from fairseq_ext.modules.attention_utils import (
     QKV_GAIN,
     attention_weights_for_output,
+    group_mask,
+    group_queries,
     merge_heads,
     softmax_float,
+    ungroup,
     xavier_linear,
 )
 from fairseq_ext.modules.stacked_source_attention import StackedSourceAttention
@@ -135,7 +138,7 @@ class MultiLayerMultiheadAttention(StackedSourceAttention):
         """U0 = 1. q: Z x B x n x H x D. Returns the combined contexts (Z x B x C for U1 = 1,
         Z x B x n C for U1 = 0) and the weights."""
         tgt_len, bsz, n = q.shape[:3]
-        k, v = self.static_keys_values(key, incremental_state)  # B x n x H x J x D
+        k, v = self.static_keys_values(key, incremental_state)  # R x n x H x J x D, R rows (see the base)
         q = q.permute(1, 2, 3, 0, 4)  # B x n x H x Z x D
         kept = None
         if self.removed_source is not None:  # layer masking: source i takes no part
@@ -143,7 +146,10 @@ class MultiLayerMultiheadAttention(StackedSourceAttention):
             q, k, v = q.index_select(1, kept), k.index_select(1, kept), v.index_select(1, kept)
             if key_padding_mask is not None and key_padding_mask.dim() == 3:
                 key_padding_mask = key_padding_mask.index_select(1, kept)
-        contexts, weights = layer_specific_mlmha(q, k, v, key_padding_mask, self.dropout_module)
+        rows = k.size(0)
+        contexts, weights = layer_specific_mlmha(group_queries(q, rows), k, v, group_mask(key_padding_mask, rows),
+                                                 self.dropout_module)
+        contexts, weights = ungroup(contexts, bsz), ungroup(weights, bsz)
         if self.sum_contexts:
             return merge_heads(contexts.sum(dim=1)), weights  # Z x B x C
         if kept is not None:  # its context is zero in the concatenation
@@ -167,7 +173,10 @@ class MultiLayerMultiheadAttention(StackedSourceAttention):
             keep[self.removed_source] = 0
             q = q * keep[:, :, None]
         q = q.permute(1, 3, 0, 2, 4).flatten(3)  # B x H x Z x (n D)
-        contexts, weights = joint_mlmha(q, k, v, key_padding_mask, self.head_dim, self.dropout_module)
+        rows = k.size(0)  # R x H x J x (n D), R rows (see the base)
+        contexts, weights = joint_mlmha(group_queries(q, rows), k, v, group_mask(key_padding_mask, rows),
+                                        self.head_dim, self.dropout_module)
+        contexts, weights = ungroup(contexts, bsz), ungroup(weights, bsz)
         if summed:
             return merge_heads(contexts), weights  # Z x B x C
         contexts = contexts.unflatten(-1, (n, self.head_dim))  # B x H x Z x n x D

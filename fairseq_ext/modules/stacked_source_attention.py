@@ -9,7 +9,7 @@ from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.modules.fairseq_dropout import FairseqDropout
 from torch import Tensor
 
-from fairseq_ext.modules.attention_utils import QKV_GAIN, reorder_buffer, xavier_linear
+from fairseq_ext.modules.attention_utils import QKV_GAIN, identical_row_groups, xavier_linear
 
 
 @with_incremental_state
@@ -19,7 +19,10 @@ class StackedSourceAttention(nn.Module):
     Holds one key and one value projection per source (or, with ``shared_kv``, one pair
     applied to every source). The projected keys/values are static per sentence: computed
     on the first decoding step, cached batch-first under this module's incremental-state
-    key and reordered with the beam.
+    key and reordered with the beam. In decoding they are projected and cached once per
+    sentence, not per hypothesis (the beam's copies of a sentence share one row, see
+    ``identical_row_groups``); the subclasses attend with ``group_queries``, so that a
+    step reads each sentence's n J d keys and values once for all its hypotheses.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, num_sources: int, dropout: float = 0.0,
@@ -42,23 +45,32 @@ class StackedSourceAttention(nn.Module):
     def static_keys_values(self, memory: Optional[Tensor], incremental_state,
                            key_layout: Optional[Callable[[Tensor], Tensor]] = None,
                            value_layout: Optional[Callable[[Tensor], Tensor]] = None) -> Tuple[Tensor, Tensor]:
-        """Projected keys and values of every source: B x n x H x J x D each, or what
+        """Projected keys and values of every source: R x n x H x J x D each, or what
         ``key_layout``/``value_layout`` make of them (e.g. the sources side by side, or the
         values summed over the sources): the form every decoding step reads is the one
-        cached, once per sentence, and nothing else."""
+        cached, once per sentence, and nothing else. R is the batch in a full forward and,
+        in decoding, one row per group of hypotheses with identical encoder states (a
+        sentence's beam): the caller attends with ``group_queries(q, R)``."""
         if incremental_state is not None:
             cached = self._get_input_buffer(incremental_state)
             if "static_k" in cached:
                 return cached["static_k"], cached["static_v"]
         if memory is None or memory.dim() != 4:
             raise ValueError(f"{self.__class__.__name__} expects stacked sources J x B x n x C")
+        hypotheses = memory.size(1)
+        group = identical_row_groups(memory) if incremental_state is not None else 1
+        if group > 1:
+            memory = memory[:, ::group]
         k, v = self._project_sources(memory, self.k_proj), self._project_sources(memory, self.v_proj)
         if key_layout is not None:
             k = key_layout(k)
         if value_layout is not None:
             v = value_layout(v)
         if incremental_state is not None:
-            self._set_input_buffer(incremental_state, {"static_k": k, "static_v": v})
+            # static_rows: the cached row each hypothesis reads (its size is the beam's batch)
+            rows = torch.arange(memory.size(1), device=k.device).repeat_interleave(group)
+            assert rows.numel() == hypotheses
+            self._set_input_buffer(incremental_state, {"static_k": k, "static_v": v, "static_rows": rows})
         return k, v
 
     def _project_sources(self, memory: Tensor, projections: nn.ModuleList) -> Tensor:
@@ -77,16 +89,26 @@ class StackedSourceAttention(nn.Module):
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
         buffer = self._get_input_buffer(incremental_state)
-        if not buffer:
+        if "static_k" not in buffer:
             return
+        rows = buffer["static_rows"]
         # Every hypothesis of a sentence has the same static keys/values, and beam search
         # reorders within sentences unless the batch shrinks: then nothing needs copying.
         # fairseq's own encoder-decoder attention skips this copy the same way
-        # (MultiheadAttention.reorder_incremental_state); here it is n times the copy.
-        cached = next((v for v in buffer.values() if v is not None), None)
-        if cached is not None and cached.size(0) == new_order.size(0):
+        # (MultiheadAttention.reorder_incremental_state).
+        if rows.size(0) == new_order.size(0):
             return
-        self._set_input_buffer(incremental_state, reorder_buffer(buffer, new_order))
+        k, v = buffer["static_k"], buffer["static_v"]
+        group = rows.size(0) // k.size(0)  # hypotheses per cached row, in consecutive blocks
+        rows = rows.index_select(0, new_order)
+        blocks = rows.view(-1, group) if group > 1 and rows.numel() % group == 0 else None
+        if blocks is not None and bool((blocks == blocks[:, :1]).all()):
+            keep = blocks[:, 0]  # the sentences left, each still a block of `group` hypotheses
+            rows = torch.arange(keep.numel(), device=rows.device).repeat_interleave(group)
+        else:  # any other reorder: one row per hypothesis from here on
+            keep, rows = rows, torch.arange(rows.numel(), device=rows.device)
+        self._set_input_buffer(incremental_state, {"static_k": k.index_select(0, keep),
+                                                   "static_v": v.index_select(0, keep), "static_rows": rows})
 
     def _get_input_buffer(self, incremental_state) -> Dict[str, Optional[Tensor]]:
         return self.get_incremental_state(incremental_state, "attn_state") or {}
