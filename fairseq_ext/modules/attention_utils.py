@@ -170,3 +170,12 @@ def group_mask(key_padding_mask: Optional[Tensor], groups: int) -> Optional[Tens
     if key_padding_mask is None or key_padding_mask.size(0) == groups:
         return key_padding_mask
     return key_padding_mask[:: key_padding_mask.size(0) // groups]
+
+
+def attend_by_sentence(attend, q: Tensor, rows: int, key_padding_mask: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """``attend(queries, mask) -> (contexts, weights)`` against keys/values cached in
+    ``rows`` rows (one per sentence in decoding, see ``identical_row_groups``): the
+    hypotheses' queries (N x *M x Z x D) grouped per row, the padding mask taken once per
+    row, and both outputs returned per hypothesis (N x *M x Z x ...)."""
+    contexts, weights = attend(group_queries(q, rows), group_mask(key_padding_mask, rows))
+    return ungroup(contexts, q.size(0)), ungroup(weights, q.size(0))

@@ -25,12 +25,10 @@ from torch import Tensor
 
 from fairseq_ext.modules.attention_utils import (
     QKV_GAIN,
+    attend_by_sentence,
     attention_weights_for_output,
-    group_mask,
-    group_queries,
     merge_heads,
     softmax_float,
-    ungroup,
     xavier_linear,
 )
 from fairseq_ext.modules.stacked_source_attention import StackedSourceAttention
@@ -146,10 +144,9 @@ class MultiLayerMultiheadAttention(StackedSourceAttention):
             q, k, v = q.index_select(1, kept), k.index_select(1, kept), v.index_select(1, kept)
             if key_padding_mask is not None and key_padding_mask.dim() == 3:
                 key_padding_mask = key_padding_mask.index_select(1, kept)
-        rows = k.size(0)
-        contexts, weights = layer_specific_mlmha(group_queries(q, rows), k, v, group_mask(key_padding_mask, rows),
-                                                 self.dropout_module)
-        contexts, weights = ungroup(contexts, bsz), ungroup(weights, bsz)
+        contexts, weights = attend_by_sentence(
+            lambda queries, mask: layer_specific_mlmha(queries, k, v, mask, self.dropout_module),
+            q, k.size(0), key_padding_mask)
         if self.sum_contexts:
             return merge_heads(contexts.sum(dim=1)), weights  # Z x B x C
         if kept is not None:  # its context is zero in the concatenation
@@ -173,10 +170,9 @@ class MultiLayerMultiheadAttention(StackedSourceAttention):
             keep[self.removed_source] = 0
             q = q * keep[:, :, None]
         q = q.permute(1, 3, 0, 2, 4).flatten(3)  # B x H x Z x (n D)
-        rows = k.size(0)  # R x H x J x (n D), R rows (see the base)
-        contexts, weights = joint_mlmha(group_queries(q, rows), k, v, group_mask(key_padding_mask, rows),
-                                        self.head_dim, self.dropout_module)
-        contexts, weights = ungroup(contexts, bsz), ungroup(weights, bsz)
+        contexts, weights = attend_by_sentence(  # k: R x H x J x (n D), R rows (see the base)
+            lambda queries, mask: joint_mlmha(queries, k, v, mask, self.head_dim, self.dropout_module),
+            q, k.size(0), key_padding_mask)
         if summed:
             return merge_heads(contexts), weights  # Z x B x C
         contexts = contexts.unflatten(-1, (n, self.head_dim))  # B x H x Z x n x D

@@ -32,15 +32,13 @@ from torch import Tensor
 
 from fairseq_ext.modules.attention_utils import (
     QKV_GAIN,
+    attend_by_sentence,
     attention_weights_for_output,
-    group_mask,
-    group_queries,
     merge_heads,
     scaled_logits,
     softmax_float,
     source_mask,
     split_heads,
-    ungroup,
     xavier_linear,
 )
 from fairseq_ext.modules.stacked_source_attention import StackedSourceAttention
@@ -260,9 +258,9 @@ class FlatOrHierarchicalCrossAttention(StackedSourceAttention):
             if self.removed_source is not None:
                 key_padding_mask = without_source(key_padding_mask, self.num_sources, self.removed_source, q.size(0),
                                                   k.size(2) // self.num_sources, q.device)
-            rows = k.size(0)  # one row per sentence in decoding (see StackedSourceAttention)
-            context, weights = flat_attention(group_queries(q, rows), k, v, self.num_sources,
-                                              group_mask(key_padding_mask, rows), self.dropout_module)
+            context, weights = attend_by_sentence(  # k: one row per sentence in decoding (see the base)
+                lambda queries, mask: flat_attention(queries, k, v, self.num_sources, mask, self.dropout_module),
+                q, k.size(0), key_padding_mask)
         else:
             k, v = self.static_keys_values(key, incremental_state)  # B x n x H x J x D
             keys, values = list(k.unbind(1)), list(v.unbind(1))
@@ -271,10 +269,9 @@ class FlatOrHierarchicalCrossAttention(StackedSourceAttention):
                 keys, values = [keys[i] for i in keep], [values[i] for i in keep]
                 if key_padding_mask is not None and key_padding_mask.dim() == 3:
                     key_padding_mask = key_padding_mask[:, keep]
-            rows = k.size(0)
-            context, weights = hierarchical_attention(group_queries(q, rows), keys, values,
-                                                      group_mask(key_padding_mask, rows), self.dropout_module)
-        context, weights = ungroup(context, q.size(0)), ungroup(weights, q.size(0))
+            context, weights = attend_by_sentence(
+                lambda queries, mask: hierarchical_attention(queries, keys, values, mask, self.dropout_module),
+                q, k.size(0), key_padding_mask)
         return self.out_proj(merge_heads(context)), attention_weights_for_output(
             weights, need_weights, need_head_weights
         )

@@ -57,7 +57,6 @@ class StackedSourceAttention(nn.Module):
                 return cached["static_k"], cached["static_v"]
         if memory is None or memory.dim() != 4:
             raise ValueError(f"{self.__class__.__name__} expects stacked sources J x B x n x C")
-        hypotheses = memory.size(1)
         group = identical_row_groups(memory) if incremental_state is not None else 1
         if group > 1:
             memory = memory[:, ::group]
@@ -69,7 +68,6 @@ class StackedSourceAttention(nn.Module):
         if incremental_state is not None:
             # static_rows: the cached row each hypothesis reads (its size is the beam's batch)
             rows = torch.arange(memory.size(1), device=k.device).repeat_interleave(group)
-            assert rows.numel() == hypotheses
             self._set_input_buffer(incremental_state, {"static_k": k, "static_v": v, "static_rows": rows})
         return k, v
 
