@@ -9,6 +9,10 @@ setup(
         "and mixed multi-head self-attention for fairseq"
     ),
     packages=find_packages(include=["fairseq_ext", "fairseq_ext.*"]),
+    # the bash recipes and the configs ship with the package (fairseq-ext prepare/train/
+    # evaluate/reproduce read them from there, wherever it is installed)
+    package_data={"fairseq_ext": ["recipes/*.sh", "recipes/lib/*.sh", "configs/*.args",
+                                  "configs/tables/*.yaml", "configs/benchmarks/*.yaml"]},
     python_requires=">=3.9",
     # fairseq itself is installed separately (see Makefile): the PyPI build for
     # Python 3.11 is `fairseq-fixed`, installed --no-deps so it cannot pull another torch.
@@ -19,11 +23,13 @@ setup(
         "subword-nmt",
         "sacremoses",
         "compare-mt",
+        "pyyaml",
         "matplotlib",
     ],
     extras_require={"test": ["pytest", "pytest-xdist"]},
     entry_points={
         "console_scripts": [
+            "fairseq-ext=fairseq_ext.cli:main",
             "fairseq-ext-strip-aux=fairseq_ext.strip_aux:cli_main",
             "fairseq-ext-average-checkpoints=fairseq_ext.average_checkpoints:cli_main",
         ]

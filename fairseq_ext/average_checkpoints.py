@@ -24,7 +24,7 @@ from typing import Dict, List, Optional
 
 import torch
 
-from fairseq_ext.checkpoint_safety import load_checkpoint_state, save_atomically
+from fairseq_ext.guards.checkpoint_safety import load_checkpoint_state, save_atomically
 from fairseq_ext.errors import FairseqExtError
 
 

@@ -12,7 +12,7 @@ import os
 import sys
 
 import fairseq_ext  # noqa: F401  (checkpoint allowlist)
-from fairseq_ext.checkpoint_safety import load_checkpoint_state, save_atomically
+from fairseq_ext.guards.checkpoint_safety import load_checkpoint_state, save_atomically
 from fairseq_ext.errors import FairseqExtError
 
 AUX_PREFIX = "decoder.aux_decoders."

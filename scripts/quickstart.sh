@@ -2,7 +2,7 @@
 # `make quickstart`: Multi30k En->De from raw text to a sacreBLEU score in about 13-15
 # minutes on a 2-core CPU (much faster on a GPU):
 #   1. scripts/prepare-multi30k.sh -> data-bin/multi30k.en-de (Moses tokenization, joint BPE
-#      with 5000 merges), from MULTI30K_FROM (or the project's test data) when present, else downloaded;
+#      with 5000 merges), from MULTI30K_FROM (or $FAIRSEQ_EXT_DATA/multi30k) when present, else downloaded;
 #   2. fairseq-train --user-dir fairseq_ext --arch multilayer_transformer_iwslt with a small
 #      model (d 128, FFN 512, 4 heads, 3+3 layers, shared embeddings), Adam (0.9, 0.98),
 #      inverse-sqrt schedule (peak 2e-3 after 300 updates), label smoothing 0.1, 2048
@@ -16,7 +16,7 @@
 #
 # Every setting is an environment variable (defaults in brackets), e.g.
 #   MAX_UPDATE=6000 TRAIN_MINUTES=40 make quickstart        TGT_LANG=fr make quickstart
-# Data:   MULTI30K_FROM [a local copy of the release files; else the project's test data, else download]
+# Data:   MULTI30K_FROM [a local copy of the release files; else $FAIRSEQ_EXT_DATA/multi30k, else download]
 #         SRC_LANG [en]  TGT_LANG [de] (en, de, fr, cs)  BPE_MERGES [5000]
 #         DATA_DIR [data-bin/multi30k.SRC-TGT]
 # Model:  ARCH [multilayer_transformer_iwslt]  LAYERS [3]  EMBED_DIM [128]  FFN_DIM [512]
@@ -29,13 +29,13 @@
 # Reruns reuse the data and the checkpoint when their settings are unchanged; FORCE=1
 # redoes both. SAVE_DIR is replaced only when quickstart wrote it, DATA_DIR only when
 # prepare-multi30k.sh (run by quickstart) wrote it, and only while nothing else has been
-# put into them since (scripts/lib/common.sh, fsx_check_replaceable):
+# put into them since (fairseq_ext/recipes/lib/common.sh, fsx_check_replaceable):
 # SAVE_DIR=checkpoints DATA_DIR=data-bin is refused, not wiped.
 set -euo pipefail
 SCRIPTS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$SCRIPTS/.." && pwd)"
-# shellcheck source=lib/common.sh
-source "$SCRIPTS/lib/common.sh" # before the cd: the directory the user started in stays protected
+# shellcheck source=../fairseq_ext/recipes/lib/common.sh
+source "$REPO/fairseq_ext/recipes/lib/common.sh" # before the cd: the directory the user started in stays protected
 cd "$REPO"
 fsx_setup_tools
 fsx_require_cmd fairseq-train fairseq-generate
@@ -44,7 +44,7 @@ SRC_LANG="${SRC_LANG:-en}"
 TGT_LANG="${TGT_LANG:-de}"
 if [[ -z "${MULTI30K_FROM+x}" ]]; then
     MULTI30K_FROM=""
-    [[ -d "$REPO/../shared/data/multi30k" ]] && MULTI30K_FROM="$REPO/../shared/data/multi30k"
+    [[ -n "${FAIRSEQ_EXT_DATA:-}" && -d "$FAIRSEQ_EXT_DATA/multi30k" ]] && MULTI30K_FROM="$FAIRSEQ_EXT_DATA/multi30k"
 fi
 BPE_MERGES="${BPE_MERGES:-5000}"
 DATA_DIR="${DATA_DIR:-data-bin/multi30k.$SRC_LANG-$TGT_LANG}"

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# Reproduce a results table of the papers (README: "Reproducing the papers' tables").
-#   scripts/reproduce.sh --list | TABLE [--dry-run] [--rows ...] [--smoke] [--budget N|Nm] [--nproc N] ...
-# A thin wrapper of `python -m fairseq_ext.reproduce` with this checkout's venv, if any.
-set -euo pipefail
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-PY=python3
-if [[ -x "$HERE/../.venv/bin/python" ]]; then PY="$HERE/../.venv/bin/python"; export PATH="$HERE/../.venv/bin:$PATH"
-elif command -v fairseq-train >/dev/null 2>&1; then PY="$(dirname "$(command -v fairseq-train)")/python"; fi
-exec "$PY" -m fairseq_ext.reproduce "$@"
+# reproduce.sh: a thin caller of `fairseq-ext reproduce` (the recipe ships inside the package,
+# fairseq_ext/recipes/), with this checkout's .venv when it has one. Options: --help.
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+py=python3
+if [[ -n "${PYTHON:-}" ]]; then py="$PYTHON"
+elif [[ -x "$here/../.venv/bin/python" ]]; then py="$here/../.venv/bin/python"
+elif command -v fairseq-train >/dev/null 2>&1; then py="$(dirname "$(command -v fairseq-train)")/python"; fi
+exec "$py" -m fairseq_ext reproduce "$@"

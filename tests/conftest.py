@@ -7,7 +7,7 @@ import pytest
 import torch
 from fairseq import options
 
-from model_utils import TINY_TRAIN_FLAGS, USER_DIR, clean_env, make_tiny_parallel_data
+from model_utils import MULTI30K, TINY_TRAIN_FLAGS, USER_DIR, clean_env, make_tiny_parallel_data
 
 # The models under test are tiny: one thread avoids the oversubscription that makes them
 # several times slower on a 2-core machine. Every subprocess a test starts inherits one
@@ -18,9 +18,6 @@ torch.set_num_threads(1)
 os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["MKL_NUM_THREADS"] = "1"
 
-SHARED_DATA = os.environ.get("FSX_SHARED_DATA",
-                             os.path.join(os.path.dirname(os.path.dirname(USER_DIR)), "shared", "data"))
-MULTI30K = os.path.normpath(os.path.join(SHARED_DATA, "multi30k"))
 TRAIN_LINES, VALID_LINES = 1500, 300
 
 
@@ -31,7 +28,7 @@ def tokenize(line):
 @pytest.fixture(scope="session")
 def multi30k_bin(tmp_path_factory):
     """A lowercased, punctuation-split slice of Multi30k en->de (1,500 training and 300
-    validation pairs from ../shared/data/multi30k), binarized with a joined dictionary."""
+    validation pairs from $FAIRSEQ_EXT_DATA/multi30k), binarized with a joined dictionary."""
     if not os.path.exists(os.path.join(MULTI30K, "train.en.gz")):
         pytest.skip(f"Multi30k not found at {os.path.abspath(MULTI30K)}")
     from fairseq_cli import preprocess

@@ -12,6 +12,13 @@ import fairseq_ext  # noqa: F401  (registers the model)
 from fairseq_ext.model_builder import USER_DIR, build_model, make_dictionary, parse_model_args  # noqa: F401
 from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# local copies of the corpora (multi30k/, iwslt15-en-vi/): the one variable the recipes, the
+# table runner and quickstart read; the suite points it at the copies beside the checkout
+# unless it is set, and every subprocess inherits it
+DATA = os.environ.setdefault("FAIRSEQ_EXT_DATA", os.path.join(os.path.dirname(REPO), "shared", "data"))
+MULTI30K = os.path.join(DATA, "multi30k")
+
 
 def build(arch: str = "multilayer_transformer_iwslt", *flags: str, dictionary=None, seed: int = 0,
           model_cls=MultilayerTransformerModel):

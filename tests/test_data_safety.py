@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_recipes import SCRIPTS, head_gz, needs_multi30k, run, write_lines, MULTI30K
+from test_recipes import SCRIPTS, TOOLS, head_gz, needs_multi30k, run, write_lines, MULTI30K
 
 M30K_SMALL = (("train", 61), ("val", 13), ("test_2016_flickr", 13))
 
@@ -26,7 +26,7 @@ def m30k_small(tmp_path):
 
 
 def mark(directory, prog, *entries):
-    """The marker a script of this package writes (scripts/lib/common.sh, fsx_mark_output)."""
+    """The marker a script of this package writes (fairseq_ext/recipes/lib/common.sh, fsx_mark_output)."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / ".fairseq_ext-output").write_text(
         f"# written by {prog} (fairseq_ext); it may replace this directory while it holds only:\n"
@@ -164,7 +164,7 @@ def test_strip_aux_refuses_to_overwrite_its_input(tmp_path, tiny_trained):
 def test_bom_crlf_and_inner_cr_are_normalised(tmp_path):
     f = tmp_path / "ref.txt"
     f.write_bytes("\ufeffeine Katze\r\nein\rHund\r\n\u00e4 b\n".encode("utf-8"))
-    res = subprocess.run(["python3", SCRIPTS / "lib" / "corpus_tools.py", "cat", f], capture_output=True)
+    res = subprocess.run(["python3", TOOLS / "corpus.py", "cat", f], capture_output=True)
     assert res.returncode == 0, res.stderr
     assert res.stdout.decode("utf-8") == "eine Katze\nein Hund\n\u00e4 b\n"
     wc = int(subprocess.run(["wc", "-l"], input=res.stdout, capture_output=True).stdout)
@@ -174,13 +174,13 @@ def test_bom_crlf_and_inner_cr_are_normalised(tmp_path):
 def test_non_utf8_input_names_the_file_and_line(tmp_path):
     f = tmp_path / "train.de"
     f.write_bytes(b"gut\nauch gut\nschlecht \xe4 Latin-1\n")
-    res = subprocess.run(["python3", SCRIPTS / "lib" / "corpus_tools.py", "cat", f], capture_output=True, text=True)
+    res = subprocess.run(["python3", TOOLS / "corpus.py", "cat", f], capture_output=True, text=True)
     assert res.returncode == 1
     assert res.stderr.strip() == f"error: {f}: line 3 is not valid UTF-8 (byte 0xe4 at column 10)"
     gz = tmp_path / "train.de.gz"
     with gzip.open(gz, "wb") as out:
         out.write(b"ok\n\xff\n")
-    res = subprocess.run(["python3", SCRIPTS / "lib" / "corpus_tools.py", "check-parallel", gz, gz], capture_output=True,
+    res = subprocess.run(["python3", TOOLS / "corpus.py", "check-parallel", gz, gz], capture_output=True,
                          text=True)
     assert res.returncode == 1 and f"{gz}: line 2 is not valid UTF-8" in res.stderr and "Traceback" not in res.stderr
 
@@ -341,7 +341,7 @@ def test_force_refuses_another_scripts_directory(tmp_path, fake_eval_inputs):
     # another recipe's output: refused too (a directory of the first release, known by prep.env)
     other = tmp_path / "iwslt"
     other.mkdir()
-    (other / "prep.env").write_text("# written by prepare-iwslt14.sh; read by scripts/evaluate.sh\nrecipe=iwslt14\n")
+    (other / "prep.env").write_text("# written by prepare-iwslt14.sh; read by evaluate.sh\nrecipe=iwslt14\n")
     (other / "dict.de.txt").write_text("x 1\n")
     res = quick_prepare(other)
     assert res.returncode != 0 and "it was written by prepare-iwslt14.sh" in res.stderr, res.stderr
@@ -363,9 +363,9 @@ def test_force_never_replaces_home_the_checkout_or_a_git_repository(tmp_path, wh
     if where == "home":
         env = {"HOME": str(victim)}
         out = victim
-    elif where == "root_of_checkout":  # a copy of the scripts: its checkout is victim (no .git in it)
-        shutil.copytree(SCRIPTS, victim / "scripts")
-        script, out = victim / "scripts" / "prepare-multi30k.sh", victim
+    elif where == "root_of_checkout":  # a copy of the package: the directory holding it is victim
+        shutil.copytree(TOOLS.parent, victim / "fairseq_ext", ignore=shutil.ignore_patterns("__pycache__"))
+        script, out = victim / "fairseq_ext" / "recipes" / "prepare-multi30k.sh", victim
     else:  # a git repository five levels down
         (victim / "a" / "b" / "c" / "d" / "e" / ".git").mkdir(parents=True)
         out = victim
@@ -401,7 +401,7 @@ def test_quickstart_replaces_only_data_prepare_multi30k_wrote(tmp_path):
     as Multi30k nor replaced."""
     data = tmp_path / "iwslt14.en-de"
     data.mkdir()
-    (data / "prep.env").write_text("# written by prepare-iwslt14.sh; read by scripts/evaluate.sh\nrecipe=iwslt14\n"
+    (data / "prep.env").write_text("# written by prepare-iwslt14.sh; read by evaluate.sh\nrecipe=iwslt14\n"
                                    "src=en\ntgt=de\nbpe=subword_nmt\nbpe_merges=100\n")
     (data / "train.en-de.en.bin").write_text("hours of preprocessing")
     (tmp_path / "no-corpus").mkdir()
@@ -421,7 +421,7 @@ def fake_evaluation(directory, lines, checksums=True):
     for f in ("hyp.tok", "hyp.detok", "ref.tok", "ref.detok", "src.tok"):
         (directory / f).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     if checksums:
-        res = subprocess.run(["bash", "-c", f'source {SCRIPTS}/lib/common.sh; fsx_write_evaluation_complete '
+        res = subprocess.run(["bash", "-c", f'source {TOOLS.parent}/recipes/lib/common.sh; fsx_write_evaluation_complete '
                               f'"$1" sentences={len(lines)}', "x", directory], capture_output=True, text=True)
         assert res.returncode == 0, res.stderr
     else:  # the marker of the first version, without checksums
@@ -463,25 +463,25 @@ def test_evaluate_non_utf8_reference_names_file_and_line(fake_eval_inputs, tmp_p
 
 # --- every text filter of the helpers reads lines as wc -l counts them ---------------------
 def helper(script, *args, stdin=b""):
-    return subprocess.run([sys.executable, SCRIPTS / "lib" / script, *map(str, args)], input=stdin,
+    return subprocess.run([sys.executable, TOOLS / script, *map(str, args)], input=stdin,
                           capture_output=True)
 
 
 def test_helpers_read_lines_as_wc_counts_them(tmp_path):
     text = "\ufeffein Hund\r\nzwei\rKatzen\r\ndrei\n".encode("utf-8")  # 3 lines for wc -l
-    for args in (("corpus_tools.py", "tokenize", "-l", "de"), ("corpus_tools.py", "lowercase"),
-                 ("corpus_tools.py", "detokenize", "-l", "de"), ("corpus_tools.py", "strip-tags")):
+    for args in (("corpus.py", "tokenize", "-l", "de"), ("corpus.py", "lowercase"),
+                 ("corpus.py", "detokenize", "-l", "de"), ("corpus.py", "strip-tags")):
         res = helper(*args, stdin=text)
         assert res.returncode == 0, res.stderr
         out = res.stdout.decode("utf-8")
         assert out.count("\n") == 3 and "\r" not in out and "\ufeff" not in out, (args, out)
         assert out.split("\n")[1].lower() == "zwei katzen", (args, out)
     (tmp_path / "spm.txt").write_text("".join(f"wort{i} und noch ein satz\n" for i in range(61)))
-    res = helper("spm_tools.py", "train", "--model-prefix", tmp_path / "spm", "--vocab-size", "60", tmp_path / "spm.txt")
+    res = helper("spm.py", "train", "--model-prefix", tmp_path / "spm", "--vocab-size", "60", tmp_path / "spm.txt")
     assert res.returncode == 0, res.stderr
-    res = helper("spm_tools.py", "encode", "--model", tmp_path / "spm.model", stdin=text)
+    res = helper("spm.py", "encode", "--model", tmp_path / "spm.model", stdin=text)
     assert res.returncode == 0 and res.stdout.count(b"\n") == 3 and b"\r" not in res.stdout, res
-    res = helper("spm_tools.py", "encode", "--model", tmp_path / "spm.model", stdin=b"wort1\nwort\xff\n")
+    res = helper("spm.py", "encode", "--model", tmp_path / "spm.model", stdin=b"wort1\nwort\xff\n")
     assert res.returncode == 1
     assert res.stderr.decode() == "error: <standard input>: line 2 is not valid UTF-8 (byte 0xff at column 5)\n"
 
@@ -494,14 +494,14 @@ def test_helpers_name_the_file_and_line_of_bad_utf8(tmp_path):
                  ("split", good, bad, "--every", "5", "--rest-src", tmp_path / "r1", "--rest-tgt", tmp_path / "r2",
                   "--heldout-src", tmp_path / "h1", "--heldout-tgt", tmp_path / "h2"),
                  ("head", "0", bad, tmp_path / "o3"), ("extract-gen", bad, tmp_path / "gen")):
-        res = helper("corpus_tools.py", *args)
+        res = helper("corpus.py", *args)
         err = res.stderr.decode()
         assert res.returncode == 1 and err == f"error: {bad}: line 13 is not valid UTF-8 (byte 0xc3 at column 3)\n", \
             (args, err)
-    res = helper("corpus_tools.py", "tokenize", "-l", "de", stdin=b"gut\n\xff\n")
+    res = helper("corpus.py", "tokenize", "-l", "de", stdin=b"gut\n\xff\n")
     assert res.returncode == 1
     assert res.stderr.decode() == "error: <standard input>: line 2 is not valid UTF-8 (byte 0xff at column 1)\n"
-    res = helper("spm_tools.py", "encode", "--model", tmp_path / "missing.model")
+    res = helper("spm.py", "encode", "--model", tmp_path / "missing.model")
     assert res.returncode == 1 and res.stderr.decode().startswith(f"error: cannot load the SentencePiece model "
                                                                   f"{tmp_path / 'missing.model'}")
 

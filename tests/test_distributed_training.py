@@ -105,7 +105,7 @@ def test_train_sh_names_a_bad_master_port_from_the_environment(tmp_path):
 
 
 def _parameters(path):
-    from fairseq_ext.checkpoint_safety import load_checkpoint_state
+    from fairseq_ext.guards.checkpoint_safety import load_checkpoint_state
 
     return load_checkpoint_state(path)["model"]
 

@@ -4,10 +4,10 @@ import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
+from fairseq_ext.models.joint_attention_strategies import STRATEGIES
 from model_utils import SMALL, build, full_and_incremental, random_batch
 
-CONFIGS = [("--joint-attention", s) for s in ("iter-s-agg", "c-agg", "transparent", "m-00", "m-11", "serial",
-                                              "parallel", "flat", "hierarchical")] + [
+CONFIGS = [("--joint-attention", s) for s in STRATEGIES if s != "none"] + [
     ("--encoder-self-attention", "dc", "--decoder-self-attention", "dc", "--dc-kernel-size", "2"),
     ("--encoder-self-attention", "mma", "--decoder-self-attention", "mma"),
     ("--aux-decoder-layers", "1", "--aux-fusion", "--pre-classifier-projection"),

@@ -11,15 +11,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from fairseq_ext.models import joint_attention_strategies as table
+from fairseq_ext.models.joint_attention_strategies import CrossAttentionSpec, Memory, MemorySpec
 from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
 from fairseq_ext.models.multilayer_transformer_config import parse_options
-from fairseq_ext.modules.layer_aggregation import LayerAggregation
 from fairseq_ext.modules.multi_layer_multihead_attention import MultiLayerMultiheadAttention
 from fairseq_ext.modules.multi_source_attention import (
     FlatOrHierarchicalCrossAttention,
     HierarchicalCrossAttention,
     ParallelCrossAttention,
 )
+from fairseq_ext.modules.stacked_source_attention import StackedSourceAttention
 from model_utils import (
     MULTI30K_TRAIN_FLAGS,
     SMALL,
@@ -33,12 +35,42 @@ from model_utils import (
     train_recording_validation,
 )
 
-AGGREGATION = ("s-agg", "iter-s-agg", "c-agg", "iter-c-agg")
+L_SMALL = 3  # SMALL: 3 encoder layers, 2 decoder layers, d 32, 4 heads
+
+
+def _rows(memory=None):
+    return tuple(name for name, s in table.STRATEGIES.items() if memory is None or s.memory is memory)
+
+
+def build_cross_attention(strategy, num_sources=2):
+    """The cross-attention module the table builds for ``strategy`` (16 dims, 4 heads)."""
+    spec = CrossAttentionSpec(embed_dim=16, num_heads=4, num_sources=num_sources, dropout=0.0, layer_number=1,
+                              kdim=16)
+    return table.STRATEGIES[strategy].build_cross_attention(spec)
+
+
+def build_aggregation(strategy, num_sources):
+    """The layer aggregation the table builds for ``strategy`` (16 dims, FFN 24)."""
+    spec = MemorySpec(embed_dim=16, ffn_dim=24, num_sources=num_sources, activation_dropout=0.0,
+                      num_encoder_layers=L_SMALL, num_decoder_layers=2)
+    return table.STRATEGIES[strategy].build_memory(spec)
+
+
+# Every row of the table gets the model-level tests (the equations, one collected layer as
+# the stock Transformer, incremental decoding, reorders, beam search, padding, training):
+# adding a row to the table adds its tests.
+ALL_OPTIONS = _rows()
+STRATEGIES = tuple(name for name in ALL_OPTIONS if table.STRATEGIES[name].memory is not Memory.NONE)
+AGGREGATION = _rows(Memory.AGGREGATED)
+STACKED = _rows(Memory.STACKED)
+# the attentions over stacked sources that cache one row of static keys/values per sentence
+SHARES_STATIC_ROWS = tuple(name for name in STACKED if isinstance(build_cross_attention(name), StackedSourceAttention))
+# stacked rows that are not the stock cross-attention with n = 1 (hierarchical adds a second
+# attention level: test_hierarchical_equations)
+NOT_STOCK_WITH_ONE_LAYER = ("hierarchical",)
+# the equations' families, tested module by module against the papers
 MLMHA = ("m-00", "m-01", "m-10", "m-11")
 MULTI_SOURCE = ("serial", "parallel", "flat", "hierarchical", "hierarchical-shared")
-STRATEGIES = AGGREGATION + ("transparent",) + MLMHA + MULTI_SOURCE
-ALL_OPTIONS = ("none",) + STRATEGIES
-L_SMALL = 3  # SMALL: 3 encoder layers, 2 decoder layers, d 32, 4 heads
 
 
 def count(model):
@@ -410,8 +442,7 @@ def stock_name(key):
     return re.sub(r"\.(q_proj|k_proj|v_proj)\.0\.", r".\1.", key)
 
 
-# hierarchical with n = 1 adds a second attention level (test_hierarchical_equations)
-@pytest.mark.parametrize("strategy", [s for s in MLMHA + MULTI_SOURCE if s != "hierarchical"])
+@pytest.mark.parametrize("strategy", [s for s in STACKED if s not in NOT_STOCK_WITH_ONE_LAYER])
 def test_one_collected_layer_is_the_stock_transformer(strategy):
     dictionary = make_dictionary()
     stock, _ = build_stock("transformer", *SMALL, dictionary=dictionary, seed=3)
@@ -446,7 +477,7 @@ def random_sources(n, length=6, bsz=3, dim=16, seed=0):
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_layer_aggregation_equations(strategy, n):
     torch.manual_seed(0)
-    module = perturb(LayerAggregation(strategy, 16, 24, n).double(), seed=1)
+    module = perturb(build_aggregation(strategy, n).double(), seed=1)
     sources, _, _ = random_sources(n)
     torch.testing.assert_close(module(sources), ref_aggregation(module, strategy, sources), atol=1e-10, rtol=0)
     # and not some other combination: every source matters
@@ -460,8 +491,8 @@ def test_layer_aggregation_equations(strategy, n):
 def test_iterative_aggregation_of_two_layers_is_the_linear_form(kind):
     """n = 2: Iter-X-Agg has one unit over [f^2, H_1 = f^1], the same unit as X-Agg over
     [f^1, f^2]; with its weights mapped to the swapped input order it is the same function."""
-    linear = perturb(LayerAggregation(kind, 16, 24, 2).double(), seed=1)
-    iterative = LayerAggregation("iter-" + kind, 16, 24, 2).double()
+    linear = perturb(build_aggregation(kind, 2).double(), seed=1)
+    iterative = build_aggregation("iter-" + kind, 2).double()
     assert count(iterative) == count(linear)
     state = linear.state_dict()
     if kind == "s-agg":
@@ -474,7 +505,7 @@ def test_iterative_aggregation_of_two_layers_is_the_linear_form(kind):
     sources, _, _ = random_sources(2)
     torch.testing.assert_close(iterative(sources), linear(sources), atol=1e-12, rtol=0)
     # for n = 3 the iterative form is a different (bigger) model
-    assert count(LayerAggregation("iter-" + kind, 16, 24, 3)) > count(LayerAggregation(kind, 16, 24, 3))
+    assert count(build_aggregation("iter-" + kind, 3)) > count(build_aggregation(kind, 3))
 
 
 @pytest.mark.parametrize("strategy", MLMHA)
@@ -498,8 +529,8 @@ def test_mlmha_equations(strategy, n):
 @pytest.mark.parametrize("n", [1, 3])
 def test_flat_and_shared_hierarchical_equations(strategy, n):
     torch.manual_seed(0)
-    attn = perturb(FlatOrHierarchicalCrossAttention(16, 4, n, strategy.split("-")[0]).double().eval(), seed=1,
-                   scale=0.5)
+    attn = perturb(build_cross_attention(strategy, n).double().eval(), seed=1, scale=0.5)
+    assert isinstance(attn, FlatOrHierarchicalCrossAttention) and attn.flat == (strategy == "flat")
     sources, pad, query = random_sources(n)
     out, weights = attn(query, torch.stack(sources, dim=2), key_padding_mask=pad, need_weights=True)
     ref = ref_flat if strategy == "flat" else ref_hierarchical_shared
@@ -599,14 +630,13 @@ def test_cached_state_follows_a_reorder_that_drops_and_permutes_sentences(strate
             torch.testing.assert_close(step, full[rows, t], atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("strategy", MLMHA + ("flat", "hierarchical-shared"))
+@pytest.mark.parametrize("strategy", SHARES_STATIC_ROWS)
 def test_a_sentences_beam_shares_one_row_of_static_keys_and_values(strategy):
     """The attentions over n stacked sources project and cache the static keys/values once
     per sentence in decoding (its beam's encoder rows are copies). A reorder that drops
     sentences keeps one row per sentence; any other reorder falls back to one row per
     hypothesis. The outputs are the teacher-forced ones throughout."""
     from fairseq_ext.modules.attention_utils import identical_row_groups
-    from fairseq_ext.modules.stacked_source_attention import StackedSourceAttention
 
     model, _, dictionary = small_model(strategy)
     attentions = [m for m in model.decoder.modules() if isinstance(m, StackedSourceAttention)]
@@ -733,7 +763,7 @@ def test_padded_batch_equals_each_sentence_alone(strategy):
 # ----------------------------------------------------------------------------------------
 # 6. --mask-source-layer (thesis Table 3.5)
 # ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("strategy", MLMHA + MULTI_SOURCE)
+@pytest.mark.parametrize("strategy", STACKED)
 @pytest.mark.parametrize("mask", [1, 2, 3])
 def test_masked_source_layer_is_zeros_in_the_stacked_memory(strategy, mask):
     model, _, dictionary = small_model(strategy, "--mask-source-layer", str(mask))
@@ -827,14 +857,17 @@ def test_every_strategy_choice_comes_from_the_table():
     assert choices == list(STRATEGIES)
 
 
+def test_the_equation_families_are_rows_of_the_table():
+    assert set(MLMHA + MULTI_SOURCE) <= set(STACKED) and set(NOT_STOCK_WITH_ONE_LAYER) <= set(STACKED)
+    assert set(MLMHA) <= set(SHARES_STATIC_ROWS)
+
+
 def test_a_new_table_entry_is_a_working_strategy(monkeypatch):
     """A strategy added as one table entry (here: the parallel combination with the
     stock cross-attention summed over the n layers, under a new name) builds, decodes
     incrementally and runs beam search, with nothing else changed."""
-    from fairseq_ext.models import joint_attention_strategies as table
-
     entry = table.JointAttentionStrategy(
-        "sum-of-layers", "test strategy", memory="stacked",
+        "sum-of-layers", Memory.STACKED,
         build_cross_attention=lambda spec: ParallelCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources,
                                                                   spec.dropout))
     monkeypatch.setitem(table.STRATEGIES, entry.name, entry)
@@ -874,7 +907,7 @@ def _module(kind, num, removed_source=None):
     if kind == "parallel":
         return ParallelCrossAttention(16, 4, num, removed_source=removed_source)
     if kind == "flat":
-        return FlatOrHierarchicalCrossAttention(16, 4, num, "flat", removed_source=removed_source)
+        return FlatOrHierarchicalCrossAttention(16, 4, num, flat=True, removed_source=removed_source)
     if kind == "hierarchical":
         return HierarchicalCrossAttention(16, 4, num, removed_source=removed_source)
     u0, u1 = (int(c) for c in kind[2:])

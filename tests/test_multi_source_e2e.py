@@ -10,10 +10,8 @@ from argparse import Namespace
 
 import pytest
 
-from model_utils import clean_env
+from model_utils import MULTI30K, REPO, clean_env
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MULTI30K = os.path.join(REPO, "..", "shared", "data", "multi30k")
 SCRIPTS = os.path.join(REPO, "scripts")
 needs_data = pytest.mark.skipif(not os.path.exists(os.path.join(MULTI30K, "train.en.gz")), reason="no Multi30k")
 

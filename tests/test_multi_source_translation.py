@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from fairseq_ext.models.joint_attention_strategies import MULTI_SOURCE_STRATEGY_NAMES
 from fairseq_ext.models.multi_source_encoder import MultiSourceEncoder
 from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
 from model_utils import (
@@ -23,7 +24,7 @@ from model_utils import (
     random_batch,
 )
 
-STRATEGIES = ("serial", "parallel", "flat", "hierarchical", "m-10", "m-11")
+STRATEGIES = MULTI_SOURCE_STRATEGY_NAMES  # every row of the table that combines source sentences
 
 
 def build_multi_source(strategy, *flags, num_sources=2, dictionary=None):

@@ -1,6 +1,6 @@
 """The data recipes (scripts/prepare-*.sh) and scripts/significance.sh.
 
-Multi30k and IWSLT'15 En-Vi run on small slices of the local copies in ../shared/data
+Multi30k and IWSLT'15 En-Vi run on small slices of the local copies in $FAIRSEQ_EXT_DATA
 (skipped when absent); IWSLT'14, IWSLT Fr/Ro and WMT'14, whose releases are not stored
 locally, run on tiny synthetic corpora laid out like the official releases. Bad input
 (missing file, mismatched line counts, empty corpus, failed download) must fail with a
@@ -19,9 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from model_utils import DATA
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
-SHARED = Path(os.environ.get("FSX_SHARED_DATA", REPO.parent / "shared" / "data"))
+TOOLS = REPO / "fairseq_ext" / "tools"  # the text helpers the recipes run as files
+SHARED = Path(DATA)
 MULTI30K = SHARED / "multi30k"
 ENVI = SHARED / "iwslt15-en-vi"
 

@@ -13,7 +13,9 @@ import pytest
 
 from fairseq_ext.reproduce import __main__ as cli
 from fairseq_ext.reproduce import params, report, runner
-from fairseq_ext.reproduce.tables import REPO, TableConfigError, load_setups, load_table, load_tables, table_ids
+from model_utils import MULTI30K, REPO
+
+from fairseq_ext.reproduce.tables import TableConfigError, load_setups, load_table, load_tables, table_ids
 
 PAPER_TABLES = os.path.join(REPO, "..", "shared", "paper-tables.json")
 needs_tables = pytest.mark.skipif(not os.path.exists(PAPER_TABLES), reason="../shared/paper-tables.json not here")
@@ -95,7 +97,7 @@ def test_list_and_dry_run_cover_every_table(capsys):
         for row in table.rows:
             if row.runnable:
                 assert f"/ {row.id} [" in out, (tid, row.id)
-        assert "scripts/train.sh" in out and "scripts/evaluate.sh" in out
+        assert "fairseq-ext train " in out and "fairseq-ext evaluate " in out
         assert "--headline" in out
 
 
@@ -105,10 +107,10 @@ def test_dry_run_commands_carry_the_rows_flags_and_the_papers_settings(capsys):
     # the baseline is added for significance; the paper's WMT decoding: beam 4, lenpen 0.6
     assert "/ transformer [Transformer]" in out and "/ m-10 [M-10]" in out
     assert "--joint-attention m-10" in out and "--beam 4 --lenpen 0.6" in out
-    assert "--config " + os.path.join(REPO, "configs", "wmt14.args") in out
+    assert "--config wmt14 " in out
     assert "--headline detok-cased" in out
     # no WMT'14 copy here and no --smoke: the recipe downloads into DATA_ROOT/reproduce
-    assert "prepare-wmt14-en-de.sh --out /d/reproduce/wmt14-en-de" in out
+    assert "fairseq-ext prepare wmt14-en-de --out /d/reproduce/wmt14-en-de" in out
     # the word-translation paper averages its last 5 checkpoints
     cli.main(["wt-4", "--dry-run", "--rows", "enc10-dec2", "--work-dir", "/w", "--data-root", "/d"])
     out = capsys.readouterr().out
@@ -206,9 +208,8 @@ def test_one_table_end_to_end_at_a_tiny_budget(tmp_path):
     """thesis-4.6 (#Params, training and decoding speed, BLEU) with the baseline and MS-1+AIF,
     on Multi30k (the --smoke substitute), 30 updates each: data preparation, training,
     evaluation, significance, table; a second call reuses both runs."""
-    multi30k = os.path.join(REPO, "..", "shared", "data", "multi30k")
-    if not os.path.isdir(multi30k):
-        pytest.skip("no ../shared/data/multi30k")
+    if not os.path.isdir(MULTI30K):
+        pytest.skip(f"no Multi30k copy at {MULTI30K}")
     cmd = [os.path.join(REPO, "scripts", "reproduce.sh"), "thesis-4.6", "--rows", "ms-1-plus-aif", "--smoke",
            "--budget", "30", "--work-dir", str(tmp_path / "runs"), "--data-root", str(tmp_path / "data"),
            "--samples", "100"]

@@ -1,5 +1,5 @@
 """Issue 8, items 3 and 6: resuming with several processes, after a crash during a save,
-and never silently from scratch (fairseq_ext/resume.py)."""
+and never silently from scratch (fairseq_ext/guards/resume.py)."""
 import argparse
 import io
 import os
@@ -14,7 +14,7 @@ import torch
 from fairseq import checkpoint_utils
 from fairseq.distributed import utils as distributed_utils
 
-from fairseq_ext import resume
+from fairseq_ext.guards import resume
 from model_utils import TINY_TRAIN_FLAGS, USER_DIR, clean_env
 
 
@@ -249,7 +249,7 @@ def test_truncated_last_checkpoint_resumes_from_the_newest_intact_one(crashed_sa
     result = train(bin_dir, save_dir, "--max-update", "4", *flags)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-3000:]
-    warning = (f"WARNING | fairseq_ext.resume | {save_dir}/checkpoint_last.pt is unreadable (empty or truncated, "
+    warning = (f"WARNING | fairseq_ext.guards.resume | {save_dir}/checkpoint_last.pt is unreadable (empty or truncated, "
                f"e.g. by a crash during a save): resuming from {save_dir}/checkpoint_1_2.pt")
     assert log.count(warning) == 1, log[-3000:]
     assert f"Loaded checkpoint {save_dir}/checkpoint_1_2.pt (epoch 1 @ 2 updates)" in log

@@ -1,4 +1,4 @@
-"""fairseq_ext.significance: sacreBLEU's paired tests in the papers' BLEU flavours and marks,
+"""fairseq_ext.tools.significance: sacreBLEU's paired tests in the papers' BLEU flavours and marks,
 checked against the sacrebleu command line on the same files."""
 import json
 import os
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from fairseq_ext.significance import FLAVOURS, MARKS, mark_for, paired_significance
+from fairseq_ext.tools.significance import FLAVOURS, MARKS, mark_for, paired_significance
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -95,7 +95,7 @@ def test_score_bleu_uses_the_same_flavours(tmp_path):
     refs, base, better, _ = corpus(seed=9)
     (tmp_path / "ref").write_text("\n".join(refs) + "\n")
     (tmp_path / "hyp").write_text("\n".join(better) + "\n")
-    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "lib", "score_bleu.py"), "--hyp-detok",
+    subprocess.run([sys.executable, os.path.join(REPO, "fairseq_ext", "tools", "bleu.py"), "--hyp-detok",
                     str(tmp_path / "hyp"), "--ref-detok", str(tmp_path / "ref"), "--hyp-tok", str(tmp_path / "hyp"),
                     "--ref-tok", str(tmp_path / "ref"), "--json", str(tmp_path / "s.json")], check=True,
                    capture_output=True)
@@ -119,8 +119,7 @@ def test_compare_mt_bleu_can_name_the_other_winner():
     """Why the marks come from sacreBLEU: compare-mt's BLEU treats a zero n-gram precision as 1.
     A has no matching 4-gram (as undertrained systems often do): compare-mt scores it 38.88 and
     ranks it first; its true BLEU (sacreBLEU) is 16.10, below C's 22.84."""
-    sys.path.insert(0, os.path.join(REPO, "scripts", "lib"))
-    import compare_mt_shim
+    from fairseq_ext.tools import compare_mt_shim
 
     compare_mt_shim._install_six_stub()
     from compare_mt import scorers

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from fairseq.data import data_utils
 
-import fairseq_ext.batching  # noqa: F401
+import fairseq_ext  # noqa: F401  (installs the guards)
 from model_utils import USER_DIR, clean_env
 
 

@@ -14,9 +14,10 @@ from fairseq import checkpoint_utils, utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from omegaconf import OmegaConf
 
-import fairseq_ext.checkpoint_safety as safety
-from fairseq_ext.checkpoint_safety import EVAL_MODULES, EVALUATED_FIELDS, check_field, literal_eval
+import fairseq_ext.guards.checkpoint_safety as safety
+from fairseq_ext.guards.checkpoint_safety import EVAL_MODULES, EVALUATED_FIELDS, check_field, literal_eval
 from fairseq_ext.errors import UnsafeCheckpointError, UnsafeConfigValue
+from fairseq_ext.models.joint_attention_strategies import STRATEGY_NAMES
 from model_utils import SMALL, TINY_TRAIN_FLAGS, USER_DIR, build, clean_env, make_dictionary, random_batch
 
 FAIRSEQ_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(utils.__file__)))
@@ -228,8 +229,7 @@ def test_the_attack_is_real_without_the_guards(tmp_path, honest, monkeypatch):
 
 # --- honest checkpoints of every option combination --------------------------------------
 OPTION_SETS = [
-    (), *[("--joint-attention", s) for s in ("s-agg", "iter-s-agg", "c-agg", "iter-c-agg", "transparent", "m-00",
-                                              "m-01", "m-10", "m-11", "serial", "parallel", "flat", "hierarchical")],
+    (), *[("--joint-attention", s) for s in STRATEGY_NAMES if s != "none"],
     ("--joint-attention", "m-10", "--joint-attention-layers", "2", "--mask-source-layer", "1"),
     ("--aux-decoder-layers", "1,2", "--aux-fusion"), ("--aux-decoder-layers", "1", "--decode-from", "aux1"),
     ("--encoder-self-attention", "dc", "--decoder-self-attention", "dc", "--dc-kernel-size", "2",

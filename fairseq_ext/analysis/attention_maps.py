@@ -31,7 +31,9 @@ Writes encoder_self_attention.png (rows: layers, columns: heads), decoder_attent
 (rows: decoder layers, columns: the combined map, then each source's), context_weights.png
 (hierarchical: beta per decoder layer) and attention_maps.json (tokens and every matrix,
 per head). ``--source TEXT`` (already tokenized/BPE'd like the data) replaces the sentence
-of the split (single-source models).
+of the split (single-source models). Without ``--sentence`` and ``--source`` the sentence is
+picked: the lowest id whose source has 12-20 tokens (end of sentence not counted), else the
+lowest id of those closest to that length; the output says which.
 """
 import argparse
 import contextlib
@@ -45,6 +47,8 @@ import torch
 from fairseq_ext.analysis import common
 
 MMA_NAMES = {"G": "global", "L": "local", "F": "forward", "B": "backward"}
+# source tokens of the sentence picked when none is named: enough for a pattern, few enough to read
+READABLE_LENGTH = (12, 20)
 
 
 # ---- what each layer is ------------------------------------------------------------------------
@@ -81,11 +85,13 @@ def layer_kind(layer_module) -> str:
 def source_names(model, task) -> List[str]:
     """A name per source the cross-attention combines: the source languages in
     multi-source translation, else f^i (encoder layer l) for the collected layers."""
+    from fairseq_ext.models.joint_attention_strategies import Memory
+
     options = model.decoder.options
     n = options.num_joint_layers
     if hasattr(model.encoder, "encoders"):
         return [task.cfg.source_lang] + list(task.extra_source_langs)
-    if options.strategy.memory != "stacked":
+    if options.strategy.memory is not Memory.STACKED:
         return []
     num_layers = len(encoder_layers(model))
     return [f"f^{i} (enc L{num_layers - n + i})" for i in range(1, n + 1)]
@@ -154,7 +160,7 @@ def capture_cross_attention(model):
             keep = [i for i in range(n) if i != getattr(module, "removed_source", None)]
             if isinstance(module, MultiLayerMultiheadAttention) and module.layer_specific:
                 rec["per_source"] = by_source(calls, keep)
-            elif isinstance(module, FlatOrHierarchicalCrossAttention) and module.strategy == "flat":
+            elif isinstance(module, FlatOrHierarchicalCrossAttention) and module.flat:
                 rec["per_source"] = dict(enumerate(calls[0].unflatten(-1, (n, -1)).unbind(-2)))
             elif isinstance(module, FlatOrHierarchicalCrossAttention):  # hierarchical-shared
                 rec["per_source"] = by_source(calls[:-1], keep)
@@ -226,6 +232,19 @@ def capture_cross_attention(model):
 
 
 # ---- one sentence ----------------------------------------------------------------------------------
+
+def default_sentence(task, split: str, readable=READABLE_LENGTH) -> int:
+    """The sentence of ``split`` drawn when none is named: the lowest id whose (primary)
+    source has ``readable`` tokens (inclusive, end of sentence not counted), else the lowest
+    id of those closest to that length."""
+    dataset = task.dataset(split)
+    pair = getattr(dataset, "dataset", dataset)  # a multi-source dataset wraps its primary pair
+    if len(pair) == 0:
+        raise common.AnalysisError(f"--split {split}: no sentence")
+    low, high = readable
+    lengths = [int(n) - 1 for n in pair.src_sizes]
+    return min(range(len(lengths)), key=lambda i: (max(low - lengths[i], lengths[i] - high, 0), i))
+
 
 def sentence_sample(task, split: Optional[str], sentence: Optional[int], source: Optional[str]):
     """A batch of one sentence: sentence ``sentence`` of ``split`` (every source and the
@@ -395,9 +414,16 @@ def to_json(maps: dict, source: List[List[str]], target: List[str], names: List[
 
 
 def run(args) -> dict:
+    name = common.names_for([args.checkpoint], getattr(args, "names", None))[0]
     model, task = common.load_model(args.checkpoint, args.data, split=None if args.source else args.split,
                                     cpu=args.cpu)
-    sample = sentence_sample(task, args.split, args.sentence, args.source)
+    sentence = args.sentence
+    if args.source is None and sentence is None:
+        sentence = default_sentence(task, args.split)
+        low, high = READABLE_LENGTH
+        print(f"sentence {sentence} of '{args.split}' (no --sentence or --source: the first one with {low}-{high} "
+              f"source tokens, or the closest length)")
+    sample = sentence_sample(task, args.split, sentence, args.source)
     sample = common.to_device(sample, common.device(args.cpu))
     tgt_dict = task.target_dictionary
     if args.hypothesis is not None:
@@ -424,8 +450,9 @@ def run(args) -> dict:
                                          os.path.join(args.out, "decoder_attention.png"))}
     if any(d["beta"] is not None for d in maps["decoder"]):
         figures["context"] = context_figure(maps, target_labels, names, os.path.join(args.out, "context_weights.png"))
-    meta = {"checkpoint": args.checkpoint, "split": None if args.source else args.split,
-            "sentence": None if args.source else args.sentence, "translation": how,
+    meta = {"name": name, "checkpoint": args.checkpoint, "split": None if args.source else args.split,
+            "sentence": None if args.source else sentence,
+            "sentence_picked": args.source is None and args.sentence is None, "translation": how,
             "strategy": model.decoder.options.strategy.name,
             "translation_text": tgt_dict.string(target[:-1] if target[-1] == tgt_dict.eos() else target)}
     with open(os.path.join(args.out, "attention_maps.json"), "w", encoding="utf-8") as f:
@@ -440,10 +467,12 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", required=True, help="model checkpoint")
+    ap.add_argument("--names", nargs="+", help="a name for the checkpoint (default: its directory)")
     ap.add_argument("--data", required=True, help="binarized data directory (its dictionaries, and the split)")
     ap.add_argument("--split", default="test")
-    which = ap.add_mutually_exclusive_group(required=True)
-    which.add_argument("--sentence", type=int, help="sentence id in --split (0-based, as fairseq numbers them)")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--sentence", type=int, help="sentence id in --split (0-based, as fairseq numbers them; "
+                       f"default: the first of {READABLE_LENGTH[0]}-{READABLE_LENGTH[1]} source tokens)")
     which.add_argument("--source", help="a source sentence, tokenized and BPE'd like the data")
     target = ap.add_mutually_exclusive_group()
     target.add_argument("--hypothesis", help="teacher-force this target (tokenized/BPE'd) instead of decoding")

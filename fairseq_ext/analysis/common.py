@@ -1,7 +1,10 @@
 """What every analysis command shares: loading checkpoints through the plugin's safe loader,
 iterating a binarized split, capturing attention weights from the model's own forward,
-decoding through scripts/evaluate.sh (so that BLEU is the BLEU evaluate.sh reports), and
-writing tables (printed, CSV, JSON) and figures (PNG).
+decoding through the package's evaluate.sh recipe (so that BLEU is the BLEU evaluate.sh
+reports), and writing tables (printed, CSV, JSON) and figures (PNG). Any fairseq data
+directory works: a recipe's output (``prep.env`` and ``text/`` beside the binarized files) or
+plain ``fairseq-preprocess`` output (the languages then come from the checkpoint or the file
+names, see :func:`languages`).
 
 Command-line convention of every analysis (``python -m fairseq_ext.analysis.NAME``)::
 
@@ -15,7 +18,8 @@ API:
 - :func:`batches` -> fairseq's batches of a split, every sentence once (in id order groups).
 - :func:`capture_self_attention` -> context manager recording every encoder layer's
   self-attention weights per head (and both FI units of Dual Contextual layers).
-- :func:`evaluate` -> runs scripts/evaluate.sh (model overrides allowed) and returns its
+- :func:`languages` -> (source, target) language of a checkpoint on a data directory.
+- :func:`evaluate` -> runs evaluate.sh (model overrides allowed) and returns its
   directory and BLEU scores.
 - :func:`write_table`, :func:`save_figure`.
 """
@@ -25,16 +29,16 @@ import csv
 import json
 import logging
 import os
+import re
 import shlex
 import subprocess
 import sys
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
 from fairseq_ext.errors import FairseqExtError
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 logger = logging.getLogger(__name__)
 
 
@@ -46,10 +50,19 @@ def common_arguments(parser, several: bool = True):
     parser.add_argument("--checkpoint", nargs="+" if several else None, required=True,
                         help="model checkpoint(s)" if several else "model checkpoint")
     parser.add_argument("--names", nargs="+", help="a name per checkpoint (default: the checkpoint's directory)")
-    parser.add_argument("--data", required=True, help="binarized data directory (a prepare-*.sh output)")
+    parser.add_argument("--data", required=True,
+                        help="binarized data directory (a prepare-*.sh output, or any fairseq-preprocess output)")
     parser.add_argument("--split", default="test")
     parser.add_argument("--out", required=True, help="output directory (tables, JSON, CSV, PNG)")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU even when a GPU is there")
+    return parser
+
+
+def language_arguments(parser):
+    """--src/--tgt of the analyses that decode through evaluate.sh: needed only when neither
+    DATA/prep.env, the checkpoint nor the data's file names tell the languages."""
+    parser.add_argument("--src", help="source language (default: DATA/prep.env, the checkpoint, the data's file names)")
+    parser.add_argument("--tgt", help="target language (default: as --src)")
     return parser
 
 
@@ -199,20 +212,117 @@ def capture_self_attention(model):
             h.remove()
 
 
+def read_prep_env(data: str) -> Dict[str, str]:
+    """DATA/prep.env, the key=value lines a data recipe writes (src, tgt, bpe, recipe, ...);
+    {} for a directory the recipes did not write."""
+    env: Dict[str, str] = {}
+    path = os.path.join(data, "prep.env")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if line and not line.startswith("#") and "=" in line:
+                    key, value = line.split("=", 1)
+                    env[key] = value
+    return env
+
+
+def checkpoint_config(checkpoint: str, part: str = "model"):
+    """One part (``model``, ``task``, ...) of the configuration saved in ``checkpoint``
+    (loaded through the plugin's safe loader); the whole ``args`` namespace of a checkpoint
+    saved before fairseq's dataclass configs."""
+    import fairseq_ext  # noqa: F401  (the safe loader)
+    from fairseq import checkpoint_utils
+
+    if not os.path.exists(checkpoint):
+        raise AnalysisError(f"--checkpoint {checkpoint}: no such file")
+    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
+    cfg = state.get("cfg")
+    config = cfg[part] if cfg is not None else state.get("args")
+    if config is None:
+        raise AnalysisError(f"--checkpoint {checkpoint}: no {part} configuration in the checkpoint")
+    return config
+
+
+def languages(checkpoint: str, data: str, split: str = "test", src: Optional[str] = None,
+              tgt: Optional[str] = None) -> Tuple[str, str]:
+    """(source, target) language of ``checkpoint`` translating ``split`` of ``data``: ``src`` /
+    ``tgt`` when given, else DATA/prep.env (a recipe's output), else the checkpoint's task
+    configuration (``--source-lang/--target-lang`` of its training), else the one language
+    pair of the binarized split (fairseq-preprocess names it SPLIT.SRC-TGT.LANG.idx)."""
+    if src and tgt:
+        return src, tgt
+    env = read_prep_env(data)
+    found = env.get("src"), env.get("tgt")
+    if not all(found):
+        task = checkpoint_config(checkpoint, "task")
+        found = getattr(task, "source_lang", None), getattr(task, "target_lang", None)
+    if not all(found):
+        pattern = re.compile(rf"{re.escape(split)}\.([^.-]+)-([^.-]+)\.([^.]+)\.idx")
+        pairs = set()
+        for name in os.listdir(data) if os.path.isdir(data) else []:
+            m = pattern.fullmatch(name)
+            if m and m.group(3) in m.group(1, 2):
+                pairs.add(m.group(1, 2))
+        if len(pairs) == 1:
+            found = pairs.pop()
+        else:
+            held = f"the language pairs {', '.join('-'.join(p) for p in sorted(pairs))}" if pairs else "no language pair"
+            raise AnalysisError(f"cannot tell the languages of {checkpoint} on {data}: no prep.env, none in the "
+                                f"checkpoint's task configuration, and split '{split}' has {held}; pass --src L --tgt L")
+    return src or found[0], tgt or found[1]
+
+
+def subword_kind(data: str, tgt: str) -> str:
+    """The subword segmentation of a data directory without prep.env, as evaluate.sh's
+    ``--bpe`` names it: the recipes' model file when there is one (DATA/code: subword_nmt,
+    DATA/spm.model: sentencepiece), else what the target dictionary holds (units ending in
+    "@@": subword_nmt; starting with "▁": sentencepiece; neither: none).
+
+    evaluate.sh alone would assume subword_nmt: its "@@ " removal is applied by
+    fairseq-generate to the hypotheses and to the T- lines (the reference without text/)
+    alike, so on word-level data it changes only tokens that end in "@@"; but SentencePiece
+    pieces would stay split, so the dictionary decides."""
+    if os.path.exists(os.path.join(data, "code")):
+        return "subword_nmt"
+    if os.path.exists(os.path.join(data, "spm.model")):
+        return "sentencepiece"
+    words = []
+    path = os.path.join(data, f"dict.{tgt}.txt")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            words = [line.split(" ", 1)[0] for line in f]
+    # a BPE dictionary holds thousands of such units; a word list may hold a stray one
+    least = max(1, len(words) // 100)
+    if sum(w.endswith("@@") for w in words) >= least:
+        return "subword_nmt"
+    if sum(w.startswith("\u2581") for w in words) >= least:
+        return "sentencepiece"
+    return "none"
+
+
 def evaluate(checkpoint: str, data: str, split: str, out: str, overrides: Optional[dict] = None,
-             generate_args: Sequence[str] = (), cpu: bool = False) -> dict:
-    """scripts/evaluate.sh on ``checkpoint`` (decoding with the model's own forward and
+             generate_args: Sequence[str] = (), cpu: bool = False, src: Optional[str] = None,
+             tgt: Optional[str] = None) -> dict:
+    """The package's evaluate.sh on ``checkpoint`` (decoding with the model's own forward and
     fairseq's SequenceGenerator, BPE removed and detokenized as everywhere else); returns
-    {"dir": out, "bleu": {flavour: score}, "headline": flavour}."""
-    cmd = ["bash", os.path.join(REPO, "scripts", "evaluate.sh"), "--checkpoint", checkpoint, "--data", data,
-           "--split", split, "--out", out, *generate_args]
+    {"dir": out, "bleu": {flavour: score}, "headline": flavour}. The languages are
+    :func:`languages`'; on data without prep.env also the subword kind (:func:`subword_kind`)
+    is passed, and the reference is fairseq's T- lines (evaluate.sh warns)."""
+    from fairseq_ext import resources
+    from fairseq_ext.cli import recipe_environment
+
+    src, tgt = languages(checkpoint, data, split, src, tgt)
+    cmd = ["bash", resources.recipe_path("evaluate.sh"), "--checkpoint", checkpoint, "--data", data,
+           "--split", split, "--out", out, "--src", src, "--tgt", tgt]
+    if not os.path.exists(os.path.join(data, "prep.env")):
+        cmd += ["--bpe", subword_kind(data, tgt)]
+    cmd += list(generate_args)
     if overrides:
         cmd += ["--model-overrides", repr(overrides)]
     if cpu or not torch.cuda.is_available():
         cmd.append("--cpu")
-    env = dict(os.environ)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=recipe_environment())
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
         raise AnalysisError(f"evaluate.sh failed for {checkpoint} {overrides or ''}:\n{tail}")
@@ -223,10 +333,7 @@ def evaluate(checkpoint: str, data: str, split: str, out: str, overrides: Option
 
 
 def read_lines(path: str) -> List[str]:
-    lib = os.path.join(REPO, "scripts", "lib")
-    if lib not in sys.path:
-        sys.path.insert(0, lib)
-    from corpus_tools import read_lines as _read
+    from fairseq_ext.tools.corpus import read_lines as _read
 
     return list(_read(path))
 

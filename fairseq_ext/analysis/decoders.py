@@ -17,17 +17,19 @@ from fairseq_ext.analysis import common
 from fairseq_ext.analysis.layer_dependency import model_options
 
 
-def decoder_rows(name, checkpoint, data, split, out, generate_args, flavour, samples, cpu=False, marks="thesis"):
-    from fairseq_ext.significance import paired_significance
+def decoder_rows(name, checkpoint, data, split, out, generate_args, flavour, samples, cpu=False, marks="thesis",
+                 src=None, tgt=None):
+    from fairseq_ext.tools.significance import paired_significance
 
     options = model_options(checkpoint, data)
     if not options.aux_layers:
         raise common.AnalysisError(f"{checkpoint}: no auxiliary decoder (--aux-decoder-layers is empty)")
     main = common.evaluate(checkpoint, data, split, os.path.join(out, name, "main"), generate_args=generate_args,
-                           overrides={"decode_from": "main"}, cpu=cpu)
+                           overrides={"decode_from": "main"}, cpu=cpu, src=src, tgt=tgt)
     flavour = flavour or main["headline"]
     aux = {layer: common.evaluate(checkpoint, data, split, os.path.join(out, name, f"aux{layer}"),
-                                  overrides={"decode_from": f"aux{layer}"}, generate_args=generate_args, cpu=cpu)
+                                  overrides={"decode_from": f"aux{layer}"}, generate_args=generate_args, cpu=cpu,
+                                  src=src, tgt=tgt)
            for layer in options.aux_layers}
     level = "tok" if flavour.startswith("tok") else "detok"
     refs = common.read_lines(os.path.join(main["dir"], f"ref.{level}"))
@@ -68,11 +70,12 @@ def main(argv=None):
     ap.add_argument("--flavour")
     ap.add_argument("--samples", type=int, default=1000)
     ap.add_argument("--marks", default="thesis")
+    common.language_arguments(ap)
     args = ap.parse_args(argv)
     rows = []
     for name, ckpt in zip(common.names_for(args.checkpoint, args.names), args.checkpoint):
         rows += decoder_rows(name, ckpt, args.data, args.split, args.out, shlex.split(args.generate_args),
-                             args.flavour, args.samples, args.cpu, args.marks)
+                             args.flavour, args.samples, args.cpu, args.marks, args.src, args.tgt)
     common.write_table(rows, args.out, "decoders", "BLEU of every decoder")
     plot(rows, os.path.join(args.out, "decoders.png"))
     return 0

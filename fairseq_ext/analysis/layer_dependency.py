@@ -24,8 +24,8 @@ def model_options(checkpoint: str, data: str):
 
 
 def masking_rows(name: str, checkpoint: str, data: str, split: str, out: str, generate_args, flavour, samples,
-                 cpu=False, marks="thesis"):
-    from fairseq_ext.significance import paired_significance
+                 cpu=False, marks="thesis", src=None, tgt=None):
+    from fairseq_ext.tools.significance import paired_significance
 
     options = model_options(checkpoint, data)
     n = options.num_joint_layers
@@ -33,10 +33,11 @@ def masking_rows(name: str, checkpoint: str, data: str, split: str, out: str, ge
         raise common.AnalysisError(f"{checkpoint}: the decoder reads one encoder layer (--joint-attention "
                                    f"{options.strategy.name}, n = {n}): there is no layer to mask")
     full = common.evaluate(checkpoint, data, split, os.path.join(out, name, "full"), generate_args=generate_args,
-                           cpu=cpu)
+                           cpu=cpu, src=src, tgt=tgt)
     flavour = flavour or full["headline"]
     masked = {i: common.evaluate(checkpoint, data, split, os.path.join(out, name, f"mask{i}"),
-                                 overrides={"mask_source_layer": i}, generate_args=generate_args, cpu=cpu)
+                                 overrides={"mask_source_layer": i}, generate_args=generate_args, cpu=cpu,
+                                 src=src, tgt=tgt)
               for i in range(1, n + 1)}
     level = "tok" if flavour.startswith("tok") else "detok"
     refs = common.read_lines(os.path.join(full["dir"], f"ref.{level}"))
@@ -75,11 +76,12 @@ def main(argv=None):
     ap.add_argument("--flavour", help="BLEU flavour (default: the one evaluate.sh reports for the data)")
     ap.add_argument("--samples", type=int, default=1000, help="paired bootstrap samples")
     ap.add_argument("--marks", default="thesis", help="significance marks: thesis, mma or wt")
+    common.language_arguments(ap)
     args = ap.parse_args(argv)
     rows = []
     for name, ckpt in zip(common.names_for(args.checkpoint, args.names), args.checkpoint):
         rows += masking_rows(name, ckpt, args.data, args.split, args.out, shlex.split(args.generate_args),
-                             args.flavour, args.samples, args.cpu, args.marks)
+                             args.flavour, args.samples, args.cpu, args.marks, args.src, args.tgt)
     common.write_table(rows, args.out, "masking", "BLEU with one collected encoder layer masked")
     plot(rows, os.path.join(args.out, "masking.png"))
     return 0

@@ -37,7 +37,7 @@ def bucket_of(length: int, edges: Sequence[int]) -> int:
 
 def bucket_bleu(sources: List[str], refs: List[str], systems: Dict[str, List[str]], flavour: str,
                 edges: Sequence[int] = DEFAULT_EDGES) -> List[dict]:
-    from fairseq_ext.significance import bleu_metric
+    from fairseq_ext.tools.significance import bleu_metric
 
     groups: Dict[int, List[int]] = {}
     for i, src in enumerate(sources):
@@ -86,6 +86,7 @@ def main(argv=None):
     ap.add_argument("--cpu", action="store_true")
     ap.add_argument("--generate-args", default="")
     ap.add_argument("--flavour", help="BLEU flavour (default: the one evaluate.sh reported)")
+    common.language_arguments(ap)
     ap.add_argument("--edges", default=",".join(map(str, DEFAULT_EDGES)), help="bucket edges (default 10,20,30,40,50)")
     args = ap.parse_args(argv)
     try:
@@ -99,7 +100,7 @@ def main(argv=None):
             raise common.AnalysisError("--checkpoint needs --data")
         names = common.names_for(args.checkpoint, args.names)
         dirs = [common.evaluate(c, args.data, args.split, os.path.join(args.out, n), cpu=args.cpu,
-                                generate_args=shlex.split(args.generate_args))["dir"]
+                                generate_args=shlex.split(args.generate_args), src=args.src, tgt=args.tgt)["dir"]
                 for n, c in zip(names, args.checkpoint)]
     else:
         names, dirs = common.names_for(args.eval, args.names), args.eval

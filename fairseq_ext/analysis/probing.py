@@ -59,7 +59,7 @@ import torch
 import torch.nn as nn
 
 from fairseq_ext.analysis import common
-from fairseq_ext.analysis.common import AnalysisError
+from fairseq_ext.analysis.common import AnalysisError, read_prep_env  # noqa: F401  (read_prep_env: here too)
 
 # (thesis name, SentEval file, category), in the order of thesis Tables 4.8 / 5.5
 TASKS = [
@@ -228,19 +228,6 @@ def generate_tasks(sentences: Sequence[List[str]], tasks: Sequence[str], sizes: 
 # the model's text pipeline and the frozen encoder
 # ---------------------------------------------------------------------------------------
 
-def read_prep_env(data: str) -> Dict[str, str]:
-    path = os.path.join(data, "prep.env")
-    env = {}
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if line and not line.startswith("#") and "=" in line:
-                    k, v = line.split("=", 1)
-                    env[k] = v
-    return env
-
-
 def unescape_moses(text: str) -> str:
     for entity, char in MOSES_ESCAPES:
         text = text.replace(entity, char)
@@ -249,14 +236,10 @@ def unescape_moses(text: str) -> str:
 
 def moses_tokenizer(lang: str, escape: bool, lowercase: bool = False, normalize: bool = False,
                     aggressive: bool = False):
-    """The recipes' tokenizer (scripts/lib/corpus_tools.py tokenize) as a function."""
-    lib = os.path.join(common.REPO, "scripts", "lib")
-    if lib not in sys.path:
-        sys.path.insert(0, lib)
-    import corpus_tools
+    """The recipes' tokenizer (:func:`fairseq_ext.tools.corpus.moses_tokenizer`) as a function."""
+    from fairseq_ext.tools.corpus import moses_tokenizer as recipe_tokenizer
 
-    corpus_tools._init_tok(lang, aggressive, escape, lowercase, normalize)
-    tok = corpus_tools._TOK
+    tok = recipe_tokenizer(lang, aggressive, escape, lowercase, normalize)
     return lambda line: tok(unescape_moses(line))
 
 
@@ -466,7 +449,10 @@ def load_tasks(args, out: str) -> Dict[str, Split]:
     if args.corpus:
         if not os.path.exists(args.corpus):
             raise AnalysisError(f"--corpus {args.corpus}: no such file")
-        lang = read_prep_env(args.data).get("src", "en")
+        try:  # the source language's Moses rules (English when nothing tells the language)
+            lang = common.languages(args.checkpoint[0], args.data, args.split)[0]
+        except AnalysisError:
+            lang = "en"
         tok = (lambda line: unescape_moses(line).split()) if args.corpus_tokenized else \
             (lambda line, t=moses_tokenizer(lang, escape=False): t(line).split())
         lines = common.read_lines(args.corpus)

@@ -18,7 +18,7 @@ reported on the page with its error and the others still run (the exit status is
 The page holds every table an analysis wrote (its ``NAME.json`` rows), every PNG (base64,
 so the one file can be sent on), the command that produced each directory
 (``command.txt``, which every analysis writes next to its tables) and the environment
-(fairseq_ext commit, torch, fairseq, date). Nothing on the page is loaded from elsewhere.
+(fairseq_ext version, torch, fairseq, date). Nothing on the page is loaded from elsewhere.
 """
 import argparse
 import base64
@@ -139,16 +139,22 @@ def section_html(anchor: str, title: str, reference: str, directory: str, found:
     return "\n".join(parts)
 
 
+def package_version() -> str:
+    """The installed fairseq_ext's version (the package, wherever it is installed), or
+    "unknown" when it runs from a directory that was never installed."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("fairseq_ext")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def environment() -> List[Tuple[str, str]]:
     import fairseq
     import torch
 
-    try:
-        commit = subprocess.run(["git", "-C", common.REPO, "describe", "--always", "--dirty"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    return [("date", datetime.datetime.now().isoformat(timespec="seconds")), ("fairseq_ext", commit),
+    return [("date", datetime.datetime.now().isoformat(timespec="seconds")), ("fairseq_ext", package_version()),
             ("torch", torch.__version__), ("fairseq", fairseq.__version__),
             ("command", " ".join(shlex.quote(a) for a in ["python", "-m", "fairseq_ext.analysis.report",
                                                           *sys.argv[1:]]))]

@@ -34,17 +34,7 @@ from fairseq_ext.analysis import common
 def checkpoint_config(checkpoint: str):
     """The model configuration saved in ``checkpoint`` (loaded through the plugin's safe
     loader)."""
-    import fairseq_ext  # noqa: F401  (the safe loader)
-    from fairseq import checkpoint_utils
-
-    if not os.path.exists(checkpoint):
-        raise common.AnalysisError(f"--checkpoint {checkpoint}: no such file")
-    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
-    cfg = state.get("cfg")
-    model = cfg["model"] if cfg is not None else state.get("args")
-    if model is None:
-        raise common.AnalysisError(f"--checkpoint {checkpoint}: no model configuration in the checkpoint")
-    return model
+    return common.checkpoint_config(checkpoint, "model")
 
 
 def encoder_positions(model_cfg) -> str:
@@ -92,15 +82,15 @@ def _slug(name: str) -> str:
 
 def word_order_rows(systems: Dict[str, Dict[str, dict]], data: str, split: str, out: str, generate_args=(),
                     flavour: Optional[str] = None, samples: int = 1000, cpu: bool = False,
-                    marks: str = "mma") -> List[dict]:
-    from fairseq_ext.significance import paired_significance
+                    marks: str = "mma", src: Optional[str] = None, tgt: Optional[str] = None) -> List[dict]:
+    from fairseq_ext.tools.significance import paired_significance
 
     evals = {}
     for system, sides in systems.items():
         for side, entry in sides.items():
             evals[system, side] = common.evaluate(entry["checkpoint"], data, split,
                                                   os.path.join(out, _slug(system), side),
-                                                  generate_args=generate_args, cpu=cpu)
+                                                  generate_args=generate_args, cpu=cpu, src=src, tgt=tgt)
     flavour = flavour or next(iter(evals.values()))["headline"]
     level = "tok" if flavour.startswith("tok") else "detok"
     first = next(iter(evals.values()))
@@ -176,13 +166,14 @@ def main(argv=None):
     ap.add_argument("--flavour", help="BLEU flavour (default: the one evaluate.sh reports for the data)")
     ap.add_argument("--samples", type=int, default=1000, help="paired bootstrap samples")
     ap.add_argument("--marks", default="mma", help="significance marks: thesis, mma or wt")
+    common.language_arguments(ap)
     args = ap.parse_args(argv)
     systems = pair_checkpoints(args.checkpoint, args.names)
     for system, sides in systems.items():
         for side, entry in sides.items():
             print(f"{system}: {entry['checkpoint']} has encoder positions: {entry['positions']} (its configuration)")
     rows = word_order_rows(systems, args.data, args.split, args.out, shlex.split(args.generate_args), args.flavour,
-                           args.samples, args.cpu, args.marks)
+                           args.samples, args.cpu, args.marks, args.src, args.tgt)
     common.write_table(rows, args.out, "word_order",
                        "Word order: BLEU with and without the encoder's positional embedding (MMA paper Table 3)")
     plot(rows, os.path.join(args.out, "word_order.png"))

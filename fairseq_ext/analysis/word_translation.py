@@ -389,7 +389,7 @@ def train_from_args(model, task, names, args) -> nn.ModuleDict:
 
 
 def save_projections(probes: nn.ModuleDict, path: str, checkpoint: str) -> None:
-    from fairseq_ext.checkpoint_safety import save_atomically
+    from fairseq_ext.guards.checkpoint_safety import save_atomically
 
     save_atomically({"checkpoint": os.path.abspath(checkpoint),
                      "probes": {name: {k: v.cpu() for k, v in p.state_dict().items()} for name, p in probes.items()}},
@@ -397,7 +397,7 @@ def save_projections(probes: nn.ModuleDict, path: str, checkpoint: str) -> None:
 
 
 def load_projections(model, path: str, names: Sequence[str]) -> nn.ModuleDict:
-    from fairseq_ext.checkpoint_safety import load_checkpoint_state
+    from fairseq_ext.guards.checkpoint_safety import load_checkpoint_state
 
     if not os.path.exists(path):
         raise AnalysisError(f"--projections {path}: no such file")

@@ -6,13 +6,9 @@ Adding a strategy means one module in ``fairseq_ext/modules/`` and one entry in
 :data:`STRATEGIES`: the option's choices, its validation, the encoder's memory, the decoder
 layer's cross-attention and the multi-source check all read this table.
 
-Memory kinds (what ``encoder_out["joint_memory"]`` holds):
-- ``none``: no joint memory, the decoder reads the top layer (the stock Transformer);
-- ``aggregated``: one state per source position, H^a (J x B x C), layer aggregation;
-- ``per_decoder_layer``: one memory per decoder layer (J x B x M x C), transparent attention;
-- ``stacked``: the n collected layers f^1..f^n stacked (J x B x n x C), MLMHA and the
-  multi-source combinations.
+The memory kind of an entry (:class:`Memory`) is what ``encoder_out["joint_memory"]`` holds.
 """
+import enum
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
@@ -27,6 +23,15 @@ from fairseq_ext.modules.multi_source_attention import (
     SourceSelectAttention,
 )
 from fairseq_ext.modules.transparent_attention import TransparentCombination
+
+
+class Memory(enum.Enum):
+    """What the encoder hands the decoder besides its top layer."""
+
+    NONE = "none"  # no joint memory: the decoder reads the top layer (the stock Transformer)
+    AGGREGATED = "aggregated"  # one state per source position, H^a (J x B x C): layer aggregation
+    PER_DECODER_LAYER = "per_decoder_layer"  # one memory per decoder layer (J x B x M x C): transparent
+    STACKED = "stacked"  # the n collected layers f^1..f^n stacked (J x B x n x C): MLMHA, multi-source
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,6 @@ class CrossAttentionSpec:
 class MemorySpec:
     """What the encoder knows when it builds its memory module."""
 
-    strategy: str
     embed_dim: int
     ffn_dim: int
     num_sources: int  # n
@@ -60,8 +64,7 @@ class MemorySpec:
 @dataclass(frozen=True)
 class JointAttentionStrategy:
     name: str
-    help: str
-    memory: str  # none | aggregated | per_decoder_layer | stacked (see the module docstring)
+    memory: Memory
     # encoder side: the module that turns the encoder layers into the memory, and its
     # attribute name on the encoder (part of the checkpoint's parameter names)
     build_memory: Optional[Callable[[MemorySpec], nn.Module]] = None
@@ -95,63 +98,64 @@ def _source_select(index: Callable[[CrossAttentionSpec], int]):
     return build
 
 
-def _layer_aggregation(spec: MemorySpec):
-    return LayerAggregation(spec.strategy, spec.embed_dim, spec.ffn_dim, spec.num_sources,
-                            activation_dropout=spec.activation_dropout)
+def _flat_or_hierarchical(flat: bool):
+    def build(spec: CrossAttentionSpec):
+        return FlatOrHierarchicalCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources, flat=flat,
+                                                dropout=spec.dropout, removed_source=spec.removed_source)
+    return build
 
 
-def _aggregation(name: str, help: str) -> JointAttentionStrategy:
-    return JointAttentionStrategy(name, help, memory="aggregated", build_memory=_layer_aggregation,
-                                  memory_attribute="layer_aggregation")
+def _aggregation(name: str, concatenation: bool, iterative: bool) -> JointAttentionStrategy:
+    def build(spec: MemorySpec):
+        return LayerAggregation(spec.embed_dim, spec.ffn_dim, spec.num_sources, concatenation=concatenation,
+                                iterative=iterative, activation_dropout=spec.activation_dropout)
+    return JointAttentionStrategy(name, Memory.AGGREGATED, build_memory=build, memory_attribute="layer_aggregation")
 
 
-def _stacked(name: str, help: str, build, multi_source: bool, **kwargs) -> JointAttentionStrategy:
-    return JointAttentionStrategy(name, help, memory="stacked", build_cross_attention=build,
-                                  multi_source=multi_source, **kwargs)
+def _stacked(name: str, build, multi_source: bool, **kwargs) -> JointAttentionStrategy:
+    return JointAttentionStrategy(name, Memory.STACKED, build_cross_attention=build, multi_source=multi_source,
+                                  **kwargs)
 
 
 STRATEGIES: Dict[str, JointAttentionStrategy] = {s.name: s for s in [
-    JointAttentionStrategy("none", "the top encoder layer only (the stock Transformer)", memory="none",
-                           collects_layers=False),
-    _aggregation("s-agg", "layer aggregation, weighted sum of the n layers (thesis Eq. 3.2)"),
-    _aggregation("iter-s-agg", "iterative weighted sums, bottom to top (thesis Eq. 3.3)"),
-    _aggregation("c-agg", "layer aggregation, concatenation + FFN (thesis Eq. 3.4)"),
-    _aggregation("iter-c-agg", "iterative concatenation aggregation (thesis Eq. 3.5)"),
+    # the top encoder layer only (the stock Transformer)
+    JointAttentionStrategy("none", Memory.NONE, collects_layers=False),
+    # layer aggregation (thesis 3.2.1): weighted sum of the n layers (Eq. 3.2), iterative
+    # weighted sums bottom to top (Eq. 3.3), concatenation + FFN (Eq. 3.4), iterative
+    # concatenation (Eq. 3.5)
+    _aggregation("s-agg", concatenation=False, iterative=False),
+    _aggregation("iter-s-agg", concatenation=False, iterative=True),
+    _aggregation("c-agg", concatenation=True, iterative=False),
+    _aggregation("iter-c-agg", concatenation=True, iterative=True),
+    # transparent attention, one learned mix of all L+1 states per decoder layer (Bapna et al. 2018)
     JointAttentionStrategy(
-        "transparent", "transparent attention, one learned mix of all L+1 states per decoder layer "
-        "(Bapna et al. 2018)", memory="per_decoder_layer",
+        "transparent", Memory.PER_DECODER_LAYER,
         build_memory=lambda spec: TransparentCombination(spec.num_encoder_layers + 1, spec.num_decoder_layers),
         memory_attribute="transparent",
         build_cross_attention=_source_select(lambda spec: spec.layer_number - 1), collects_layers=False),
-    _stacked("m-00", "MLMHA: one softmax over the summed per-layer logits, contexts concatenated (U0=0, U1=0; thesis Eq. 3.6-3.11)",
-             _mlmha(False, False), multi_source=False),
-    _stacked("m-01", "MLMHA: one softmax over the summed per-layer logits, contexts summed (U0=0, U1=1)", _mlmha(False, True),
-             multi_source=False),
-    _stacked("m-10", "MLMHA: a softmax per layer, contexts concatenated (U0=1, U1=0)", _mlmha(True, False),
-             multi_source=True),
-    _stacked("m-11", "MLMHA: a softmax per layer, contexts summed (U0=1, U1=1)", _mlmha(True, True),
-             multi_source=True),
-    _stacked("serial", "one cross-attention sublayer per layer, f^1 first (Libovicky et al. 2018, Fig. 1a)",
-             _source_select(lambda spec: spec.num_sources - 1), multi_source=True, serial_sublayers=True),
-    _stacked("parallel", "the sum of n independent cross-attentions (Libovicky et al. 2018, Eq. 4)",
+    # MLMHA (thesis Eq. 3.6-3.11), (U0, U1): one softmax over the summed per-layer logits (U0=0)
+    # or a softmax per layer (U0=1); contexts concatenated (U1=0) or summed (U1=1)
+    _stacked("m-00", _mlmha(layer_specific=False, sum_contexts=False), multi_source=False),
+    _stacked("m-01", _mlmha(layer_specific=False, sum_contexts=True), multi_source=False),
+    _stacked("m-10", _mlmha(layer_specific=True, sum_contexts=False), multi_source=True),
+    _stacked("m-11", _mlmha(layer_specific=True, sum_contexts=True), multi_source=True),
+    # Libovicky et al. 2018: one cross-attention sublayer per layer, f^1 first (Fig. 1a)
+    _stacked("serial", _source_select(lambda spec: spec.num_sources - 1), multi_source=True, serial_sublayers=True),
+    # the sum of n independent cross-attentions (Eq. 4)
+    _stacked("parallel",
              lambda spec: ParallelCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources, spec.dropout,
                                                  removed_source=spec.removed_source),
              multi_source=True),
-    _stacked("flat", "one attention over all layers' states (Libovicky et al. 2018, Eq. 5-6)",
-             lambda spec: FlatOrHierarchicalCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources,
-                                                           "flat", spec.dropout, removed_source=spec.removed_source),
-             multi_source=True),
-    _stacked("hierarchical", "per-layer multi-head attentions, then a multi-head attention over their contexts "
-             "(Libovicky et al. 2018, Eq. 7-8)",
+    # one attention over all layers' states (Eq. 5-6)
+    _stacked("flat", _flat_or_hierarchical(flat=True), multi_source=True),
+    # per-layer multi-head attentions, then a multi-head attention over their contexts (Eq. 7-8)
+    _stacked("hierarchical",
              lambda spec: HierarchicalCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources, spec.dropout,
                                                      kdim=spec.kdim, removed_source=spec.removed_source),
              multi_source=True),
-    _stacked("hierarchical-shared", "the first release's simplified hierarchical form (shared query projection, "
-             "parameter-free second level), kept for the checkpoints trained with it",
-             lambda spec: FlatOrHierarchicalCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources,
-                                                           "hierarchical", spec.dropout,
-                                                           removed_source=spec.removed_source),
-             multi_source=True),
+    # the first release's simplified hierarchical form (shared query projection, parameter-free
+    # second level), kept for the checkpoints trained with it
+    _stacked("hierarchical-shared", _flat_or_hierarchical(flat=False), multi_source=True),
 ]}
 
 STRATEGY_NAMES: List[str] = list(STRATEGIES)

@@ -27,7 +27,7 @@ from fairseq.models.transformer import TransformerModel
 from torch import Tensor
 
 from fairseq_ext import keys
-from fairseq_ext.checkpoint_safety import register_config_upgrade
+from fairseq_ext.guards.checkpoint_safety import register_config_upgrade
 from fairseq_ext.errors import OptionError
 from fairseq_ext.models.multi_source_encoder import MultiSourceEncoder
 from fairseq_ext.models.multilayer_transformer_config import (
@@ -81,7 +81,7 @@ class MultilayerTransformerModel(TransformerModel):
                             src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
 
     def check_training_setup(self, criterion, cfg) -> None:
-        """Called when fairseq-train starts (fairseq_ext/training_checks.py): auxiliary
+        """Called when fairseq-train starts (fairseq_ext/guards/training_checks.py): auxiliary
         decoders are trained only by the multi-output loss; with any other criterion they
         would run every step, get no gradient and log nothing."""
         from fairseq_ext.criterions.multi_output_label_smoothed_cross_entropy import (
@@ -123,7 +123,7 @@ class MultilayerTransformerModel(TransformerModel):
 
 def upgrade_checkpoint_args(model_args) -> None:
     """Bring the model configuration of an older checkpoint of this plugin up to date
-    (run on every checkpoint load, see checkpoint_safety.register_config_upgrade).
+    (run on every checkpoint load, see guards.checkpoint_safety.register_config_upgrade).
 
     First release (no ``fairseq_ext_config_version``) -> 2:
     - ``--decoder-mma-heads`` defaulted to ``L,B`` in every model, MMA or not; a head spec

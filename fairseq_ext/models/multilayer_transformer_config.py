@@ -20,6 +20,7 @@ from fairseq_ext.models.joint_attention_strategies import (
     STRATEGIES,
     STRATEGY_NAMES,
     JointAttentionStrategy,
+    Memory,
 )
 from fairseq_ext.modules.mixed_multihead_attention import parse_mma_heads
 
@@ -220,9 +221,9 @@ def _joint_attention(args, num_source_sentences: int) -> Tuple[JointAttentionStr
         raise OptionError(f"--joint-attention-layers ({n}) must be at least 1")
     if n > num_enc:
         raise OptionError(f"--joint-attention-layers ({n}) exceeds --encoder-layers ({num_enc})")
-    if strategy.memory == "none" and n != 1:
+    if strategy.memory is Memory.NONE and n != 1:
         raise OptionError(f"--joint-attention-layers ({n}) needs a --joint-attention strategy")
-    if strategy.memory == "per_decoder_layer" and n != num_enc:
+    if strategy.memory is Memory.PER_DECODER_LAYER and n != num_enc:
         raise OptionError(
             f"--joint-attention-layers ({n}) does not apply to --joint-attention {strategy.name}, which mixes "
             f"all {num_enc + 1} encoder states (embeddings included)"
@@ -234,7 +235,7 @@ def _joint_attention(args, num_source_sentences: int) -> Tuple[JointAttentionStr
                               f"not {strategy.name!r}")
         if not 1 <= mask <= n:
             raise OptionError(f"--mask-source-layer ({mask}) must be within 1..--joint-attention-layers ({n})")
-    if strategy.memory != "none" and args.encoder_embed_dim != args.decoder_embed_dim:
+    if strategy.memory is not Memory.NONE and args.encoder_embed_dim != args.decoder_embed_dim:
         raise OptionError("--joint-attention needs --encoder-embed-dim equal to --decoder-embed-dim")
     return strategy, n, mask
 
@@ -264,7 +265,7 @@ def _fairseq_features(args, strategy: JointAttentionStrategy, aux_layers: List[i
     """fairseq features that would silently change which encoder layer the plugin reads,
     or that bypass the cross-attention the plugin replaces: refused, naming both flags."""
     reads_layers = []
-    if strategy.memory != "none":
+    if strategy.memory is not Memory.NONE:
         reads_layers.append(f"--joint-attention {strategy.name}")
     if aux_layers:
         reads_layers.append("--aux-decoder-layers")
@@ -281,7 +282,7 @@ def _fairseq_features(args, strategy: JointAttentionStrategy, aux_layers: List[i
                               f"the decoder's cross-attention")
         if getattr(args, "cross_self_attention", False):
             raise OptionError(f"--cross-self-attention cannot be combined with {uses}")
-    if strategy.memory == "per_decoder_layer" and getattr(args, "decoder_layers_to_keep", None):
+    if strategy.memory is Memory.PER_DECODER_LAYER and getattr(args, "decoder_layers_to_keep", None):
         raise OptionError(f"--decoder-layers-to-keep cannot be combined with --joint-attention {strategy.name}, "
                           f"which mixes one memory per decoder layer")
     if getattr(args, "cross_self_attention", False) and args.decoder_self_attention != "standard":

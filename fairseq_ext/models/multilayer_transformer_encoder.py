@@ -11,7 +11,7 @@ from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from torch import Tensor
 
 from fairseq_ext import keys
-from fairseq_ext.models.joint_attention_strategies import MemorySpec
+from fairseq_ext.models.joint_attention_strategies import Memory, MemorySpec
 from fairseq_ext.models.multilayer_transformer_config import MultilayerOptions
 from fairseq_ext.modules.dual_contextual_attention import DualContextualAttention
 from fairseq_ext.modules.mixed_multihead_attention import MixedMultiheadAttention
@@ -79,7 +79,7 @@ class MultilayerTransformerEncoder(TransformerEncoderBase):
         self.strategy = options.strategy if joint_memory else options.for_auxiliary_decoder().strategy
         build = self.strategy.build_memory
         if build is not None:
-            spec = MemorySpec(self.strategy.name, cfg.encoder.embed_dim, cfg.encoder.ffn_embed_dim,
+            spec = MemorySpec(cfg.encoder.embed_dim, cfg.encoder.ffn_embed_dim,
                               options.num_joint_layers, cfg.activation_dropout, cfg.encoder.layers,
                               cfg.decoder.layers)
             # registered under the strategy's own name (layer_aggregation, transparent),
@@ -107,7 +107,7 @@ class MultilayerTransformerEncoder(TransformerEncoderBase):
         return encoder_out
 
     def joint_memory(self, encoder_out: Dict[str, List[Tensor]]) -> Optional[Tensor]:
-        if self.strategy.memory == "none":
+        if self.strategy.memory is Memory.NONE:
             return None
         states = encoder_layer_outputs(encoder_out)
         if not self.strategy.collects_layers:  # transparent: every state, embeddings included

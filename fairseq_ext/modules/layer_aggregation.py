@@ -19,8 +19,6 @@ from torch import Tensor
 
 from fairseq_ext.modules.attention_utils import xavier_linear
 
-LAYER_AGGREGATION_STRATEGIES = ("s-agg", "iter-s-agg", "c-agg", "iter-c-agg")
-
 
 class WeightedSum(nn.Module):
     """WS(r_1..r_b) = sum_i W_i r_i (thesis Eq. 3.2), no bias."""
@@ -52,20 +50,21 @@ class AggregationUnit(nn.Module):
 
 
 class LayerAggregation(nn.Module):
-    """S-Agg, Iter-S-Agg, C-Agg or Iter-C-Agg over n collected layers -> H^a (T x B x C)."""
+    """S-Agg, Iter-S-Agg, C-Agg or Iter-C-Agg over n collected layers -> H^a (T x B x C).
 
-    def __init__(self, strategy: str, embed_dim: int, ffn_dim: int, num_sources: int,
+    ``concatenation``: the unit is AGG (C-Agg, Eq. 3.4) rather than WS (S-Agg, Eq. 3.2);
+    ``iterative``: one two-input unit per step, bottom to top (Eq. 3.3 / 3.5), rather than
+    one unit over all n layers."""
+
+    def __init__(self, embed_dim: int, ffn_dim: int, num_sources: int, concatenation: bool, iterative: bool,
                  activation_dropout: float = 0.0):
         super().__init__()
-        if strategy not in LAYER_AGGREGATION_STRATEGIES:
-            raise ValueError(f"--joint-attention: unknown layer aggregation {strategy!r}")
-        self.strategy = strategy
-        self.iterative = strategy.startswith("iter-")
+        self.concatenation, self.iterative = concatenation, iterative
 
         def unit(num_inputs):
-            if strategy.endswith("s-agg"):
-                return WeightedSum(embed_dim, num_inputs)
-            return AggregationUnit(embed_dim, ffn_dim, num_inputs, activation_dropout)
+            if concatenation:
+                return AggregationUnit(embed_dim, ffn_dim, num_inputs, activation_dropout)
+            return WeightedSum(embed_dim, num_inputs)
 
         if self.iterative:
             self.units = nn.ModuleList(unit(2) for _ in range(num_sources - 1))

@@ -33,9 +33,6 @@ from fairseq_ext.modules.attention_utils import (
 )
 from fairseq_ext.modules.stacked_source_attention import StackedSourceAttention
 
-# name -> (U0, U1)
-MLMHA_CONFIGS = {"m-00": (0, 0), "m-01": (0, 1), "m-10": (1, 0), "m-11": (1, 1)}
-
 
 def joint_mlmha(queries: Tensor, keys: Tensor, values: Tensor, key_padding_mask: Optional[Tensor], head_dim: int,
                 dropout=None) -> Tuple[Tensor, Tensor]:

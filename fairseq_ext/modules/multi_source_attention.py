@@ -20,7 +20,7 @@ Transformer Decoder", Sec. 3), applied with the top n encoder layers as the n so
 - the first release's simplified hierarchical form (shared query projection, no per-source
   output projections, a parameter-free second level) stays available as
   ``hierarchical-shared`` for the checkpoints trained with it
-  (`FlatOrHierarchicalCrossAttention` with ``strategy="hierarchical"``).
+  (`FlatOrHierarchicalCrossAttention` with ``flat=False``).
 """
 from typing import List, Optional
 
@@ -42,8 +42,6 @@ from fairseq_ext.modules.attention_utils import (
     xavier_linear,
 )
 from fairseq_ext.modules.stacked_source_attention import StackedSourceAttention
-
-MULTI_SOURCE_STRATEGIES = ("serial", "parallel", "flat", "hierarchical", "hierarchical-shared")
 
 
 def without_source(key_padding_mask: Optional[Tensor], num_sources: int, removed: Optional[int],
@@ -233,16 +231,14 @@ def hierarchical_attention(q: Tensor, keys: List[Tensor], values: List[Tensor], 
 
 
 class FlatOrHierarchicalCrossAttention(StackedSourceAttention):
-    """Flat (Eq. 5-6) or hierarchical (Eq. 7-8) combination over n stacked sources: one
-    query projection, one output projection; key/value projections shared by all sources
-    (flat) or per source (hierarchical)."""
+    """Flat (Eq. 5-6, ``flat=True``) or the simplified hierarchical (Eq. 7-8, ``flat=False``)
+    combination over n stacked sources: one query projection, one output projection;
+    key/value projections shared by all sources (flat) or per source (hierarchical)."""
 
-    def __init__(self, embed_dim: int, num_heads: int, num_sources: int, strategy: str,
+    def __init__(self, embed_dim: int, num_heads: int, num_sources: int, flat: bool,
                  dropout: float = 0.0, kdim: Optional[int] = None, removed_source: Optional[int] = None):
-        if strategy not in ("flat", "hierarchical"):
-            raise ValueError(f"--joint-attention: unknown combination {strategy!r}")
-        super().__init__(embed_dim, num_heads, num_sources, dropout, kdim, shared_kv=strategy == "flat")
-        self.strategy = strategy
+        super().__init__(embed_dim, num_heads, num_sources, dropout, kdim, shared_kv=flat)
+        self.flat = flat
         self.removed_source = removed_source  # layer masking: every position of it is masked
         self.q_proj = xavier_linear(embed_dim, embed_dim, gain=QKV_GAIN)
         self.out_proj = xavier_linear(embed_dim, embed_dim)
@@ -250,7 +246,7 @@ class FlatOrHierarchicalCrossAttention(StackedSourceAttention):
     def forward(self, query, key, value=None, key_padding_mask=None, incremental_state=None,
                 need_weights=False, need_head_weights=False, **unused):
         q = split_heads(self.q_proj(query), self.num_heads)
-        if self.strategy == "flat":
+        if self.flat:
             # the sources side by side along the length axis (B x H x (n J) x D): the layout
             # every step reads, made (and cached) once per sentence
             side_by_side = lambda t: t.transpose(1, 2).flatten(2, 3)  # noqa: E731

@@ -139,7 +139,7 @@ def markdown(table: Table, records: List[dict]) -> str:
                 ours = ", ".join(f"{lang} shuffled: {_fmt(v)}{drop(r['bleu'], v)}" for lang, v in r["adversarial"].items())
                 out.write(f"| {r['label']} | {paper or '–'} | {ours or '–'} |\n")
             out.write("\n")
-    from fairseq_ext.significance import MARKS
+    from fairseq_ext.tools.significance import MARKS
 
     marks = MARKS.get(table.id.split("-")[0], MARKS["thesis"])
     legend = ", ".join(f"{m} p < {p}" for p, m in sorted(marks, key=lambda x: -x[0]))

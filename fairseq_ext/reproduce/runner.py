@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional
 
 from fairseq_ext.errors import FairseqExtError
-from fairseq_ext.reproduce.tables import REPO, Row, Table
+from fairseq_ext import resources
+from fairseq_ext.reproduce.tables import Row, Table
 
 FLAVOUR_FILES = {"detok": ("hyp.detok", "ref.detok"), "tok": ("hyp.tok", "ref.tok")}
 
@@ -104,15 +105,11 @@ def resolve_data(key: str, setups: dict, opts: Options) -> (str, str, Optional[s
             key = sub
     if datasets[key].get("recipe") is None:
         sub = datasets[key]["substitute"]
-        reason = f"{sub} in place of {wanted} (no recipe for {key} in configs/tables/setups.yaml)"
+        reason = f"{sub} in place of {wanted} (no recipe for {key} in the package's configs/tables/setups.yaml)"
         key = sub
     local = opts.data_from.get(key)
-    if local is None:
-        for candidate in datasets[key].get("from") or []:
-            path = os.path.normpath(os.path.join(REPO, candidate))
-            if os.path.isdir(path):
-                local = path
-                break
+    if local is None and datasets[key].get("local"):
+        local = resources.local_data(datasets[key]["local"])
     return key, reason, local
 
 
@@ -132,7 +129,7 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options) 
     prepare = None
     if not os.path.exists(os.path.join(data_dir, "prep.env")):
         recipe = shlex.split(data_cfg["recipe"])
-        prepare = ["bash", os.path.join(REPO, recipe[0]), *recipe[1:], "--out", data_dir]
+        prepare = ["fairseq-ext", "prepare", *recipe, "--out", data_dir]
         if local:
             prepare += ["--from", local]
         if opts.smoke:
@@ -151,8 +148,7 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options) 
             generate_task_flags = ["--task", "translation"]  # the first source only
     smoke_flags = shlex.split(setups["smoke"]["flags"]) if opts.smoke else []
     checkpoints = os.path.join(run_dir, "checkpoints")
-    train = ["bash", os.path.join(REPO, "scripts", "train.sh"), data_dir, checkpoints,
-             "--config", os.path.join(REPO, training["config"])]
+    train = ["fairseq-ext", "train", data_dir, checkpoints, "--config", training["config"]]
     if opts.nproc != 1 or opts.nnodes != 1:
         train += ["--nproc", str(opts.nproc)]
     if opts.nnodes != 1:
@@ -170,10 +166,10 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options) 
     n_avg = int(training.get("average_last") or 0)
     if n_avg > 1 and not opts.smoke and not opts.budget:
         checkpoint = os.path.join(checkpoints, f"checkpoint_avg{n_avg}.pt")
-        average = ["fairseq-ext-average-checkpoints", "--inputs", checkpoints,
+        average = ["fairseq-ext", "average-checkpoints", "--inputs", checkpoints,
                    "--num-update-checkpoints", str(n_avg), "--output", checkpoint]
     generate = shlex.split(setups["smoke"]["generate"]) if opts.smoke else shlex.split(training["generate"])
-    evaluate = ["bash", os.path.join(REPO, "scripts", "evaluate.sh"), "--checkpoint", checkpoint,
+    evaluate = ["fairseq-ext", "evaluate", "--checkpoint", checkpoint,
                 "--data", data_dir, "--split", "test", "--out", os.path.join(run_dir, "eval-test"),
                 "--headline", ds["bleu"], *generate, *generate_task_flags, *opts.extra_generate]
     if cpu:
@@ -211,7 +207,7 @@ def shell_line(cmd: List[str]) -> str:
 def count_parameters(checkpoint: str) -> int:
     """Trainable parameters of the model in ``checkpoint`` (shared tensors counted once,
     as the papers count a tied embedding once), read through the plugin's safe loader."""
-    from fairseq_ext.checkpoint_safety import load_checkpoint_state
+    from fairseq_ext.guards.checkpoint_safety import load_checkpoint_state
 
     state = load_checkpoint_state(checkpoint)
     seen, total = set(), 0
@@ -274,12 +270,9 @@ def read_bleu(eval_dir: str, flavour: str) -> Optional[float]:
 
 
 def read_lines(path: str) -> List[str]:
-    """Lines as every script reads them (scripts/lib/corpus_tools.py: UTF-8 checked, BOM and
-    CRs removed, lines as wc -l counts them)."""
-    lib = os.path.join(REPO, "scripts", "lib")
-    if lib not in sys.path:
-        sys.path.insert(0, lib)
-    from corpus_tools import read_lines as _read_lines
+    """Lines as every tool reads them (:func:`fairseq_ext.tools.corpus.read_lines`: UTF-8
+    checked, BOM and CRs removed, lines as wc -l counts them)."""
+    from fairseq_ext.tools.corpus import read_lines as _read_lines
 
     return list(_read_lines(path))
 
@@ -313,13 +306,22 @@ def finished(plan: RunPlan) -> Optional[dict]:
     return result
 
 
+def executable(cmd: List[str]) -> List[str]:
+    """A planned command as it runs: ``fairseq-ext ...`` through this Python (the plan prints
+    the command a user would type; running it this way needs no ``fairseq-ext`` on PATH and
+    keeps the runner's own installation)."""
+    if cmd and cmd[0] == "fairseq-ext":
+        return [sys.executable, "-m", "fairseq_ext", *cmd[1:]]
+    return cmd
+
+
 def _run(cmd: List[str], log: str, env=None):
     os.makedirs(os.path.dirname(log), exist_ok=True)
     print(f"  $ {shell_line(cmd)}", flush=True)
     with open(log, "a", encoding="utf-8") as out:
         out.write(f"$ {shell_line(cmd)}\n")
         out.flush()
-        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+        proc = subprocess.run(executable(cmd), stdout=out, stderr=subprocess.STDOUT, env=env)
     if proc.returncode != 0:
         with open(log, encoding="utf-8", errors="replace") as f:
             tail = f.readlines()[-15:]
@@ -393,7 +395,7 @@ def significance(table: Table, plans: List[RunPlan], n_samples: int = 1000, seed
     """Paired bootstrap of every row against the baseline row, per data set, with the table's
     BLEU flavour; writes ``significance.json`` into each run directory and returns
     {run_dir: {...}}."""
-    from fairseq_ext.significance import MARKS, paired_significance
+    from fairseq_ext.tools.significance import MARKS, paired_significance
 
     out = {}
     by_dataset: Dict[str, List[RunPlan]] = {}

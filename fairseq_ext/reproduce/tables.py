@@ -15,8 +15,7 @@ import yaml
 
 from fairseq_ext.errors import FairseqExtError
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CONFIG_DIR = os.path.join(REPO, "configs", "tables")
+from fairseq_ext.resources import TABLE_DIR as CONFIG_DIR
 
 # metrics the runner measures itself (everything else comes from an analysis command)
 MEASURED = ("BLEU", "#Params", "Train (steps/s)", "Decode")

@@ -1,0 +1,121 @@
+"""``fairseq-ext``: one command for everything around the models, in the style of
+fairseq's own ``fairseq-*`` commands. Each subcommand is also ``python -m fairseq_ext ...``.
+
+    fairseq-ext user-dir                      the directory to pass to fairseq's --user-dir
+    fairseq-ext prepare NAME [options]        a data recipe: multi30k, iwslt14, iwslt15-en-vi,
+                                              iwslt-fr-ro, wmt14-en-de (--help lists its options)
+    fairseq-ext train DATA SAVE_DIR [--config NAME] [--nproc N ...] -- FAIRSEQ_TRAIN_FLAGS
+    fairseq-ext evaluate --checkpoint CKPT --data DATA [--split test] [generate options]
+    fairseq-ext significance (--eval-a DIR --eval-b DIR | --ref R --sys-a A --sys-b B) --out DIR
+    fairseq-ext translate --checkpoint CKPT --data DATA < raw.txt > translations.txt
+    fairseq-ext analyze NAME [options]        an analysis (fairseq_ext.analysis.NAME)
+    fairseq-ext report [options]              several analyses into one HTML report
+    fairseq-ext reproduce [TABLE] [options]   the papers' tables (--list)
+    fairseq-ext average-checkpoints | strip-aux [options]
+
+Data preparation, training, evaluation and significance are bash recipes shipped inside the
+package (``fairseq_ext/recipes``); they run with this Python (``PYTHON``) and its
+environment's ``fairseq-*`` commands first on ``PATH``.
+"""
+import importlib
+import os
+import sys
+from typing import List, Optional
+
+ANALYSES = ("aif_dependency", "attention_maps", "attention_stats", "dc_divergence", "decoders",
+            "layer_dependency", "length_buckets", "probing", "translate_from_layer", "word_order",
+            "word_translation")
+RECIPES = {"train": "train.sh", "evaluate": "evaluate.sh", "significance": "significance.sh"}
+PYTHON_COMMANDS = {  # subcommand -> module with main(argv)
+    "report": "fairseq_ext.analysis.report",
+    "reproduce": "fairseq_ext.reproduce.__main__",
+    "translate": "fairseq_ext.tools.translate",
+}
+CONSOLE_COMMANDS = {  # subcommand -> module with cli_main(argv)
+    "average-checkpoints": "fairseq_ext.average_checkpoints",
+    "strip-aux": "fairseq_ext.strip_aux",
+}
+USAGE = __doc__.split("\n\n")[1]
+
+
+def recipe_environment() -> dict:
+    """The environment of a bash recipe: this Python for its helpers, and this
+    environment's commands (fairseq-train, subword-nmt, ...) first on PATH."""
+    env = dict(os.environ)
+    env["PYTHON"] = sys.executable
+    bindir = os.path.dirname(sys.executable)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def run_recipe(name: str, args: List[str]) -> "NoReturn":  # noqa: F821
+    from fairseq_ext import resources
+
+    path = resources.recipe_path(name)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvpe("bash", ["bash", path, *args], recipe_environment())
+
+
+def resolve_train_config(args: List[str]) -> List[str]:
+    """``--config NAME`` of train: a file, or a config shipped with the package."""
+    from fairseq_ext import resources
+
+    out = list(args)
+    end = out.index("--") if "--" in out else len(out)
+    for i in range(end):
+        if out[i] == "--config" and i + 1 < end:
+            out[i + 1] = resources.config_path(out[i + 1])
+        elif out[i].startswith("--config="):
+            out[i] = "--config=" + resources.config_path(out[i].split("=", 1)[1])
+    return out
+
+
+def _fail(message: str) -> int:
+    print(f"fairseq-ext: error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "user-dir":
+        from fairseq_ext import resources
+
+        print(resources.user_dir())
+        return 0
+    if command == "prepare":
+        from fairseq_ext import resources
+
+        if not rest or rest[0] in ("-h", "--help"):
+            print(f"usage: fairseq-ext prepare {{{','.join(resources.DATA_RECIPES)}}} [options]  "
+                  "(fairseq-ext prepare NAME --help: the recipe's options)")
+            return 0 if rest else 2
+        if rest[0] not in resources.DATA_RECIPES:
+            return _fail(f"prepare: unknown data recipe {rest[0]!r} (choose from {', '.join(resources.DATA_RECIPES)})")
+        run_recipe(f"prepare-{rest[0]}.sh", rest[1:])
+    if command in RECIPES:
+        run_recipe(RECIPES[command], resolve_train_config(rest) if command == "train" else rest)
+    if command == "analyze":
+        if not rest or rest[0] in ("-h", "--help"):
+            print("usage: fairseq-ext analyze NAME [options]   (NAME --help: its options)\n  NAME: " + ", ".join(ANALYSES))
+            return 0 if rest else 2
+        if rest[0] not in ANALYSES:
+            return _fail(f"analyze: unknown analysis {rest[0]!r} (choose from {', '.join(ANALYSES)})")
+        module, rest = f"fairseq_ext.analysis.{rest[0]}", rest[1:]
+        sys.argv[0] = f"fairseq-ext analyze {argv[1]}"
+        return importlib.import_module(module).main(rest) or 0
+    if command in PYTHON_COMMANDS:
+        sys.argv[0] = f"fairseq-ext {command}"
+        return importlib.import_module(PYTHON_COMMANDS[command]).main(rest) or 0
+    if command in CONSOLE_COMMANDS:
+        sys.argv[0] = f"fairseq-ext {command}"
+        return importlib.import_module(CONSOLE_COMMANDS[command]).cli_main(rest) or 0
+    return _fail(f"unknown command {command!r}\n{USAGE}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""How every guard replaces an attribute of fairseq (or of ``sys``) with its wrapper.
+
+A guard never edits fairseq's source: it replaces one attribute that fairseq looks up at call
+time (a module function, a method of a class, a module-level object) with a wrapper built
+from the original. :func:`replace` is the one place that does it, so that every wrapper
+
+- keeps the original as ``__wrapped__`` (tests and callers reach fairseq's own behaviour
+  through it) and its ``__doc__``, ``__name__`` and ``__qualname__``;
+- carries the marker attribute :data:`MARKER`, so a second installation finds the wrapper
+  and leaves it alone instead of wrapping it again;
+- is listed in :data:`REPLACED`, so what the plugin changed in fairseq can be enumerated.
+"""
+import functools
+from typing import Any, Callable, List, Tuple
+
+MARKER = "__fairseq_ext_guard__"
+
+# (owner, attribute name) of every attribute replaced so far, in installation order
+REPLACED: List[Tuple[Any, str]] = []
+
+_MISSING = object()
+
+
+def is_guard(obj: Any) -> bool:
+    """Whether ``obj`` is a wrapper installed by :func:`replace`."""
+    return bool(getattr(obj, MARKER, False))
+
+
+def replace(owner: Any, name: str, make_wrapper: Callable[[Any], Any], default: Any = _MISSING) -> Any:
+    """Set ``owner.name`` to ``make_wrapper(original)`` unless it already is a guard's
+    wrapper; return what ``owner.name`` is afterwards.
+
+    ``owner`` is a module or a class; ``default`` stands for the original when ``owner``
+    has no such attribute (a module global that falls back to ``builtins``). The wrapper
+    may be a function or any object that accepts attributes (a proxy instance)."""
+    original = getattr(owner, name, default)
+    if original is _MISSING:
+        raise AttributeError(f"{owner!r} has no attribute {name!r} to wrap")
+    if is_guard(original):
+        return original
+    wrapper = make_wrapper(original)
+    functools.update_wrapper(wrapper, original, assigned=("__doc__", "__name__", "__qualname__"), updated=())
+    setattr(wrapper, MARKER, True)
+    setattr(owner, name, wrapper)
+    REPLACED.append((owner, name))
+    return wrapper

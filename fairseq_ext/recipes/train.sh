@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Train with fairseq's own torch.distributed training: one process (CPU or one GPU),
+# several processes on one node, or several nodes, with the world size wired through.
+#
+#   scripts/train.sh DATA_BIN SAVE_DIR [--nproc N] [--nnodes M --node-rank R --master-addr HOST
+#                    --master-port PORT] [--config configs/iwslt.args] -- FAIRSEQ_TRAIN_ARGS...
+#
+# Why a launcher: `torchrun ... fairseq-train --cpu` silently trains N independent
+# single-process worlds (fairseq only infers the world from torchrun's environment when it
+# also sees GPUs, and then divides by the GPU count). Here every process gets
+# --distributed-init-method env:// --distributed-world-size N*M --distributed-rank $RANK
+# --device-id $LOCAL_RANK --distributed-no-spawn; the backend is NCCL on GPUs and gloo on
+# the CPU (with fairseq's legacy_ddp, since torch's DDP wants device ids on CPU modules).
+#
+# Examples:
+#   scripts/train.sh data-bin/iwslt15.en-vi checkpoints/mlmha --config configs/iwslt.args -- --arch multilayer_transformer_mlmha_iwslt
+#   scripts/train.sh data-bin/wmt14.en-de ckpt --nproc 8 --config configs/wmt14.args -- --arch multilayer_transformer_mlmha_wmt_en_de --fp16
+#   # node 0 and node 1 of a 2 x 8 GPU job:
+#   scripts/train.sh data-bin/wmt14.en-de ckpt --nproc 8 --nnodes 2 --node-rank 0 --master-addr node0 --master-port 29500 -- ...
+#   scripts/train.sh data-bin/wmt14.en-de ckpt --nproc 8 --nnodes 2 --node-rank 1 --master-addr node0 --master-port 29500 -- ...
+set -euo pipefail
+# shellcheck source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+die() { fsx_die "$@"; }
+
+[[ $# -ge 2 ]] || usage 1
+DATA=$1 SAVE=$2
+shift 2
+NPROC=1 NNODES=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 CONFIG=""
+# the port: --master-port, else the environment's MASTER_PORT (as torchrun), else 29500
+PORT_SOURCE="--master-port"
+[[ -n ${MASTER_PORT:-} ]] && PORT_SOURCE="MASTER_PORT (from the environment)"
+MASTER_PORT=${MASTER_PORT:-29500}
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --nproc | --nnodes | --node-rank | --master-addr | --master-port | --config)
+            [[ $# -ge 2 && $2 != --* ]] || die "option $1 needs a value"
+            case $1 in
+                --nproc) NPROC=$2 ;;
+                --nnodes) NNODES=$2 ;;
+                --node-rank) NODE_RANK=$2 ;;
+                --master-addr) MASTER_ADDR=$2 ;;
+                --master-port) MASTER_PORT=$2 PORT_SOURCE=--master-port ;;
+                --config) CONFIG=$2 ;;
+            esac
+            shift 2 ;;
+        -h|--help) usage 0 ;;
+        --) shift; break ;;
+        *) die "unknown option $1 (fairseq-train flags go after --)" ;;
+    esac
+done
+# decimal integers of at most 9 digits (no overflow, "08" is eight, not an octal error)
+is_int() { [[ $1 =~ ^[0-9]{1,9}$ ]]; }
+is_int "$NPROC" && ((10#$NPROC >= 1)) || die "--nproc must be a positive integer (processes on this node), not '$NPROC'"
+is_int "$NNODES" && ((10#$NNODES >= 1)) || die "--nnodes must be a positive integer, not '$NNODES'"
+NPROC=$((10#$NPROC)) NNODES=$((10#$NNODES))
+is_int "$NODE_RANK" && ((10#$NODE_RANK < NNODES)) ||
+    die "--node-rank must be an integer in 0..$((NNODES - 1)) (--nnodes $NNODES), not '$NODE_RANK'"
+is_int "$MASTER_PORT" && ((10#$MASTER_PORT >= 1 && 10#$MASTER_PORT <= 65535)) ||
+    die "$PORT_SOURCE must be a port number (1-65535), not '$MASTER_PORT'"
+NODE_RANK=$((10#$NODE_RANK)) MASTER_PORT=$((10#$MASTER_PORT))
+[[ -d $DATA ]] || die "no binarized data directory $DATA (run a scripts/prepare-*.sh recipe first)"
+USER_DIR="$FSX_USER_DIR"
+CONFIG_ARGS=()
+[[ -z $CONFIG ]] || fsx_read_config "$CONFIG" CONFIG_ARGS
+
+fsx_require_cmd fairseq-train
+if fsx_has_gpu; then
+    DEVICE_ARGS=(--distributed-backend nccl)
+else
+    DEVICE_ARGS=(--cpu --distributed-backend gloo --ddp-backend legacy_ddp)
+fi
+ARGS=("$DATA" --user-dir "$USER_DIR" --save-dir "$SAVE" "${CONFIG_ARGS[@]}" "$@")
+WORLD=$((NPROC * NNODES))
+if [[ $WORLD -eq 1 ]]; then
+    [[ ${DEVICE_ARGS[0]} == --cpu ]] && DEVICE_ARGS=(--cpu)
+    [[ ${DEVICE_ARGS[0]} == --distributed-backend ]] && DEVICE_ARGS=(--distributed-world-size 1)
+    exec fairseq-train "${ARGS[@]}" "${DEVICE_ARGS[@]}"
+fi
+fsx_require_cmd torchrun
+# A --restore-file typo, or an unreadable checkpoint_last.pt with no intact checkpoint beside
+# it, is said once here (fairseq_ext.guards.resume.preflight, the plugin's own check), not by every
+# rank followed by torchrun's traceback. fairseq-train's own argument errors likewise.
+PY="$(dirname "$(command -v fairseq-train)")/python"
+[[ -x $PY ]] || PY=python3
+if ! PREFLIGHT=$(PYTHONPATH="$(dirname "$USER_DIR")${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c \
+    'import sys; sys.argv[0] = "fairseq-train"; from fairseq_ext.guards.resume import preflight; preflight(sys.argv[1:])' \
+    "${ARGS[@]}" "${DEVICE_ARGS[@]}" 2>&1 >/dev/null); then
+    if grep -q '^fairseq-train: error: ' <<<"$PREFLIGHT"; then
+        grep '^fairseq-train: error: ' <<<"$PREFLIGHT" >&2
+    else
+        printf '%s\n' "$PREFLIGHT" >&2
+    fi
+    exit 1
+fi
+echo "[train.sh] world size $WORLD ($NNODES node(s) x $NPROC process(es)), ${DEVICE_ARGS[*]}" >&2
+exec torchrun --no-python --nproc_per_node "$NPROC" --nnodes "$NNODES" --node_rank "$NODE_RANK" \
+    --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
+    bash -c 'exec fairseq-train "$@" --distributed-rank "$RANK" --device-id "$LOCAL_RANK"' fairseq-train \
+    "${ARGS[@]}" "${DEVICE_ARGS[@]}" --distributed-init-method env:// --distributed-world-size "$WORLD" \
+    --distributed-no-spawn

@@ -1,0 +1,378 @@
+#!/usr/bin/env python3
+"""Text helpers of the data recipes (``fairseq-ext prepare``) and of evaluation.
+
+Each subcommand is a small filter; files ending in .gz are read transparently.
+
+  cat FILE...                the files as clean text: UTF-8 checked (an invalid line is an
+                             error naming the file and line), a leading BOM dropped, CR LF
+                             and a lone CR inside a line made \n and a space (so that wc -l,
+                             Python and fairseq agree on the lines)
+  check-parallel A B         both files exist, are non-empty and have equal line counts
+  tokenize -l LANG           Moses tokenization (sacremoses), stdin -> stdout
+  detokenize -l LANG         Moses detokenization, also undoes the XML escapes
+  lowercase                  lowercase stdin -> stdout
+  strip-tags                 IWSLT train.tags.*: drop the <url>/<talkid>/... lines, keep text
+  extract-segs FILE          IWSLT .xml / WMT .sgm: the text of every <seg ...> element
+  clean SRC TGT OUT_SRC OUT_TGT
+                             Moses clean-corpus-n: drop empty/too long/too unbalanced pairs
+  split IN_SRC IN_TGT ...    hold out lines of a parallel corpus (every n-th or a random sample)
+  head N IN OUT              first N lines (N <= 0: all lines)
+  extract-gen GEN OUT_DIR    fairseq-generate output -> hyp/ref/src files in input order
+
+Every error goes to stderr as one line, "[PROG] error: ..." (PROG: $FSX_PROG, the script
+that called; "error: ..." without it), and exits non-zero.
+"""
+import argparse
+import gzip
+import io
+import multiprocessing
+import os
+import random
+import re
+import sys
+
+
+def die(msg):
+    prog = os.environ.get("FSX_PROG")
+    print(f"[{prog}] error: {msg}" if prog else f"error: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def open_text(path, mode="w"):
+    """A file to write text to (UTF-8, LF line ends; .gz compressed). Files are read with
+    read_lines, never through this."""
+    if path.endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(path, mode.replace("t", "") + "b"), encoding="utf-8",
+                                newline="\n")
+    return open(path, mode, encoding="utf-8", newline="\n")
+
+
+def clean_line(raw: bytes, path: str, number: int) -> str:
+    """One line of a corpus file as text: UTF-8 (else an error naming the file and line),
+    without its line end, a BOM at the start of the file, or a CR (a CR inside the line
+    becomes a space: Python's universal newlines would split the line there, wc -l would
+    not)."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        die(f"{path}: line {number} is not valid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})")
+    if number == 1 and line.startswith("\ufeff"):
+        line = line[1:]
+    line = line.rstrip("\n")
+    if line.endswith("\r"):
+        line = line[:-1]
+    return line.replace("\r", " ")
+
+
+def read_lines(path: str):
+    """The lines of a plain or gzipped corpus file, cleaned by clean_line."""
+    if not os.path.exists(path):
+        die(f"missing file: {path}")
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            for number, raw in enumerate(f, start=1):  # binary: split on \n only, as wc -l
+                yield clean_line(raw, path, number)
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        die(f"cannot read {path}: {e}")
+
+
+def cmd_cat(args):
+    out = stdout()
+    for path in args.files:
+        for line in read_lines(path):
+            out.write(line + "\n")
+    out.flush()
+
+
+def stdin_lines():
+    """The lines of standard input, cleaned by clean_line like a file's (the filters read what
+    fsx_cat wrote, but are safe on their own too)."""
+    for number, raw in enumerate(sys.stdin.buffer, start=1):  # binary: split on LF only, as wc -l
+        yield clean_line(raw, "<standard input>", number)
+
+
+def stdout():
+    return io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n", line_buffering=False)
+
+
+def count_lines(path):
+    return sum(1 for _ in read_lines(path))
+
+
+# ----------------------------------------------------------------------------- check
+def cmd_check_parallel(args):
+    counts = [count_lines(p) for p in args.files]
+    for path, n in zip(args.files, counts):
+        if n == 0:
+            die(f"empty corpus: {path} has no lines")
+    if len(set(counts)) != 1:
+        detail = ", ".join(f"{p} has {n}" for p, n in zip(args.files, counts))
+        die(f"mismatched line counts between the sides of a parallel corpus: {detail}")
+    if args.print_count:
+        print(counts[0])
+
+
+# ----------------------------------------------------------------------------- moses
+_TOK = None
+
+
+def moses_tokenizer(lang, aggressive=False, escape=True, lowercase=False, normalize=False):
+    """The recipes' Moses tokenization of one line, as a function (``tokenize`` below)."""
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+    tok = MosesTokenizer(lang=lang)
+    # normalize-punctuation.perl + remove-non-printing-char.perl, as fairseq's WMT recipes
+    norm = MosesPunctNormalizer(lang=lang, post_remove_control_chars=True) if normalize else None
+
+    def run(line):
+        if norm is not None:
+            line = norm.normalize(line)
+        out = tok.tokenize(line, aggressive_dash_splits=aggressive, return_str=True, escape=escape)
+        out = " ".join(out.split())
+        return out.lower() if lowercase else out
+
+    return run
+
+
+def _init_tok(lang, aggressive, escape, lowercase, normalize):
+    global _TOK
+    _TOK = moses_tokenizer(lang, aggressive, escape, lowercase, normalize)
+
+
+def _tok_chunk(lines):
+    return [_TOK(line) for line in lines]
+
+
+def _chunks(it, size):
+    buf = []
+    for x in it:
+        buf.append(x)
+        if len(buf) >= size:
+            yield buf
+            buf = []
+    if buf:
+        yield buf
+
+
+def cmd_tokenize(args):
+    init = (args.lang, args.aggressive, not args.no_escape, args.lowercase, args.normalize)
+    out = stdout()
+    if args.workers > 1:
+        with multiprocessing.Pool(args.workers, initializer=_init_tok, initargs=init) as pool:
+            for res in pool.imap(_tok_chunk, _chunks(stdin_lines(), 2000)):
+                out.write("".join(x + "\n" for x in res))
+    else:
+        _init_tok(*init)
+        for line in stdin_lines():
+            out.write(_TOK(line) + "\n")
+    out.flush()
+
+
+def cmd_detokenize(args):
+    from sacremoses import MosesDetokenizer
+
+    detok = MosesDetokenizer(lang=args.lang)
+    out = stdout()
+    for line in stdin_lines():
+        out.write(detok.detokenize(line.split(), return_str=True, unescape=True) + "\n")
+    out.flush()
+
+
+def cmd_lowercase(args):
+    out = stdout()
+    for line in stdin_lines():
+        out.write(line.lower() + "\n")
+    out.flush()
+
+
+# ----------------------------------------------------------------------------- IWSLT/WMT formats
+_TAG_LINE = re.compile(r"^\s*<(url|talkid|keywords|speaker|reviewer|translator|doc|/doc|"
+                       r"seg|/seg|refset|/refset|srcset|/srcset|mteval|/mteval|head|/head)\b")
+_INLINE_TAGS = re.compile(r"</?(title|description)>")
+
+
+def cmd_strip_tags(args):
+    """Same filter as fairseq's prepare-iwslt14.sh for the train.tags.* files."""
+    out = stdout()
+    for line in stdin_lines():
+        if _TAG_LINE.match(line):
+            continue
+        out.write(_INLINE_TAGS.sub("", line).strip() + "\n")
+    out.flush()
+
+
+_SEG = re.compile(r"<seg[^>]*>(.*?)</seg>", re.I)
+
+
+def cmd_extract_segs(args):
+    out = stdout()
+    n = 0
+    for line in read_lines(args.file):
+        m = _SEG.search(line)
+        if m:
+            text = m.group(1).strip().replace("\u2019", "'")
+            out.write(text + "\n")
+            n += 1
+    out.flush()
+    if n == 0:
+        die(f"no <seg> elements in {args.file}: not an IWSLT .xml / WMT .sgm file?")
+
+
+# ----------------------------------------------------------------------------- clean / split / head
+def cmd_clean(args):
+    kept = dropped = 0
+    with open_text(args.out_src) as os_, open_text(args.out_tgt) as ot:
+        for s, t in zip(read_lines(args.src), read_lines(args.tgt)):
+            s, t = " ".join(s.split()), " ".join(t.split())
+            ns, nt = len(s.split()), len(t.split())
+            if (ns < args.min or nt < args.min or ns > args.max or nt > args.max
+                    or ns / max(nt, 1) > args.ratio or nt / max(ns, 1) > args.ratio):
+                dropped += 1
+                continue
+            os_.write(s + "\n")
+            ot.write(t + "\n")
+            kept += 1
+    print(f"clean: kept {kept} pairs, dropped {dropped}", file=sys.stderr)
+    if kept == 0:
+        die(f"empty corpus: no pair of {args.src} / {args.tgt} survived cleaning")
+
+
+def cmd_split(args):
+    """Write the held-out lines to --heldout-* and the rest to --rest-*, in input order."""
+    n = count_lines(args.src)
+    if args.every:
+        held = {i for i in range(n) if (i + 1) % args.every == 0}
+    else:
+        k = min(args.size, n // 10) if n < 10 * args.size else args.size
+        if k <= 0:
+            die(f"corpus {args.src} has {n} lines: too few to hold out a dev set")
+        held = set(random.Random(args.seed).sample(range(n), k))
+    with open_text(args.rest_src) as rs, open_text(args.rest_tgt) as rt, \
+            open_text(args.heldout_src) as hs, open_text(args.heldout_tgt) as ht:
+        for i, (s, t) in enumerate(zip(read_lines(args.src), read_lines(args.tgt))):
+            if i in held:
+                hs.write(s + "\n")
+                ht.write(t + "\n")
+            else:
+                rs.write(s + "\n")
+                rt.write(t + "\n")
+    print(f"split: held out {len(held)} of {n} lines", file=sys.stderr)
+
+
+def cmd_head(args):
+    with open_text(args.output) as out:
+        for i, line in enumerate(read_lines(args.input)):
+            if 0 < args.n <= i:
+                break
+            out.write(line + "\n")
+
+
+# ----------------------------------------------------------------------------- fairseq-generate
+def cmd_extract_gen(args):
+    """Pull S-/T-/H- lines out of fairseq-generate's log, ordered by sentence id."""
+    hyps, refs, srcs = {}, {}, {}
+    for line in read_lines(args.gen):
+        m = re.match(r"^([STH])-(\d+)\t(.*)$", line)
+        if not m:
+            continue
+        kind, idx, rest = m.group(1), int(m.group(2)), m.group(3)
+        if kind == "H":
+            hyps[idx] = rest.split("\t", 1)[1] if "\t" in rest else ""
+        elif kind == "T":
+            refs[idx] = rest
+        else:
+            srcs[idx] = rest
+    if not hyps:
+        die(f"no hypotheses (H- lines) in {args.gen}: did fairseq-generate fail?")
+    ids = sorted(hyps)
+    if ids != list(range(len(ids))):
+        die(f"{args.gen}: hypotheses for sentence ids {sorted(set(range(max(ids) + 1)) - set(ids))[:5]}"
+            " are missing")
+    os.makedirs(args.out_dir, exist_ok=True)
+    for name, table in (("hyp", hyps), ("ref", refs), ("src", srcs)):
+        with open_text(os.path.join(args.out_dir, f"gen.{name}")) as out:
+            for i in ids:
+                out.write(table.get(i, "") + "\n")
+    print(len(ids))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("cat")
+    s.add_argument("files", nargs="+")
+    s.set_defaults(fn=cmd_cat)
+
+    s = sub.add_parser("check-parallel")
+    s.add_argument("files", nargs="+")
+    s.add_argument("--print-count", action="store_true")
+    s.set_defaults(fn=cmd_check_parallel)
+
+    s = sub.add_parser("tokenize")
+    s.add_argument("-l", "--lang", required=True)
+    s.add_argument("-a", "--aggressive", action="store_true", help="Moses -a (split hyphens)")
+    s.add_argument("--no-escape", action="store_true", help="do not XML-escape (Moses -no-escape)")
+    s.add_argument("--lowercase", action="store_true")
+    s.add_argument("--normalize", action="store_true", help="Moses normalize-punctuation first")
+    s.add_argument("--workers", type=int, default=1)
+    s.set_defaults(fn=cmd_tokenize)
+
+    s = sub.add_parser("detokenize")
+    s.add_argument("-l", "--lang", required=True)
+    s.set_defaults(fn=cmd_detokenize)
+
+    s = sub.add_parser("lowercase")
+    s.set_defaults(fn=cmd_lowercase)
+
+    s = sub.add_parser("strip-tags")
+    s.set_defaults(fn=cmd_strip_tags)
+
+    s = sub.add_parser("extract-segs")
+    s.add_argument("file")
+    s.set_defaults(fn=cmd_extract_segs)
+
+    s = sub.add_parser("clean")
+    s.add_argument("src")
+    s.add_argument("tgt")
+    s.add_argument("out_src")
+    s.add_argument("out_tgt")
+    s.add_argument("--min", type=int, default=1)
+    s.add_argument("--max", type=int, default=175)
+    s.add_argument("--ratio", type=float, default=1.5)
+    s.set_defaults(fn=cmd_clean)
+
+    s = sub.add_parser("split")
+    s.add_argument("src")
+    s.add_argument("tgt")
+    s.add_argument("--rest-src", required=True)
+    s.add_argument("--rest-tgt", required=True)
+    s.add_argument("--heldout-src", required=True)
+    s.add_argument("--heldout-tgt", required=True)
+    g = s.add_mutually_exclusive_group(required=True)
+    g.add_argument("--every", type=int, help="hold out every n-th line")
+    g.add_argument("--size", type=int, help="hold out a random sample of this many lines")
+    s.add_argument("--seed", type=int, default=1)
+    s.set_defaults(fn=cmd_split)
+
+    s = sub.add_parser("head")
+    s.add_argument("n", type=int)
+    s.add_argument("input")
+    s.add_argument("output")
+    s.set_defaults(fn=cmd_head)
+
+    s = sub.add_parser("extract-gen")
+    s.add_argument("gen")
+    s.add_argument("out_dir")
+    s.set_defaults(fn=cmd_extract_gen)
+
+    args = p.parse_args()
+    try:
+        args.fn(args)
+    except BrokenPipeError:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

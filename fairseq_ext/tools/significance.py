@@ -1,0 +1,163 @@
+"""Significance of BLEU differences with sacreBLEU's own paired tests, in the BLEU flavours
+the papers report, and the papers' significance marks.
+
+The mark qualifying a BLEU score comes from the same scorer and flavour as that score:
+sacreBLEU's paired bootstrap resampling (Koehn 2004; ``sacrebleu --paired-bs``, 1000
+samples, what the papers ran through compare-mt) or approximate randomization
+(``--paired-ar``). compare-mt stays for its analyses (scripts/significance.sh).
+
+    python -m fairseq_ext.tools.significance --ref REF --baseline HYP_A --system B=HYP_B [--system C=HYP_C] \\
+        [--flavour detok-cased] [--method bs|ar] [--samples 1000] [--seed 12345] [--marks thesis] [--json OUT]
+"""
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Dict, List, Sequence
+
+# BLEU flavours: name -> sacreBLEU settings. detok: detokenized text, 13a tokenization (WMT'14,
+# IWSLT'15 En-Vi, Multi30k); tok: Moses-tokenized text scored as is (multi-bleu.perl style:
+# IWSLT'14 Es-En, Fr, Ro; De-En lowercased). The one table of flavours (score_bleu.py uses it).
+FLAVOURS = {
+    "detok-cased": {"tokenize": "13a", "lowercase": False, "force": False},
+    "detok-lc": {"tokenize": "13a", "lowercase": True, "force": False},
+    "tok-cased": {"tokenize": "none", "lowercase": False, "force": True},
+    "tok-lc": {"tokenize": "none", "lowercase": True, "force": True},
+}
+
+# The papers' marks, strongest first: (p below, mark). The thesis and the MLMHA paper: † p < 0.05,
+# ‡ p < 0.01; the MMA paper: †† p < 0.01; the word-translation paper (Table 6) reverses them:
+# † p < 0.01, ‡ p < 0.05.
+MARKS = {
+    "thesis": ((0.01, "‡"), (0.05, "†")),
+    "mlmha": ((0.01, "‡"), (0.05, "†")),
+    "mma": ((0.01, "††"), (0.05, "†")),
+    "wt": ((0.01, "†"), (0.05, "‡")),
+}
+
+
+def bleu_metric(flavour: str):
+    from sacrebleu.metrics import BLEU
+
+    if flavour not in FLAVOURS:
+        raise ValueError(f"--flavour: {flavour!r} is not one of {', '.join(FLAVOURS)}")
+    return BLEU(**FLAVOURS[flavour])
+
+
+def mark_for(p_value, marks: str = "thesis") -> str:
+    if p_value is None:
+        return ""
+    for bound, mark in MARKS[marks]:
+        if p_value < bound:
+            return mark
+    return ""
+
+
+def paired_significance(refs: Sequence[str], baseline: Sequence[str], systems: Dict[str, Sequence[str]], *,
+                        flavour: str = "detok-cased", method: str = "bs", n_samples: int = 1000,
+                        seed: int = 12345, marks: str = "thesis") -> dict:
+    """sacreBLEU's paired test of each system against the baseline.
+
+    Returns {"baseline": {...}, name: {...}} with, for each: ``bleu`` (the corpus score),
+    ``mean`` and ``ci`` (bootstrap mean and 95% half-width; for ``ar`` from 1000 bootstrap
+    resamples), ``p_value`` (None for the baseline) and ``mark`` (the papers' mark, see MARKS),
+    plus ``signature``.
+    """
+    from sacrebleu.significance import PairedTest
+
+    if method not in ("bs", "ar"):
+        raise ValueError(f"--method: {method!r} is not bs (paired bootstrap) or ar (approximate randomization)")
+    if marks not in MARKS:
+        raise ValueError(f"--marks: {marks!r} is not one of {', '.join(MARKS)}")
+    n = len(refs)
+    for name, hyps in [("baseline", baseline), *systems.items()]:
+        if len(hyps) != n:
+            raise ValueError(f"{name} has {len(hyps)} lines but the reference has {n}")
+    if "baseline" in systems:
+        raise ValueError("a system may not be called 'baseline'")
+    named = [("baseline", list(baseline))] + [(k, list(v)) for k, v in systems.items()]
+    old_seed = os.environ.get("SACREBLEU_SEED")
+    os.environ["SACREBLEU_SEED"] = str(seed)  # how sacreBLEU's PairedTest takes its seed
+    level = logging.getLogger("sacrebleu").level
+    logging.getLogger("sacrebleu").setLevel(logging.WARNING)
+    try:
+        test = PairedTest(named, {"BLEU": bleu_metric(flavour)}, references=[list(refs)], test_type=method,
+                          n_samples=n_samples, n_ar_confidence=0 if method == "ar" else -1, n_jobs=1)
+        signatures, scores = test()
+    finally:
+        logging.getLogger("sacrebleu").setLevel(level)
+        if old_seed is None:
+            os.environ.pop("SACREBLEU_SEED", None)
+        else:
+            os.environ["SACREBLEU_SEED"] = old_seed
+    signature = str(next(iter(signatures.values())))
+    out = {}
+    base_score = None
+    for name, result in zip(scores["System"], next(v for k, v in scores.items() if k != "System")):
+        p = result.p_value if name != "baseline" else None
+        if name == "baseline":
+            base_score = result.score
+        elif result.score == base_score:
+            # sacreBLEU (after MultEval) counts only sample differences *above* the observed one,
+            # so an observed difference of exactly 0 (e.g. identical output) gets the smallest
+            # p-value, 1/(n+1): "significant". No difference is never significant here.
+            p = 1.0
+        out[name] = {"bleu": round(float(result.score), 2), "mean": _opt(result.mean), "ci": _opt(result.ci),
+                     "p_value": None if p is None else round(float(p), 4), "mark": mark_for(p, marks),
+                     "signature": signature}
+    return out
+
+
+def _opt(value):
+    return None if value is None else round(float(value), 2)
+
+
+def _read(path: str) -> List[str]:
+    from fairseq_ext.tools.corpus import read_lines  # the one reader: UTF-8 checked, BOM/CR cleaned
+
+    return list(read_lines(path))
+
+
+def main(argv=None):
+    from fairseq_ext.errors import install
+
+    install()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--ref", required=True)
+    ap.add_argument("--baseline", required=True, help="the baseline system's output")
+    ap.add_argument("--baseline-name", default="baseline", help="its name in the printed table")
+    ap.add_argument("--system", action="append", required=True, metavar="NAME=FILE")
+    ap.add_argument("--flavour", default="detok-cased", choices=sorted(FLAVOURS))
+    ap.add_argument("--method", default="bs", choices=["bs", "ar"])
+    ap.add_argument("--samples", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=12345)
+    ap.add_argument("--marks", default="thesis", choices=sorted(MARKS))
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    systems = {}
+    for spec in args.system:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            ap.error(f"--system: expected NAME=FILE, not {spec!r}")
+        systems[name] = _read(path)
+    result = paired_significance(_read(args.ref), _read(args.baseline), systems, flavour=args.flavour,
+                                 method=args.method, n_samples=args.samples, seed=args.seed, marks=args.marks)
+    method = "paired bootstrap" if args.method == "bs" else "approximate randomization"
+    print(f"sacreBLEU {method}, {args.samples} samples, BLEU {args.flavour}, p against {args.baseline_name}")
+    print(f"{'system':<20} {'BLEU':>6} {'mean ± 95% CI':>16} {'p':>8}  mark")
+    for name, r in result.items():
+        ci = f"{r['mean']} ± {r['ci']}" if r["mean"] is not None else ""
+        p = "" if r["p_value"] is None else f"{r['p_value']:.4f}"
+        shown = args.baseline_name if name == "baseline" else name
+        print(f"{shown:<20} {r['bleu']:>6.2f} {ci:>16} {p:>8}  {r['mark']}")
+    print(f"signature: {next(iter(result.values()))['signature']}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1, ensure_ascii=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""The guards on fairseq (fairseq_ext/guards/): installed once, each around fairseq's own."""
+import sys
+
+import fairseq_ext  # noqa: F401  (installs the guards)
+from fairseq import checkpoint_utils, file_io
+from fairseq import trainer as fairseq_trainer
+from fairseq.data import data_utils
+from fairseq.distributed import utils as distributed_utils
+
+from fairseq_ext import guards
+from fairseq_ext.guards.patching import MARKER, REPLACED, is_guard
+
+# (owner, attribute) -> the module fairseq's original comes from (None: not fairseq's, sys)
+GUARDED = {
+    (checkpoint_utils, "load_checkpoint_to_cpu"): "fairseq.checkpoint_utils",
+    (data_utils, "batch_by_size"): "fairseq.data.data_utils",
+    (distributed_utils, "_broadcast_object_slow"): "fairseq.distributed.utils",
+    (checkpoint_utils, "PathManager"): "fairseq.file_io",
+    (checkpoint_utils, "load_checkpoint"): "fairseq.checkpoint_utils",
+    (sys, "excepthook"): None,
+    (fairseq_trainer.Trainer, "__init__"): "fairseq.trainer",
+}
+
+
+def _installed():
+    return {key: getattr(*key) for key in GUARDED}
+
+
+def test_each_guarded_attribute_is_wrapped_once_around_fairseqs_own():
+    assert {(id(owner), name) for owner, name in REPLACED} == {(id(owner), name) for owner, name in GUARDED}
+    assert len(REPLACED) == len(GUARDED)
+    for (owner, name), module in GUARDED.items():
+        wrapper = getattr(owner, name)
+        assert is_guard(wrapper) and getattr(wrapper, MARKER) is True, name
+        original = wrapper.__wrapped__
+        assert not is_guard(original), f"{name} is wrapped twice"
+        assert wrapper.__doc__ == original.__doc__, name
+        if module is not None:
+            assert original.__module__ == module, name
+    assert checkpoint_utils.PathManager.__wrapped__ is file_io.PathManager
+
+
+def test_installing_again_changes_nothing():
+    before, replaced = _installed(), list(REPLACED)
+    guards.install()
+    guards.install()
+    after = _installed()
+    assert all(after[key] is before[key] for key in GUARDED)
+    assert REPLACED == replaced
