@@ -230,7 +230,7 @@ def test_word_order_table_with_known_bleu(tiny_models, tmp_path, monkeypatch):
                ckpts["hier_nopos"]: [r.replace("sat", "stood") if i % 2 else r for i, r in enumerate(refs)],
                ckpts["mma"]: [r.replace("mat", "rug") if i % 3 else r for i, r in enumerate(refs)]}
 
-    def fake_evaluate(checkpoint, data, split, out, overrides=None, generate_args=(), cpu=False):
+    def fake_evaluate(checkpoint, data, split, out, overrides=None, generate_args=(), cpu=False, src=None, tgt=None):
         os.makedirs(out, exist_ok=True)
         for name, lines in (("ref.detok", refs), ("hyp.detok", outputs[checkpoint])):
             with open(os.path.join(out, name), "w") as f:

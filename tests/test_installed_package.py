@@ -55,10 +55,13 @@ def installed(tmp_path_factory):
     with open(os.path.join(site, "outer.pth"), "w") as f:
         f.write(sysconfig.get_paths()["purelib"] + "\n")
     # the new environment's own pip run (this environment's, through the .pth line), so that
-    # the console scripts start the new environment's Python
-    install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", wheels[0]],
-                             capture_output=True, text=True)
+    # the console scripts start the new environment's Python; --ignore-installed: pip sees
+    # this environment's fairseq_ext through the .pth line and would otherwise uninstall it
+    outer = sorted(glob.glob(os.path.join(sysconfig.get_paths()["purelib"], "*fairseq_ext*")))
+    install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed",
+                              "-q", wheels[0]], capture_output=True, text=True)
     assert install.returncode == 0, install.stderr[-3000:]
+    assert sorted(glob.glob(os.path.join(sysconfig.get_paths()["purelib"], "*fairseq_ext*"))) == outer
     bindir = env_dir / "bin"
     assert (bindir / "fairseq-ext").exists(), sorted(os.listdir(bindir))
     for name, target in _fairseq_console_scripts().items():

@@ -988,3 +988,40 @@ def test_a_deep_copy_computes_what_the_model_computes_with_its_own_weights(flags
         perturb(model, seed=3)  # the original changes; the copy must not
         actual, _ = clone(src, lengths, prev)
     torch.testing.assert_close(actual, expected, atol=1e-6, rtol=0)
+
+
+# ----------------------------------------------------------------------------------------
+# 12. every strategy's cross-attention reports its weights through the modules' contract
+# ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("strategy", ALL_OPTIONS)
+def test_every_strategy_reports_its_attention_weights(strategy):
+    """Recording (fairseq_ext.modules.attention_utils.record_attention_weights) every
+    decoder layer's cross-attention part: each reports its per-head weights, batch-first,
+    rows summing to 1 (flat: its per-source maps together), and the output is unchanged."""
+    from fairseq_ext.modules.attention_utils import ReportsAttentionWeights, record_attention_weights
+
+    model, args, dictionary = small_model(strategy)
+    src, lengths, prev = random_batch(dictionary)
+    parts = [m for layer in model.decoder.layers for m in (layer.serial_stack, layer.encoder_attn) if m is not None]
+    assert all(isinstance(m, ReportsAttentionWeights) for m in parts)
+    with torch.no_grad():
+        plain, _ = model(src, lengths, prev)
+        with record_attention_weights(parts) as recorder:
+            recorded, _ = model(src, lengths, prev)
+    torch.testing.assert_close(recorded, plain, atol=1e-6, rtol=0)
+    bsz, heads, tgt_len = src.size(0), args.decoder_attention_heads, prev.size(1)
+    for layer in model.decoder.layers:
+        report = recorder.last(layer.encoder_attn)
+        weights = report["attention"]
+        assert weights.shape[:3] == (bsz, heads, tgt_len) and weights.size(-1) == src.size(1)
+        per_source = dict(report.get("per_source", {}))
+        if layer.serial_stack is not None:
+            per_source.update(recorder.last(layer.serial_stack)["per_source"])
+        if isinstance(layer.encoder_attn, FlatOrHierarchicalCrossAttention) and layer.encoder_attn.flat:
+            total = sum(per_source.values()).sum(-1)
+            torch.testing.assert_close(total, torch.ones(weights.shape[:-1], dtype=weights.dtype))
+            continue
+        for w in [weights, *per_source.values()]:
+            torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:-1], dtype=w.dtype))
+        if table.STRATEGIES[strategy].memory is Memory.STACKED and strategy not in ("m-00", "m-01"):
+            assert sorted(per_source) == list(range(args.joint_attention_layers))  # U0 = 0: one joint map

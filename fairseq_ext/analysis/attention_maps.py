@@ -105,130 +105,36 @@ def capture_cross_attention(model):
     source: ``records[l]`` (l = 0..M-1) gets ``attention`` (B x H x Z x J, what the layer's
     cross-attention returns with need_head_weights), ``per_source`` {i: B x H x Z x J} and
     ``beta`` (B x H x Z x n, or B x 1 x Z x n when the module averages its heads); see the
-    module docstring for what each strategy gives. The last forward call wins.
+    module docstring for what each strategy gives. The last forward call wins; the records
+    are filled when the block ends.
 
-    fairseq's MultiheadAttention modules (the layer's own, the serial sublayers, the
-    parallel and hierarchical per-source attentions) are asked for per-head weights by a
-    pre-hook; the MLMHA and flat/hierarchical-shared modules return only their combination,
-    so their softmaxes are recorded where the module computes them (``softmax_float`` in
-    their module, wrapped for the duration)."""
-    from fairseq_ext.modules import multi_layer_multihead_attention as mlmha_module
-    from fairseq_ext.modules import multi_source_attention as ms_module
-    from fairseq_ext.modules.multi_layer_multihead_attention import MultiLayerMultiheadAttention
-    from fairseq_ext.modules.multi_source_attention import (
-        FlatOrHierarchicalCrossAttention,
-        HierarchicalCrossAttention,
-        ParallelCrossAttention,
-    )
+    The layer's cross-attention part (the serial sublayers, if any, and its cross-attention)
+    reports its weights through the attention modules' contract
+    (``fairseq_ext.modules.attention_utils.record_attention_weights``)."""
+    from fairseq_ext.modules.attention_utils import record_attention_weights
 
     layers = model.decoder.layers
     records = {i: {"attention": None, "per_source": {}, "beta": None} for i in range(len(layers))}
-    current = {"layer": None, "softmaxes": []}
-    handles = []
+    parts = {i: [m for m in (getattr(layer, "serial_stack", None), layer.encoder_attn) if m is not None]
+             for i, layer in enumerate(layers)}
 
-    def batch_first(weights):  # fairseq's H x B x Z x J -> B x H x Z x J
-        return None if weights is None else weights.detach().transpose(0, 1).float().cpu()
+    def cpu(weights):
+        return None if weights is None else weights.float().cpu()
 
-    def force(module, args, kwargs):
-        kwargs["need_weights"] = True
-        kwargs["need_head_weights"] = True
-        return args, kwargs
-
-    def layer_pre(index):  # a new forward of the decoder layer (the serial sublayers run first)
-        def hook(module, args):
-            records[index].update(attention=None, per_source={}, beta=None)
-        return hook
-
-    def top_pre(index):
-        def hook(module, args, kwargs):
-            current["layer"], current["softmaxes"] = index, []
-            return force(module, args, kwargs)
-        return hook
-
-    def by_source(calls, keep):
-        """The per-source softmaxes: one call per source (B x H x Z x J each), or one call
-        over all sources at once (B x n x H x Z x J)."""
-        if len(calls) == 1 and calls[0].dim() == 5:
-            calls = list(calls[0].unbind(1))
-        return dict(zip(range(len(calls)) if len(calls) == n else keep, calls))
-
-    def top_post(index):
-        def hook(module, args, kwargs, output):
-            rec = records[index]
-            rec["attention"] = batch_first(output[1])
-            calls = [s.detach().float().cpu() for s in current["softmaxes"]]
-            keep = [i for i in range(n) if i != getattr(module, "removed_source", None)]
-            if isinstance(module, MultiLayerMultiheadAttention) and module.layer_specific:
-                rec["per_source"] = by_source(calls, keep)
-            elif isinstance(module, FlatOrHierarchicalCrossAttention) and module.flat:
-                rec["per_source"] = dict(enumerate(calls[0].unflatten(-1, (n, -1)).unbind(-2)))
-            elif isinstance(module, FlatOrHierarchicalCrossAttention):  # hierarchical-shared
-                rec["per_source"] = by_source(calls[:-1], keep)
-                rec["beta"] = calls[-1]
-            current["layer"] = None
-        return hook
-
-    def source_post(index, i):
-        def hook(module, args, kwargs, output):
-            if output[1] is not None:
-                records[index]["per_source"][i] = batch_first(output[1])
-        return hook
-
-    def beta_post(index):
-        def hook(module, args, kwargs, output):  # (Z B) x 1 x n, head-averaged by the module
-            beta = output[1].detach().float().cpu()
-            z = records_shape[index]
-            records[index]["beta"] = beta.view(z, -1, beta.size(-1)).transpose(0, 1).unsqueeze(1)
-        return hook
-
-    records_shape = {}
-
-    def query_length(index):
-        def hook(module, args, kwargs):
-            query = kwargs.get("query", args[0] if args else None)
-            records_shape[index] = query.size(0)
-        return hook
-
-    def recording(original):
-        def softmax_float(logits):
-            weights = original(logits)
-            if current["layer"] is not None:
-                current["softmaxes"].append(weights)
-            return weights
-        return softmax_float
-
-    n = model.decoder.options.num_joint_layers
-    for index, layer in enumerate(layers):
-        attn = layer.encoder_attn
-        if attn is None:
-            continue
-        handles.append(layer.register_forward_pre_hook(layer_pre(index)))
-        handles.append(attn.register_forward_pre_hook(top_pre(index), with_kwargs=True))
-        handles.append(attn.register_forward_hook(top_post(index), with_kwargs=True))
-        serial = getattr(layer, "serial_stack", None)
-        subs = []
-        if serial is not None:  # f^1..f^{n-1}; the layer's own cross-attention reads f^n
-            subs = list(enumerate(serial.attentions))
-            handles.append(attn.register_forward_hook(source_post(index, n - 1), with_kwargs=True))
-        elif isinstance(attn, ParallelCrossAttention):
-            subs = list(enumerate(attn.attentions))
-        elif isinstance(attn, HierarchicalCrossAttention):
-            subs = list(enumerate(attn.source_attentions))
-            handles.append(attn.register_forward_pre_hook(query_length(index), with_kwargs=True))
-            handles.append(attn.context_attention.register_forward_hook(beta_post(index), with_kwargs=True))
-        for i, sub in subs:
-            handles.append(sub.register_forward_pre_hook(force, with_kwargs=True))
-            handles.append(sub.register_forward_hook(source_post(index, i), with_kwargs=True))
-    originals = {mod: mod.softmax_float for mod in (mlmha_module, ms_module)}
-    for mod, original in originals.items():
-        mod.softmax_float = recording(original)
-    try:
-        yield records
-    finally:
-        for mod, original in originals.items():
-            mod.softmax_float = original
-        for h in handles:
-            h.remove()
+    with record_attention_weights([m for modules in parts.values() for m in modules]) as recorder:
+        try:
+            yield records
+        finally:
+            for index, modules in parts.items():
+                rec = records[index]
+                for module in modules:
+                    report = recorder.last(module) or {}
+                    rec["per_source"].update({i: cpu(w) for i, w in report.get("per_source", {}).items()})
+                    if report.get("beta") is not None:
+                        rec["beta"] = cpu(report["beta"])
+                top = recorder.last(layers[index].encoder_attn) if layers[index].encoder_attn is not None else None
+                rec["attention"] = cpu((top or {}).get("attention"))
+                rec["per_source"] = dict(sorted(rec["per_source"].items()))
 
 
 # ---- one sentence ----------------------------------------------------------------------------------

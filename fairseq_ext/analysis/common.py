@@ -154,62 +154,23 @@ def capture_self_attention(model):
     """Record, during the model's own forward, the self-attention weights of every encoder
     layer: ``records[l]`` (l = 0..L-1) gets one tensor per forward call, B x H x T x T
     (``"global"``), and for Dual Contextual layers also ``"local"`` (the local FI unit's
-    weights over the local-context keys). Works for fairseq's MultiheadAttention, the MMA
-    module and the DC module (which the encoder layers call with need_weights=False: a
-    pre-hook asks for the per-head weights, a hook takes them)."""
-    from fairseq_ext.modules.dual_contextual_attention import DualContextualAttention, FeatureInteraction
+    weights over the local-context keys). Every self-attention of the plugin (fairseq's, MMA, DC) reports its weights through the
+    attention modules' contract (``fairseq_ext.modules.attention_utils.record_attention_weights``)."""
+    from fairseq_ext.modules.attention_utils import record_attention_weights
 
     encoders = getattr(model.encoder, "encoders", None) or [model.encoder]
     layers = encoders[0].layers
     records: Dict[int, Dict[str, List[torch.Tensor]]] = {i: {"global": [], "local": []} for i in range(len(layers))}
-    handles = []
-    dc_current = {"layer": None, "calls": []}
+    index = {id(layer.self_attn): i for i, layer in enumerate(layers)}
 
-    def pre_hook(index):
-        def hook(module, args, kwargs):
-            kwargs["need_weights"] = True
-            kwargs["need_head_weights"] = True
-            dc_current["layer"] = index if isinstance(module, DualContextualAttention) else None
-            dc_current["calls"] = []
-            return args, kwargs
-        return hook
+    def on_report(module, report):
+        record = records[index[id(module)]]
+        record["global"].append(report["attention"].float().cpu())
+        if report.get("local") is not None:
+            record["local"].append(report["local"].float().cpu())
 
-    def post_hook(index):
-        def hook(module, args, kwargs, output):
-            weights = output[1]  # H x B x T x S
-            records[index]["global"].append(weights.detach().transpose(0, 1).float().cpu())
-            if isinstance(module, DualContextualAttention) and len(dc_current["calls"]) == 2:
-                records[index]["local"].append(dc_current["calls"][0].detach().float().cpu())  # B x H x T x S
-            dc_current["layer"] = None
-        return hook
-
-    original_attend = FeatureInteraction.attend
-
-    def recording_attend(q, k, v, bias, blocked, dropout):
-        out, weights = original_attend(q, k, v, bias, blocked, dropout)
-        if dc_current["layer"] is not None:
-            dc_current["calls"].append(weights)
-        return out, weights
-
-    # fairseq's MultiheadAttention hands the computation to torch's fused function, which
-    # returns head-averaged weights only; its own (same) computation runs when the module
-    # skips torch's embedding-dimension check, and returns every head
-    slow_path = {}
-    for i, layer in enumerate(layers):
-        handles.append(layer.self_attn.register_forward_pre_hook(pre_hook(i), with_kwargs=True))
-        handles.append(layer.self_attn.register_forward_hook(post_hook(i), with_kwargs=True))
-        if hasattr(layer.self_attn, "skip_embed_dim_check"):
-            slow_path[layer.self_attn] = layer.self_attn.skip_embed_dim_check
-            layer.self_attn.skip_embed_dim_check = True
-    FeatureInteraction.attend = staticmethod(recording_attend)
-    try:
+    with record_attention_weights([layer.self_attn for layer in layers], on_report):
         yield records
-    finally:
-        FeatureInteraction.attend = staticmethod(original_attend)
-        for module, value in slow_path.items():
-            module.skip_embed_dim_check = value
-        for h in handles:
-            h.remove()
 
 
 def read_prep_env(data: str) -> Dict[str, str]:
@@ -238,7 +199,7 @@ def checkpoint_config(checkpoint: str, part: str = "model"):
         raise AnalysisError(f"--checkpoint {checkpoint}: no such file")
     state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
     cfg = state.get("cfg")
-    config = cfg[part] if cfg is not None else state.get("args")
+    config = cfg.get(part) if cfg is not None else state.get("args")
     if config is None:
         raise AnalysisError(f"--checkpoint {checkpoint}: no {part} configuration in the checkpoint")
     return config
@@ -267,9 +228,11 @@ def languages(checkpoint: str, data: str, split: str = "test", src: Optional[str
         if len(pairs) == 1:
             found = pairs.pop()
         else:
-            held = f"the language pairs {', '.join('-'.join(p) for p in sorted(pairs))}" if pairs else "no language pair"
+            held = ("the language pairs " + ", ".join("-".join(p) for p in sorted(pairs))) if pairs \
+                else "no language pair"
             raise AnalysisError(f"cannot tell the languages of {checkpoint} on {data}: no prep.env, none in the "
-                                f"checkpoint's task configuration, and split '{split}' has {held}; pass --src L --tgt L")
+                                f"checkpoint's task configuration, and split '{split}' has {held}; "
+                                "pass --src L --tgt L")
     return src or found[0], tgt or found[1]
 
 
@@ -308,7 +271,8 @@ def evaluate(checkpoint: str, data: str, split: str, out: str, overrides: Option
     fairseq's SequenceGenerator, BPE removed and detokenized as everywhere else); returns
     {"dir": out, "bleu": {flavour: score}, "headline": flavour}. The languages are
     :func:`languages`'; on data without prep.env also the subword kind (:func:`subword_kind`)
-    is passed, and the reference is fairseq's T- lines (evaluate.sh warns)."""
+    is passed. Without DATA/text/ (the recipes' references) evaluate.sh scores against
+    fairseq's T- lines, and warns."""
     from fairseq_ext import resources
     from fairseq_ext.cli import recipe_environment
 

@@ -88,13 +88,15 @@ def _mlmha(layer_specific: bool, sum_contexts: bool):
     return build
 
 
-def _source_select(index: Callable[[CrossAttentionSpec], int]):
-    """fairseq's cross-attention reading one slice of a stacked memory."""
+def _source_select(index: Callable[[CrossAttentionSpec], int], one_of_n_sources: bool):
+    """fairseq's cross-attention reading one slice of a stacked memory (``one_of_n_sources``:
+    the slice is one source of a combination, not a memory of its own)."""
     def build(spec: CrossAttentionSpec):
         return SourceSelectAttention(spec.embed_dim, spec.num_heads, kdim=spec.kdim, vdim=spec.kdim,
                                      dropout=spec.dropout, encoder_decoder_attention=True, q_noise=spec.q_noise,
                                      qn_block_size=spec.qn_block_size, source_index=index(spec),
-                                     removed=spec.removed_source is not None and spec.removed_source == index(spec))
+                                     removed=spec.removed_source is not None and spec.removed_source == index(spec),
+                                     one_of_n_sources=one_of_n_sources)
     return build
 
 
@@ -132,7 +134,8 @@ STRATEGIES: Dict[str, JointAttentionStrategy] = {s.name: s for s in [
         "transparent", Memory.PER_DECODER_LAYER,
         build_memory=lambda spec: TransparentCombination(spec.num_encoder_layers + 1, spec.num_decoder_layers),
         memory_attribute="transparent",
-        build_cross_attention=_source_select(lambda spec: spec.layer_number - 1), collects_layers=False),
+        build_cross_attention=_source_select(lambda spec: spec.layer_number - 1, one_of_n_sources=False),
+        collects_layers=False),
     # MLMHA (thesis Eq. 3.6-3.11), (U0, U1): one softmax over the summed per-layer logits (U0=0)
     # or a softmax per layer (U0=1); contexts concatenated (U1=0) or summed (U1=1)
     _stacked("m-00", _mlmha(layer_specific=False, sum_contexts=False), multi_source=False),
@@ -140,7 +143,8 @@ STRATEGIES: Dict[str, JointAttentionStrategy] = {s.name: s for s in [
     _stacked("m-10", _mlmha(layer_specific=True, sum_contexts=False), multi_source=True),
     _stacked("m-11", _mlmha(layer_specific=True, sum_contexts=True), multi_source=True),
     # Libovicky et al. 2018: one cross-attention sublayer per layer, f^1 first (Fig. 1a)
-    _stacked("serial", _source_select(lambda spec: spec.num_sources - 1), multi_source=True, serial_sublayers=True),
+    _stacked("serial", _source_select(lambda spec: spec.num_sources - 1, one_of_n_sources=True), multi_source=True,
+             serial_sublayers=True),
     # the sum of n independent cross-attentions (Eq. 4)
     _stacked("parallel",
              lambda spec: ParallelCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources, spec.dropout,

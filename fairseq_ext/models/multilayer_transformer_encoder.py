@@ -14,6 +14,7 @@ from fairseq_ext import keys
 from fairseq_ext.models.joint_attention_strategies import Memory, MemorySpec
 from fairseq_ext.models.multilayer_transformer_config import MultilayerOptions
 from fairseq_ext.modules.dual_contextual_attention import DualContextualAttention
+from fairseq_ext.modules.attention_utils import reporting_weights
 from fairseq_ext.modules.mixed_multihead_attention import MixedMultiheadAttention
 from fairseq_ext.modules.source_feature_collector import collect_source_features, encoder_layer_outputs
 
@@ -51,7 +52,7 @@ class MultilayerTransformerEncoderLayer(TransformerEncoderLayerBase):
     def build_self_attention(self, embed_dim, cfg):
         variant = build_self_attention_variant(self.self_attention_kind, embed_dim, cfg.encoder.attention_heads,
                                                self.options, cfg.attention_dropout, causal=False)
-        return variant if variant is not None else super().build_self_attention(embed_dim, cfg)
+        return variant if variant is not None else reporting_weights(super().build_self_attention(embed_dim, cfg))
 
 
 class MultilayerTransformerEncoder(TransformerEncoderBase):

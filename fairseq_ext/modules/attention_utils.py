@@ -1,10 +1,13 @@
 """Small pieces shared by the attention modules: projections, head reshaping, masks,
-softmaxes, and the incremental-decoding cache helpers."""
+softmaxes, the incremental-decoding cache helpers, and the contract by which every attention
+module of the plugin reports its weights to the analyses."""
+import contextlib
 import math
 from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
+from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
 
@@ -63,6 +66,116 @@ def attention_weights_for_output(
     if need_head_weights:
         return weights.transpose(0, 1)
     return weights.mean(dim=1)
+
+
+# ---- attention weights reported to the analyses -------------------------------------------
+# Every attention module of the plugin (self- and cross-attention) derives from
+# ReportsAttentionWeights. While ``record_attention_weights(modules)`` is active, each of
+# those modules computes its per-head weights and reports them once per forward call to the
+# recorder, a dict batch-first and detached:
+#
+#   "attention":  B x H x Z x J  what the module returns with need_head_weights (its
+#                                combined map over the keys it attends)
+#   "per_source": {i: B x H x Z x J}  each source's own map, for the modules over n stacked
+#                                sources (i = 0..n-1; a masked source is left out)
+#   "beta":       B x H' x Z x n  the weights over the n per-source contexts (hierarchical
+#                                forms; H' = 1 where the module averages its heads)
+#   "local":      B x H x T x S  the local FI unit's map (Dual Contextual attention)
+#
+# Recording never changes what a module returns to its caller, nor its output.
+class AttentionWeightsRecorder:
+    """The registry the analyses read: ``reports[module]`` lists what ``module`` reported,
+    one dict per forward call (see above); :meth:`last` is the latest one. ``on_report``,
+    if given, is called with (module, report) as each report arrives."""
+
+    def __init__(self, on_report=None):
+        self.reports: Dict[nn.Module, List[Dict]] = {}
+        self.on_report = on_report
+
+    def __call__(self, module: nn.Module, report: Dict) -> None:
+        self.reports.setdefault(module, []).append(report)
+        if self.on_report is not None:
+            self.on_report(module, report)
+
+    def last(self, module: nn.Module) -> Optional[Dict]:
+        calls = self.reports.get(module)
+        return calls[-1] if calls else None
+
+
+class ReportsAttentionWeights:
+    """Mixin of the plugin's attention modules: the weights-reporting contract above."""
+
+    _weights_recorder: Optional[AttentionWeightsRecorder] = None
+
+    @property
+    def recording_weights(self) -> bool:
+        return self.__dict__.get("_weights_recorder") is not None
+
+    def report_weights(self, **report) -> None:
+        """Report this forward's weights (keys and shapes above); a no-op unless recording."""
+        recorder = self.__dict__.get("_weights_recorder")
+        if recorder is None:
+            return
+        detach = lambda t: None if t is None else t.detach()  # noqa: E731
+        recorder(self, {key: ({i: detach(w) for i, w in value.items()} if isinstance(value, dict) else detach(value))
+                        for key, value in report.items()})
+
+
+@contextlib.contextmanager
+def record_attention_weights(modules, on_report=None):
+    """Record the weights ``modules`` (attention modules of the plugin; others are skipped)
+    report during the forwards run inside the block; yields the
+    :class:`AttentionWeightsRecorder`."""
+    recorder = AttentionWeightsRecorder(on_report)
+    recording = [m for m in modules if isinstance(m, ReportsAttentionWeights)]
+    for module in recording:
+        module.__dict__["_weights_recorder"] = recorder
+    try:
+        yield recorder
+    finally:
+        for module in recording:
+            module.__dict__.pop("_weights_recorder", None)
+
+
+def head_weights_for_output(head_weights: Optional[Tensor], need_weights: bool,
+                            need_head_weights: bool) -> Optional[Tensor]:
+    """fairseq's H x B x Z x J per-head weights -> what the caller asked for: the same, their
+    head average B x Z x J (as fairseq averages them), or None."""
+    if head_weights is None or need_head_weights:
+        return head_weights
+    return head_weights.mean(dim=0) if need_weights else None
+
+
+class RecordingMultiheadAttention(MultiheadAttention, ReportsAttentionWeights):
+    """fairseq's MultiheadAttention, unchanged (same parameters and outputs), that reports
+    its per-head weights while recording. torch's fused attention, which fairseq uses for
+    full-sequence self-attention, returns head-averaged weights only; while recording the
+    module runs fairseq's own (same) computation, which it does when it skips torch's
+    embedding-dimension check."""
+
+    def forward(self, query, key, value, key_padding_mask=None, incremental_state=None, need_weights=True,
+                static_kv=False, attn_mask=None, before_softmax=False, need_head_weights=False):
+        if not self.recording_weights or before_softmax:
+            return super().forward(query, key, value, key_padding_mask, incremental_state, need_weights, static_kv,
+                                   attn_mask, before_softmax, need_head_weights)
+        skip = self.skip_embed_dim_check
+        self.skip_embed_dim_check = True
+        try:
+            out, weights = super().forward(query, key, value, key_padding_mask, incremental_state, True, static_kv,
+                                           attn_mask, False, True)  # H x B x Z x J
+        finally:
+            self.skip_embed_dim_check = skip
+        self.report_weights(attention=weights.transpose(0, 1))
+        return out, head_weights_for_output(weights, need_weights, need_head_weights)
+
+
+def reporting_weights(module: MultiheadAttention) -> MultiheadAttention:
+    """fairseq's MultiheadAttention as built by fairseq's own ``build_*_attention`` (with all
+    of fairseq's options), made a :class:`RecordingMultiheadAttention`: the subclass adds no
+    state and changes no output, so the module keeps everything fairseq gave it."""
+    if type(module) is MultiheadAttention:
+        module.__class__ = RecordingMultiheadAttention
+    return module
 
 
 def reorder_buffer(buffer: Dict[str, Optional[Tensor]], new_order: Tensor) -> Dict[str, Optional[Tensor]]:
@@ -172,10 +285,10 @@ def group_mask(key_padding_mask: Optional[Tensor], groups: int) -> Optional[Tens
     return key_padding_mask[:: key_padding_mask.size(0) // groups]
 
 
-def attend_by_sentence(attend, q: Tensor, rows: int, key_padding_mask: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
-    """``attend(queries, mask) -> (contexts, weights)`` against keys/values cached in
+def attend_by_sentence(attend, q: Tensor, rows: int, key_padding_mask: Optional[Tensor]) -> Tuple[Tensor, ...]:
+    """``attend(queries, mask) -> (contexts, weights, ...)`` against keys/values cached in
     ``rows`` rows (one per sentence in decoding, see ``identical_row_groups``): the
     hypotheses' queries (N x *M x Z x D) grouped per row, the padding mask taken once per
-    row, and both outputs returned per hypothesis (N x *M x Z x ...)."""
-    contexts, weights = attend(group_queries(q, rows), group_mask(key_padding_mask, rows))
-    return ungroup(contexts, q.size(0)), ungroup(weights, q.size(0))
+    row, and every output returned per hypothesis (N x *M x Z x ...)."""
+    outputs = attend(group_queries(q, rows), group_mask(key_padding_mask, rows))
+    return tuple(ungroup(output, q.size(0)) for output in outputs)

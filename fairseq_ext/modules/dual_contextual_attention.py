@@ -23,6 +23,7 @@ from fairseq.modules.fairseq_dropout import FairseqDropout
 from torch import Tensor
 
 from fairseq_ext.modules.attention_utils import (
+    ReportsAttentionWeights,
     additive_mask,
     attention_weights_for_output,
     extend_cached_steps,
@@ -79,7 +80,7 @@ class FeatureInteraction(nn.Module):
 
 
 @with_incremental_state
-class DualContextualAttention(nn.Module):
+class DualContextualAttention(nn.Module, ReportsAttentionWeights):
     """Dual Contextual module (Ampomah, thesis Ch. 5, Eq. 5.4-5.6), a drop-in replacement for
     fairseq's self-attention ``MultiheadAttention`` inside a Transformer layer.
 
@@ -173,8 +174,9 @@ class DualContextualAttention(nn.Module):
             blocked = future if blocked is None else blocked | future
         bias = additive_mask(attn_mask) if attn_mask is not None else None
 
-        h_l, _ = FeatureInteraction.attend(q_l, k_l, v_l, bias, blocked, self.dropout_module)
+        h_l, local_weights = FeatureInteraction.attend(q_l, k_l, v_l, bias, blocked, self.dropout_module)
         h_g, weights = FeatureInteraction.attend(q_g, k_g, v_g, bias, blocked, self.dropout_module)
+        self.report_weights(attention=weights, local=local_weights)
         z_hat = self.out_proj(torch.cat([merge_heads(h_l), merge_heads(h_g)], dim=-1))
         return z_hat, attention_weights_for_output(weights, need_weights, need_head_weights)
 

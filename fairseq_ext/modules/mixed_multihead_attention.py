@@ -19,6 +19,7 @@ from torch import Tensor
 
 from fairseq_ext.errors import OptionError
 from fairseq_ext.modules.attention_utils import (
+    ReportsAttentionWeights,
     additive_mask,
     attention_weights_for_output,
     extend_cached_steps,
@@ -111,7 +112,7 @@ def mma_head_masks(
     return torch.stack([by_type[h].expand(tgt_len, src_len) for h in heads])
 
 
-class MixedMultiheadAttention(MultiheadAttention):
+class MixedMultiheadAttention(MultiheadAttention, ReportsAttentionWeights):
     """Mixed Multi-Head Self-Attention (Cui et al., 2019, Eq. 7-11): fairseq's
     MultiheadAttention with a hard G/L/F/B mask per head added before the softmax.
 
@@ -205,4 +206,5 @@ class MixedMultiheadAttention(MultiheadAttention):
         weights = softmax_without_empty_rows(logits.masked_fill(blocked, float("-inf")))
         out = torch.matmul(self.dropout_module(weights.type_as(logits)), v)  # B x H x T x D
         out = self.out_proj(merge_heads(out))  # T x B x C
+        self.report_weights(attention=weights)
         return out, attention_weights_for_output(weights, need_weights, need_head_weights)

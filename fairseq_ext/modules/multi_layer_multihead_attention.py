@@ -25,6 +25,7 @@ from torch import Tensor
 
 from fairseq_ext.modules.attention_utils import (
     QKV_GAIN,
+    ReportsAttentionWeights,
     attend_by_sentence,
     attention_weights_for_output,
     merge_heads,
@@ -61,7 +62,7 @@ def layer_specific_mlmha(queries: Tensor, keys: Tensor, values: Tensor, key_padd
 
     queries: B x n x H x Z x D; keys/values: B x n x H x J x D; key_padding_mask: B x J (the
     layers of one sentence) or B x n x J (one row per source sentence). Returns the contexts
-    B x n x H x Z x D and the weights' mean over the sources B x H x Z x J (for inspection).
+    B x n x H x Z x D and the weights B x n x H x Z x J.
     """
     logits = torch.matmul(queries, keys.transpose(-1, -2)) / math.sqrt(queries.size(-1))  # B x n x H x Z x J
     if key_padding_mask is not None:
@@ -70,10 +71,10 @@ def layer_specific_mlmha(queries: Tensor, keys: Tensor, values: Tensor, key_padd
         logits = logits.masked_fill(mask, float("-inf"))
     weights = softmax_float(logits)
     contexts = torch.matmul(dropout(weights) if dropout is not None else weights, values)
-    return contexts, weights.mean(dim=1)
+    return contexts, weights
 
 
-class MultiLayerMultiheadAttention(StackedSourceAttention):
+class MultiLayerMultiheadAttention(StackedSourceAttention, ReportsAttentionWeights):
     """MLMHA cross-attention over n stacked encoder layers (thesis Eq. 3.6-3.11).
 
     Called like fairseq's encoder-decoder MultiheadAttention, with ``key`` the stacked
@@ -141,9 +142,13 @@ class MultiLayerMultiheadAttention(StackedSourceAttention):
             q, k, v = q.index_select(1, kept), k.index_select(1, kept), v.index_select(1, kept)
             if key_padding_mask is not None and key_padding_mask.dim() == 3:
                 key_padding_mask = key_padding_mask.index_select(1, kept)
-        contexts, weights = attend_by_sentence(
+        contexts, per_source = attend_by_sentence(
             lambda queries, mask: layer_specific_mlmha(queries, k, v, mask, self.dropout_module),
             q, k.size(0), key_padding_mask)
+        weights = per_source.mean(dim=1)  # returned for inspection: the mean over the sources
+        if self.recording_weights:
+            sources = range(n) if kept is None else kept.tolist()
+            self.report_weights(attention=weights, per_source=dict(zip(sources, per_source.unbind(1))))
         if self.sum_contexts:
             return merge_heads(contexts.sum(dim=1)), weights  # Z x B x C
         if kept is not None:  # its context is zero in the concatenation
@@ -170,6 +175,7 @@ class MultiLayerMultiheadAttention(StackedSourceAttention):
         contexts, weights = attend_by_sentence(  # k: R x H x J x (n D), R rows (see the base)
             lambda queries, mask: joint_mlmha(queries, k, v, mask, self.head_dim, self.dropout_module),
             q, k.size(0), key_padding_mask)
+        self.report_weights(attention=weights)
         if summed:
             return merge_heads(contexts), weights  # Z x B x C
         contexts = contexts.unflatten(-1, (n, self.head_dim))  # B x H x Z x n x D

@@ -26,14 +26,17 @@ from typing import List, Optional
 
 import torch
 import torch.nn as nn
-from fairseq.modules import LayerNorm, MultiheadAttention
+from fairseq.modules import LayerNorm
 from fairseq.modules.fairseq_dropout import FairseqDropout
 from torch import Tensor
 
 from fairseq_ext.modules.attention_utils import (
     QKV_GAIN,
+    RecordingMultiheadAttention,
+    ReportsAttentionWeights,
     attend_by_sentence,
     attention_weights_for_output,
+    head_weights_for_output,
     merge_heads,
     scaled_logits,
     softmax_float,
@@ -60,23 +63,26 @@ def without_source(key_padding_mask: Optional[Tensor], num_sources: int, removed
     return mask
 
 
-def cross_attention(embed_dim: int, num_heads: int, dropout: float, cls=MultiheadAttention, **kwargs):
-    """A stock fairseq encoder-decoder attention (or a subclass of it)."""
+def cross_attention(embed_dim: int, num_heads: int, dropout: float, cls=RecordingMultiheadAttention, **kwargs):
+    """A stock fairseq encoder-decoder attention (that reports its weights when recording)."""
     return cls(embed_dim, num_heads, dropout=dropout, encoder_decoder_attention=True, **kwargs)
 
 
-class SourceSelectAttention(MultiheadAttention):
+class SourceSelectAttention(RecordingMultiheadAttention):
     """fairseq's cross-attention reading one slice of a stacked memory (J x B x n x C).
 
     Used as the decoder layer's own cross-attention where the layer reads one of several
     memories: the last serial sublayer (f^n) and transparent attention (the memory of
     decoder layer j). Its parameters keep the stock names, so stock weights load.
+    ``one_of_n_sources``: the slice is source ``source_index`` of a combination (serial), so
+    its map is also reported as that source's (transparent's slice is its layer's memory).
     """
 
-    def __init__(self, *args, source_index: int, removed: bool = False, **kwargs):
+    def __init__(self, *args, source_index: int, removed: bool = False, one_of_n_sources: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.source_index = source_index
         self.removed = removed  # layer masking (thesis Table 3.5): the sublayer adds nothing
+        self.one_of_n_sources = one_of_n_sources
 
     def forward(self, query, key, value, key_padding_mask=None, *args, **kwargs):
         if self.removed:
@@ -85,8 +91,13 @@ class SourceSelectAttention(MultiheadAttention):
             key = value = key[:, :, self.source_index]
         return super().forward(query, key, value, source_mask(key_padding_mask, self.source_index), *args, **kwargs)
 
+    def report_weights(self, **report) -> None:
+        if self.one_of_n_sources and report.get("attention") is not None:
+            report["per_source"] = {self.source_index: report["attention"]}
+        super().report_weights(**report)
 
-class SerialCrossAttentionStack(nn.Module):
+
+class SerialCrossAttentionStack(nn.Module, ReportsAttentionWeights):
     """The first n-1 sublayers of the serial strategy (f^1 .. f^{n-1}), each
     x <- LayerNorm(x + dropout(Att(x, f^i))) (post-norm) or x + dropout(Att(LN(x), f^i))
     (pre-norm). The decoder layer's own cross-attention then attends f^n."""
@@ -103,7 +114,9 @@ class SerialCrossAttentionStack(nn.Module):
         self.normalize_before = normalize_before
 
     def forward(self, x: Tensor, memory: Tensor, key_padding_mask: Optional[Tensor], incremental_state=None):
-        """x: Z x B x C; memory: J x B x n x C (may be None once cached)."""
+        """x: Z x B x C; memory: J x B x n x C (may be None once cached). Reports the
+        sublayers' maps as ``per_source`` (f^1 .. f^{n-1})."""
+        recording, per_source = self.recording_weights, {}
         for i, (attn, norm) in enumerate(zip(self.attentions, self.layer_norms)):
             if i == self.removed_source:
                 continue
@@ -111,15 +124,20 @@ class SerialCrossAttentionStack(nn.Module):
             if self.normalize_before:
                 x = norm(x)
             source = memory[:, :, i] if memory is not None else None
-            x, _ = attn(query=x, key=source, value=source, key_padding_mask=source_mask(key_padding_mask, i),
-                        incremental_state=incremental_state, static_kv=True, need_weights=False)
+            x, weights = attn(query=x, key=source, value=source, key_padding_mask=source_mask(key_padding_mask, i),
+                              incremental_state=incremental_state, static_kv=True, need_weights=recording,
+                              need_head_weights=recording)
+            if recording:
+                per_source[i] = weights.transpose(0, 1)
             x = residual + self.dropout_module(x)
             if not self.normalize_before:
                 x = norm(x)
+        if recording:
+            self.report_weights(per_source=per_source)
         return x
 
 
-class ParallelCrossAttention(nn.Module):
+class ParallelCrossAttention(nn.Module, ReportsAttentionWeights):
     """Eq. 4: sum_i Att_i(Q, f^i) with n independent cross-attentions (one residual,
     applied by the decoder layer)."""
 
@@ -134,21 +152,27 @@ class ParallelCrossAttention(nn.Module):
 
     def forward(self, query, key, value=None, key_padding_mask=None, incremental_state=None,
                 need_weights=False, need_head_weights=False, **unused):
-        outputs, weights = [], []
+        recording = self.recording_weights
+        outputs, weights, per_source = [], [], {}
         for i, attn in enumerate(self.attentions):
             if i == self.removed_source:
                 continue
             source = key[:, :, i] if key is not None else None
             out, w = attn(query=query, key=source, value=source, key_padding_mask=source_mask(key_padding_mask, i),
                           incremental_state=incremental_state, static_kv=True,
-                          need_weights=need_weights, need_head_weights=need_head_weights)
+                          need_weights=need_weights or recording, need_head_weights=need_head_weights or recording)
+            if recording:
+                per_source[i] = w.transpose(0, 1)
+                w = head_weights_for_output(w, need_weights, need_head_weights)
             outputs.append(out)
             weights.append(w)
+        if recording:
+            self.report_weights(attention=torch.stack(list(per_source.values())).mean(dim=0), per_source=per_source)
         attn_weights = torch.stack(weights).mean(dim=0) if weights[0] is not None else None
         return torch.stack(outputs).sum(dim=0), attn_weights
 
 
-class HierarchicalCrossAttention(nn.Module):
+class HierarchicalCrossAttention(nn.Module, ReportsAttentionWeights):
     """Eq. 7-8: A^h_hier(Q, K_1:n, V_1:n) = A^h(Q, K_hier, V_hier) with
     K_hier = V_hier = concat_i A^h_i(Q, K_i, V_i): n independent multi-head attentions
     (stock fairseq cross-attentions, each with its own four projections), then one more
@@ -175,6 +199,9 @@ class HierarchicalCrossAttention(nn.Module):
         Returns Z x B x C and, when asked, the first-level weights of each source scaled by
         the second-level weight of that source and summed over the sources (B x Z x J;
         H x B x Z x J with ``need_head_weights``, where the second level is head-averaged)."""
+        recording = self.recording_weights
+        asked_heads = need_head_weights
+        need_head_weights = need_head_weights or recording  # recording: per head, averaged on return
         want_weights = need_weights or need_head_weights
         contexts, weights = [], []
         for i, attn in enumerate(self.source_attentions):
@@ -198,14 +225,18 @@ class HierarchicalCrossAttention(nn.Module):
             return out, None
         beta = beta.view(tgt_len, bsz, len(contexts)).transpose(0, 1)  # B x Z x n, head-averaged
         combined = sum(beta[..., i, None] * w for i, w in enumerate(weights))  # broadcasts over H
+        if recording:
+            self.report_weights(attention=combined.transpose(0, 1), beta=beta.unsqueeze(1),
+                                per_source={i: w.transpose(0, 1) for i, w in enumerate(weights)})
+            return out, head_weights_for_output(combined, need_weights, asked_heads)
         return out, combined
 
 
 def flat_attention(q: Tensor, k: Tensor, v: Tensor, num_sources: int, key_padding_mask, dropout):
     """Eq. 5-6 on head-split tensors: one softmax over all sources' positions.
     q: B x H x Z x D; k, v: the n sources side by side along the length axis, B x H x (n J) x D.
-    Returns the context B x H x Z x D and the weights summed over the sources per source
-    position (B x H x Z x J)."""
+    Returns the context B x H x Z x D, the weights summed over the sources per source
+    position (B x H x Z x J) and the weights themselves (B x H x Z x (n J))."""
     if key_padding_mask is None:
         mask = None
     elif key_padding_mask.dim() == 3:  # one row per source: B x n x J -> B x (n J)
@@ -214,23 +245,24 @@ def flat_attention(q: Tensor, k: Tensor, v: Tensor, num_sources: int, key_paddin
         mask = key_padding_mask.repeat(1, num_sources)
     weights = softmax_float(scaled_logits(q, k, mask))
     per_position = weights.unflatten(-1, (num_sources, -1)).sum(dim=-2)
-    return torch.matmul(dropout(weights), v), per_position
+    return torch.matmul(dropout(weights), v), per_position, weights
 
 
 def hierarchical_attention(q: Tensor, keys: List[Tensor], values: List[Tensor], key_padding_mask, dropout):
     """Eq. 7-8 on head-split tensors: per-source contexts c_i (B x H x Z x D), then
-    beta = softmax_i(q . c_i / sqrt(D)) and sum_i beta_i c_i. Returns the context and the
-    first-level weights scaled by beta, summed over the sources (B x H x Z x J)."""
+    beta = softmax_i(q . c_i / sqrt(D)) and sum_i beta_i c_i. Returns the context, the
+    first-level weights scaled by beta and summed over the sources (B x H x Z x J), the
+    first-level weights (B x n x H x Z x J) and beta (B x H x Z x n)."""
     weights = [softmax_float(scaled_logits(q, k, source_mask(key_padding_mask, i))) for i, k in enumerate(keys)]
     contexts = torch.stack([torch.matmul(dropout(w), v) for w, v in zip(weights, values)], dim=3)
     # contexts: B x H x Z x n x D; the second level attends the n contexts per position
     beta = softmax_float((contexts * q.unsqueeze(3)).sum(-1) / q.size(-1) ** 0.5)  # B x H x Z x n
     context = (beta.unsqueeze(-1) * contexts).sum(dim=3)
     combined_weights = sum(beta[..., i : i + 1] * w for i, w in enumerate(weights))
-    return context, combined_weights
+    return context, combined_weights, torch.stack(weights, dim=1), beta
 
 
-class FlatOrHierarchicalCrossAttention(StackedSourceAttention):
+class FlatOrHierarchicalCrossAttention(StackedSourceAttention, ReportsAttentionWeights):
     """Flat (Eq. 5-6, ``flat=True``) or the simplified hierarchical (Eq. 7-8, ``flat=False``)
     combination over n stacked sources: one query projection, one output projection;
     key/value projections shared by all sources (flat) or per source (hierarchical)."""
@@ -254,9 +286,12 @@ class FlatOrHierarchicalCrossAttention(StackedSourceAttention):
             if self.removed_source is not None:
                 key_padding_mask = without_source(key_padding_mask, self.num_sources, self.removed_source, q.size(0),
                                                   k.size(2) // self.num_sources, q.device)
-            context, weights = attend_by_sentence(  # k: one row per sentence in decoding (see the base)
+            context, weights, all_weights = attend_by_sentence(  # k: one row per sentence in decoding (see the base)
                 lambda queries, mask: flat_attention(queries, k, v, self.num_sources, mask, self.dropout_module),
                 q, k.size(0), key_padding_mask)
+            if self.recording_weights:  # the one softmax split per source: together they sum to 1
+                per_source = all_weights.unflatten(-1, (self.num_sources, -1)).unbind(-2)
+                self.report_weights(attention=weights, per_source=dict(enumerate(per_source)))
         else:
             k, v = self.static_keys_values(key, incremental_state)  # B x n x H x J x D
             keys, values = list(k.unbind(1)), list(v.unbind(1))
@@ -265,9 +300,12 @@ class FlatOrHierarchicalCrossAttention(StackedSourceAttention):
                 keys, values = [keys[i] for i in keep], [values[i] for i in keep]
                 if key_padding_mask is not None and key_padding_mask.dim() == 3:
                     key_padding_mask = key_padding_mask[:, keep]
-            context, weights = attend_by_sentence(
+            context, weights, per_source, beta = attend_by_sentence(
                 lambda queries, mask: hierarchical_attention(queries, keys, values, mask, self.dropout_module),
                 q, k.size(0), key_padding_mask)
+            if self.recording_weights:
+                kept = [i for i in range(self.num_sources) if i != self.removed_source]
+                self.report_weights(attention=weights, beta=beta, per_source=dict(zip(kept, per_source.unbind(1))))
         return self.out_proj(merge_heads(context)), attention_weights_for_output(
             weights, need_weights, need_head_weights
         )

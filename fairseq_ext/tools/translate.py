@@ -94,21 +94,27 @@ class Translator:
         hypos = self.task.inference_step(self.generator, [self.model], sample)
         return [self.decode(h[0]["tokens"]) for h in hypos]
 
-    def translate(self, lines: Iterable[str], batch_size: int = 32) -> Iterator[str]:
-        pending, order = [], []
+    def translate(self, lines: Iterable[str], batch_size: int = 32, buffer_batches: int = 16) -> Iterator[str]:
+        """Translations in input order. Up to ``buffer_batches`` batches of lines are read at a
+        time and batched by length (less padding, as fairseq-generate does); an empty line
+        gives an empty translation without asking the model."""
+        buffer: List[tuple] = []
         for number, line in enumerate(lines, start=1):
-            order.append(line.strip() != "")
-            if order[-1]:
-                pending.append(self.encode(number, line))
-            if len(pending) == batch_size:
-                yield from self._flush(pending, order)
-                pending, order = [], []
-        yield from self._flush(pending, order)
+            buffer.append((number, line))
+            if len(buffer) == batch_size * buffer_batches:
+                yield from self._translate_buffer(buffer, batch_size)
+                buffer = []
+        yield from self._translate_buffer(buffer, batch_size)
 
-    def _flush(self, pending, order):
-        outputs = iter(self.translate_batch(pending)) if pending else iter(())
-        for non_empty in order:
-            yield next(outputs) if non_empty else ""
+    def _translate_buffer(self, buffer, batch_size):
+        encoded = {i: self.encode(number, line) for i, (number, line) in enumerate(buffer) if line.strip()}
+        order = sorted(encoded, key=lambda i: encoded[i].numel())
+        out = [""] * len(buffer)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            for i, text in zip(chunk, self.translate_batch([encoded[i] for i in chunk])):
+                out[i] = text
+        yield from out
 
 
 def main(argv=None):
