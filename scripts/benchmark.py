@@ -26,7 +26,7 @@ For each configuration, against the stock model built from the same dictionary a
   after the last decoding step (deterministic, so the extra memory of a technique shows
   without noise); parameters.
 
-``--json FILE`` writes every number (the table runner and README read it).
+``--json FILE`` writes every number (the table runner and docs/performance.md read it).
 """
 import argparse
 import json
@@ -67,7 +67,7 @@ SIZES = {  # the stock architecture and the plugin's preset of the same size
                "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
                "--encoder-layers", "4", "--decoder-layers", "4"]),
     "base": ("transformer_wmt_en_de", "multilayer_transformer_wmt_en_de", []),
-    # the model of README's CPU benchmark table: the flags of its training setup, read in main
+    # the model of the CPU benchmark table (docs/reproduction.md): the flags of its training setup, read in main
     "quickstart": ("transformer_iwslt_de_en", "multilayer_transformer_iwslt", None),
 }
 QUICKSTART_SETUP = "cpu-quickstart"  # configs/tables/setups.yaml, trainings
@@ -242,7 +242,7 @@ def profile(model, batch, cli, device):
 
 
 def print_profiles(stock, variants, batch, cli, device) -> int:
-    """Where the time of one training step or one decoding run goes (what the README's
+    """Where the time of one training step or one decoding run goes (what docs/performance.md's
     explanations of time ratios above the FLOP ratio come from)."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
 

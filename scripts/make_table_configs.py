@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Write configs/tables/<table>.yaml from ../shared/paper-tables.json (a maintainer's tool).
+"""Write fairseq_ext/configs/tables/<table>.yaml from the papers' table list paper-tables.json (a maintainer's tool).
 
 The YAML files are the source of truth and are edited by hand after generation: this tool
 only writes a file that does not exist yet (or every file with --force, which discards the
 hand edits: review `git diff` afterwards). It maps each row's technique, in the vocabulary
 of paper-tables.json, to fairseq_ext flags, and keeps the printed numbers verbatim.
 
-    python scripts/lib/make_table_configs.py [--tables ../shared/paper-tables.json] [--force]
+    python scripts/make_table_configs.py --tables PATH/paper-tables.json [--force]
 """
 import argparse
 import json
@@ -17,8 +17,8 @@ import sys
 import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-OUT_DIR = os.path.join(REPO, "configs", "tables")
+REPO = os.path.dirname(HERE)
+OUT_DIR = os.path.join(REPO, "fairseq_ext", "configs", "tables")
 
 PAPERS = {  # file -> (id prefix, short name)
     "thesis-multi-layer-nmt-ampomah.txt": ("thesis", "Ampomah (2021), PhD thesis"),
@@ -255,7 +255,7 @@ def table_config(paper, table):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tables", default=os.path.join(REPO, "..", "shared", "paper-tables.json"))
+    ap.add_argument("--tables", required=True, help="paper-tables.json: every results table of the papers")
     ap.add_argument("--force", action="store_true", help="overwrite existing files (discards hand edits)")
     args = ap.parse_args()
     with open(args.tables, encoding="utf-8") as f:
@@ -270,7 +270,7 @@ def main():
                 continue
             header = (f"# {config['paper']}: {table['id']}. Generated from paper-tables.json by\n"
                       "# scripts/lib/make_table_configs.py, then edited by hand: this file is the source of truth.\n"
-                      "# Run: scripts/reproduce.sh " + tid + " --dry-run   (README: Reproducing the papers' tables)\n")
+                      "# Run: scripts/reproduce.sh " + tid + " --dry-run   (docs/reproduction.md)\n")
             with open(path, "w", encoding="utf-8") as f:
                 f.write(header)
                 yaml.safe_dump(config, f, sort_keys=False, allow_unicode=True, width=110)

@@ -5,7 +5,7 @@
     python scripts/param_table.py --arch multilayer_transformer_iwslt --vocab 21200   # small config (12.8M baseline)
 
 Counts are measured on models built through fairseq's own parser (shared embeddings), so
-they are what `fairseq-train` would build; README lists the formulas of the expected deltas.
+they are what `fairseq-train` would build; docs/architectures.md lists the formulas of the expected deltas.
 """
 import argparse
 import logging

@@ -1,6 +1,6 @@
 """Encoder-layer dependency (thesis Sec. 3.5.4, Table 3.5; MLMHA paper Sec. 7.4, Table 7):
 BLEU with each collected encoder layer f^i removed from what the decoder reads
-(``--mask-source-layer i``: README "Layer masking" says how for each strategy), the
+(``--mask-source-layer i``: docs/analysis.md "Layer masking" says how for each strategy), the
 difference to the full model, and its paired-bootstrap significance (sacreBLEU, same
 flavour), for one or several models.
 

@@ -41,7 +41,7 @@ Tasks come from two places:
     python -m fairseq_ext.analysis.probing --checkpoint base/checkpoint_best.pt ms1/checkpoint_best.pt \\
         --names Transformer MS-1 --data data-bin/wmt14.en-de --senteval SentEval/data/probing --out analysis/probing
     python -m fairseq_ext.analysis.probing --checkpoint base/checkpoint_best.pt --data data-bin/multi30k.en-de \\
-        --corpus ../shared/data/multi30k/train.en.gz --wc-rank-start 500 --wc-words 300 --out analysis/probing
+        --corpus /data/mt/multi30k/train.en.gz --wc-rank-start 500 --wc-words 300 --out analysis/probing
 
 Writes probing.{md,csv,json} (category, task, labels, train/test sizes, the majority-label
 accuracy, one column per model and layer; #AVG rows per category as the thesis' tables) and

@@ -1,5 +1,5 @@
 """``multilayer_transformer``: one composable Transformer for the multi-layer NMT
-architectures of Ampomah's thesis and papers (README: "Architecture").
+architectures of Ampomah's thesis and papers (docs/design.md).
 
 Composable parts, every one off by default (then the model is fairseq's ``transformer``):
 - how the decoder reads the encoder layers (``--joint-attention``): layer aggregation,

@@ -135,7 +135,7 @@ class MultilayerTransformerEncoder(TransformerEncoderBase):
             # fairseq's beam search reorders every tensor of encoder_out at every step: of the
             # L + 1 layer outputs only those decoding reads are carried (the others are None
             # after a reorder); copying all of them made the no-option model's beam search 7%
-            # slower than stock (README, Performance)
+            # slower than stock (docs/performance.md)
             read = self.layers_read_when_decoding
             encoder_out = dict(encoder_out)
             encoder_out[keys.ENCODER_STATES] = []

@@ -4,7 +4,7 @@
 # the BLEU flavour of the compared files, plus compare-mt's (Neubig et al., 2019) analyses: BLEU
 # by reference-length bucket (<10, 10-20, ..., >=50, as the thesis reports), word accuracy,
 # n-grams. The p-value and mark come from sacreBLEU, the scorer of the BLEU they qualify;
-# compare-mt's own BLEU treats a zero n-gram precision as 1 and can disagree (README).
+# compare-mt's own BLEU treats a zero n-gram precision as 1 and can disagree (docs/evaluation.md).
 #
 #   scripts/significance.sh --eval-a EVAL_DIR_A --eval-b EVAL_DIR_B --out DIR   # evaluate.sh outputs
 #   scripts/significance.sh --ref REF --sys-a HYP_A --sys-b HYP_B --out DIR [--src SRC]

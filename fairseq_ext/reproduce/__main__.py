@@ -59,7 +59,7 @@ def parse_from(values):
     for v in values or []:
         key, sep, path = v.partition("=")
         if not sep or not key or not path:
-            raise FairseqExtError(f"--from: expected DATASET=DIR (e.g. iwslt15-en-vi=../shared/data/iwslt15-en-vi), not {v!r}")
+            raise FairseqExtError(f"--from: expected DATASET=DIR (e.g. iwslt15-en-vi=/data/mt/iwslt15-en-vi), not {v!r}")
         out[key] = os.path.abspath(path)
     return out
 
@@ -128,7 +128,7 @@ def main(argv=None):
                 print(runner.shell_line(cmd))
             print()
         if table.analyses:
-            print(f"# then the analyses of this table: {', '.join(table.analyses)} (README: Analysis)")
+            print(f"# then the analyses of this table: {', '.join(table.analyses)} (docs/analysis.md)")
         return 0
     if not args.report and args.node_rank > 0:
         for p in plans:  # worker node of a multi-node run: train only

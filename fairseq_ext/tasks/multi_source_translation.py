@@ -5,7 +5,7 @@ parallel, flat and hierarchical input combination strategies (SPEC section 4).
 Data: the primary pair binarized as usual (``train.en-de.en/.de``) and, for every extra
 source language x, ``train.x-de.x`` (its ``.de`` side is the same target and is not read),
 all with one joined dictionary (``dict.en.txt`` = ``dict.fr.txt`` = ``dict.de.txt``);
-see README (Multi-source translation) for the two fairseq-preprocess calls.
+see docs/architectures.md (Multi-source translation) for the two fairseq-preprocess calls.
 
     fairseq-train data-bin/multi30k.en+fr-de --user-dir fairseq_ext --task multi_source_translation \\
         -s en -t de --extra-source-langs fr --arch multilayer_transformer_iwslt --joint-attention serial ...
