@@ -2,7 +2,7 @@
 
 Importing this package (``--user-dir fairseq_ext``) installs the plugin's guards on fairseq
 0.12 (:mod:`fairseq_ext.guards`: checkpoint safety, batching, resume, one-line errors,
-training checks; see README, "Trust"), then registers the models, their presets, the
+training checks; see docs/trust.md), then registers the models, their presets, the
 criterion and the task.
 """
 from fairseq_ext import guards

@@ -1,5 +1,5 @@
 """The plugin's guards on fairseq 0.12, installed by :func:`install` when ``fairseq_ext`` is
-imported (``--user-dir fairseq_ext``; see README, "Trust").
+imported (``--user-dir fairseq_ext``; see docs/trust.md).
 
 Each guard replaces an attribute that fairseq looks up at call time with a wrapper around
 fairseq's own (:func:`fairseq_ext.guards.patching.replace`); a second :func:`install` changes
