@@ -13,9 +13,10 @@ fairseq's own ``fairseq-*`` commands. Each subcommand is also ``python -m fairse
     fairseq-ext reproduce [TABLE] [options]   the papers' tables (--list)
     fairseq-ext average-checkpoints | strip-aux [options]
 
-Data preparation, training, evaluation and significance are bash recipes shipped inside the
-package (``fairseq_ext/recipes``); they run with this Python (``PYTHON``) and its
-environment's ``fairseq-*`` commands first on ``PATH``.
+Data preparation and training are bash recipes shipped inside the package
+(``fairseq_ext/recipes``); they run with this Python (``PYTHON``) and its environment's
+``fairseq-*`` commands first on ``PATH``. Evaluation and significance are Python tools
+(``fairseq_ext/tools/evaluate.py``, ``compare.py``).
 """
 import importlib
 import os
@@ -25,8 +26,10 @@ from typing import List, Optional
 ANALYSES = ("aif_dependency", "attention_maps", "attention_stats", "dc_divergence", "decoders",
             "layer_dependency", "length_buckets", "probing", "translate_from_layer", "word_order",
             "word_translation")
-RECIPES = {"train": "train.sh", "evaluate": "evaluate.sh", "significance": "significance.sh"}
+RECIPES = {"train": "train.sh"}
 PYTHON_COMMANDS = {  # subcommand -> module with main(argv)
+    "evaluate": "fairseq_ext.tools.evaluate",
+    "significance": "fairseq_ext.tools.compare",
     "report": "fairseq_ext.analysis.report",
     "reproduce": "fairseq_ext.reproduce.__main__",
     "translate": "fairseq_ext.tools.translate",

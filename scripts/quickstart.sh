@@ -124,7 +124,7 @@ else
     FSX_OUT="$SAVE_DIR"
     FSX_FORCE=1
     FSX_INPUTS=("$DATA_DIR" "$MULTI30K_FROM")
-    FSX_MARK_ENTRIES=("${FSX_QUICKSTART_ENTRIES[@]}")
+    mapfile -t FSX_MARK_ENTRIES < <(fsx_writer_entries quickstart.sh)
     fsx_begin_output
     fsx_discard_old_output
     FSX_KEEP_ON_FAILURE=(train.log)

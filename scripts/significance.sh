@@ -1,14 +1,5 @@
 #!/usr/bin/env bash
-# significance.sh: runs the package's recipe fairseq_ext/recipes/significance.sh (what `fairseq-ext significance`
-# runs), with this checkout's .venv when it has one. Options: --help.
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-py=python3
-if [[ -n "${PYTHON:-}" ]]; then py="$PYTHON"
-elif [[ -x "$here/../.venv/bin/python" ]]; then py="$here/../.venv/bin/python"
-elif command -v fairseq-train >/dev/null 2>&1; then py="$(dirname "$(command -v fairseq-train)")/python"; fi
-# as `fairseq-ext significance`: the recipe's helpers run with this Python, and its environment's
-# commands (fairseq-train, subword-nmt, ...) come first on PATH
-export PYTHON="$py"
-PATH="$(dirname "$py"):$PATH"
-export PATH
-exec bash "$here/../fairseq_ext/recipes/significance.sh" "$@"
+# significance.sh: `fairseq-ext significance` (fairseq_ext/tools/compare.py), from this checkout (scripts/lib/checkout.sh). Options: --help.
+# shellcheck source=lib/checkout.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/checkout.sh"
+fsx_exec_command significance "$@"

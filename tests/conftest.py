@@ -1,4 +1,6 @@
-"""Session fixtures shared by the test files."""
+"""Fixtures shared by the test folders: a binarized Multi30k slice and a tiny trained
+checkpoint, each built once per run, and a Multi30k slice for the recipes, per test. One
+thread for every model and subprocess of the suite."""
 import gzip
 import os
 import re
@@ -8,6 +10,7 @@ import torch
 from fairseq import options
 
 from model_utils import MULTI30K, TINY_TRAIN_FLAGS, USER_DIR, clean_env, make_tiny_parallel_data
+from script_utils import M30K_SMALL, head_gz, write_lines
 
 # The models under test are tiny: one thread avoids the oversubscription that makes them
 # several times slower on a 2-core machine. Every subprocess a test starts inherits one
@@ -63,3 +66,14 @@ def tiny_trained(tmp_path_factory):
                     *TINY_TRAIN_FLAGS, "--max-update", "2", "--save-dir", str(root / "ckpt")],
                    check=True, capture_output=True, env=clean_env())
     return bin_dir, str(root / "ckpt" / "checkpoint_last.pt")
+
+
+@pytest.fixture
+def m30k_small(tmp_path):
+    """The first 61/13/13 lines (M30K_SMALL) of the local Multi30k copy's en and de
+    train/val/test_2016_flickr files, gzipped as the recipes read them."""
+    d = tmp_path / "m30k"
+    for split, n in M30K_SMALL:
+        for lang in ("en", "de"):
+            write_lines(d / f"{split}.{lang}", head_gz(os.path.join(MULTI30K, f"{split}.{lang}.gz"), n), gz=True)
+    return d

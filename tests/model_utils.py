@@ -1,6 +1,9 @@
-"""Shared helpers for the model tests: build models through fairseq's own parser
-(fairseq_ext.model_builder), make batches, run a teacher-forced forward and an incremental
-decode."""
+"""Shared helpers of the test folders: build models through fairseq's own parser
+(fairseq_ext.model_builder), count their parameters, make batches, run a teacher-forced
+forward and an incremental decode, make and train on a tiny synthetic task.
+
+tests/ is on ``sys.path`` in every test (pytest puts the directory of the root conftest.py
+there), so a test in any folder imports this module as ``model_utils``."""
 import os
 from types import SimpleNamespace
 
@@ -12,12 +15,20 @@ import fairseq_ext  # noqa: F401  (registers the model)
 from fairseq_ext.model_builder import USER_DIR, build_model, make_dictionary, parse_model_args  # noqa: F401
 from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS)
+FIXTURES = os.path.join(TESTS, "fixtures")
 # local copies of the corpora (multi30k/, iwslt15-en-vi/): the one variable the recipes, the
 # table runner and quickstart read; the suite points it at the copies beside the checkout
 # unless it is set, and every subprocess inherits it
 DATA = os.environ.setdefault("FAIRSEQ_EXT_DATA", os.path.join(os.path.dirname(REPO), "shared", "data"))
 MULTI30K = os.path.join(DATA, "multi30k")
+
+
+def count_parameters(module, matrices_only=False):
+    """The number of parameters of ``module``; with ``matrices_only`` only weight matrices and
+    convolution kernels (no biases, no LayerNorm gains), as the papers' d^2 formulas count."""
+    return sum(p.numel() for p in module.parameters() if not matrices_only or p.dim() >= 2)
 
 
 def build(arch: str = "multilayer_transformer_iwslt", *flags: str, dictionary=None, seed: int = 0,
@@ -192,7 +203,7 @@ def clean_env():
     env = dict(os.environ)
     env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
     env.pop("TORCH_FORCE_WEIGHTS_ONLY_LOAD", None)
-    return env  # one OpenMP thread, as every test subprocess (conftest sets it for the session)
+    return env  # one OpenMP thread, as every test subprocess (conftest sets it for the whole run)
 
 
 # a tiny model and optimiser for short training runs on the Multi30k slice (conftest.multi30k_bin)

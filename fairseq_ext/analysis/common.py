@@ -1,7 +1,7 @@
 """What every analysis command shares: loading checkpoints through the plugin's safe loader,
 iterating a binarized split, capturing attention weights from the model's own forward,
-decoding through the package's evaluate.sh recipe (so that BLEU is the BLEU evaluate.sh
-reports), and writing tables (printed, CSV, JSON) and figures (PNG). Any fairseq data
+decoding through the package's evaluation tool (``fairseq_ext.tools.evaluate``: BLEU is
+the BLEU ``fairseq-ext evaluate`` reports), and writing tables (printed, CSV, JSON) and figures (PNG). Any fairseq data
 directory works: a recipe's output (``prep.env`` and ``text/`` beside the binarized files) or
 plain ``fairseq-preprocess`` output (the languages then come from the checkpoint or the file
 names, see :func:`languages`).
@@ -19,8 +19,8 @@ API:
 - :func:`capture_self_attention` -> context manager recording every encoder layer's
   self-attention weights per head (and both FI units of Dual Contextual layers).
 - :func:`languages` -> (source, target) language of a checkpoint on a data directory.
-- :func:`evaluate` -> runs evaluate.sh (model overrides allowed) and returns its
-  directory and BLEU scores.
+- :func:`evaluate` -> runs ``fairseq-ext evaluate``'s tool (model overrides allowed) and
+  returns its directory and BLEU scores.
 - :func:`write_table`, :func:`save_figure`.
 """
 import argparse
@@ -31,7 +31,6 @@ import logging
 import os
 import re
 import shlex
-import subprocess
 import sys
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -175,17 +174,10 @@ def capture_self_attention(model):
 
 def read_prep_env(data: str) -> Dict[str, str]:
     """DATA/prep.env, the key=value lines a data recipe writes (src, tgt, bpe, recipe, ...);
-    {} for a directory the recipes did not write."""
-    env: Dict[str, str] = {}
-    path = os.path.join(data, "prep.env")
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if line and not line.startswith("#") and "=" in line:
-                    key, value = line.split("=", 1)
-                    env[key] = value
-    return env
+    {} for a directory the recipes did not write. The one reader, evaluation's."""
+    from fairseq_ext.tools.evaluate import read_prep_env as read
+
+    return read(data)
 
 
 def checkpoint_config(checkpoint: str, part: str = "model"):
@@ -267,33 +259,24 @@ def subword_kind(data: str, tgt: str) -> str:
 def evaluate(checkpoint: str, data: str, split: str, out: str, overrides: Optional[dict] = None,
              generate_args: Sequence[str] = (), cpu: bool = False, src: Optional[str] = None,
              tgt: Optional[str] = None) -> dict:
-    """The package's evaluate.sh on ``checkpoint`` (decoding with the model's own forward and
-    fairseq's SequenceGenerator, BPE removed and detokenized as everywhere else); returns
-    {"dir": out, "bleu": {flavour: score}, "headline": flavour}. The languages are
-    :func:`languages`'; on data without prep.env also the subword kind (:func:`subword_kind`)
-    is passed. Without DATA/text/ (the recipes' references) evaluate.sh scores against
-    fairseq's T- lines, and warns."""
-    from fairseq_ext import resources
-    from fairseq_ext.cli import recipe_environment
+    """``fairseq-ext evaluate`` on ``checkpoint`` (:func:`fairseq_ext.tools.evaluate.evaluate`:
+    decoding with the model's own forward and fairseq's SequenceGenerator, BPE removed and
+    detokenized as everywhere else); returns {"dir": out, "bleu": {flavour: score},
+    "headline": flavour}. The languages are :func:`languages`'; on data without prep.env also
+    the subword kind (:func:`subword_kind`) is passed. Without DATA/text/ (the recipes'
+    references) evaluation scores against fairseq's T- lines, and warns."""
+    from fairseq_ext.tools.evaluate import EvaluationError
+    from fairseq_ext.tools.evaluate import evaluate as run_evaluation
 
     src, tgt = languages(checkpoint, data, split, src, tgt)
-    cmd = ["bash", resources.recipe_path("evaluate.sh"), "--checkpoint", checkpoint, "--data", data,
-           "--split", split, "--out", out, "--src", src, "--tgt", tgt]
-    if not os.path.exists(os.path.join(data, "prep.env")):
-        cmd += ["--bpe", subword_kind(data, tgt)]
-    cmd += list(generate_args)
-    if overrides:
-        cmd += ["--model-overrides", repr(overrides)]
-    if cpu or not torch.cuda.is_available():
-        cmd.append("--cpu")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=recipe_environment())
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
-        raise AnalysisError(f"evaluate.sh failed for {checkpoint} {overrides or ''}:\n{tail}")
-    with open(os.path.join(out, "bleu.json"), encoding="utf-8") as f:
-        scores = json.load(f)
-    return {"dir": out, "bleu": {k: v["score"] for k, v in scores.items() if isinstance(v, dict)},
-            "headline": scores.get("headline", "detok-cased")}
+    bpe = None if os.path.exists(os.path.join(data, "prep.env")) else subword_kind(data, tgt)
+    try:
+        result = run_evaluation(checkpoint, data, split=split, out=out, src=src, tgt=tgt, bpe=bpe,
+                                generate_args=generate_args, model_overrides=overrides,
+                                cpu=cpu or not torch.cuda.is_available())
+    except EvaluationError as e:
+        raise AnalysisError(f"evaluation failed for {checkpoint} {overrides or ''}: {e}") from None
+    return {"dir": out, "bleu": result["bleu"], "headline": result["headline"]}
 
 
 def read_lines(path: str) -> List[str]:

@@ -169,7 +169,7 @@ GRAMMARS: Dict[str, Tuple[str, Callable[[Any], bool]]] = {
 
 # Field name (the last component, wherever it sits in cfg / args) -> grammar. From every
 # eval() of a configuration string in fairseq 0.12.3.1 (fairseq/ and fairseq_cli/;
-# tests/test_trust_checkpoint_config.py re-derives the call sites from the installed source).
+# tests/guards/test_checkpoint_safety.py re-derives the call sites from the installed source).
 EVALUATED_FIELDS: Dict[str, str] = {
     # utils.eval_str_list(..., type=int)
     "adaptive_softmax_cutoff": "int_list",

@@ -9,7 +9,7 @@
 
 (also: python -m fairseq_ext.reproduce ...). For each row and data set: prepare the data if
 missing, train (scripts/train.sh), average the last checkpoints where the paper did,
-evaluate (scripts/evaluate.sh) with the table's BLEU flavour, count the parameters, read the
+evaluate (fairseq-ext evaluate) with the table's BLEU flavour, count the parameters, read the
 training and decoding speed; then test every row against the baseline row (sacreBLEU paired
 bootstrap, 1000 samples) and print our numbers next to the paper's. Finished runs are reused.
 """

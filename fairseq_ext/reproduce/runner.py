@@ -1,5 +1,5 @@
 """Plan and run one table: for each row and data set, prepare the data if missing, train
-(scripts/train.sh), average checkpoints where the paper did, evaluate (scripts/evaluate.sh)
+(scripts/train.sh), average checkpoints where the paper did, evaluate (fairseq-ext evaluate)
 with the table's BLEU flavour, count parameters and read the speeds; then test significance
 against the table's baseline row (sacreBLEU's paired bootstrap).
 

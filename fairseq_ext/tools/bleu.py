@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""sacreBLEU in the four flavours the papers use, with signatures (called by evaluate.sh).
+"""sacreBLEU in the four flavours the papers use, with signatures (evaluation's scorer).
 
   detok  cased : detokenized text, tokenize 13a, case-sensitive   (WMT'14, En-Vi, Multi30k)
   detok  lc    : the same, lowercased (-lc)
@@ -27,6 +27,39 @@ def read(path):
     return list(read_lines(path))
 
 
+def score(hyp_detok, ref_detok, hyp_tok=None, ref_tok=None):
+    """sacreBLEU of the files in each flavour: {flavour: {score, signature, line, hyp, ref}}."""
+    jobs = [("detok-cased", hyp_detok, ref_detok, "13a", False),
+            ("detok-lc", hyp_detok, ref_detok, "13a", True)]
+    if hyp_tok and ref_tok:
+        jobs += [("tok-cased", hyp_tok, ref_tok, "none", False),
+                 ("tok-lc", hyp_tok, ref_tok, "none", True)]
+    results = {}
+    for name, hyp_path, ref_path, tok, lc in jobs:
+        hyps, refs = read(hyp_path), read(ref_path)
+        if len(hyps) != len(refs):
+            die(f"{hyp_path} has {len(hyps)} lines but {ref_path} has {len(refs)}")
+        # force: the tok flavours are tokenized on purpose (no "forgot to detokenize" nag)
+        bleu = BLEU(tokenize=tok, lowercase=lc, force=(tok == "none"))
+        corpus = bleu.corpus_score(hyps, [refs])
+        sig = str(bleu.get_signature())
+        results[name] = {"score": round(corpus.score, 2), "signature": sig, "line": corpus.format(signature=sig),
+                         "hyp": hyp_path, "ref": ref_path}
+    return results
+
+
+def report(results, headline=None, headline_note=""):
+    """The printed lines: one per flavour, then the task's reported one (``headline``, which
+    is also recorded in ``results``)."""
+    lines = [f"{name:<12} {r['line']}" for name, r in results.items() if isinstance(r, dict)]
+    if headline and headline in results:
+        r = results[headline]
+        note = f" ({headline_note})" if headline_note else ""
+        lines.append(f"reported BLEU [{headline}]{note}: {r['score']:.2f}  signature: {r['signature']}")
+        results["headline"] = headline
+    return lines
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hyp-detok", required=True)
@@ -38,30 +71,9 @@ def main():
     p.add_argument("--headline-note", default="")
     args = p.parse_args()
 
-    jobs = [("detok-cased", args.hyp_detok, args.ref_detok, "13a", False),
-            ("detok-lc", args.hyp_detok, args.ref_detok, "13a", True)]
-    if args.hyp_tok and args.ref_tok:
-        jobs += [("tok-cased", args.hyp_tok, args.ref_tok, "none", False),
-                 ("tok-lc", args.hyp_tok, args.ref_tok, "none", True)]
-
-    results = {}
-    for name, hyp_path, ref_path, tok, lc in jobs:
-        hyps, refs = read(hyp_path), read(ref_path)
-        if len(hyps) != len(refs):
-            die(f"{hyp_path} has {len(hyps)} lines but {ref_path} has {len(refs)}")
-        # force: the tok flavours are tokenized on purpose (no "forgot to detokenize" nag)
-        bleu = BLEU(tokenize=tok, lowercase=lc, force=(tok == "none"))
-        score = bleu.corpus_score(hyps, [refs])
-        sig = str(bleu.get_signature())
-        line = score.format(signature=sig)
-        results[name] = {"score": round(score.score, 2), "signature": sig, "line": line,
-                         "hyp": hyp_path, "ref": ref_path}
-        print(f"{name:<12} {line}")
-    if args.headline and args.headline in results:
-        r = results[args.headline]
-        note = f" ({args.headline_note})" if args.headline_note else ""
-        print(f"reported BLEU [{args.headline}]{note}: {r['score']:.2f}  signature: {r['signature']}")
-        results["headline"] = args.headline
+    results = score(args.hyp_detok, args.ref_detok, args.hyp_tok, args.ref_tok)
+    for line in report(results, args.headline, args.headline_note):
+        print(line)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=2)

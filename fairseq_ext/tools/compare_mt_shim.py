@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run compare-mt (0.2.10) from scripts/significance.sh, working around its packaging.
+"""Run compare-mt (0.2.10) for fairseq-ext significance (compare.py), working around its packaging.
 
 compare-mt 0.2.10's ROUGE module imports `six`, which compare-mt does not declare as a
 dependency and which is not installed here, so `compare-mt` crashes at import time with

@@ -101,16 +101,22 @@ def count_lines(path):
 
 
 # ----------------------------------------------------------------------------- check
-def cmd_check_parallel(args):
-    counts = [count_lines(p) for p in args.files]
-    for path, n in zip(args.files, counts):
+def check_parallel(paths):
+    """The line count of the files, which must be equal and non-zero (else a one-line error)."""
+    counts = [count_lines(p) for p in paths]
+    for path, n in zip(paths, counts):
         if n == 0:
             die(f"empty corpus: {path} has no lines")
     if len(set(counts)) != 1:
-        detail = ", ".join(f"{p} has {n}" for p, n in zip(args.files, counts))
+        detail = ", ".join(f"{p} has {n}" for p, n in zip(paths, counts))
         die(f"mismatched line counts between the sides of a parallel corpus: {detail}")
+    return counts[0]
+
+
+def cmd_check_parallel(args):
+    n = check_parallel(args.files)
     if args.print_count:
-        print(counts[0])
+        print(n)
 
 
 # ----------------------------------------------------------------------------- moses
@@ -169,13 +175,19 @@ def cmd_tokenize(args):
     out.flush()
 
 
-def cmd_detokenize(args):
+def moses_detokenizer(lang):
+    """The Moses detokenization of one line (XML escapes undone), as a function."""
     from sacremoses import MosesDetokenizer
 
-    detok = MosesDetokenizer(lang=args.lang)
+    detok = MosesDetokenizer(lang=lang)
+    return lambda line: detok.detokenize(line.split(), return_str=True, unescape=True)
+
+
+def cmd_detokenize(args):
+    detok = moses_detokenizer(args.lang)
     out = stdout()
     for line in stdin_lines():
-        out.write(detok.detokenize(line.split(), return_str=True, unescape=True) + "\n")
+        out.write(detok(line) + "\n")
     out.flush()
 
 
@@ -269,10 +281,11 @@ def cmd_head(args):
 
 
 # ----------------------------------------------------------------------------- fairseq-generate
-def cmd_extract_gen(args):
-    """Pull S-/T-/H- lines out of fairseq-generate's log, ordered by sentence id."""
+def parse_generate(path):
+    """The S-/T-/H- lines of fairseq-generate's output, ordered by sentence id: a dict of
+    lists ``hyp``, ``ref``, ``src`` (a missing T- or S- line is an empty string)."""
     hyps, refs, srcs = {}, {}, {}
-    for line in read_lines(args.gen):
+    for line in read_lines(path):
         m = re.match(r"^([STH])-(\d+)\t(.*)$", line)
         if not m:
             continue
@@ -284,17 +297,22 @@ def cmd_extract_gen(args):
         else:
             srcs[idx] = rest
     if not hyps:
-        die(f"no hypotheses (H- lines) in {args.gen}: did fairseq-generate fail?")
+        die(f"no hypotheses (H- lines) in {path}: did fairseq-generate fail?")
     ids = sorted(hyps)
     if ids != list(range(len(ids))):
-        die(f"{args.gen}: hypotheses for sentence ids {sorted(set(range(max(ids) + 1)) - set(ids))[:5]}"
+        die(f"{path}: hypotheses for sentence ids {sorted(set(range(max(ids) + 1)) - set(ids))[:5]}"
             " are missing")
+    return {name: [table.get(i, "") for i in ids] for name, table in (("hyp", hyps), ("ref", refs), ("src", srcs))}
+
+
+def cmd_extract_gen(args):
+    """Pull S-/T-/H- lines out of fairseq-generate's log, ordered by sentence id."""
+    lines = parse_generate(args.gen)
     os.makedirs(args.out_dir, exist_ok=True)
-    for name, table in (("hyp", hyps), ("ref", refs), ("src", srcs)):
+    for name, rows in lines.items():
         with open_text(os.path.join(args.out_dir, f"gen.{name}")) as out:
-            for i in ids:
-                out.write(table.get(i, "") + "\n")
-    print(len(ids))
+            out.writelines(row + "\n" for row in rows)
+    print(len(lines["hyp"]))
 
 
 def main():

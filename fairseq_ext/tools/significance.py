@@ -4,7 +4,7 @@ the papers report, and the papers' significance marks.
 The mark qualifying a BLEU score comes from the same scorer and flavour as that score:
 sacreBLEU's paired bootstrap resampling (Koehn 2004; ``sacrebleu --paired-bs``, 1000
 samples, what the papers ran through compare-mt) or approximate randomization
-(``--paired-ar``). compare-mt stays for its analyses (scripts/significance.sh).
+(``--paired-ar``). compare-mt stays for its analyses (``fairseq-ext significance``, :mod:`fairseq_ext.tools.compare`).
 
     python -m fairseq_ext.tools.significance --ref REF --baseline HYP_A --system B=HYP_B [--system C=HYP_C] \\
         [--flavour detok-cased] [--method bs|ar] [--samples 1000] [--seed 12345] [--marks thesis] [--json OUT]
@@ -109,6 +109,20 @@ def paired_significance(refs: Sequence[str], baseline: Sequence[str], systems: D
     return out
 
 
+def table_lines(result: dict, *, method: str, n_samples: int, flavour: str, baseline_name: str = "baseline") -> List[str]:
+    """paired_significance's result as the printed table (significance.txt)."""
+    title = "paired bootstrap" if method == "bs" else "approximate randomization"
+    lines = [f"sacreBLEU {title}, {n_samples} samples, BLEU {flavour}, p against {baseline_name}",
+             f"{'system':<20} {'BLEU':>6} {'mean ± 95% CI':>16} {'p':>8}  mark"]
+    for name, r in result.items():
+        ci = f"{r['mean']} ± {r['ci']}" if r["mean"] is not None else ""
+        p = "" if r["p_value"] is None else f"{r['p_value']:.4f}"
+        shown = baseline_name if name == "baseline" else name
+        lines.append(f"{shown:<20} {r['bleu']:>6.2f} {ci:>16} {p:>8}  {r['mark']}")
+    lines.append(f"signature: {next(iter(result.values()))['signature']}")
+    return lines
+
+
 def _opt(value):
     return None if value is None else round(float(value), 2)
 
@@ -144,15 +158,9 @@ def main(argv=None):
         systems[name] = _read(path)
     result = paired_significance(_read(args.ref), _read(args.baseline), systems, flavour=args.flavour,
                                  method=args.method, n_samples=args.samples, seed=args.seed, marks=args.marks)
-    method = "paired bootstrap" if args.method == "bs" else "approximate randomization"
-    print(f"sacreBLEU {method}, {args.samples} samples, BLEU {args.flavour}, p against {args.baseline_name}")
-    print(f"{'system':<20} {'BLEU':>6} {'mean ± 95% CI':>16} {'p':>8}  mark")
-    for name, r in result.items():
-        ci = f"{r['mean']} ± {r['ci']}" if r["mean"] is not None else ""
-        p = "" if r["p_value"] is None else f"{r['p_value']:.4f}"
-        shown = args.baseline_name if name == "baseline" else name
-        print(f"{shown:<20} {r['bleu']:>6.2f} {ci:>16} {p:>8}  {r['mark']}")
-    print(f"signature: {next(iter(result.values()))['signature']}")
+    for line in table_lines(result, method=args.method, n_samples=args.samples, flavour=args.flavour,
+                            baseline_name=args.baseline_name):
+        print(line)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1, ensure_ascii=False)

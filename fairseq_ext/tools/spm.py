@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""SentencePiece for the data recipes (`--bpe sentencepiece`) and scripts/evaluate.sh.
+"""SentencePiece for the data recipes (`--bpe sentencepiece`).
 
   train --model-prefix P --vocab-size N FILE...   joint BPE-type SentencePiece model
   encode --model P.model                          stdin -> space-separated pieces

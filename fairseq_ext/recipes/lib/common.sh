@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared functions of the data recipes (scripts/prepare-*.sh) and scripts/evaluate.sh.
+# Shared functions of the data recipes (scripts/prepare-*.sh) and scripts/quickstart.sh.
 # Sourced, never run; the caller has `set -euo pipefail`.
 #
 # A recipe:
@@ -219,8 +219,9 @@ fsx_check_common() {
 }
 
 # ---------------------------------------------------------------------------- atomic output
-# Every script of this package that writes a directory (the recipes, quickstart.sh,
-# evaluate.sh, significance.sh) writes it through these functions:
+# Every bash script of this package that writes a directory (the recipes, quickstart.sh)
+# writes it through these functions (the Python tools, evaluation and significance, through
+# their twin outputs.StagedOutput):
 #   fsx_begin_output      FSX_OUT must be absent, or a directory this package wrote that holds
 #                         nothing else (fsx_check_replaceable; the recipes also want --force);
 #                         a temporary directory $FSX_TMP is made beside it, with $FSX_WORK
@@ -235,20 +236,17 @@ FSX_INPUTS=()           # paths the output must never contain (besides --from, -
 FSX_KEEP_ON_FAILURE=()  # files of $FSX_STAGE put into FSX_OUT when the script fails (logs)
 FSX_MARK_ENTRIES=()     # what the marker lists (names or globs; default: what FSX_OUT holds)
 
-# Every directory a script of this package writes holds this file. Its first line says
-# which script wrote the directory, every other line that is not a comment names an entry
-# (a name or a glob) that the script wrote there. A directory is replaced only while it
-# holds nothing but those entries: whatever a user put into it later keeps it.
-FSX_MARKER=".fairseq_ext-output"
-# evaluate.sh writes this file into its output last; significance.sh reads only such directories
-# (fsx_check_evaluation). It records what was evaluated and the checksum of each of
-# FSX_EVAL_FILES, so that a file replaced or changed afterwards is noticed.
-FSX_EVAL_COMPLETE=".evaluation-complete"
-FSX_EVAL_FILES=(hyp.tok hyp.detok ref.tok ref.detok src.tok)
-# what each script writes, for directories written before the marker listed it
-FSX_RECIPE_ENTRIES=('dict.*.txt' '*.bin' '*.idx' code 'spm.model' 'spm.vocab' text prep.env preprocess.log)
-FSX_EVAL_ENTRIES=('generate-*' 'hyp.*' 'ref.*' src.tok bleu.txt bleu.json "$FSX_EVAL_COMPLETE" '.evaluate.tmp.*')
-FSX_QUICKSTART_ENTRIES=('checkpoint*' train.log quickstart.settings eval-test)
+# The rules themselves (what may be replaced, the marker .fairseq_ext-output, the
+# .evaluation-complete file and its checksums) are fairseq_ext/tools/outputs.py, run as a file;
+# what it needs to know of the running script comes in the environment.
+# Which scripts' directories the running script may replace (a glob over fsx_dir_writer's
+# names): only its own, so that a recipe never replaces quickstart's checkpoints or another
+# recipe's data, evaluation never a data directory, and so on.
+FSX_REPLACES="$FSX_PROG"
+fsx_outputs() {
+    FSX_REPLACES="$FSX_REPLACES" FSX_INSTALL_DIR="$FSX_INSTALL_DIR" \
+        "${FSX_PY:-python3}" "$FSX_USER_DIR/tools/outputs.py" "$@"
+}
 
 fsx_cleanup() {
     local rc=$? f
@@ -270,144 +268,30 @@ fsx_cleanup() {
     return $rc
 }
 
-fsx_is_within() { [[ "$2" == "$1" || "$2" == "$1"/* ]]; } # fsx_is_within DIR PATH
-
 # fsx_mark_output DIR [ENTRY...]: write the marker into DIR; ENTRY: names or globs of what
 # the script writes there (default: what DIR holds now)
-fsx_mark_output() {
-    local dir="$1" e
-    shift
-    {
-        printf '# written by %s (fairseq_ext); it may replace this directory while it holds only:\n' "$FSX_PROG"
-        if [[ $# -gt 0 ]]; then
-            printf '%s\n' "$@"
-        else
-            find "$dir" -mindepth 1 -maxdepth 1 ! -name "$FSX_MARKER" -printf '%f\n' | LC_ALL=C sort
-        fi
-    } >"$dir/$FSX_MARKER"
-}
+fsx_mark_output() { fsx_outputs mark "$@" || exit 1; }
 
-# fsx_dir_writer DIR: the script that wrote DIR (prepare-multi30k.sh, evaluate.sh, ...): from
-# its marker, or for a directory written before the marker, from prep.env (a recipe's
-# output), .evaluation-complete (evaluate.sh's) or quickstart.settings (quickstart.sh's).
+# fsx_writer_entries WRITER: what WRITER (quickstart.sh, evaluate.sh, prepare-*) writes, one a line
+fsx_writer_entries() { fsx_outputs entries "$1"; }
+
+# fsx_dir_writer DIR: the script that wrote DIR (prepare-multi30k.sh, evaluate.sh, ...).
 # Status 1: no script of this package wrote DIR.
-fsx_dir_writer() {
-    local dir="$1" line
-    if [[ -f "$dir/$FSX_MARKER" ]]; then
-        line="$(head -n1 "$dir/$FSX_MARKER")"
-        if [[ "$line" =~ ^(# )?written\ by\ ([^ ;]+) ]]; then
-            echo "${BASH_REMATCH[2]}"
-            return 0
-        fi
-    fi
-    line="$(head -n1 "$dir/prep.env" 2>/dev/null || true)"
-    if [[ "$line" =~ ^#\ written\ by\ (prepare-[^ ;]+) ]]; then
-        echo "${BASH_REMATCH[1]}"
-    elif [[ -f "$dir/$FSX_EVAL_COMPLETE" ]]; then
-        echo evaluate.sh
-    elif [[ -f "$dir/quickstart.settings" ]]; then
-        echo quickstart.sh
-    else
-        return 1
-    fi
-}
+fsx_dir_writer() { fsx_outputs writer "$1"; }
 
-# fsx_owned_entries DIR WRITER: the entries (names or globs, one a line) that WRITER wrote
-# into DIR: those its marker lists, or for a directory written before the marker listed
-# them, what WRITER writes.
-fsx_owned_entries() {
-    local dir="$1" writer="$2"
-    if [[ -f "$dir/$FSX_MARKER" ]] && head -n1 "$dir/$FSX_MARKER" | grep -q '^# written by '; then
-        grep -v '^#' "$dir/$FSX_MARKER" || true
-        return 0
-    fi
-    case "$writer" in
-        prepare-*) printf '%s\n' "${FSX_RECIPE_ENTRIES[@]}" ;;
-        evaluate.sh) printf '%s\n' "${FSX_EVAL_ENTRIES[@]}" ;;
-        quickstart.sh) printf '%s\n' "${FSX_QUICKSTART_ENTRIES[@]}" ;;
-    esac
-}
-
-# Which scripts' directories the running script may replace (a glob over fsx_dir_writer's
-# names): only its own, so that a recipe never replaces quickstart's checkpoints or another
-# recipe's data, evaluate.sh never a data directory, and so on.
-FSX_REPLACES="$FSX_PROG"
+# fsx_owned_entries DIR WRITER: the entries (names or globs, one a line) that WRITER wrote into DIR
+fsx_owned_entries() { fsx_outputs owned-entries "$1" "$2"; }
 
 # fsx_check_replaceable DIR [INPUT...]: die unless an existing DIR may be deleted and
-# replaced. DIR must not be, or contain, /, $HOME, the working directory (also the one the
-# user started quickstart.sh in), this repository or any INPUT; it must not contain a git
-# repository (at any depth); and it must be empty, or have been written by the running
-# script (FSX_REPLACES: its marker says so) and hold nothing but the entries it wrote.
-fsx_check_replaceable() {
-    local dir p entry owned pat ok writer git
-    dir="$(realpath -m "$1")"
-    shift
-    [[ -e "$dir" ]] || return 0
-    for p in / "${HOME:-/}" "$PWD" "$FSX_CALLER_PWD" "$FSX_INSTALL_DIR" "$@"; do
-        [[ -n "$p" ]] || continue
-        p="$(realpath -m "$p")"
-        fsx_is_within "$dir" "$p" && fsx_die "refusing to replace $dir: it is or contains $p"
-    done
-    [[ -d "$dir" ]] || fsx_die "refusing to replace $dir: it is not a directory"
-    git="$(find "$dir" -name .git -print -quit 2>/dev/null)"
-    [[ -z "$git" ]] || fsx_die "refusing to replace $dir: it contains a git repository ($git)"
-    [[ -n "$(ls -A "$dir")" ]] || return 0
-    writer="$(fsx_dir_writer "$dir")" ||
-        fsx_die "refusing to replace $dir: it was not written by a fairseq_ext script (no $FSX_MARKER in it); remove it yourself or choose another directory"
-    # shellcheck disable=SC2053  # FSX_REPLACES is a glob
-    [[ "$writer" == $FSX_REPLACES ]] ||
-        fsx_die "refusing to replace $dir: it was written by $writer, and $FSX_PROG replaces only its own output; remove it yourself or choose another directory"
-    owned="$(fsx_owned_entries "$dir" "$writer")"
-    while IFS= read -r -d '' entry; do
-        entry="${entry##*/}"
-        [[ "$entry" == "$FSX_MARKER" ]] && continue
-        ok=0
-        while IFS= read -r pat; do
-            # shellcheck disable=SC2053  # $pat is a glob
-            [[ -n "$pat" && "$entry" == $pat ]] && { ok=1; break; }
-        done <<<"$owned"
-        [[ "$ok" == 1 ]] ||
-            fsx_die "refusing to replace $dir: it holds $entry, which no fairseq_ext script wrote there; move $entry elsewhere, or remove $dir yourself"
-    done < <(find "$dir" -mindepth 1 -maxdepth 1 -print0)
-}
+# replaced (docs/trust.md, "Output directories"; outputs.py check_replaceable)
+fsx_check_replaceable() { fsx_outputs check-replaceable "$@" || exit 1; }
 
-# fsx_write_evaluation_complete DIR KEY=VALUE...: evaluate.sh's last file, in DIR
-fsx_write_evaluation_complete() {
-    local dir="$1" f
-    shift
-    {
-        printf '%s\n' "$@"
-        for f in "${FSX_EVAL_FILES[@]}"; do
-            printf 'sha256.%s=%s\n' "$f" "$(sha256sum <"$dir/$f" | cut -d' ' -f1)"
-        done
-    } >"$dir/$FSX_EVAL_COMPLETE.tmp"
-    mv "$dir/$FSX_EVAL_COMPLETE.tmp" "$dir/$FSX_EVAL_COMPLETE"
-}
+# fsx_write_evaluation_complete DIR KEY=VALUE...: evaluation's last file, in DIR
+fsx_write_evaluation_complete() { fsx_outputs write-evaluation-complete "$@" || exit 1; }
 
-# fsx_check_evaluation DIR: die unless DIR holds one complete evaluation by evaluate.sh: its
-# $FSX_EVAL_COMPLETE, and each of FSX_EVAL_FILES as evaluate.sh wrote it (the checksum it
-# recorded; for a marker without checksums, as many lines as sentences were translated).
-fsx_check_evaluation() {
-    local dir="$1" f key want n m
-    local why="holds no complete evaluation"
-    local fix="rerun scripts/evaluate.sh into it"
-    [[ -f "$dir/$FSX_EVAL_COMPLETE" ]] ||
-        fsx_die "$dir $why (no $FSX_EVAL_COMPLETE: evaluate.sh did not finish there); $fix"
-    n="$(sed -n 's/^sentences=//p' "$dir/$FSX_EVAL_COMPLETE")"
-    for f in "${FSX_EVAL_FILES[@]}"; do
-        [[ -f "$dir/$f" ]] || fsx_die "$dir $why: $f is missing; $fix"
-        key="sha256.${f//./\\.}="
-        want="$(sed -n "s/^$key//p" "$dir/$FSX_EVAL_COMPLETE")"
-        if [[ -n "$want" ]]; then
-            [[ "$(sha256sum <"$dir/$f" | cut -d' ' -f1)" == "$want" ]] ||
-                fsx_die "$dir $why: $f is not the file evaluate.sh wrote (changed since); $fix"
-        elif [[ -n "$n" ]]; then
-            m=$(wc -l <"$dir/$f")
-            [[ "$m" == "$n" ]] ||
-                fsx_die "$dir $why: $f has $m lines, but evaluate.sh translated $n sentences; $fix"
-        fi
-    done
-}
+# fsx_check_evaluation DIR: die unless DIR holds one complete evaluation (its
+# .evaluation-complete, and each file as evaluation wrote it)
+fsx_check_evaluation() { fsx_outputs check-evaluation "$1" || exit 1; }
 
 # fsx_begin_output: see above. Without --force (FSX_FORCE=1) an existing FSX_OUT is an error.
 fsx_begin_output() {
@@ -430,7 +314,7 @@ fsx_begin_output() {
     fsx_log "working in $FSX_TMP"
 }
 
-# fsx_discard_old_output: remove the previous FSX_OUT at once (evaluate.sh: from its start
+# fsx_discard_old_output: remove the previous FSX_OUT at once (quickstart: from its start
 # until it succeeds, --out holds no result, so no stale result can pass for the new one)
 fsx_discard_old_output() {
     if [[ -e "$FSX_OUT" ]]; then

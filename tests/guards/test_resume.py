@@ -1,5 +1,7 @@
-"""Issue 8, items 3 and 6: resuming with several processes, after a crash during a save,
-and never silently from scratch (fairseq_ext/guards/resume.py)."""
+"""Resumption (fairseq_ext/guards/resume.py): the state rank 0 loads reaches the other ranks
+(fairseq's broadcast of a DictConfig under weights_only=True), checkpoint copies are atomic
+so that a crash during a save keeps the previous checkpoint, fairseq-train resumes from the
+newest intact checkpoint, and it never starts silently from scratch."""
 import argparse
 import io
 import os
@@ -18,7 +20,7 @@ from fairseq_ext.guards import resume
 from model_utils import TINY_TRAIN_FLAGS, USER_DIR, clean_env
 
 
-# --- item 3: what rank 0 broadcasts to the other ranks -------------------------------------
+# --- what rank 0 broadcasts to the other ranks ---------------------------------------------
 def test_encode_decode_round_trip_of_a_dictconfig():
     from omegaconf import DictConfig, OmegaConf
 
@@ -38,7 +40,7 @@ def test_encode_decode_round_trip_of_a_dictconfig():
     assert decoded["cfg"].task.data == "bin"
     assert decoded["model"]["w"] == placeholder and decoded["pair"] == (1, placeholder)
     assert decoded["history"] == obj["history"]
-    with pytest.raises(Exception, match="Unsupported global"):  # fairseq's own payload: the bug
+    with pytest.raises(Exception, match="Unsupported global"):  # fairseq's own payload fails to load
         buffer = io.BytesIO()
         torch.save(obj, buffer)
         torch.load(io.BytesIO(buffer.getvalue()), map_location="cpu", weights_only=True)
@@ -71,13 +73,13 @@ def test_rank_1_receives_the_checkpoint_rank_0_loaded(tiny_trained, monkeypatch)
     assert received["extra_state"]["train_iterator"] == state["extra_state"]["train_iterator"]
     for key, value in state["model"].items():
         assert torch.equal(received["model"][key], value)
-    # without the patch, rank 1 fails as in the issue
+    # with fairseq's own broadcast, rank 1 cannot load what rank 0 sent
     monkeypatch.setattr(distributed_utils, "_broadcast_object_slow", distributed_utils._broadcast_object_slow.__wrapped__)
     with pytest.raises(Exception, match="Unsupported global"):
         simulate_broadcast(monkeypatch, state)
 
 
-# --- item 6: crash-safe copies --------------------------------------------------------------
+# --- crash-safe copies ----------------------------------------------------------------------
 def test_checkpoint_copies_are_atomic(tmp_path, monkeypatch):
     src, dst = tmp_path / "checkpoint_1_5.pt", tmp_path / "checkpoint_last.pt"
     src.write_bytes(b"new" * 1000)
@@ -221,7 +223,7 @@ def test_check_restore_without_training(tmp_path, tiny_trained):
     assert resume.check_restore(checkpoint_cfg(fresh, continue_once=str(save_dir / "checkpoint_1_2.pt"))) is None
 
 
-# --- item 6: resuming end to end ------------------------------------------------------------
+# --- resuming end to end --------------------------------------------------------------------
 def train(bin_dir, save_dir, *flags, cwd=None):
     """Plain fairseq-train with the plugin loaded through --user-dir."""
     return subprocess.run(["fairseq-train", bin_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer",

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from fairseq.modules.multihead_attention import MultiheadAttention
 
 from fairseq_ext.modules.dual_contextual_attention import DualContextualAttention
+from model_utils import count_parameters
 
 D, H = 16, 4
 
@@ -237,13 +238,12 @@ def test_parameter_delta_over_multihead_attention():
     dc = DualContextualAttention(d, 8, kernel_size=f)
     mha = MultiheadAttention(d, 8, self_attention=True)
 
-    def weights(mod):  # matrices and conv kernels, no biases / LayerNorm gains
-        return sum(p.numel() for p in mod.parameters() if p.dim() >= 2)
-
-    assert weights(dc) - weights(mha) == (4 + 2 * f) * d * d
-    assert layers * (weights(dc) - weights(mha)) == 12_582_912  # Enc-DC f = 2, thesis Table 5.2
+    # matrices and conv kernels, no biases / LayerNorm gains
+    matrices = count_parameters(dc, matrices_only=True) - count_parameters(mha, matrices_only=True)
+    assert matrices == (4 + 2 * f) * d * d
+    assert layers * matrices == 12_582_912  # Enc-DC f = 2, thesis Table 5.2
     # biases: conv 2d + FI 2 x 3d + b_z d + LayerNorm 2d, against MultiheadAttention's 4d
-    total = sum(p.numel() for p in dc.parameters()) - sum(p.numel() for p in mha.parameters())
+    total = count_parameters(dc) - count_parameters(mha)
     assert total == (4 + 2 * f) * d * d + 7 * d
 
 

@@ -1,7 +1,9 @@
-"""Issue 5 at the model level: DC and MMA self-attention in the composable model, the
-pre-classifier projection and the deep-encoder preset (thesis Ch. 5, MMA paper,
-word-translation paper). The modules' equations are tested in test_dual_contextual.py and
-test_mixed_multihead.py."""
+"""DC and MMA self-attention in the assembled model (thesis Ch. 5, MMA paper,
+word-translation paper): parameter deltas in the base config (thesis Table 5.2), the DC layer
+ranges and the MMA heads of each layer, incremental decoding and beam search, causality,
+the pre-classifier projection, the presets, settings refused at build, and (slow) DC + M-10 +
+MS-1 + AIF training and decoding together. The modules' equations are tested in
+tests/modules/test_dual_contextual_attention.py and test_mixed_multihead_attention.py."""
 import pytest
 import torch
 from fairseq.modules import MultiheadAttention
@@ -9,11 +11,15 @@ from fairseq.modules import MultiheadAttention
 from fairseq_ext.errors import OptionError
 from fairseq_ext.modules.dual_contextual_attention import DualContextualAttention
 from fairseq_ext.modules.mixed_multihead_attention import MixedMultiheadAttention
-from model_utils import SMALL, beam_search_rescored, build, full_and_incremental, make_dictionary, random_batch
-
-
-def count(model):
-    return sum(p.numel() for p in model.parameters())
+from model_utils import (
+    SMALL,
+    beam_search_rescored,
+    build,
+    count_parameters,
+    full_and_incremental,
+    make_dictionary,
+    random_batch,
+)
 
 
 def test_parameter_deltas_base_config():
@@ -21,19 +27,19 @@ def test_parameter_deltas_base_config():
     dictionary = make_dictionary(33320)
     d = 512
     base, _ = build("multilayer_transformer_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
-    assert abs(count(base) / 1e6 - 61.2) < 0.05
+    assert abs(count_parameters(base) / 1e6 - 61.2) < 0.05
     enc_dc, _ = build("transformer_dc_wmt_en_de", "--share-all-embeddings", "--dc-kernel-size", "2",
                       dictionary=dictionary)
-    delta = count(enc_dc) - count(base)
+    delta = count_parameters(enc_dc) - count_parameters(base)
     assert abs(delta - 6 * (4 + 2 * 2) * d * d) < 0.01 * delta  # +12.58M
-    assert abs(count(enc_dc) / 1e6 - 73.9) < 0.15  # thesis Table 5.2
+    assert abs(count_parameters(enc_dc) / 1e6 - 73.9) < 0.15  # thesis Table 5.2
     f3, _ = build("transformer_dc_wmt_en_de", "--share-all-embeddings", "--dc-kernel-size", "3", dictionary=dictionary)
-    assert abs((count(f3) - count(base)) - 6 * (4 + 2 * 3) * d * d) < 0.01 * delta
+    assert abs((count_parameters(f3) - count_parameters(base)) - 6 * (4 + 2 * 3) * d * d) < 0.01 * delta
     mma, _ = build("transformer_mma_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
-    assert count(mma) == count(base)
+    assert count_parameters(mma) == count_parameters(base)
     proj, _ = build("multilayer_transformer_wmt_en_de", "--share-all-embeddings", "--pre-classifier-projection",
                     dictionary=dictionary)
-    assert count(proj) - count(base) == d * d
+    assert count_parameters(proj) - count_parameters(base) == d * d
 
 
 @pytest.mark.parametrize("side,flag,layers,expected", [
@@ -208,5 +214,5 @@ def test_enc_dc_preset_reproduces_the_thesis_parameter_count():
     dictionary = make_dictionary(33320 - 4)
     with torch.device("meta"):
         model, _ = build("multilayer_transformer_dc_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
-    total = sum(p.numel() for p in model.parameters())
+    total = count_parameters(model)
     assert abs(total / 1e6 - 73.9) < 0.15, total

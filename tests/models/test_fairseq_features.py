@@ -1,5 +1,7 @@
-"""Issue 10, items 2, 4 and 7: fairseq features that would silently misbehave with the
-plugin are refused (naming the flags) or supported with a defined meaning."""
+"""fairseq features that would silently misbehave with the plugin are refused (naming the
+flags) or supported with a defined meaning: LayerDrop, layer pruning and cross-self-attention,
+retain-dropout, a number of source sentences larger than the number of encoder layers,
+auxiliary decoders with a criterion that ignores them, and an encoder without positions."""
 from types import SimpleNamespace
 
 import pytest
@@ -11,7 +13,7 @@ from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
 from model_utils import MULTI30K_TRAIN_FLAGS, SMALL, build, make_dictionary, parse_model_args, random_batch
 
 
-# --- item 7: LayerDrop, layer pruning, cross-self-attention --------------------------------
+# --- LayerDrop, layer pruning, cross-self-attention ---------------------------------------
 @pytest.mark.parametrize("flags,message", [
     (("--joint-attention", "m-10", "--encoder-layerdrop", "0.2"),
      "--encoder-layerdrop cannot be combined with --joint-attention m-10"),
@@ -53,7 +55,7 @@ def test_every_dropout_is_fairseqs_so_retain_dropout_reaches_it():
     assert aggregation_dropout.apply_during_inference
 
 
-# --- item 4: the number of source sentences is not a number of layers ----------------------
+# --- the number of source sentences is not a number of layers -----------------------------
 def test_three_sources_with_a_two_layer_encoder():
     dictionary = make_dictionary()
     task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary, num_source_sentences=3)
@@ -68,7 +70,7 @@ def test_three_sources_with_a_two_layer_encoder():
     assert torch.isfinite(out).all()
 
 
-# --- item 2: multi-level supervision never trains without its losses ----------------------
+# --- multi-level supervision never trains without its losses -----------------------------
 def test_ms_with_a_criterion_that_ignores_the_auxiliary_decoders_is_refused(multi30k_bin, tmp_path, monkeypatch):
     from model_utils import train_recording_validation
     flags = [f for f in MULTI30K_TRAIN_FLAGS]

@@ -1,5 +1,7 @@
-"""scripts/train.sh wires the world size through torchrun: two CPU processes (gloo) form
-one world of two and split the data, instead of two independent worlds of one."""
+"""Distributed training through scripts/train.sh: two CPU processes (gloo) form one world of
+two and split the data, instead of two independent worlds of one; the run stops and resumes
+with the same command; the two processes synchronise gradients like --update-freq 2;
+train.sh names the data or option it refuses; the Slurm script runs train.sh once per node."""
 import os
 import re
 import socket
@@ -7,9 +9,8 @@ import subprocess
 
 import pytest
 
-from model_utils import TINY_TRAIN_FLAGS, clean_env, make_tiny_parallel_data
+from model_utils import REPO, TINY_TRAIN_FLAGS, clean_env, make_tiny_parallel_data
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(REPO, "scripts", "train.sh")
 FLAGS = [f for f in TINY_TRAIN_FLAGS if f != "--cpu"]  # train.sh chooses the device
 
@@ -47,8 +48,8 @@ def test_two_cpu_processes_form_one_world(tmp_path):
     assert two < one and abs(2 * two - one) <= 2, (one, two)
     assert (tmp_path / "two" / "checkpoint_last.pt").exists()
 
-    # stop and resume the two-process run with the same command (issue 8.3: rank 1 could not
-    # load the state rank 0 broadcast: "Unsupported global: omegaconf.dictconfig.DictConfig")
+    # stop and resume the two-process run with the same command (with fairseq's own broadcast,
+    # rank 1 cannot load the state rank 0 sends: "Unsupported global: omegaconf.dictconfig.DictConfig")
     more = [a if a != "1" or common[i - 1] != "--max-epoch" else "2" for i, a in enumerate(common)]
     env["MASTER_PORT"] = free_port()
     resumed = subprocess.run(["bash", TRAIN, bin_dir, str(tmp_path / "two"), "--nproc", "2", *more],

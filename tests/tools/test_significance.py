@@ -9,9 +9,7 @@ import sys
 import pytest
 
 from fairseq_ext.tools.significance import FLAVOURS, MARKS, mark_for, paired_significance
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+from model_utils import REPO
 
 
 def corpus(n=121, seed=0):

@@ -1,5 +1,6 @@
-"""Issue 8.7: where the plugin refuses an option, the message is the first thing the user
-sees, one line naming the option, not the end of a traceback."""
+"""One-line errors (fairseq_ext/guards/one_line_errors.py): where the plugin refuses an
+option, the message is the first thing the user sees, one line naming the option, not the
+end of a traceback; a traceback on request, and other exceptions keep theirs."""
 import subprocess
 
 import pytest

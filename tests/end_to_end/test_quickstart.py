@@ -5,9 +5,7 @@ import sys
 
 import pytest
 
-from test_data_safety import M30K_SMALL  # noqa: F401  (the slice sizes)
-from test_data_safety import m30k_small  # noqa: F401  (fixture)
-from test_recipes import SCRIPTS, needs_multi30k, run
+from script_utils import SCRIPTS, needs_multi30k, run
 
 pytestmark = pytest.mark.slow
 
@@ -16,7 +14,7 @@ TINY = {"LAYERS": "1", "EMBED_DIM": "16", "FFN_DIM": "32", "HEADS": "2", "MAX_UP
 
 
 @needs_multi30k
-def test_quickstart_then_translate_your_own_text(m30k_small, tmp_path):  # noqa: F811
+def test_quickstart_then_translate_your_own_text(m30k_small, tmp_path):
     data, save = tmp_path / "data-bin" / "m30k", tmp_path / "checkpoints" / "qs"
     env = {**TINY, "MULTI30K_FROM": str(m30k_small), "DATA_DIR": str(data), "SAVE_DIR": str(save)}
     res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra=env)

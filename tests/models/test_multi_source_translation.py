@@ -1,6 +1,7 @@
-"""Multi-source translation over genuinely different source sentences (SPEC section 4,
-Libovický et al. 2018): the task's batching, the per-source padding masks, incremental
-decoding and an end-to-end run with fairseq-train / fairseq-generate."""
+"""Multi-source translation over genuinely different source sentences (Libovický et al.
+2018): the task's batching, the per-source padding masks, the memory of each source,
+incremental decoding and beam search, and an end-to-end run with fairseq-train /
+fairseq-generate."""
 import os
 import random
 import subprocess

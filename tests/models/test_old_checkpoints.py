@@ -11,16 +11,16 @@ import torch
 from fairseq import checkpoint_utils
 
 from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
-from model_utils import full_and_incremental, make_dictionary
+from model_utils import FIXTURES, full_and_incremental, make_dictionary
 
-FIXTURES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "fixtures", "checkpoints_v0_1", "*.pt")))
+CHECKPOINTS = sorted(glob.glob(os.path.join(FIXTURES, "checkpoints_v0_1", "*.pt")))
 
 
 def test_fixtures_are_there():
-    assert len(FIXTURES) == 9
+    assert len(CHECKPOINTS) == 9
 
 
-@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: os.path.basename(p)[:-3])
+@pytest.mark.parametrize("path", CHECKPOINTS, ids=lambda p: os.path.basename(p)[:-3])
 def test_old_checkpoint_loads_and_translates_identically(path):
     dictionary = make_dictionary()
     task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)

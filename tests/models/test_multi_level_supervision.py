@@ -1,19 +1,15 @@
-"""Issue 4: auxiliary decoders, the multi-output loss and Auxiliary Information Fusion
-(thesis Ch. 4, Eq. 4.1-4.3; SPEC section 5)."""
+"""Multi-level supervision in the model (thesis Ch. 4, Eq. 4.1-4.3): parameter counts of the
+auxiliary decoders and AIF (thesis Tables 4.4 and 4.6a), incremental decoding and beam search,
+auxiliary decoders that are stock decoders over their encoder layer, the AIF equation and
+what AIF reads in training and in beam search, settings refused at build, and (slow)
+training, stripping the auxiliary decoders and translating identically. The loss is tested
+in tests/criterions/."""
 import subprocess
-from types import SimpleNamespace
 
 import pytest
 import torch
-from fairseq.criterions.label_smoothed_cross_entropy import (
-    LabelSmoothedCrossEntropyCriterion,
-    label_smoothed_nll_loss,
-)
 from fairseq.sequence_generator import SequenceGenerator
 
-from fairseq_ext.criterions.multi_output_label_smoothed_cross_entropy import (
-    MultiOutputLabelSmoothedCrossEntropyCriterion,
-)
 from fairseq_ext.strip_aux import strip_aux_decoders
 from model_utils import (
     SMALL,
@@ -23,6 +19,7 @@ from model_utils import (
     build,
     build_stock,
     clean_env,
+    count_parameters,
     full_and_incremental,
     make_dictionary,
     make_tiny_parallel_data,
@@ -30,34 +27,17 @@ from model_utils import (
 )
 
 
-def count(model):
-    return sum(p.numel() for p in model.parameters())
-
-
-def sample_for(dictionary, seed=1):
-    src, lengths, prev = random_batch(dictionary, seed=seed)
-    target = torch.cat([prev[:, 1:], torch.full((prev.size(0), 1), dictionary.eos())], dim=1)
-    target[0, -2:] = dictionary.pad()  # a padded target
-    net_input = {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev}
-    return {"net_input": net_input, "target": target, "ntokens": int(target.ne(dictionary.pad()).sum())}
-
-
-def criterion_for(dictionary, cls=MultiOutputLabelSmoothedCrossEntropyCriterion, **kwargs):
-    task = SimpleNamespace(target_dictionary=dictionary)
-    return cls(task, sentence_avg=False, label_smoothing=0.1, **kwargs)
-
-
-# --- parameter counts (SPEC section 9, thesis Tables 4.4 / 4.6a) ------------------------------
+# --- parameter counts (thesis Tables 4.4 / 4.6a) ---------------------------------------------
 def test_parameter_deltas_base_config():
     dictionary = make_dictionary(100)
     d, f, layers = 512, 2048, 6
     base, _ = build("multilayer_transformer_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
     ms1, _ = build("transformer_ms_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
     aif, _ = build("transformer_ms_wmt_en_de", "--share-all-embeddings", "--aux-fusion", dictionary=dictionary)
-    decoder_stack = count(base.decoder) - count(base.decoder.embed_tokens)
-    assert count(ms1) - count(base) == decoder_stack  # one aux decoder = one decoder stack
+    decoder_stack = count_parameters(base.decoder) - count_parameters(base.decoder.embed_tokens)
+    assert count_parameters(ms1) - count_parameters(base) == decoder_stack  # one aux decoder = one decoder stack
     assert abs(decoder_stack - layers * (8 * d * d + 2 * d * f)) < 0.01 * decoder_stack  # 25.17M
-    assert count(aif) - count(ms1) == layers * d * d  # AIF: d^2 per main layer per aux decoder (1.57M)
+    assert count_parameters(aif) - count_parameters(ms1) == layers * d * d  # AIF: d^2 per main layer per aux decoder (1.57M)
 
 
 def test_parameter_counts_small_config_table_4_6a():
@@ -72,65 +52,13 @@ def test_parameter_counts_small_config_table_4_6a():
                         ("MS-123", ("--aux-decoder-layers", "1,2,3")),
                         ("MS-123+AIF", ("--aux-decoder-layers", "1,2,3", "--aux-fusion"))]:
         model, _ = build("multilayer_transformer_iwslt", *flags, *extra, dictionary=dictionary)
-        totals[name] = count(model) / 1e6
+        totals[name] = count_parameters(model) / 1e6
     expected = {"baseline": 12.8, "MS-1": 17.0, "MS-1+AIF": 17.3, "MS-13": 21.2, "MS-13+AIF": 21.7,
                 "MS-123": 25.4, "MS-123+AIF": 26.2}
     for name, value in expected.items():
         assert abs(totals[name] - value) < 0.1, (name, totals[name], value)
     assert abs((totals["MS-1"] - totals["baseline"]) - 4.2) < 0.05
     assert abs((totals["MS-1+AIF"] - totals["MS-1"]) - 0.26) < 0.01
-
-
-# --- the multi-output loss (Eq. 4.1) -------------------------------------------------------------
-@pytest.mark.parametrize("gamma", [1.0, 0.3])
-def test_loss_equals_hand_computation(gamma):
-    dictionary = make_dictionary()
-    model, _ = build("multilayer_transformer", *SMALL, "--aux-decoder-layers", "1,2", dictionary=dictionary)
-    sample = sample_for(dictionary)
-    criterion = criterion_for(dictionary, aux_loss_weight=gamma)
-    loss, sample_size, logs = criterion(model, sample)
-    with torch.no_grad():
-        logits, extra = model(**sample["net_input"])
-    target = sample["target"].view(-1)
-    terms = []
-    for out in [logits] + extra["aux_out"]:
-        lprobs = torch.log_softmax(out.float(), dim=-1).view(-1, out.size(-1))
-        terms.append(label_smoothed_nll_loss(lprobs, target, 0.1, ignore_index=dictionary.pad())[0])
-    assert torch.allclose(loss, terms[0] + gamma * (terms[1] + terms[2]), atol=1e-4)
-    assert torch.allclose(logs["main_loss"], terms[0], atol=1e-4)
-    assert torch.allclose(logs["aux1_loss"], terms[1], atol=1e-4)
-    assert torch.allclose(logs["aux2_loss"], terms[2], atol=1e-4)
-    assert sample_size == sample["ntokens"]
-
-
-def test_without_aux_decoders_the_criterion_is_label_smoothed_cross_entropy():
-    dictionary = make_dictionary()
-    model, _ = build("multilayer_transformer", *SMALL, dictionary=dictionary)
-    sample = sample_for(dictionary)
-    ours = criterion_for(dictionary)(model, sample)
-    stock = criterion_for(dictionary, cls=LabelSmoothedCrossEntropyCriterion)(model, sample)
-    assert torch.equal(ours[0], stock[0])
-    assert ours[1] == stock[1]
-    assert torch.equal(ours[2]["nll_loss"], stock[2]["nll_loss"])
-
-
-def test_aux_loss_gradients_reach_only_the_encoder_layers_below():
-    dictionary = make_dictionary()
-    model, _ = build("multilayer_transformer", *SMALL, "--aux-decoder-layers", "1", dictionary=dictionary)
-    model.train()
-    sample = sample_for(dictionary)
-    _, extra = model(**sample["net_input"])
-    aux_logits = extra["aux_out"][0]
-    lprobs = torch.log_softmax(aux_logits, dim=-1).view(-1, aux_logits.size(-1))
-    label_smoothed_nll_loss(lprobs, sample["target"].view(-1), 0.1, ignore_index=dictionary.pad())[0].backward()
-
-    def grad_norm(module):
-        return sum(float(p.grad.abs().sum()) for p in module.parameters() if p.grad is not None)
-
-    assert grad_norm(model.encoder.layers[0]) > 0  # layer 1 feeds the aux decoder
-    assert grad_norm(model.encoder.layers[1]) == 0 and grad_norm(model.encoder.layers[2]) == 0
-    assert grad_norm(model.decoder.aux_decoders[0].layers) > 0
-    assert grad_norm(model.decoder.layers) == 0  # the main decoder's layers are untouched
 
 
 # --- incremental decoding and beam search ----------------------------------------------------------
@@ -375,39 +303,3 @@ def test_m00_ms1_aif_trains_and_decodes(tmp_path):
     assert "BLEU4" in result.stdout
 
 
-def _reduced(criterion_cls, logging_outputs):
-    from fairseq.logging import metrics
-    with metrics.aggregate() as agg:
-        criterion_cls.reduce_metrics(logging_outputs)
-        return {k: float(v) for k, v in agg.get_smoothed_values().items()}
-
-
-def test_logged_metrics_are_exact_in_base_2():
-    """What fairseq-train prints: every term summed over the batches in nats, divided by its
-    denominator (sample_size for losses, ntokens for nll losses) and by ln 2; with no
-    auxiliary decoder, loss / nll_loss / main_loss equal label_smoothed_cross_entropy's."""
-    import math
-    dictionary = make_dictionary()
-    model, _ = build("multilayer_transformer", *SMALL, "--aux-decoder-layers", "1", dictionary=dictionary)
-    criterion = criterion_for(dictionary, aux_loss_weight=0.5)
-    logs = [criterion(model, sample_for(dictionary, seed=s))[2] for s in (1, 2)]
-    reduced = _reduced(type(criterion), logs)
-    sample_size = sum(log["sample_size"] for log in logs)
-    ntokens = sum(log["ntokens"] for log in logs)
-    for key, denominator in (("main_loss", sample_size), ("aux1_loss", sample_size), ("aux1_nll_loss", ntokens),
-                             ("loss", sample_size)):
-        expected = sum(float(log[key]) for log in logs) / denominator / math.log(2)
-        assert abs(reduced[key] - expected) < 1e-3, (key, reduced[key], expected)
-    main = sum(float(log["main_loss"]) for log in logs)
-    aux = sum(float(log["aux1_loss"]) for log in logs)
-    assert abs(reduced["loss"] - (main + 0.5 * aux) / sample_size / math.log(2)) < 1e-3
-
-    plain, _ = build("multilayer_transformer", *SMALL, dictionary=dictionary)
-    ours = [criterion_for(dictionary)(plain, sample_for(dictionary, seed=s))[2] for s in (1, 2)]
-    stock = [criterion_for(dictionary, cls=LabelSmoothedCrossEntropyCriterion)(plain, sample_for(dictionary, seed=s))[2]
-             for s in (1, 2)]
-    ours_reduced = _reduced(type(criterion), ours)
-    stock_reduced = _reduced(LabelSmoothedCrossEntropyCriterion, stock)
-    for key in ("loss", "nll_loss", "ppl"):
-        assert abs(ours_reduced[key] - stock_reduced[key]) < 1e-6, key
-    assert abs(ours_reduced["main_loss"] - stock_reduced["loss"]) < 1e-3

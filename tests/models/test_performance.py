@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from model_utils import REPO
 
 
 def test_benchmark_smoke_and_deterministic_ratios(tmp_path):

@@ -9,7 +9,8 @@ from urllib.parse import unquote
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from model_utils import REPO
+
 README = os.path.join(REPO, "README.md")
 DOCS = sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))
 PAGES = [README, *DOCS, os.path.join(REPO, "scripts", "README.md")]

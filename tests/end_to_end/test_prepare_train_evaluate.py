@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = REPO / "scripts"
+from script_utils import REPO, SCRIPTS
+
 ARCH = "multilayer_transformer_iwslt"
 
 pytestmark = pytest.mark.slow

@@ -1,13 +1,17 @@
-"""Issue 8.1: no checkpoint runs code through the configuration strings fairseq 0.12 passes
-to eval(), on any load path; honest checkpoints of every option still load."""
+"""Checkpoint safety (fairseq_ext/guards/checkpoint_safety.py): checkpoints load under torch's
+weights_only=True with the types fairseq writes, and a pickle that would run code is refused;
+no checkpoint runs code through the configuration strings fairseq 0.12 passes to eval(), on
+any load path; honest checkpoints of every option still load."""
 import argparse
 import builtins
 import os
+import pickle
 import re
 import subprocess
 import sys
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from fairseq import checkpoint_utils, utils
@@ -25,6 +29,48 @@ FAIRSEQ_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(utils.__file__)))
 
 def payload(marker):
     return f"__import__('os').system('touch {marker}') or [100000]"
+
+
+# --- checkpoints under torch's weights_only=True -------------------------------------------
+class _RunsCode:
+    """A pickle that would call os.system on load."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _fairseq_like_state(args):
+    return {
+        "args": None,
+        "cfg": {"model": args, "common": {"seed": 1}},
+        "model": {"w": torch.zeros(2)},
+        "optimizer_history": [{"criterion_name": "LabelSmoothedCrossEntropyCriterion", "optimizer_name": "FairseqAdam",
+                               "lr_scheduler_state": {"best": None}, "num_updates": 3}],
+        "extra_state": {"best": np.float64(1.5), "counts": np.array([1, 2, 3])},
+        "last_optimizer_state": None,
+    }
+
+
+def test_fairseq_checkpoint_types_load_with_weights_only(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    torch.save(_fairseq_like_state(argparse.Namespace(arch="multilayer_transformer")), path)
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(path))  # torch.load default: weights_only=True
+    assert state["cfg"]["model"].arch == "multilayer_transformer"
+    assert float(state["extra_state"]["best"]) == 1.5
+
+
+def test_checkpoint_that_would_run_code_is_refused(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pt"
+    state = _fairseq_like_state(argparse.Namespace(arch="multilayer_transformer"))
+    state["extra_state"]["payload"] = _RunsCode(marker)
+    torch.save(state, path)
+    with pytest.raises(pickle.UnpicklingError, match="system"):
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert not marker.exists()
 
 
 # --- the literal grammar ------------------------------------------------------------------

@@ -6,6 +6,7 @@ import torch
 from fairseq.modules.multihead_attention import MultiheadAttention
 
 from fairseq_ext.modules.mixed_multihead_attention import MixedMultiheadAttention, parse_mma_heads
+from model_utils import count_parameters
 
 D = 16
 
@@ -227,6 +228,6 @@ def test_decoder_local_head_sees_only_its_past_window():
 def test_zero_extra_parameters_and_same_state_dict():
     mha = MultiheadAttention(512, 8, self_attention=True)
     mma = MixedMultiheadAttention(512, 8, self_attention=True)
-    assert sum(p.numel() for p in mma.parameters()) == sum(p.numel() for p in mha.parameters())
+    assert count_parameters(mma) == count_parameters(mha)
     assert {k: v.shape for k, v in mma.state_dict().items()} == {k: v.shape for k, v in mha.state_dict().items()}
     assert isinstance(mma, MultiheadAttention)

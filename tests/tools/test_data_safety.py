@@ -1,5 +1,7 @@
-"""Issue 8, items 4, 5 and 7 (data): careless paths never delete data, results never look
-valid when they are not, and bad input is named by file and line."""
+"""Data safety of the scripts and recipes: careless paths never delete data (--force replaces
+only what a recipe wrote, never the checkout, the working directory, the input or another
+script's output), results never look valid when they are not (an evaluation is complete or
+absent), and bad input (BOM, CR, non-UTF-8) is normalised or named by file and line."""
 import gzip
 import json
 import os
@@ -11,18 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_recipes import SCRIPTS, TOOLS, head_gz, needs_multi30k, run, write_lines, MULTI30K
-
-M30K_SMALL = (("train", 61), ("val", 13), ("test_2016_flickr", 13))
-
-
-@pytest.fixture
-def m30k_small(tmp_path):
-    d = tmp_path / "m30k"
-    for split, n in M30K_SMALL:
-        for lang in ("en", "de"):
-            write_lines(d / f"{split}.{lang}", head_gz(MULTI30K / f"{split}.{lang}.gz", n), gz=True)
-    return d
+from script_utils import M30K_SMALL, REPO, SCRIPTS, TOOLS, needs_multi30k, run
 
 
 def mark(directory, prog, *entries):
@@ -42,7 +33,7 @@ def prepare(src_dir, out, *flags, cwd=None):
                 "--workers", "1", *flags], cwd=cwd)
 
 
-# --- item 4: --force replaces only what a recipe wrote ------------------------------------
+# --- --force replaces only what a recipe wrote -------------------------------------------
 @needs_multi30k
 def test_force_replaces_a_directory_the_recipe_wrote_and_nothing_else_wrote_into(m30k_small, tmp_path):
     out = tmp_path / "bin"
@@ -160,7 +151,7 @@ def test_strip_aux_refuses_to_overwrite_its_input(tmp_path, tiny_trained):
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
 
 
-# --- item 5 and 7: text the recipes and the scorer read ------------------------------------
+# --- text the recipes and the scorer read -----------------------------------------------
 def test_bom_crlf_and_inner_cr_are_normalised(tmp_path):
     f = tmp_path / "ref.txt"
     f.write_bytes("\ufeffeine Katze\r\nein\rHund\r\n\u00e4 b\n".encode("utf-8"))
@@ -553,4 +544,4 @@ def test_evaluation_is_complete_or_absent(m30k_small, tmp_path):
     assert (tmp_path / "sig" / "report.txt").is_file()  # the earlier report is kept
 
 
-REPO_FAIRSEQ_EXT = Path(__file__).resolve().parents[1] / "fairseq_ext"
+REPO_FAIRSEQ_EXT = REPO / "fairseq_ext"

@@ -9,62 +9,17 @@ line counts are not multiples of 8 (fairseq batches in multiples of 8: a dropped
 last batch shows).
 """
 import gzip
-import os
 import json
 import random
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
-from model_utils import DATA
-
-REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = REPO / "scripts"
-TOOLS = REPO / "fairseq_ext" / "tools"  # the text helpers the recipes run as files
-SHARED = Path(DATA)
-MULTI30K = SHARED / "multi30k"
-ENVI = SHARED / "iwslt15-en-vi"
-
-needs_multi30k = pytest.mark.skipif(not (MULTI30K / "train.en.gz").exists(),
-                                    reason=f"no local Multi30k copy in {MULTI30K}")
-needs_envi = pytest.mark.skipif(not (ENVI / "train.en.gz").exists(),
-                                reason=f"no local IWSLT'15 En-Vi copy in {ENVI}")
+from script_utils import ENVI, MULTI30K, SCRIPTS, head_gz, needs_envi, needs_multi30k, run, write_lines
 
 
 # ----------------------------------------------------------------------------- helpers
-def run(cmd, cwd=None, env_extra=None, stdin=None):
-    env = dict(os.environ)
-    # the venv running pytest provides fairseq-preprocess, subword-nmt, sacremoses
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    env["PYTHON"] = sys.executable
-    env.update(env_extra or {})
-    return subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600, input=stdin)
-
-
-def write_lines(path, lines, gz=False):
-    path = Path(str(path) + (".gz" if gz else ""))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    opener = gzip.open if gz else open
-    with opener(path, "wt", encoding="utf-8") as f:
-        f.writelines(line + "\n" for line in lines)
-    return path
-
-
-def head_gz(path, n, skip=0):
-    out = []
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            if i >= skip + n:
-                break
-            if i >= skip:
-                out.append(line.rstrip("\n"))
-    return out
-
-
 def assert_databin(out, src, tgt, splits=("train", "valid", "test")):
     out = Path(out)
     assert (out / f"dict.{src}.txt").is_file() and (out / f"dict.{tgt}.txt").is_file()

@@ -1,0 +1,249 @@
+"""Compare two systems (``fairseq-ext significance``, scripts/significance.sh): paired
+bootstrap resampling (Koehn, 2004) of system B against system A with sacreBLEU (--paired-bs,
+1000 samples as in the papers; --paired-ar for approximate randomization), in the BLEU
+flavour of the compared files, plus compare-mt's (Neubig et al., 2019) analyses: BLEU by
+reference-length bucket (<10, 10-20, ..., >=50, as the thesis reports), word accuracy,
+n-grams. The p-value and mark come from sacreBLEU, the scorer of the BLEU they qualify
+(:mod:`fairseq_ext.tools.significance`); compare-mt's own BLEU treats a zero n-gram precision
+as 1 and can disagree (docs/evaluation.md).
+
+    fairseq-ext significance --eval-a EVAL_DIR_A --eval-b EVAL_DIR_B --out DIR   # evaluations
+    fairseq-ext significance --ref REF --sys-a HYP_A --sys-b HYP_B --out DIR [--src SRC]
+
+By default the Moses-tokenized files of an evaluation are compared (hyp.tok / ref.tok,
+multi-bleu style, sacreBLEU --tokenize none); --level detok uses the detokenized ones (13a).
+Writes DIR/significance.{txt,json} (sacreBLEU), DIR/report.txt (compare-mt's text report) and
+DIR/index.html (+ figures), all at once when both succeeded (an existing DIR is replaced only
+when significance wrote it: outputs.StagedOutput). With --eval-*, only directories that hold a
+complete evaluation (.evaluation-complete) are read. compare-mt runs through
+compare_mt_shim.py, which works around compare-mt 0.2.10's undeclared dependency on `six`.
+"""
+import filecmp
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
+
+from . import corpus, outputs
+from .significance import paired_significance, table_lines
+
+# the name significance writes and speaks under (markers, log lines, errors)
+PROG = outputs.SIGNIFICANCE
+SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compare_mt_shim.py")
+
+USAGE = """Usage: {prog} (--eval-a DIR --eval-b DIR | --ref REF --sys-a HYP --sys-b HYP) --out DIR [options]
+
+  --eval-a/--eval-b DIR  output directories of fairseq-ext evaluate (same data and split)
+  --ref FILE             reference; --sys-a/--sys-b FILE the two systems' outputs
+  --src FILE             source sentences (optional; enables source-side analyses)
+  --level tok|detok      with --eval-*: compare tokenized (default) or detokenized text
+  --names "A B"          system names in the report (default "A B")
+  --samples N            bootstrap samples (default 1000)
+  --seed N               random seed (default 1)
+  --lc                   case-insensitive BLEU (e.g. IWSLT'14 De-En)
+  --paired-ar            approximate randomization instead of the paired bootstrap
+  --out DIR              report directory (created; significance.txt/.json, index.html, report.txt)
+Further arguments after -- go to compare-mt unchanged."""
+
+VALUE_OPTIONS = {"--ref": "ref", "--sys-a": "sys_a", "--sys-b": "sys_b", "--src": "src", "--eval-a": "eval_a",
+                 "--eval-b": "eval_b", "--level": "level", "--names": "names", "--samples": "samples",
+                 "--seed": "seed", "--out": "out"}
+
+
+class CompareError(Exception):
+    """A comparison that cannot run or failed; the message is the one-line error."""
+
+    def __init__(self, message: str, usage: bool = False):
+        super().__init__(message)
+        self.usage = usage
+
+
+@dataclass
+class Options:
+    ref: str = ""
+    sys_a: str = ""
+    sys_b: str = ""
+    src: str = ""
+    eval_a: str = ""
+    eval_b: str = ""
+    level: str = "tok"
+    names: str = "A B"
+    samples: str = "1000"
+    seed: str = "1"
+    lc: bool = False
+    method: str = "bs"
+    out: str = ""
+    compare_mt_args: List[str] = field(default_factory=list)
+    help: bool = False
+
+
+def parse_args(argv: Sequence[str]) -> Options:
+    opts = Options()
+    argv = list(argv)
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in VALUE_OPTIONS:
+            if i + 1 >= len(argv):
+                raise CompareError(f"{arg} needs a value")
+            setattr(opts, VALUE_OPTIONS[arg], argv[i + 1])
+            i += 2
+            continue
+        if arg == "--lc":
+            opts.lc = True
+        elif arg in ("--paired-ar", "--paired-bs"):
+            opts.method = arg[-2:]
+        elif arg in ("-h", "--help"):
+            opts.help = True
+            return opts
+        elif arg == "--":
+            opts.compare_mt_args = argv[i + 1:]
+            break
+        else:
+            raise CompareError(f"unknown option: {arg}", usage=True)
+        i += 1
+    return opts
+
+
+def check(opts: Options) -> Options:
+    """The options checked, and with --eval-*, the files of the evaluations filled in."""
+    if not opts.out:
+        raise CompareError("--out DIR is required", usage=True)
+    if len(opts.names.split()) != 2:
+        raise CompareError('--names takes two names, e.g. --names "baseline mlmha"')
+    if not (opts.samples.isdigit() and opts.seed.isdigit()):
+        raise CompareError("--samples and --seed take integers")
+    if opts.level not in ("tok", "detok"):
+        raise CompareError("--level must be tok or detok")
+    if opts.eval_a or opts.eval_b:
+        if not (opts.eval_a and opts.eval_b):
+            raise CompareError("give both --eval-a and --eval-b")
+        if opts.sys_a or opts.sys_b:
+            raise CompareError("use either --eval-a/--eval-b or --sys-a/--sys-b, not both")
+        for directory in (opts.eval_a, opts.eval_b):
+            try:
+                outputs.check_evaluation(directory)
+            except outputs.OutputError as e:
+                raise CompareError(str(e)) from None
+        opts.sys_a = os.path.join(opts.eval_a, f"hyp.{opts.level}")
+        opts.sys_b = os.path.join(opts.eval_b, f"hyp.{opts.level}")
+        opts.ref = opts.ref or os.path.join(opts.eval_a, f"ref.{opts.level}")
+        if not opts.src and os.path.isfile(os.path.join(opts.eval_a, "src.tok")):
+            opts.src = os.path.join(opts.eval_a, "src.tok")
+        ref_b = os.path.join(opts.eval_b, f"ref.{opts.level}")
+        if os.path.isfile(ref_b) and not (os.path.isfile(opts.ref) and filecmp.cmp(opts.ref, ref_b, shallow=False)):
+            raise CompareError(f"{opts.eval_a} and {opts.eval_b} were scored against different references "
+                               "(not the same data/split?)")
+    if not (opts.ref and opts.sys_a and opts.sys_b):
+        raise CompareError("need --ref, --sys-a and --sys-b (or --eval-a/--eval-b)", usage=True)
+    return opts
+
+
+def _log(message: str) -> None:
+    print(f"[{PROG}] {message}", file=sys.stderr, flush=True)
+
+
+def _tail(path: str, n: int) -> None:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        sys.stderr.write("".join(f.readlines()[-n:]))
+
+
+def run(opts: Options, log=_log) -> dict:
+    """Compare, and move the report into ``opts.out``; returns significance.json's content."""
+    name_a, name_b = opts.names.split()
+    samples, seed = int(opts.samples), int(opts.seed)
+    # --out: a directory significance wrote (or a new or empty one), replaced when the report
+    # is complete; never one that holds the compared files
+    inputs = [opts.ref, opts.sys_a, opts.sys_b, opts.src, opts.eval_a, opts.eval_b]
+    staged = outputs.StagedOutput(opts.out, prog=PROG, inputs=inputs, force=True, log=log,
+                                  keep_on_failure=["compare-mt.log", "sacrebleu.log"])
+    with staged:
+        names = ["ref", "sys-a", "sys-b"]
+        files = [opts.ref, opts.sys_a, opts.sys_b]
+        if opts.src:
+            names.append("src")
+            files.append(opts.src)
+        corpus.check_parallel(files)
+        # compare-mt reads copies cleaned by the one reader (UTF-8 checked, BOM and CRs
+        # removed: Python's universal newlines would split a line at a lone CR, wc -l would not)
+        texts, clean = [], []
+        for name, path in zip(names, files):
+            texts.append(list(corpus.read_lines(path)))
+            clean.append(os.path.join(staged.work, name))
+            with corpus.open_text(clean[-1]) as f:
+                f.writelines(line + "\n" for line in texts[-1])
+        out = staged.stage
+        flavour = f"{opts.level}-{'lc' if opts.lc else 'cased'}"
+        title = "bootstrap" if opts.method == "bs" else "approximate randomization"
+        log(f"sacreBLEU paired {title}, {samples} samples, BLEU {flavour}")
+        try:
+            result = paired_significance(texts[0], texts[1], {name_b: texts[2]}, flavour=flavour,
+                                         method=opts.method, n_samples=samples, seed=seed)
+        except (ValueError, RuntimeError) as e:
+            with open(os.path.join(out, "sacrebleu.log"), "w", encoding="utf-8") as f:
+                f.write(f"{e}\n")
+            _tail(os.path.join(out, "sacrebleu.log"), 5)
+            raise CompareError(f"the sacreBLEU paired test failed (log: {staged.out}/sacrebleu.log)") from None
+        lines = table_lines(result, method=opts.method, n_samples=samples, flavour=flavour, baseline_name=name_a)
+        with open(os.path.join(out, "significance.json"), "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1, ensure_ascii=False)
+        with open(os.path.join(out, "significance.txt"), "w", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in lines)
+        print("\n".join(lines), flush=True)
+
+        ci = ",case_insensitive=True" if opts.lc else ""
+        args = [*clean[:3], "--sys_names", name_a, name_b,
+                "--compare_scores", f"score_type=bleu,bootstrap={samples},prob_thresh=0.05{ci}", "score_type=length",
+                "--compare_sentence_buckets",
+                f"bucket_type=length,statistic_type=score,score_measure=bleu,bucket_cutoffs=10:20:30:40:50{ci}",
+                "--output_directory", out, "--seed", str(seed), "--report_title", f"{name_a} vs {name_b}"]
+        if opts.src:
+            args += ["--src_file", clean[3]]
+        log(f"compare-mt: paired bootstrap, {samples} samples ({os.path.basename(opts.sys_a)} vs "
+            f"{os.path.basename(opts.sys_b)})")
+        env = dict(os.environ, MPLBACKEND="Agg")
+        with open(os.path.join(out, "report.txt"), "wb") as stdout, \
+                open(os.path.join(out, "compare-mt.log"), "wb") as stderr:
+            code = subprocess.run([sys.executable, SHIM, *args, *opts.compare_mt_args], stdout=stdout,
+                                  stderr=stderr, env=env).returncode
+        if code != 0:
+            _tail(os.path.join(out, "compare-mt.log"), 15)
+            raise CompareError(f"compare-mt failed (log: {staged.out}/compare-mt.log)")
+        staged.finish()
+    log(f"significance: {staged.out}/significance.txt; compare-mt's analyses (length buckets, word accuracy): "
+        f"{staged.out}/report.txt, {staged.out}/index.html")
+    return result
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    usage = USAGE.format(prog=PROG)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    old = os.environ.get("FSX_PROG")
+    os.environ["FSX_PROG"] = PROG  # the text helpers' one-line errors: "[significance.sh] error: ..."
+    try:
+        opts = parse_args(argv)
+        if opts.help:
+            print(usage)
+            return 0
+        run(check(opts))
+    except (CompareError, outputs.OutputError) as e:
+        if getattr(e, "usage", False):
+            print(usage, file=sys.stderr)
+        print(f"[{PROG}] error: {e}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if old is None:
+            os.environ.pop("FSX_PROG", None)
+        else:
+            os.environ["FSX_PROG"] = old
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

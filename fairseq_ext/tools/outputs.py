@@ -1,0 +1,364 @@
+#!/usr/bin/env python3
+"""The output-directory protocol: the one implementation of the rules by which every command
+of this package writes a directory (the data recipes, quickstart.sh, ``fairseq-ext evaluate``,
+``fairseq-ext significance``), and of the evaluation-complete file. docs/trust.md
+("Output directories") states the rules; the bash recipes call this file
+(recipes/lib/common.sh), the Python tools import it.
+
+  check-replaceable DIR [INPUT...]   exit 1 with one line unless an existing DIR may be replaced
+  writer DIR                         the script that wrote DIR (exit 1: none of this package)
+  owned-entries DIR WRITER           the entries (names or globs) WRITER wrote into DIR
+  entries WRITER                     what WRITER writes (for a marker that lists them)
+  mark DIR [ENTRY...]                write the marker into DIR
+  write-evaluation-complete DIR KEY=VALUE...
+  check-evaluation DIR               exit 1 with one line unless DIR holds a complete evaluation
+
+What the bash side knows comes in the environment: FSX_PROG (the running script: the name in
+markers and messages), FSX_REPLACES (a glob over the writers whose directories it may replace;
+default FSX_PROG), FSX_CALLER_PWD (the directory the user started in), FSX_INSTALL_DIR (the
+directory holding the package). Runs as a plain file (no package import: it would load fairseq
+and torch).
+"""
+import fnmatch
+import hashlib
+import os
+import re
+import shutil
+import sys
+import tempfile
+from typing import Iterable, List, Optional, Sequence
+
+# Every directory a script of this package writes holds this file. Its first line says which
+# script wrote the directory, every other line that is not a comment names an entry (a name or
+# a glob) that the script wrote there. A directory is replaced only while it holds nothing but
+# those entries: whatever a user put into it later keeps it.
+MARKER = ".fairseq_ext-output"
+# evaluation writes this file into its output last; significance reads only such directories
+# (check_evaluation). It records what was evaluated and the checksum of each of EVAL_FILES, so
+# that a file replaced or changed afterwards is noticed.
+EVAL_COMPLETE = ".evaluation-complete"
+EVAL_FILES = ("hyp.tok", "hyp.detok", "ref.tok", "ref.detok", "src.tok")
+# the name evaluation writes under (markers, messages): directories written by evaluate.sh stay
+# its own
+EVALUATE = "evaluate.sh"
+SIGNIFICANCE = "significance.sh"
+# what each script writes, for directories written before the marker listed it
+RECIPE_ENTRIES = ("dict.*.txt", "*.bin", "*.idx", "code", "spm.model", "spm.vocab", "text", "prep.env",
+                  "preprocess.log")
+EVAL_ENTRIES = ("generate-*", "hyp.*", "ref.*", "src.tok", "bleu.txt", "bleu.json", EVAL_COMPLETE, ".evaluate.tmp.*")
+QUICKSTART_ENTRIES = ("checkpoint*", "train.log", "quickstart.settings", "eval-test")
+# the directory that holds the package (a checkout or site-packages): never replaced
+INSTALL_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class OutputError(Exception):
+    """A directory that may not be replaced or read; the message is the one-line error."""
+
+
+def _prog() -> str:
+    return os.environ.get("FSX_PROG") or os.path.basename(sys.argv[0])
+
+
+def default_entries(writer: str) -> Sequence[str]:
+    """What ``writer`` writes into its directory, for one whose marker does not list it."""
+    if writer.startswith("prepare-"):
+        return RECIPE_ENTRIES
+    return {EVALUATE: EVAL_ENTRIES, "quickstart.sh": QUICKSTART_ENTRIES}.get(writer, ())
+
+
+def _first_line(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.readline().rstrip("\n")
+    except OSError:
+        return ""
+
+
+def mark_output(directory: str, entries: Sequence[str] = (), prog: Optional[str] = None) -> None:
+    """Write the marker into ``directory``; ``entries``: names or globs of what the script
+    writes there (default: what the directory holds now)."""
+    prog = prog or _prog()
+    if not entries:
+        entries = sorted((e for e in os.listdir(directory) if e != MARKER), key=os.fsencode)
+    with open(os.path.join(directory, MARKER), "w", encoding="utf-8", newline="\n") as f:
+        f.write(f"# written by {prog} (fairseq_ext); it may replace this directory while it holds only:\n")
+        f.writelines(e + "\n" for e in entries)
+
+
+def dir_writer(directory: str) -> Optional[str]:
+    """The script that wrote ``directory`` (prepare-multi30k.sh, evaluate.sh, ...): from its
+    marker, or for a directory written before the marker, from prep.env (a recipe's output),
+    .evaluation-complete (evaluate.sh's) or quickstart.settings (quickstart.sh's). None: no
+    script of this package wrote it."""
+    marker = os.path.join(directory, MARKER)
+    if os.path.isfile(marker):
+        m = re.match(r"(# )?written by ([^ ;]+)", _first_line(marker))
+        if m:
+            return m.group(2)
+    m = re.match(r"# written by (prepare-[^ ;]+)", _first_line(os.path.join(directory, "prep.env")))
+    if m:
+        return m.group(1)
+    if os.path.isfile(os.path.join(directory, EVAL_COMPLETE)):
+        return EVALUATE
+    if os.path.isfile(os.path.join(directory, "quickstart.settings")):
+        return "quickstart.sh"
+    return None
+
+
+def owned_entries(directory: str, writer: str) -> List[str]:
+    """The entries (names or globs) that ``writer`` wrote into ``directory``: those its marker
+    lists, or for a directory written before the marker listed them, what ``writer`` writes."""
+    marker = os.path.join(directory, MARKER)
+    if os.path.isfile(marker) and _first_line(marker).startswith("# written by "):
+        with open(marker, encoding="utf-8", errors="replace") as f:
+            return [line.rstrip("\n") for line in f if not line.startswith("#")]
+    return list(default_entries(writer))
+
+
+def _within(directory: str, path: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def _find_git(directory: str) -> Optional[str]:
+    if os.path.basename(directory) == ".git":
+        return directory
+    for root, dirs, files in os.walk(directory):
+        for name in dirs + files:
+            if name == ".git":
+                return os.path.join(root, name)
+    return None
+
+
+def check_replaceable(directory: str, inputs: Iterable[str] = (), *, prog: Optional[str] = None,
+                      replaces: Optional[str] = None, caller_pwd: Optional[str] = None,
+                      install_dir: Optional[str] = None) -> None:
+    """Raise OutputError unless an existing ``directory`` may be deleted and replaced by
+    ``prog``. It must not be, or contain, /, $HOME, the working directory (also the one the user
+    started in, ``caller_pwd``), the directory holding the package or any of ``inputs``; it must
+    not contain a git repository (at any depth); and it must be empty, or have been written by a
+    script that ``replaces`` (a glob; default: ``prog`` itself) matches and hold nothing but the
+    entries that script wrote."""
+    prog = prog or _prog()
+    replaces = replaces or os.environ.get("FSX_REPLACES") or prog
+    caller_pwd = caller_pwd if caller_pwd is not None else os.environ.get("FSX_CALLER_PWD", "")
+    install_dir = install_dir or os.environ.get("FSX_INSTALL_DIR") or INSTALL_DIR
+    d = os.path.realpath(directory)
+    if not os.path.lexists(d):
+        return
+    for p in ("/", os.environ.get("HOME") or "/", os.getcwd(), caller_pwd, install_dir, *inputs):
+        if not p:
+            continue
+        p = os.path.realpath(str(p))
+        if _within(d, p):
+            raise OutputError(f"refusing to replace {d}: it is or contains {p}")
+    if not os.path.isdir(d):
+        raise OutputError(f"refusing to replace {d}: it is not a directory")
+    git = _find_git(d)
+    if git:
+        raise OutputError(f"refusing to replace {d}: it contains a git repository ({git})")
+    held = os.listdir(d)
+    if not held:
+        return
+    writer = dir_writer(d)
+    if writer is None:
+        raise OutputError(f"refusing to replace {d}: it was not written by a fairseq_ext script (no {MARKER} in it); "
+                          "remove it yourself or choose another directory")
+    if not fnmatch.fnmatchcase(writer, replaces):
+        raise OutputError(f"refusing to replace {d}: it was written by {writer}, and {prog} replaces only its own "
+                          "output; remove it yourself or choose another directory")
+    owned = [pat for pat in owned_entries(d, writer) if pat]
+    for entry in held:
+        if entry == MARKER:
+            continue
+        if not any(fnmatch.fnmatchcase(entry, pat) for pat in owned):
+            raise OutputError(f"refusing to replace {d}: it holds {entry}, which no fairseq_ext script wrote there; "
+                              f"move {entry} elsewhere, or remove {d} yourself")
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_evaluation_complete(directory: str, fields: Sequence[str]) -> None:
+    """Evaluation's last file, in ``directory``: the KEY=VALUE ``fields``, then the checksum
+    of each of EVAL_FILES."""
+    tmp = os.path.join(directory, EVAL_COMPLETE + ".tmp")
+    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+        f.writelines(field + "\n" for field in fields)
+        f.writelines(f"sha256.{name}={_sha256(os.path.join(directory, name))}\n" for name in EVAL_FILES)
+    os.replace(tmp, os.path.join(directory, EVAL_COMPLETE))
+
+
+def read_evaluation_complete(directory: str) -> dict:
+    """The KEY=VALUE lines of ``directory``'s evaluation-complete file (the first of each key)."""
+    fields = {}
+    with open(os.path.join(directory, EVAL_COMPLETE), encoding="utf-8", errors="replace") as f:
+        for line in f:
+            key, sep, value = line.rstrip("\n").partition("=")
+            if sep and key not in fields:
+                fields[key] = value
+    return fields
+
+
+def count_lines(path: str) -> int:
+    """Lines as wc -l counts them (LF bytes)."""
+    with open(path, "rb") as f:
+        return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
+
+
+def check_evaluation(directory: str) -> None:
+    """Raise OutputError unless ``directory`` holds one complete evaluation: its
+    evaluation-complete file, and each of EVAL_FILES as evaluation wrote it (the checksum it
+    recorded; for a file without checksums, as many lines as sentences were translated)."""
+    why = "holds no complete evaluation"
+    fix = "rerun scripts/evaluate.sh into it"
+    if not os.path.isfile(os.path.join(directory, EVAL_COMPLETE)):
+        raise OutputError(f"{directory} {why} (no {EVAL_COMPLETE}: evaluate.sh did not finish there); {fix}")
+    fields = read_evaluation_complete(directory)
+    n = fields.get("sentences", "")
+    for name in EVAL_FILES:
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            raise OutputError(f"{directory} {why}: {name} is missing; {fix}")
+        want = fields.get(f"sha256.{name}", "")
+        if want:
+            if _sha256(path) != want:
+                raise OutputError(f"{directory} {why}: {name} is not the file evaluate.sh wrote (changed since); {fix}")
+        elif n:
+            m = count_lines(path)
+            if str(m) != n:
+                raise OutputError(f"{directory} {why}: {name} has {m} lines, but evaluate.sh translated {n} sentences; "
+                                  f"{fix}")
+
+
+class StagedOutput:
+    """Write a directory atomically, the Python twin of common.sh's fsx_begin_output /
+    fsx_finish_output::
+
+        with StagedOutput(out, prog="evaluate.sh", inputs=[data, ckpt]) as staged:
+            staged.discard_old()             # optional: the old output goes at once
+            ... write into staged.stage (the future ``out``), scratch in staged.work ...
+            staged.finish()                  # the marker, then ``out`` replaced by renames
+
+    ``out`` must be absent, or replaceable by ``prog`` (check_replaceable; without ``force`` an
+    existing one is an error). Everything is written under a temporary directory beside
+    ``out``; leaving the block without finish() (an error, an interrupt) removes it, and moves
+    the ``keep_on_failure`` files of the stage into ``out`` when no ``out`` is there."""
+
+    def __init__(self, out: str, *, prog: str, inputs: Iterable[str] = (), force: bool = True,
+                 keep_on_failure: Sequence[str] = (), mark_entries: Sequence[str] = (), keep_tmp: bool = False,
+                 log=None):
+        self.out = os.path.realpath(out)
+        self.prog = prog
+        self.inputs = [str(p) for p in inputs if p]
+        self.force = force
+        self.keep_on_failure = list(keep_on_failure)
+        self.mark_entries = list(mark_entries)
+        self.keep_tmp = keep_tmp
+        self.log = log or (lambda message: print(f"[{prog}] {message}", file=sys.stderr, flush=True))
+        self.tmp = self.work = self.stage = None
+        self.done = False
+
+    def _check(self):
+        check_replaceable(self.out, self.inputs, prog=self.prog, replaces=self.prog)
+
+    def __enter__(self) -> "StagedOutput":
+        if os.path.lexists(self.out) and not self.force:
+            raise OutputError(f"output directory {self.out} already exists (use --force to replace it)")
+        self._check()
+        parent, base = os.path.split(self.out)
+        os.makedirs(parent, exist_ok=True)
+        self.tmp = tempfile.mkdtemp(prefix=f".{base}.tmp.", dir=parent)
+        self.work = os.path.join(self.tmp, "work")
+        self.stage = os.path.join(self.tmp, "out")
+        os.makedirs(self.work)
+        os.makedirs(self.stage)
+        self.log(f"working in {self.tmp}")
+        return self
+
+    def discard_old(self) -> None:
+        """Remove the previous output now rather than at the end (evaluation: from its start
+        until it succeeds, ``out`` holds no result, so no stale result passes for the new one)."""
+        if os.path.lexists(self.out):
+            os.rename(self.out, os.path.join(self.tmp, "old"))
+            shutil.rmtree(os.path.join(self.tmp, "old"))
+
+    def finish(self) -> None:
+        shutil.rmtree(self.work, ignore_errors=True)
+        mark_output(self.stage, self.mark_entries, prog=self.prog)
+        if os.path.lexists(self.out):
+            self._check()  # again: the user may have put something into it meanwhile
+            os.rename(self.out, os.path.join(self.tmp, "old"))
+        os.rename(self.stage, self.out)
+        self.done = True
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.log(f"done: {self.out}")
+
+    def __exit__(self, *exc) -> bool:
+        if self.done or not self.tmp or not os.path.isdir(self.tmp):
+            return False
+        if self.keep_tmp:
+            self.log(f"failed; intermediate files kept in {self.tmp}")
+            return False
+        # the logs of a failed run, where no output is (never mixed into an old one)
+        if not os.path.lexists(self.out):
+            for name in self.keep_on_failure:
+                if not os.path.isfile(os.path.join(self.stage, name)):
+                    continue
+                if not os.path.isdir(self.out):
+                    os.makedirs(self.out)
+                    mark_output(self.out, self.keep_on_failure, prog=self.prog)
+                shutil.move(os.path.join(self.stage, name), os.path.join(self.out, name))
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        return False
+
+
+# ----------------------------------------------------------------------------- command line
+def _die(message: str) -> "NoReturn":  # noqa: F821
+    prog = os.environ.get("FSX_PROG")
+    print(f"[{prog}] error: {message}" if prog else f"error: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    usage = __doc__.split("\n\n")[1]
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    need = {"check-replaceable": 1, "writer": 1, "owned-entries": 2, "entries": 1, "mark": 1,
+            "write-evaluation-complete": 1, "check-evaluation": 1}
+    if command not in need:
+        _die(f"outputs.py: unknown command {command!r}\n{usage}")
+    if len(rest) < need[command]:
+        _die(f"outputs.py {command}: missing arguments\n{usage}")
+    try:
+        if command == "check-replaceable":
+            check_replaceable(rest[0], rest[1:])
+        elif command == "writer":
+            writer = dir_writer(rest[0])
+            if writer is None:
+                return 1
+            print(writer)
+        elif command == "owned-entries":
+            print("".join(e + "\n" for e in owned_entries(rest[0], rest[1])), end="")
+        elif command == "entries":
+            print("".join(e + "\n" for e in default_entries(rest[0])), end="")
+        elif command == "mark":
+            mark_output(rest[0], rest[1:])
+        elif command == "write-evaluation-complete":
+            write_evaluation_complete(rest[0], rest[1:])
+        else:
+            check_evaluation(rest[0])
+    except OutputError as e:
+        _die(str(e))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Shared helpers of the tests that run the package's scripts and recipes: the paths of
+scripts/ and of the text tools the recipes run as files, the local corpus copies (and the
+markers that skip a test without them), a command run with this environment's tools, and
+(gzipped) text files written and read line by line."""
+import gzip
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from model_utils import DATA, REPO
+
+REPO = Path(REPO)
+SCRIPTS = REPO / "scripts"
+TOOLS = REPO / "fairseq_ext" / "tools"  # the text helpers the recipes run as files
+MULTI30K = Path(DATA) / "multi30k"
+ENVI = Path(DATA) / "iwslt15-en-vi"
+# the Multi30k slice of the data-safety and quickstart tests (conftest.m30k_small): line
+# counts that are not multiples of 8
+M30K_SMALL = (("train", 61), ("val", 13), ("test_2016_flickr", 13))
+
+needs_multi30k = pytest.mark.skipif(not (MULTI30K / "train.en.gz").exists(),
+                                    reason=f"no local Multi30k copy in {MULTI30K}")
+needs_envi = pytest.mark.skipif(not (ENVI / "train.en.gz").exists(),
+                                reason=f"no local IWSLT'15 En-Vi copy in {ENVI}")
+
+
+def run(cmd, cwd=None, env_extra=None, stdin=None):
+    env = dict(os.environ)
+    # the venv running pytest provides fairseq-preprocess, subword-nmt, sacremoses
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env["PYTHON"] = sys.executable
+    env.update(env_extra or {})
+    return subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600, input=stdin)
+
+
+def write_lines(path, lines, gz=False):
+    path = Path(str(path) + (".gz" if gz else ""))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    opener = gzip.open if gz else open
+    with opener(path, "wt", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in lines)
+    return path
+
+
+def head_gz(path, n, skip=0):
+    out = []
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if i >= skip + n:
+                break
+            if i >= skip:
+                out.append(line.rstrip("\n"))
+    return out

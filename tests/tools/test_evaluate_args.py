@@ -1,0 +1,129 @@
+"""The argument handling of ``fairseq-ext evaluate`` (fairseq_ext/tools/evaluate.py) and
+``fairseq-ext significance`` (fairseq_ext/tools/compare.py), up to the point where
+fairseq-generate or the comparison would run."""
+import pytest
+
+from fairseq_ext.tools import compare, evaluate
+from fairseq_ext.tools.evaluate import EvaluationError, generate_command, parse_args, plan
+
+
+@pytest.fixture
+def data(tmp_path):
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "prep.env").write_text("# written by prepare-iwslt14.sh\nrecipe=iwslt14\nsrc=de\ntgt=en\nbpe=sentencepiece\n")
+    (d / "test.de-en.de.idx").write_bytes(b"")
+    ckpt = tmp_path / "ckpt" / "checkpoint_best.pt"
+    ckpt.parent.mkdir()
+    ckpt.write_bytes(b"x")
+    return d, ckpt
+
+
+def test_our_options_and_their_aliases_everything_else_to_fairseq_generate():
+    opts = parse_args(["--path", "a.pt", "--data", "d", "--gen-subset", "valid", "-s", "de", "-t", "en", "--beam",
+                       "6", "--cpu", "--model-overrides", "{'x': 1}", "--", "--lenpen", "1.1", "--out", "x"])
+    assert (opts.checkpoint, opts.data, opts.split, opts.src, opts.tgt, opts.out) == ("a.pt", "d", "valid", "de",
+                                                                                       "en", "")
+    # after a lone --, everything goes to fairseq-generate, ours included
+    assert opts.generate_args == ["--beam", "6", "--cpu", "--model-overrides", "{'x': 1}", "--lenpen", "1.1",
+                                  "--out", "x"]
+    assert parse_args(["--help"]).help
+
+
+@pytest.mark.parametrize("flag", ["--remove-bpe", "--user-dir"])
+def test_flags_set_by_evaluate_itself_are_refused(flag):
+    with pytest.raises(EvaluationError, match=f"^{flag} is set by evaluate.sh itself \\(use --bpe"):
+        parse_args(["--checkpoint", "a.pt", flag, "x"])
+
+
+def test_a_missing_value_and_missing_required_options():
+    with pytest.raises(EvaluationError, match="^--split needs a value$"):
+        parse_args(["--gen-subset"])
+    with pytest.raises(EvaluationError, match="^--checkpoint is required$") as e:
+        plan(parse_args(["--data", "d"]))
+    assert e.value.usage
+
+
+def test_defaults_come_from_prep_env(data):
+    d, ckpt = data
+    p = plan(parse_args(["--checkpoint", str(ckpt), "--data", str(d), "--max-tokens", "100"]))
+    assert (p.src, p.tgt, p.headline, p.out) == ("de", "en", "tok-lc", str(ckpt.parent / "eval-test"))
+    cmd = generate_command(p, "/pkg")
+    assert cmd[:10] == ["fairseq-generate", str(d), "--user-dir", "/pkg", "--path", str(ckpt), "--gen-subset", "test",
+                        "--source-lang", "de"]
+    # the subword kind of prep.env; --beam 5 by default, no --batch-size beside --max-tokens
+    assert cmd[10:] == ["--target-lang", "en", "--remove-bpe", "sentencepiece", "--beam", "5", "--max-tokens", "100"]
+    p = plan(parse_args(["--checkpoint", str(ckpt), "--data", str(d), "--bpe", "none", "--beam", "2",
+                         "--headline", "detok-cased", "--tgt", "de", "--src", "en"]))
+    assert p.headline == "detok-cased"
+    assert generate_command(p, "/pkg")[10:] == ["--target-lang", "de", "--batch-size", "128", "--beam", "2"]
+
+
+@pytest.mark.parametrize("recipe,pair,want", [("iwslt14", "de-en", "tok-lc"), ("iwslt14", "es-en", "tok-cased"),
+                                              ("iwslt-fr-ro", "fr-ro", "tok-cased"),
+                                              ("iwslt15-en-vi", "en-vi", "detok-cased"),
+                                              ("wmt14-en-de", "en-de", "detok-cased"), ("", "en-de", "detok-cased")])
+def test_the_reported_flavour_follows_the_recipe(recipe, pair, want):
+    assert evaluate.headline_for(recipe, *pair.split("-"))[0] == want
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--checkpoint", "missing.pt"], "checkpoint not found: missing.pt"),
+    (["--data", "nowhere"], "data directory not found: nowhere"),
+    (["--split", "valid"], "no binarized split 'valid' in "),
+    (["--bpe", "wordpiece"], "--bpe must be subword_nmt, sentencepiece or none"),
+    (["--headline", "chrf"], "--headline must be one of detok-cased, detok-lc, tok-cased, tok-lc, not 'chrf'"),
+    (["--ref-tok", "missing.en"], "--ref-tok missing.en: no such file"),
+    (["--shuffle-source", "fr"], "--shuffle-source fr: "),
+    (["--unshuffled", "x"], "--unshuffled is for the adversarial evaluation (--shuffle-source L)"),
+])
+def test_errors_before_anything_runs(data, argv, message):
+    d, ckpt = data
+    with pytest.raises(EvaluationError) as e:
+        plan(parse_args(["--checkpoint", str(ckpt), "--data", str(d), *argv]))
+    assert str(e.value).startswith(message), str(e.value)
+
+
+def test_multi_source_data_sets_the_task_and_the_adversarial_output(data):
+    d, ckpt = data
+    with open(d / "prep.env", "a") as f:
+        f.write("extra_src=fr,cs\n")
+    p = plan(parse_args(["--checkpoint", str(ckpt), "--data", str(d), "--shuffle-source", "fr"]))
+    assert p.out == str(ckpt.parent / "eval-test-shuffle-fr") and p.shuffle_seed == "1" and not p.unshuffled
+    cmd = generate_command(p, "/pkg")
+    assert cmd[cmd.index("--task"):cmd.index("--task") + 4] == ["--task", "multi_source_translation",
+                                                                "--extra-source-langs", "fr,cs"]
+
+
+def test_main_is_one_error_line_with_status_1(data, capsys):
+    d, ckpt = data
+    assert evaluate.main(["--checkpoint", str(ckpt), "--data", str(d), "--split", "valid"]) == 1
+    assert capsys.readouterr().err == f"[evaluate.sh] error: no binarized split 'valid' in {d}\n"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--ref", "r"], "--out DIR is required"),
+    (["--out", "o", "--names", "one"], '--names takes two names, e.g. --names "baseline mlmha"'),
+    (["--out", "o", "--samples", "many"], "--samples and --seed take integers"),
+    (["--out", "o", "--level", "bpe"], "--level must be tok or detok"),
+    (["--out", "o", "--eval-a", "a"], "give both --eval-a and --eval-b"),
+    (["--out", "o", "--eval-a", "a", "--eval-b", "b", "--sys-a", "x"],
+     "use either --eval-a/--eval-b or --sys-a/--sys-b, not both"),
+    (["--out", "o", "--ref", "r"], "need --ref, --sys-a and --sys-b (or --eval-a/--eval-b)"),
+])
+def test_significance_options(argv, message):
+    with pytest.raises(compare.CompareError) as e:
+        compare.check(compare.parse_args(argv))
+    assert str(e.value) == message
+    with pytest.raises(compare.CompareError, match="^unknown option: --bogus$"):
+        compare.parse_args(["--bogus"])
+    opts = compare.parse_args(["--lc", "--paired-ar", "--out", "o", "--", "--compare_word_accuracies"])
+    assert (opts.lc, opts.method, opts.compare_mt_args) == (True, "ar", ["--compare_word_accuracies"])
+
+
+def test_the_command_file_quotes_as_bash_printf_q():
+    import subprocess
+
+    for arg in ["fr,de", "{'max_source_positions': 1024}", "plain", "~x", "a=~b", "#c", "d#", "x y", ""]:
+        want = subprocess.run(["bash", "-c", 'printf %q "$1"', "x", arg], capture_output=True, text=True).stdout
+        assert evaluate.shell_quote(arg) == want, arg

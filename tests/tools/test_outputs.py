@@ -1,0 +1,227 @@
+"""The output-directory rules (docs/trust.md, "Output directories"), called directly from
+Python (fairseq_ext/tools/outputs.py), one test per rule; and the bash side (common.sh),
+which calls the same file, giving the same messages."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fairseq_ext.tools import outputs
+from fairseq_ext.tools.outputs import OutputError, check_replaceable
+
+TOOLS = Path(outputs.__file__).resolve().parent
+COMMON = TOOLS.parent / "recipes" / "lib" / "common.sh"
+
+
+def mark(directory, prog, *entries):
+    directory.mkdir(parents=True, exist_ok=True)
+    outputs.mark_output(str(directory), entries, prog=prog)
+
+
+def refused(directory, *inputs, prog="prepare-multi30k.sh", **kw):
+    with pytest.raises(OutputError) as e:
+        check_replaceable(str(directory), [str(p) for p in inputs], prog=prog, caller_pwd="", **kw)
+    return str(e.value)
+
+
+def allowed(directory, *inputs, prog="prepare-multi30k.sh", **kw):
+    check_replaceable(str(directory), [str(p) for p in inputs], prog=prog, caller_pwd="", **kw)
+
+
+def test_absent_or_empty_directory_may_be_written(tmp_path):
+    allowed(tmp_path / "absent")
+    (tmp_path / "empty").mkdir()
+    allowed(tmp_path / "empty")
+
+
+def test_marker_names_the_writer_and_its_entries(tmp_path):
+    d = tmp_path / "out"
+    d.mkdir()
+    (d / "b.txt").write_text("x")
+    (d / "a.txt").write_text("x")
+    outputs.mark_output(str(d), prog="prepare-iwslt14.sh")  # default: what the directory holds
+    assert (d / outputs.MARKER).read_text() == (
+        "# written by prepare-iwslt14.sh (fairseq_ext); it may replace this directory while it holds only:\n"
+        "a.txt\nb.txt\n")
+    assert outputs.dir_writer(str(d)) == "prepare-iwslt14.sh"
+    assert outputs.owned_entries(str(d), "prepare-iwslt14.sh") == ["a.txt", "b.txt"]
+
+
+def test_directory_without_a_marker_is_never_replaced(tmp_path):
+    d = tmp_path / "experiments"
+    d.mkdir()
+    (d / "checkpoint_best.pt").write_text("weeks of training")
+    assert refused(d) == (f"refusing to replace {d}: it was not written by a fairseq_ext script (no "
+                          ".fairseq_ext-output in it); remove it yourself or choose another directory")
+
+
+def test_only_the_writers_own_directory_is_replaced(tmp_path):
+    d = tmp_path / "qs"
+    mark(d, "quickstart.sh", "checkpoint*")
+    (d / "checkpoint_best.pt").write_text("x")
+    assert refused(d) == (f"refusing to replace {d}: it was written by quickstart.sh, and prepare-multi30k.sh "
+                          "replaces only its own output; remove it yourself or choose another directory")
+    allowed(d, prog="quickstart.sh")
+    allowed(d, prog="x.sh", replaces="quick*")  # FSX_REPLACES: a glob over the writers
+
+
+def test_an_entry_the_marker_does_not_list_keeps_the_directory(tmp_path):
+    d = tmp_path / "bin"
+    mark(d, "prepare-multi30k.sh", "dict.*.txt", "text")
+    (d / "dict.en.txt").write_text("x 1\n")
+    (d / "text").mkdir()
+    allowed(d)
+    (d / "run1").mkdir()
+    assert refused(d) == (f"refusing to replace {d}: it holds run1, which no fairseq_ext script wrote there; "
+                          f"move run1 elsewhere, or remove {d} yourself")
+
+
+@pytest.mark.parametrize("what", ["home", "cwd", "caller_pwd", "install_dir", "input", "root"])
+def test_never_the_home_working_directory_install_directory_or_an_input(tmp_path, monkeypatch, what):
+    d = tmp_path / "victim"
+    mark(d, "prepare-multi30k.sh", "*", ".*")  # a marker does not make these replaceable
+    inner = d / "inner"
+    inner.mkdir()
+    kw, inputs = {}, ()
+    if what == "home":
+        monkeypatch.setenv("HOME", str(inner))
+    elif what == "cwd":
+        monkeypatch.chdir(inner)
+    elif what == "install_dir":
+        kw["install_dir"] = str(inner)
+    elif what == "input":
+        inputs = (inner / "data.bin",)
+    elif what == "root":
+        with pytest.raises(OutputError, match="^refusing to replace /: it is or contains /$"):
+            check_replaceable("/", prog="prepare-multi30k.sh")
+        return
+    if what == "caller_pwd":
+        with pytest.raises(OutputError) as e:
+            check_replaceable(str(d), prog="prepare-multi30k.sh", caller_pwd=str(inner))
+        message = str(e.value)
+    else:
+        message = refused(d, *inputs, **kw)
+    want = inner / "data.bin" if what == "input" else inner
+    assert message == f"refusing to replace {d}: it is or contains {want}"
+
+
+def test_never_a_directory_holding_a_git_repository(tmp_path):
+    d = tmp_path / "victim"
+    mark(d, "prepare-multi30k.sh", "*")
+    (d / "a" / "b" / "c" / ".git").mkdir(parents=True)
+    assert refused(d) == f"refusing to replace {d}: it contains a git repository ({d}/a/b/c/.git)"
+
+
+def test_never_a_file(tmp_path):
+    f = tmp_path / "out"
+    f.write_text("x")
+    assert refused(f) == f"refusing to replace {f}: it is not a directory"
+
+
+@pytest.mark.parametrize("kind", ["prep.env", ".evaluation-complete", "quickstart.settings"])
+def test_directories_written_before_the_marker_are_known_by_their_files(tmp_path, kind):
+    d = tmp_path / "old"
+    d.mkdir()
+    if kind == "prep.env":
+        (d / "prep.env").write_text("# written by prepare-iwslt14.sh; read by evaluate.sh\n")
+        writer, own, other = "prepare-iwslt14.sh", "train.de-en.de.bin", "notes.txt"
+    elif kind == ".evaluation-complete":
+        (d / kind).write_text("sentences=1\n")
+        writer, own, other = "evaluate.sh", "hyp.tok", "checkpoint_best.pt"
+    else:
+        (d / kind).write_text("settings")
+        writer, own, other = "quickstart.sh", "checkpoint_last.pt", "hyp.tok"
+    (d / own).write_text("x")
+    assert outputs.dir_writer(str(d)) == writer
+    allowed(d, prog=writer)
+    (d / other).write_text("x")
+    assert refused(d, prog=writer).endswith(f"it holds {other}, which no fairseq_ext script wrote there; "
+                                            f"move {other} elsewhere, or remove {d} yourself")
+
+
+def evaluation(directory, n=3):
+    directory.mkdir()
+    for f in outputs.EVAL_FILES:
+        (directory / f).write_text("line\n" * n)
+
+
+def test_evaluation_complete_records_checksums_and_check_evaluation_reads_them(tmp_path):
+    d = tmp_path / "eval"
+    with pytest.raises(OutputError) as e:
+        outputs.check_evaluation(str(d))
+    assert str(e.value) == (f"{d} holds no complete evaluation (no .evaluation-complete: evaluate.sh did not "
+                            "finish there); rerun scripts/evaluate.sh into it")
+    evaluation(d)
+    outputs.write_evaluation_complete(str(d), ["checkpoint=x.pt", "sentences=3"])
+    lines = (d / ".evaluation-complete").read_text().splitlines()
+    assert lines[:2] == ["checkpoint=x.pt", "sentences=3"]
+    assert [line.split("=")[0] for line in lines[2:]] == [f"sha256.{f}" for f in outputs.EVAL_FILES]
+    outputs.check_evaluation(str(d))
+    (d / "hyp.tok").write_text("changed\n" * 3)
+    with pytest.raises(OutputError, match="hyp.tok is not the file evaluate.sh wrote \\(changed since\\); rerun"):
+        outputs.check_evaluation(str(d))
+    (d / "hyp.tok").unlink()
+    with pytest.raises(OutputError, match="holds no complete evaluation: hyp.tok is missing; rerun"):
+        outputs.check_evaluation(str(d))
+
+
+def test_evaluation_without_checksums_is_checked_by_its_line_counts(tmp_path):
+    d = tmp_path / "eval"
+    evaluation(d)
+    (d / ".evaluation-complete").write_text("checkpoint=x.pt\nsentences=3\n")
+    outputs.check_evaluation(str(d))
+    (d / "ref.detok").write_text("one line\n")
+    with pytest.raises(OutputError) as e:
+        outputs.check_evaluation(str(d))
+    assert str(e.value) == (f"{d} holds no complete evaluation: ref.detok has 1 lines, but evaluate.sh translated "
+                            "3 sentences; rerun scripts/evaluate.sh into it")
+
+
+def test_staged_output_replaces_on_success_and_keeps_only_the_logs_on_failure(tmp_path):
+    out = tmp_path / "eval"
+    with outputs.StagedOutput(str(out), prog="evaluate.sh", log=lambda m: None) as staged:
+        (Path(staged.stage) / "hyp.tok").write_text("new\n")
+        staged.finish()
+    assert sorted(p.name for p in out.iterdir()) == [".fairseq_ext-output", "hyp.tok"]
+    assert (out / ".fairseq_ext-output").read_text().startswith("# written by evaluate.sh (fairseq_ext)")
+    # a failure after the old output was discarded: only the logs, under a marker
+    with pytest.raises(RuntimeError):
+        with outputs.StagedOutput(str(out), prog="evaluate.sh", keep_on_failure=["generate-test.log"],
+                                  log=lambda m: None) as staged:
+            staged.discard_old()
+            (Path(staged.stage) / "generate-test.log").write_text("it failed")
+            (Path(staged.stage) / "hyp.tok").write_text("half\n")
+            raise RuntimeError("fairseq-generate failed")
+    assert sorted(p.name for p in out.iterdir()) == [".fairseq_ext-output", "generate-test.log"]
+    assert not list(tmp_path.glob(".eval.tmp.*"))
+    # a failure with the old output still there: it stays untouched, no log mixed into it
+    with outputs.StagedOutput(str(out), prog="evaluate.sh", log=lambda m: None) as staged:
+        (Path(staged.stage) / "hyp.tok").write_text("old\n")
+        staged.finish()
+    with pytest.raises(RuntimeError):
+        with outputs.StagedOutput(str(out), prog="evaluate.sh", keep_on_failure=["generate-test.log"],
+                                  log=lambda m: None) as staged:
+            (Path(staged.stage) / "generate-test.log").write_text("it failed")
+            raise RuntimeError("failed")
+    assert (out / "hyp.tok").read_text() == "old\n" and not (out / "generate-test.log").exists()
+    with pytest.raises(OutputError, match="already exists \\(use --force to replace it\\)"):
+        outputs.StagedOutput(str(out), prog="evaluate.sh", force=False).__enter__()
+
+
+def test_bash_and_python_give_the_same_message(tmp_path):
+    """common.sh's fsx_check_replaceable is a call of outputs.py: the same rule, the same line."""
+    d = tmp_path / "qs"
+    mark(d, "quickstart.sh", "checkpoint*")
+    (d / "run1").mkdir()
+    env = dict(os.environ, PYTHON=sys.executable)
+    res = subprocess.run(["bash", "-c", f'FSX_PY="$PYTHON"; source {COMMON}; fsx_check_replaceable "$1"', "quickstart.sh",
+                         d], capture_output=True, text=True, env=env)
+    want = (f"refusing to replace {d}: it holds run1, which no fairseq_ext script wrote there; move run1 elsewhere, "
+            f"or remove {d} yourself")
+    assert res.returncode == 1 and res.stderr == f"[quickstart.sh] error: {want}\n", res.stderr
+    assert refused(d, prog="quickstart.sh") == want
+    # as a plain file, without the package
+    res = subprocess.run([sys.executable, "-S", TOOLS / "outputs.py", "writer", d], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout == "quickstart.sh\n", res.stderr
