@@ -1,5 +1,5 @@
 """Word-translation accuracy of every encoder and decoder layer (Xu et al. 2020, "Analyzing
-Word Translation of Transformer Layers", Sec. 2-3, Tables 1, 3 and 5; SPEC section 8).
+Word Translation of Transformer Layers", Sec. 2-3, Tables 1, 3 and 5).
 
 The trained model is frozen. For each analysed layer a d x d linear projection without
 bias (initialised to the identity) is trained to map the layer's output into the model's own

@@ -1,7 +1,6 @@
 """Multi-source input combination strategies for the encoder-decoder attention
 (Libovicky, Helcl & Marecek 2018, "Input Combination Strategies for Multi-Source
-Transformer Decoder", Sec. 3), applied with the top n encoder layers as the n sources
-(SPEC section 4).
+Transformer Decoder", Sec. 3), applied with the top n encoder layers as the n sources.
 
 - serial (Fig. 1a): one cross-attention sublayer per source, each with its own residual
   connection and LayerNorm, applied one after another (f^1 first, f^n last). The last one

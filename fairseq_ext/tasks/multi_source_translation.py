@@ -1,6 +1,6 @@
 """``multi_source_translation``: translation from several parallel source sentences
 (e.g. Multi30k en + fr -> de), the setting of Libovický et al. (2018) for the serial,
-parallel, flat and hierarchical input combination strategies (SPEC section 4).
+parallel, flat and hierarchical input combination strategies (its Sec. 3).
 
 Data: the primary pair binarized as usual (``train.en-de.en/.de``) and, for every extra
 source language x, ``train.x-de.x`` (its ``.de`` side is the same target and is not read),

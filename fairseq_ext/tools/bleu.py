@@ -7,7 +7,7 @@
   tok    lc    : the same, lowercased                              Es-En, Fr, Ro; De-En lc)
 
 Usage:
-  score_bleu.py --hyp-detok H --ref-detok R [--hyp-tok H --ref-tok R] [--json OUT]
+  bleu.py --hyp-detok H --ref-detok R [--hyp-tok H --ref-tok R] [--json OUT]
                 [--headline detok-cased|detok-lc|tok-cased|tok-lc]
 """
 import argparse

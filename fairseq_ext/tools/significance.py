@@ -18,7 +18,7 @@ from typing import Dict, List, Sequence
 
 # BLEU flavours: name -> sacreBLEU settings. detok: detokenized text, 13a tokenization (WMT'14,
 # IWSLT'15 En-Vi, Multi30k); tok: Moses-tokenized text scored as is (multi-bleu.perl style:
-# IWSLT'14 Es-En, Fr, Ro; De-En lowercased). The one table of flavours (score_bleu.py uses it).
+# IWSLT'14 Es-En, Fr, Ro; De-En lowercased). The one table of flavours (bleu.py uses it).
 FLAVOURS = {
     "detok-cased": {"tokenize": "13a", "lowercase": False, "force": False},
     "detok-lc": {"tokenize": "13a", "lowercase": True, "force": False},
