@@ -97,6 +97,8 @@ def main(argv=None):
     ap.add_argument("--generate-args", default="", help="more fairseq-generate flags for every row")
     ap.add_argument("--samples", type=int, default=1000, help="paired bootstrap samples (default 1000)")
     args = ap.parse_args(argv)
+    if args.samples < 1:
+        raise FairseqExtError(f"--samples must be at least 1, not {args.samples}")
 
     setups = load_setups()
     if args.list and not args.table:

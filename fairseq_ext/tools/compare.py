@@ -116,6 +116,8 @@ def check(opts: Options) -> Options:
         raise CompareError('--names takes two names, e.g. --names "baseline mlmha"')
     if not (opts.samples.isdigit() and opts.seed.isdigit()):
         raise CompareError("--samples and --seed take integers")
+    if int(opts.samples) < 1:  # sacreBLEU would draw no sample and report p = 1 with a bs:1000 signature
+        raise CompareError(f"--samples must be at least 1, not {opts.samples}")
     if opts.level not in ("tok", "detok"):
         raise CompareError("--level must be tok or detok")
     if opts.eval_a or opts.eval_b:

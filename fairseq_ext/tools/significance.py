@@ -66,6 +66,8 @@ def paired_significance(refs: Sequence[str], baseline: Sequence[str], systems: D
     """
     from sacrebleu.significance import PairedTest
 
+    if n_samples < 1:  # sacreBLEU would draw no sample and report p = 1 with a bs:1000 signature
+        raise ValueError(f"--samples must be at least 1, not {n_samples}")
     if method not in ("bs", "ar"):
         raise ValueError(f"--method: {method!r} is not bs (paired bootstrap) or ar (approximate randomization)")
     if marks not in MARKS:
@@ -150,6 +152,8 @@ def main(argv=None):
     ap.add_argument("--marks", default="thesis", choices=sorted(MARKS))
     ap.add_argument("--json")
     args = ap.parse_args(argv)
+    if args.samples < 1:
+        ap.error(f"--samples must be at least 1, not {args.samples}")
     systems = {}
     for spec in args.system:
         name, sep, path = spec.partition("=")

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from fairseq_ext.errors import FairseqExtError
 from fairseq_ext.reproduce import __main__ as cli
 from fairseq_ext.reproduce import params, report, runner
 from model_utils import MULTI30K, REPO
@@ -253,3 +254,8 @@ def test_a_worker_node_waits_for_the_data_and_only_trains(tmp_path, monkeypatch)
     runner.execute_worker_node(plan, wait_seconds=0)
     assert [c for c, _ in calls] == [plan.train] and calls[0][1].endswith("train.node1.log")
     assert "--node-rank 1" in runner.shell_line(plan.train)
+
+
+def test_no_bootstrap_sample_is_refused():
+    with pytest.raises(FairseqExtError, match="--samples must be at least 1, not 0"):
+        cli.main(["thesis-3.2", "--dry-run", "--samples", "0"])

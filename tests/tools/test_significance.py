@@ -135,3 +135,24 @@ def test_compare_mt_bleu_can_name_the_other_winner():
     assert cm["a"] == pytest.approx(38.88, abs=0.01) and cm["c"] == pytest.approx(22.84, abs=0.01)
     assert sb["a"].score == pytest.approx(16.10, abs=0.01) and sb["c"].score == pytest.approx(22.84, abs=0.01)
     assert (cm["a"] > cm["c"]) != (sb["a"].score > sb["c"].score)
+
+
+def test_no_bootstrap_sample_is_refused(tmp_path):
+    """--samples 0 would make sacreBLEU report p = 1.0 under a signature saying bs:1000: the
+    function, the multi-system command and `fairseq-ext significance` refuse it in one line."""
+    refs, hyp = ["a b c d"] * 3, ["a b c d"] * 3
+    with pytest.raises(ValueError, match="--samples must be at least 1, not 0"):
+        paired_significance(refs, hyp, {"x": hyp}, n_samples=0)
+    for name, text in (("ref", refs), ("a", hyp), ("b", hyp)):
+        (tmp_path / name).write_text("\n".join(text) + "\n")
+    res = subprocess.run([sys.executable, "-m", "fairseq_ext", "significance", "--ref", tmp_path / "ref",
+                          "--sys-a", tmp_path / "a", "--sys-b", tmp_path / "b", "--out", tmp_path / "out",
+                          "--samples", "0"], capture_output=True, text=True)
+    errors = [line for line in res.stderr.splitlines() if "error" in line]
+    assert res.returncode != 0 and errors == [errors[0]] and "--samples must be at least 1, not 0" in errors[0], \
+        res.stderr
+    assert not (tmp_path / "out").exists()
+    res = subprocess.run([sys.executable, "-m", "fairseq_ext.tools.significance", "--ref", tmp_path / "ref",
+                          "--baseline", tmp_path / "a", "--system", f"b={tmp_path / 'b'}", "--samples", "0"],
+                         capture_output=True, text=True)
+    assert res.returncode != 0 and "--samples must be at least 1, not 0" in res.stderr and "Traceback" not in res.stderr
