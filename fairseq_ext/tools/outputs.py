@@ -23,6 +23,7 @@ import fnmatch
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import sys
 import tempfile
@@ -129,6 +130,21 @@ def _find_git(directory: str) -> Optional[str]:
     return None
 
 
+# the temporary directory a script writes DIR in (DIR's parent/.DIR.tmp.XXXXXX, bash's mktemp
+# and StagedOutput alike); a run killed before it finished leaves it behind
+STAGING = re.compile(r"^\.(.+)\.tmp\.[A-Za-z0-9]{6}$")
+
+
+def stale_staging_message(directory: str, entry: str, target: str) -> str:
+    """Why ``directory`` is not replaced while it holds ``entry``, the temporary directory of an
+    interrupted run that would have become ``directory/target``, and the command that clears it."""
+    writer = "evaluate.sh's" if target.startswith("eval-") else "a fairseq_ext script's"
+    path = os.path.join(directory, entry)
+    return (f"refusing to replace {directory}: it holds {entry}, {writer} temporary directory for "
+            f"{os.path.join(directory, target)} left by a run that was interrupted; nothing in it is a result: "
+            f"remove it with  rm -rf {shlex.quote(path)}  and run again")
+
+
 def check_replaceable(directory: str, inputs: Iterable[str] = (), *, prog: Optional[str] = None,
                       replaces: Optional[str] = None, caller_pwd: Optional[str] = None,
                       install_dir: Optional[str] = None) -> None:
@@ -171,6 +187,9 @@ def check_replaceable(directory: str, inputs: Iterable[str] = (), *, prog: Optio
         if entry == MARKER:
             continue
         if not any(fnmatch.fnmatchcase(entry, pat) for pat in owned):
+            stale = STAGING.match(entry)
+            if stale and os.path.isdir(os.path.join(d, entry)):
+                raise OutputError(stale_staging_message(d, entry, stale.group(1)))
             raise OutputError(f"refusing to replace {d}: it holds {entry}, which no fairseq_ext script wrote there; "
                               f"move {entry} elsewhere, or remove {d} yourself")
 

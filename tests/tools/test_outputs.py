@@ -225,3 +225,20 @@ def test_bash_and_python_give_the_same_message(tmp_path):
     # as a plain file, without the package
     res = subprocess.run([sys.executable, "-S", TOOLS / "outputs.py", "writer", d], capture_output=True, text=True)
     assert res.returncode == 0 and res.stdout == "quickstart.sh\n", res.stderr
+
+
+def test_a_killed_runs_temporary_directory_is_named_with_the_command_that_clears_it(tmp_path):
+    """A run killed while evaluating leaves SAVE_DIR/.eval-test.tmp.XXXXXX behind: the refusal
+    says whose it is and how to clear it, instead of "no fairseq_ext script wrote" it; once it
+    is removed, the directory is replaceable again."""
+    d = tmp_path / "quickstart"
+    mark(d, "quickstart.sh", "checkpoint_last.pt", "eval-test")
+    (d / "checkpoint_last.pt").write_text("x")
+    stale = d / ".eval-test.tmp.Ab3xZ9"
+    (stale / "out").mkdir(parents=True)
+    message = refused(d, prog="quickstart.sh")
+    assert message == (f"refusing to replace {d}: it holds .eval-test.tmp.Ab3xZ9, evaluate.sh's temporary directory "
+                       f"for {d}/eval-test left by a run that was interrupted; nothing in it is a result: remove it "
+                       f"with  rm -rf {stale}  and run again")
+    subprocess.run(["rm", "-rf", str(stale)], check=True)
+    allowed(d, prog="quickstart.sh")
