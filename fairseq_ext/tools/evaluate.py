@@ -178,12 +178,15 @@ def read_prep_env(data: str) -> Dict[str, str]:
     return prep
 
 
-def headline_for(recipe: str, src: str, tgt: str):
-    """(flavour, note): the BLEU the papers report for ``recipe``'s data in this direction."""
-    for (r, pair), chosen in HEADLINES:
-        if r == recipe and (pair is None or pair == f"{src}-{tgt}"):
-            return chosen
-    return DEFAULT_HEADLINE
+def headline_for(recipe: str, src: str, tgt: str, lowercase: bool = False):
+    """(flavour, note): the BLEU the papers report for ``recipe``'s data in this direction; on
+    data the recipe lowercased (``lowercase=1`` in prep.env) its lowercased form, since a
+    lowercase system scored against cased references says nothing about the system."""
+    flavour, note = next((chosen for (r, pair), chosen in HEADLINES
+                          if r == recipe and (pair is None or pair == f"{src}-{tgt}")), DEFAULT_HEADLINE)
+    if lowercase and flavour.endswith("-cased"):
+        flavour, note = flavour[: -len("cased")] + "lc", note + "; lowercased data (prep.env), so lowercased BLEU"
+    return flavour, note
 
 
 @dataclass
@@ -229,7 +232,7 @@ def plan(opts: Options) -> Plan:
         raise EvaluationError("--bpe must be subword_nmt, sentencepiece or none")
     headline, note = opts.headline, ""
     if not headline:
-        headline, note = headline_for(prep.get("recipe", ""), src, tgt)
+        headline, note = headline_for(prep.get("recipe", ""), src, tgt, lowercase=prep.get("lowercase") == "1")
     elif headline not in FLAVOURS:
         raise EvaluationError(f"--headline must be one of {', '.join(FLAVOURS)}, not '{headline}'")
     for name, path in (("--ref-detok", opts.ref_detok), ("--ref-tok", opts.ref_tok)):

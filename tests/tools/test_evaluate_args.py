@@ -127,3 +127,24 @@ def test_the_command_file_quotes_as_bash_printf_q():
     for arg in ["fr,de", "{'max_source_positions': 1024}", "plain", "~x", "a=~b", "#c", "d#", "x y", ""]:
         want = subprocess.run(["bash", "-c", 'printf %q "$1"', "x", arg], capture_output=True, text=True).stdout
         assert evaluate.shell_quote(arg) == want, arg
+
+
+@pytest.mark.parametrize("recipe,pair,want", [("multi30k", "de-en", "detok-lc"), ("iwslt14", "es-en", "tok-lc"),
+                                              ("iwslt14", "de-en", "tok-lc"), ("wmt14-en-de", "en-de", "detok-lc")])
+def test_lowercased_data_gets_a_lowercased_flavour_by_default(recipe, pair, want):
+    """A lowercase system against cased references (1.95 where tok-lc says 4.18 on the same
+    hypotheses) is not the score of the system: prep.env's lowercase=1 lowercases the default."""
+    flavour, note = evaluate.headline_for(recipe, *pair.split("-"), lowercase=True)
+    assert flavour == want and "lowercased" in note
+
+
+def test_prep_envs_lowercase_reaches_the_reported_flavour(data):
+    d, ckpt = data
+    (d / "prep.env").write_text("# written by prepare-multi30k.sh\nrecipe=multi30k\nsrc=de\ntgt=en\nbpe=sentencepiece\n")
+    assert plan(parse_args(["--checkpoint", str(ckpt), "--data", str(d)])).headline == "detok-cased"
+    with open(d / "prep.env", "a") as f:
+        f.write("lowercase=1\n")
+    assert plan(parse_args(["--checkpoint", str(ckpt), "--data", str(d)])).headline == "detok-lc"
+    # an explicit --headline still wins
+    assert plan(parse_args(["--checkpoint", str(ckpt), "--data", str(d), "--headline", "detok-cased"])).headline \
+        == "detok-cased"
