@@ -156,3 +156,23 @@ def test_no_bootstrap_sample_is_refused(tmp_path):
                           "--baseline", tmp_path / "a", "--system", f"b={tmp_path / 'b'}", "--samples", "0"],
                          capture_output=True, text=True)
     assert res.returncode != 0 and "--samples must be at least 1, not 0" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_failing_compare_mt_keeps_the_sacrebleu_result(tmp_path):
+    """compare-mt's figures fail on tiny inputs (3 sentences); its analyses are extras, so the
+    p-value is still written and the failure is one warning line."""
+    ref = ["the cat sat on the mat", "a dog ran in the park", "we went home late"]
+    a = ["the cat sat on a mat", "a dog ran in a park", "we went home"]
+    b = ["the cat sat on the mat", "a dog ran in the park", "we went home late"]
+    for name, text in (("ref", ref), ("a", a), ("b", b)):
+        (tmp_path / name).write_text("\n".join(text) + "\n")
+    out = tmp_path / "out"
+    res = subprocess.run([sys.executable, "-m", "fairseq_ext", "significance", "--ref", tmp_path / "ref",
+                          "--sys-a", tmp_path / "a", "--sys-b", tmp_path / "b", "--out", out, "--samples", "50"],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    result = json.loads((out / "significance.json").read_text())
+    assert result["B"]["p_value"] is not None
+    warnings = [line for line in res.stderr.splitlines() if "compare-mt failed" in line]
+    assert len(warnings) == 1 and "the sacreBLEU result is kept" in warnings[0] and "yerr" in warnings[0]
+    assert "Traceback" not in res.stderr and not (out / "index.html").exists()
