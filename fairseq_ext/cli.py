@@ -41,23 +41,13 @@ CONSOLE_COMMANDS = {  # subcommand -> module with cli_main(argv)
 USAGE = __doc__.split("\n\n")[1]
 
 
-def recipe_environment() -> dict:
-    """The environment of a bash recipe: this Python for its helpers, and this
-    environment's commands (fairseq-train, subword-nmt, ...) first on PATH."""
-    env = dict(os.environ)
-    env["PYTHON"] = sys.executable
-    bindir = os.path.dirname(sys.executable)
-    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
-    return env
-
-
 def run_recipe(name: str, args: List[str]) -> "NoReturn":  # noqa: F821
     from fairseq_ext import resources
 
     path = resources.recipe_path(name)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execvpe("bash", ["bash", path, *args], recipe_environment())
+    os.execvpe("bash", ["bash", path, *args], resources.command_environment())
 
 
 def resolve_train_config(args: List[str]) -> List[str]:

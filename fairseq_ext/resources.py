@@ -6,6 +6,7 @@ Nothing here refers to a checkout: paths are relative to this package, and local
 from ``--from``, from ``$FAIRSEQ_EXT_DATA`` or from the download.
 """
 import os
+import sys
 from typing import Optional
 
 from fairseq_ext.errors import FairseqExtError
@@ -21,6 +22,16 @@ DATA_ENV = "FAIRSEQ_EXT_DATA"
 
 # `fairseq-ext prepare NAME` -> recipes/prepare-NAME.sh
 DATA_RECIPES = ("multi30k", "iwslt14", "iwslt15-en-vi", "iwslt-fr-ro", "wmt14-en-de")
+
+
+def command_environment() -> dict:
+    """The environment of a command the package starts (a bash recipe, fairseq-generate,
+    ``python -m fairseq_ext ...``): this Python for the recipes' helpers (``PYTHON``), and its
+    environment's commands (fairseq-train, fairseq-generate, subword-nmt, ...) first on PATH."""
+    env = dict(os.environ)
+    env["PYTHON"] = sys.executable
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
 
 
 def user_dir() -> str:

@@ -243,6 +243,14 @@ def moses_tokenizer(lang: str, escape: bool, lowercase: bool = False, normalize:
     return lambda line: tok(unescape_moses(line))
 
 
+def within_positions(ids: torch.Tensor, max_positions: Optional[int]) -> torch.Tensor:
+    """A sentence's token ids (ending in </s>) cut to the model's ``max_positions``: the first
+    ``max_positions - 1`` tokens, then </s>."""
+    if max_positions is not None and ids.numel() > max_positions:
+        ids = torch.cat([ids[: max_positions - 1], ids[-1:]])
+    return ids
+
+
 class TextPipeline:
     """Raw or tokenized text -> the model's source token ids, as the recipe in DATA/prep.env
     made the training data: Moses tokenization (the recipe's options, lower-casing when it
@@ -284,9 +292,7 @@ class TextPipeline:
     def __call__(self, sentence: str) -> torch.Tensor:
         line = self.subword(self.tokenize(sentence))
         ids = self.dictionary.encode_line(line, add_if_not_exist=False, append_eos=True).long()
-        if self.max_positions is not None and ids.numel() > self.max_positions:
-            ids = torch.cat([ids[: self.max_positions - 1], ids[-1:]])
-        return ids
+        return within_positions(ids, self.max_positions)
 
 
 def primary_encoder(model):

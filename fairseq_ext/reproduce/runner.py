@@ -340,8 +340,7 @@ def execute_worker_node(plan: RunPlan, wait_seconds: int = 6 * 3600) -> None:
         if time.time() > deadline:
             raise ReproduceError(f"{plan.data_dir} did not appear: node 0 prepares the data on a shared file system")
         time.sleep(10)
-    env = dict(os.environ)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env = resources.command_environment()
     _run(plan.train, os.path.join(plan.run_dir, f"train.node{plan.train[plan.train.index('--node-rank') + 1]}.log"), env)
 
 
@@ -356,8 +355,7 @@ def execute(plan: RunPlan) -> dict:
     os.makedirs(plan.run_dir, exist_ok=True)
     with open(os.path.join(plan.run_dir, "plan.json"), "w", encoding="utf-8") as f:
         json.dump(asdict(plan), f, indent=1)
-    env = dict(os.environ)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env = resources.command_environment()
     if plan.prepare and not os.path.exists(os.path.join(plan.data_dir, "prep.env")):
         _run(plan.prepare, os.path.join(plan.run_dir, "prepare.log"), env)
     train_log = os.path.join(plan.run_dir, "train.log")

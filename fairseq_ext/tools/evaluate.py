@@ -300,17 +300,6 @@ def shell_quote(arg: str) -> str:
     return "".join(out)
 
 
-def _environment() -> dict:
-    """fairseq-generate from the PATH, this Python's environment first (as the recipes run)."""
-    env = dict(os.environ)
-    bindir = os.path.dirname(sys.executable)
-    path = env.get("PATH", "")
-    if bindir not in path.split(os.pathsep):
-        env["PATH"] = bindir + os.pathsep + path
-    env["FSX_PROG"] = PROG
-    return env
-
-
 def _write_lines(path: str, lines: Sequence[str]) -> None:
     with corpus.open_text(path) as f:
         f.writelines(line + "\n" for line in lines)
@@ -339,7 +328,8 @@ def run(p: Plan, log: Callable[[str], None] = _log, echo: Callable[[str], None] 
     bleu.json's content, with ``dir`` and ``sentences``."""
     from fairseq_ext import resources
 
-    env = _environment()
+    env = resources.command_environment()  # fairseq-generate of this Python's environment
+    env["FSX_PROG"] = PROG
     if shutil.which("fairseq-generate", path=env["PATH"]) is None:
         raise EvaluationError("'fairseq-generate' not found on PATH (run 'make setup', or activate .venv)")
     split, tgt = p.opts.split, p.tgt

@@ -45,7 +45,9 @@ class Translator:
     def __init__(self, checkpoint: str, data: str, beam: int = 5, lenpen: float = 1.0, max_len_a: float = 1.2,
                  max_len_b: int = 10, cpu: bool = False):
         from fairseq_ext.analysis import common
-        from fairseq_ext.analysis.probing import TextPipeline, read_prep_env
+        from fairseq_ext.analysis.probing import TextPipeline
+        from fairseq_ext.tools.corpus import moses_detokenizer
+        from fairseq_ext.tools.evaluate import read_prep_env
 
         self.model, self.task = common.load_model(checkpoint, data, cpu=cpu)
         if getattr(self.task.cfg, "extra_source_langs", None):
@@ -59,27 +61,26 @@ class Translator:
         gen_args = argparse.Namespace(beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b)
         self.generator = self.task.build_generator([self.model], gen_args)
         self.device = next(self.model.parameters()).device
-        self.bpe = self.env.get("bpe", "none") if self.env else "none"
-        self.detokenizer = None
-        if self.env:
-            from sacremoses import MosesDetokenizer
-
-            self.detokenizer = MosesDetokenizer(lang=self.env.get("tgt", "en"))
+        # the subword kind as the text pipeline and evaluation read it (subword-nmt unless prep.env
+        # says otherwise; none without prep.env)
+        self.bpe = self.env.get("bpe", "subword_nmt") if self.env else "none"
+        self.detokenize = moses_detokenizer(self.env.get("tgt", "en")) if self.env else None
 
     def encode(self, number: int, line: str) -> torch.Tensor:
+        from fairseq_ext.analysis.probing import within_positions
+
         ids = self.pipeline(line)
         if self.max_source is not None and ids.numel() > self.max_source:
             logger.warning(f"line {number}: {ids.numel()} source tokens, more than the model's "
                            f"{self.max_source} positions: cut to them")
-            ids = torch.cat([ids[: self.max_source - 1], ids[-1:]])
-        return ids
+        return within_positions(ids, self.max_source)
 
     def decode(self, tokens: torch.Tensor) -> str:
         post = {"subword_nmt": "subword_nmt", "subword-nmt": "subword_nmt",
                 "sentencepiece": "sentencepiece"}.get(self.bpe)
         text = self.tgt_dict.string(tokens.int().cpu(), post)
-        if self.detokenizer is not None:
-            text = self.detokenizer.detokenize(text.split(), return_str=True, unescape=True)
+        if self.detokenize is not None:
+            text = self.detokenize(text)
         return text
 
     @torch.no_grad()
