@@ -18,10 +18,14 @@ nothing. In installation order:
    a traceback.
 5. :mod:`~fairseq_ext.guards.training_checks`: checks of the model against the criterion
    when training starts (their errors print through 4).
+6. :mod:`~fairseq_ext.guards.training_summary`: one closing line when ``fairseq-train``
+   stops, saying how many of the planned updates ran and, when the time cap cut the run,
+   how to continue it (only inside ``fairseq-train``).
 """
-from fairseq_ext.guards import batching, checkpoint_safety, one_line_errors, resume, training_checks
+from fairseq_ext.guards import (batching, checkpoint_safety, one_line_errors, resume, training_checks,
+                                training_summary)
 
-ORDER = (checkpoint_safety, batching, resume, one_line_errors, training_checks)
+ORDER = (checkpoint_safety, batching, resume, one_line_errors, training_checks, training_summary)
 
 
 def install() -> None:

@@ -15,7 +15,11 @@
 
 References come from DATA/text/SPLIT.{raw,tok}.TGT written by the data recipes (so the
 <unk>s of fairseq's own T- lines do not count against the system); without them the T-
-lines are used, with a warning. Files written to --out:
+lines are used, with a warning. The default --out is CKPT_DIR/eval-SET, SET the test or
+valid set prep.env names for the split (eval-test_2016_flickr, eval-newstest2014; eval-SPLIT
+without one), so that two test sets binarized as split 'test' keep their own results; a
+default directory that holds the evaluation of other data is refused, not replaced.
+Files written to --out:
   generate-SPLIT.txt   fairseq-generate output (+ .log, .cmd)
   hyp.tok / ref.tok    tokenized text          hyp.detok / ref.detok  detokenized text
   src.tok              source side             bleu.txt / bleu.json   the scores
@@ -24,9 +28,9 @@ lines are used, with a warning. Files written to --out:
 Multi-source data (prepare-multi30k.sh --extra-src): the task and its extra sources come from
 prep.env. Adversarial evaluation (multi-source paper, Table 2): --shuffle-source L
 [--shuffle-seed N] replaces every sentence of source L by another sentence of the split
-(inside the task, so fairseq-generate does it); default --out CKPT_DIR/eval-SPLIT-shuffle-L,
+(inside the task, so fairseq-generate does it); default --out CKPT_DIR/eval-SET-shuffle-L,
 and with an unshuffled evaluation of the same checkpoint (--unshuffled DIR, default
-CKPT_DIR/eval-SPLIT when it holds one) the BLEU drop is printed and written to
+CKPT_DIR/eval-SET when it holds one) the BLEU drop is printed and written to
 adversarial.json.
 
 --out holds one complete evaluation or none: everything is written into a temporary
@@ -38,6 +42,7 @@ refuses it): a stale result never passes for the new one.
 import glob
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -72,7 +77,8 @@ USAGE = """Usage: {prog} --checkpoint CKPT --data DATA_BIN [--split test] [--out
   --checkpoint PATH    model checkpoint (several joined with ':' = ensemble)
   --data DIR           binarized data (prepare-*.sh output)
   --split NAME         valid | test | ... (default test)
-  --out DIR            where outputs go (default: CKPT_DIR/eval-SPLIT)
+  --out DIR            where outputs go (default: CKPT_DIR/eval-SET, SET the test or valid set
+                       prep.env names for the split, e.g. eval-test_2016_flickr, else eval-SPLIT)
   --src L, --tgt L     languages (default: from DATA/prep.env, else fairseq's guess / required for --tgt)
   --bpe KIND           subword_nmt | sentencepiece | none (default: from DATA/prep.env)
   --ref-detok FILE     detokenized reference (default DATA/text/SPLIT.raw.TGT)
@@ -82,7 +88,7 @@ USAGE = """Usage: {prog} --checkpoint CKPT --data DATA_BIN [--split test] [--out
   --shuffle-source L   adversarial evaluation of a multi-source model: source L's sentences
                        replaced by other sentences of the split (--shuffle-seed N, default 1)
   --unshuffled DIR     the plain evaluation to report the BLEU drop against
-                       (default: CKPT_DIR/eval-SPLIT when it evaluated the same checkpoint)
+                       (default: CKPT_DIR/eval-SET when it evaluated the same checkpoint)
 Anything else is passed to fairseq-generate, e.g. --beam 6 --lenpen 1.1 --cpu
   --model-overrides "{{'max_source_positions': 1024}}"  (also after a lone --)"""
 
@@ -207,6 +213,26 @@ class Plan:
     out: str
 
 
+def result_key(prep: Dict[str, str], split: str) -> str:
+    """What names an evaluation's default directory (CKPT_DIR/eval-KEY): the test or valid set
+    the recipe recorded for ``split`` in prep.env (test_2016_flickr, tst2013, newstest2014),
+    else the split, so that two test sets binarized as split ``test`` do not share a directory."""
+    name = prep.get(f"{split}_set", "") if split in ("valid", "test") else ""
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", name) if name else split
+
+
+def check_default_out(out: str, data: str, split: str) -> str:
+    """``out``, the default directory of an evaluation, unless it holds the evaluation of other
+    data (an EvaluationError naming both: a result is never replaced by another data set's)."""
+    done = os.path.join(out, outputs.EVAL_COMPLETE)
+    if os.path.isfile(done):
+        fields = outputs.read_evaluation_complete(out)
+        if fields.get("data") not in (None, data) or fields.get("split") not in (None, split):
+            raise EvaluationError(f"refusing to replace {out}: it holds the evaluation of '{fields.get('split')}' of "
+                                  f"{fields.get('data')}, not of '{split}' of {data}; pass --out DIR for this one")
+    return out
+
+
 def plan(opts: Options) -> Plan:
     """Check the options against the files, in the order the errors should come."""
     if not opts.checkpoint:
@@ -244,12 +270,13 @@ def plan(opts: Options) -> Plan:
     seed = generate_value(args, "--shuffle-seed") or "1"
     out, unshuffled = opts.out, opts.unshuffled
     ckpt_dir = os.path.dirname(checkpoints[0])
+    default = os.path.join(ckpt_dir, f"eval-{result_key(prep, opts.split)}")
     if shuffle:
         if not prep.get("extra_src") and not generate_value(args, "--extra-source-langs"):
             raise EvaluationError(f"--shuffle-source {shuffle}: {data} is not multi-source data "
                                   "(no extra_src in its prep.env)")
-        out = out or os.path.join(ckpt_dir, f"eval-{opts.split}-shuffle-{shuffle}")
-        plain = os.path.join(ckpt_dir, f"eval-{opts.split}")
+        out = out or check_default_out(f"{default}-shuffle-{shuffle}", data, opts.split)
+        plain = default
         if not unshuffled and os.path.isfile(os.path.join(plain, outputs.EVAL_COMPLETE)):
             with open(os.path.join(plain, outputs.EVAL_COMPLETE), encoding="utf-8", errors="replace") as f:
                 if f"checkpoint={opts.checkpoint}" in f.read().splitlines():
@@ -263,7 +290,7 @@ def plan(opts: Options) -> Plan:
                 raise EvaluationError(f"--unshuffled {unshuffled}: no bleu.json")
     elif unshuffled:
         raise EvaluationError("--unshuffled is for the adversarial evaluation (--shuffle-source L)")
-    out = out or os.path.join(ckpt_dir, f"eval-{opts.split}")
+    out = out or check_default_out(default, data, opts.split)
     return Plan(opts=opts, checkpoints=checkpoints, data=data, prep=prep, src=src, tgt=tgt,
                 remove_bpe=REMOVE_BPE[bpe], headline=headline, note=note, shuffle=shuffle, shuffle_seed=seed,
                 unshuffled=unshuffled, out=out)
@@ -427,7 +454,7 @@ def evaluate(checkpoint: str, data: str, *, split: str = "test", out: Optional[s
              generate_args: Sequence[str] = (), model_overrides: Optional[dict] = None, cpu: bool = False,
              quiet: bool = True) -> dict:
     """Evaluate ``checkpoint`` on ``split`` of ``data`` into ``out`` (default
-    CKPT_DIR/eval-SPLIT), as ``fairseq-ext evaluate`` does. Returns {"dir": out, "bleu":
+    CKPT_DIR/eval-SET), as ``fairseq-ext evaluate`` does. Returns {"dir": out, "bleu":
     {flavour: score}, "headline": flavour, "sentences": n}. ``quiet``: no progress lines and no
     scores printed (warnings still are). Raises EvaluationError."""
     argv = ["--checkpoint", checkpoint, "--data", data, "--split", split]

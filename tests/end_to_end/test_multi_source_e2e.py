@@ -131,7 +131,7 @@ def test_evaluate_and_adversarial_evaluation_of_a_multi_source_checkpoint(three_
     keeps the references, and reports the drop against the plain evaluation."""
     common = ["--checkpoint", serial_checkpoint, "--data", three_sources, "--beam", "1", "--max-len-b", "12",
               "--batch-size", "250", "--cpu"]
-    plain = serial_checkpoint.parent / "eval-test"
+    plain = serial_checkpoint.parent / "eval-test_2016_flickr"  # the default: named after the test set
     res = run(["bash", os.path.join(SCRIPTS, "evaluate.sh"), *common])
     assert res.returncode == 0, res.stderr[-3000:]
     cmd = (plain / "generate-test.cmd").read_text()
@@ -143,7 +143,7 @@ def test_evaluate_and_adversarial_evaluation_of_a_multi_source_checkpoint(three_
     for lang in ("en", "de"):
         res = run(["bash", os.path.join(SCRIPTS, "evaluate.sh"), *common, "--shuffle-source", lang])
         assert res.returncode == 0, res.stderr[-3000:]
-        out = serial_checkpoint.parent / f"eval-test-shuffle-{lang}"  # the plain evaluation is kept
+        out = serial_checkpoint.parent / f"eval-test_2016_flickr-shuffle-{lang}"  # the plain evaluation is kept
         assert (out / "ref.detok").read_text() == (plain / "ref.detok").read_text()
         if lang != "en":  # fairseq-generate prints the primary source
             assert (out / "src.tok").read_text() == (plain / "src.tok").read_text()
@@ -160,7 +160,8 @@ def test_evaluate_and_adversarial_evaluation_of_a_multi_source_checkpoint(three_
         assert len(hyps[lang]) == len(plain_hyps) == 1000
         assert sum(h != p for h, p in zip(hyps[lang], plain_hyps)) > 100, lang
     # the shuffled English is what fairseq-generate printed as the source: other sentences
-    shuffled_src = (serial_checkpoint.parent / "eval-test-shuffle-en" / "src.tok").read_text().splitlines()
+    shuffled_src = (serial_checkpoint.parent / "eval-test_2016_flickr-shuffle-en" / "src.tok").read_text()
+    shuffled_src = shuffled_src.splitlines()
     original_src = (plain / "src.tok").read_text().splitlines()
     assert sorted(shuffled_src) == sorted(original_src)
     assert sum(a == b for a, b in zip(shuffled_src, original_src)) <= 2  # only duplicate sentences stay

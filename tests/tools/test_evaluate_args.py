@@ -47,7 +47,7 @@ def test_a_missing_value_and_missing_required_options():
 def test_defaults_come_from_prep_env(data):
     d, ckpt = data
     p = plan(parse_args(["--checkpoint", str(ckpt), "--data", str(d), "--max-tokens", "100"]))
-    assert (p.src, p.tgt, p.headline, p.out) == ("de", "en", "tok-lc", str(ckpt.parent / "eval-test"))
+    assert (p.src, p.tgt, p.headline, p.out) == ("de", "en", "tok-lc", str(ckpt.parent / "eval-test"))  # no test_set
     cmd = generate_command(p, "/pkg")
     assert cmd[:10] == ["fairseq-generate", str(d), "--user-dir", "/pkg", "--path", str(ckpt), "--gen-subset", "test",
                         "--source-lang", "de"]
@@ -148,3 +148,34 @@ def test_prep_envs_lowercase_reaches_the_reported_flavour(data):
     # an explicit --headline still wins
     assert plan(parse_args(["--checkpoint", str(ckpt), "--data", str(d), "--headline", "detok-cased"])).headline \
         == "detok-cased"
+
+
+def test_the_default_output_is_keyed_by_the_test_set(data, tmp_path):
+    """Every Multi30k test set binarizes to split 'test': the default directory is named after
+    the set prep.env records, so scoring test_2017_mscoco keeps test_2016_flickr's result."""
+    d, ckpt = data
+    other = tmp_path / "mscoco"
+    other.mkdir()
+    for path, test_set in ((d, "test_2016_flickr"), (other, "test_2017_mscoco")):
+        (path / "prep.env").write_text(f"# written by prepare-multi30k.sh\nrecipe=multi30k\nsrc=de\ntgt=en\n"
+                                       f"valid_set=val\ntest_set={test_set}\n")
+        (path / "test.de-en.de.idx").write_bytes(b"")
+    first = plan(parse_args(["--checkpoint", str(ckpt), "--data", str(d)])).out
+    second = plan(parse_args(["--checkpoint", str(ckpt), "--data", str(other)])).out
+    assert (first, second) == (str(ckpt.parent / "eval-test_2016_flickr"), str(ckpt.parent / "eval-test_2017_mscoco"))
+    # odd characters of a set name stay out of the path; a split without a recorded set keeps its name
+    assert evaluate.result_key({"test_set": "dev2010+tst2010/2012"}, "test") == "dev2010+tst2010_2012"
+    assert evaluate.result_key({"test_set": "x"}, "test1") == "test1"
+
+
+def test_a_default_output_holding_other_data_is_refused_not_replaced(data, tmp_path):
+    d, ckpt = data
+    out = ckpt.parent / "eval-test"
+    out.mkdir()
+    (out / ".evaluation-complete").write_text(f"checkpoint={ckpt}\ndata={tmp_path / 'elsewhere'}\nsplit=test\n")
+    with pytest.raises(EvaluationError, match=f"^refusing to replace {out}: it holds the evaluation of 'test' of "
+                                              f"{tmp_path / 'elsewhere'}, not of 'test' of {d.resolve()}; pass --out"):
+        plan(parse_args(["--checkpoint", str(ckpt), "--data", str(d)]))
+    # the same data again is its own result to replace; an explicit --out is the user's choice
+    (out / ".evaluation-complete").write_text(f"checkpoint={ckpt}\ndata={d.resolve()}\nsplit=test\n")
+    assert plan(parse_args(["--checkpoint", str(ckpt), "--data", str(d)])).out == str(out)

@@ -1,0 +1,80 @@
+"""One closing line when ``fairseq-train`` stops: how far training got, and why it stopped.
+
+fairseq 0.12 ends a run that its time cap (``--stop-time-hours``) cut after 274 of 2,400
+updates with the same "done training" line as a finished one; an undertrained model then
+scores far below what the user expects, with nothing saying why. :func:`install` wraps
+``fairseq_cli.train.train`` (one epoch; ``main`` looks it up at call time): when the epoch
+ends the run, the first process logs one line::
+
+    training ended: 274 of 2400 updates, 13.0 min of training; stopped by the time cap
+    (--stop-time-hours 0.2167 = 13.0 min) before 2400 updates: ... To continue it to 2400
+    updates, run the same command again with --stop-time-hours 0 ...; it resumes from
+    SAVE_DIR/checkpoint_last.pt
+
+The line starts with ``training ended: U of P updates, M min of training`` (P is ``?`` when
+no ``--max-update`` is set), which scripts/quickstart.sh reads back. Nothing is installed
+outside ``fairseq-train`` (``fairseq_cli.train`` not imported).
+"""
+import logging
+import math
+import os
+import sys
+
+from fairseq_ext.guards.patching import replace
+
+logger = logging.getLogger("fairseq_ext.training")
+
+TIME_CAP = "stopped by the time cap"
+
+
+def summary(cfg, trainer, epoch: int, should_stop: bool) -> str:
+    """The closing line of a run that ended after ``epoch`` (``should_stop``: fairseq's
+    verdict of its last validate-and-save)."""
+    opt = cfg.optimization
+    updates = trainer.get_num_updates()
+    planned = opt.max_update if opt.max_update and opt.max_update > 0 else None
+    minutes = trainer.cumulative_training_time() / 60
+    head = f"training ended: {updates} of {planned if planned else '?'} updates, {minutes:.1f} min of training"
+    save_dir = cfg.checkpoint.save_dir
+    last = os.path.join(save_dir, "checkpoint_last.pt")
+    if planned and updates >= planned:
+        return f"{head}; finished (--max-update {planned}); checkpoints in {save_dir}"
+    max_epoch = opt.max_epoch or math.inf
+    if not should_stop and epoch >= max_epoch:
+        return f"{head}; finished (--max-epoch {opt.max_epoch}); checkpoints in {save_dir}"
+    cap = opt.stop_time_hours
+    if should_stop and cap > 0 and minutes > cap * 60:
+        goal = f"{planned} updates" if planned else f"--max-epoch {opt.max_epoch}" if opt.max_epoch else "the end"
+        resume = ("(--no-save: there is no checkpoint to resume from; run it again without --no-save)"
+                  if cfg.checkpoint.no_save else
+                  f"with --stop-time-hours 0 (no cap) or a larger cap (it counts the training time of every "
+                  f"resume: {minutes / 60:.4f} h so far); it resumes from {last}")
+        return (f"{head}; {TIME_CAP} (--stop-time-hours {cap:g} = {cap * 60:.1f} min) before {goal}: "
+                f"the model is undertrained and scores below a finished run. To continue it to {goal}, run the same "
+                f"command again {resume}")
+    patience = cfg.checkpoint.patience
+    if should_stop and patience > 0:
+        return (f"{head}; stopped early: no better validation {cfg.checkpoint.best_checkpoint_metric} "
+                f"in {patience} validations (--patience {patience}); best model in "
+                f"{os.path.join(save_dir, 'checkpoint_best.pt')}")
+    return f"{head}; checkpoints in {save_dir}"
+
+
+def _reporting_end(original):
+    def train(cfg, trainer, task, epoch_itr, *args, **kwargs):
+        valid_losses, should_stop = original(cfg, trainer, task, epoch_itr, *args, **kwargs)
+        from fairseq import distributed_utils
+
+        max_epoch = cfg.optimization.max_epoch or math.inf
+        ends = should_stop or epoch_itr.epoch >= max_epoch
+        if ends and distributed_utils.is_master(cfg.distributed_training):
+            logger.info(summary(cfg, trainer, epoch_itr.epoch, should_stop))
+        return valid_losses, should_stop
+
+    return train
+
+
+def install() -> None:
+    module = sys.modules.get("fairseq_cli.train")
+    if module is not None and hasattr(module, "train"):
+        replace(module, "train", _reporting_end)
