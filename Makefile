@@ -24,9 +24,12 @@ $(STAMP): setup.py Makefile
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q $(PIP_EXTRA) "$(TORCH_SPEC)"
 	# fairseq's real dependencies, pinned; no torchaudio (it drags in another torch).
+	# tensorboardX: fairseq's --tensorboard-logdir writer (torch.utils.tensorboard would need
+	# the whole tensorboard), and without it every fairseq command starts with "Please install
+	# tensorboardX"; it needs only numpy, packaging and protobuf, never torch.
 	$(PY) -m pip install -q "hydra-core==1.3.2" "omegaconf==2.3.0" bitarray regex cffi cython \
 		numpy sacrebleu scikit-learn tqdm sentencepiece subword-nmt sacremoses \
-		compare-mt matplotlib pytest pytest-xdist
+		compare-mt matplotlib "tensorboardX==2.6.5" "protobuf==7.36.2" pytest pytest-xdist
 	$(PY) -m pip install -q --no-deps --no-build-isolation "$(FAIRSEQ_SPEC)"
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	$(PY) -c "import fairseq, fairseq_ext; print('fairseq', fairseq.__version__)"

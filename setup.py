@@ -25,6 +25,10 @@ setup(
         "compare-mt",
         "pyyaml",
         "matplotlib",
+        # fairseq's --tensorboard-logdir writes through it, and fairseq logs "Please install
+        # tensorboardX" first in every command without it; 2.6.2 on takes any protobuf >= 3.20
+        # (2.6 and older pin protobuf below 4)
+        "tensorboardX>=2.6.2",
     ],
     extras_require={"test": ["pytest", "pytest-xdist"]},
     entry_points={

@@ -8,6 +8,7 @@ fairseq's own ``fairseq-*`` commands. Each subcommand is also ``python -m fairse
     fairseq-ext evaluate --checkpoint CKPT --data DATA [--split test] [generate options]
     fairseq-ext significance (--eval-a DIR --eval-b DIR | --ref R --sys-a A --sys-b B) --out DIR
     fairseq-ext translate --checkpoint CKPT --data DATA < raw.txt > translations.txt
+    fairseq-ext score --checkpoint CKPT --data DATA --src raw.en --ref raw.de [--output hyp.de]
     fairseq-ext analyze NAME [options]        an analysis (fairseq_ext.analysis.NAME)
     fairseq-ext report [options]              several analyses into one HTML report
     fairseq-ext reproduce [TABLE] [options]   the papers' tables (--list)
@@ -33,6 +34,7 @@ PYTHON_COMMANDS = {  # subcommand -> module with main(argv)
     "report": "fairseq_ext.analysis.report",
     "reproduce": "fairseq_ext.reproduce.__main__",
     "translate": "fairseq_ext.tools.translate",
+    "score": "fairseq_ext.tools.score",
 }
 CONSOLE_COMMANDS = {  # subcommand -> module with cli_main(argv)
     "average-checkpoints": "fairseq_ext.average_checkpoints",

@@ -24,10 +24,17 @@
 # Train:  MAX_UPDATE [2400]  TRAIN_MINUTES [13] (fairseq --stop-time-hours)  MAX_EPOCH [0]
 #         MAX_TOKENS [2048]  LR [0.002]  WARMUP [300]  SEED [1]  LOG_INTERVAL [50]
 #         SAVE_DIR [checkpoints/quickstart.SRC-TGT]  EXTRA_TRAIN_ARGS [""]
+#         THREADS [the CPU cores idle when training starts, at least 1: torch's one thread per
+#         core collapses when other work competes for the cores; fairseq_ext/tools/cpu.py]
 # Decode: BEAM [5]  LENPEN [1.0]  MAX_LEN_A [1.2]  MAX_LEN_B [10] (output length limit
 #         a*source+b: keeps an undertrained model from babbling to 200 tokens)  EXTRA_GEN_ARGS [""]
-# Reruns reuse the data and the checkpoint when their settings are unchanged; FORCE=1
-# redoes both. SAVE_DIR is replaced only when quickstart wrote it, DATA_DIR only when
+# The last line says how many of the planned updates ran, in how many minutes, and the BLEU
+# with its sacreBLEU signature; when the time cap cut training (a busy or slow machine), it
+# says so and prints the command that trains the run on: CONTINUE=1 with the same settings
+# resumes from SAVE_DIR/checkpoint_last.pt up to MAX_UPDATE, with no time cap unless
+# TRAIN_MINUTES is given (then it counts the training time of the whole run), and scores again.
+# Reruns reuse the data and the checkpoint when their settings are unchanged (the time cap is
+# not one of them); FORCE=1 redoes both. SAVE_DIR is replaced only when quickstart wrote it, DATA_DIR only when
 # prepare-multi30k.sh (run by quickstart) wrote it, and only while nothing else has been
 # put into them since (fairseq_ext/recipes/lib/common.sh, fsx_check_replaceable):
 # SAVE_DIR=checkpoints DATA_DIR=data-bin is refused, not wiped.
@@ -39,6 +46,21 @@ source "$REPO/fairseq_ext/recipes/lib/common.sh" # before the cd: the directory 
 cd "$REPO"
 fsx_setup_tools
 fsx_require_cmd fairseq-train fairseq-generate
+
+# the settings given to this run: the command that continues it repeats them
+SETTINGS=(SRC_LANG TGT_LANG BPE_MERGES DATA_DIR ARCH LAYERS EMBED_DIM FFN_DIM HEADS DROPOUT MAX_UPDATE MAX_EPOCH
+    MAX_TOKENS LR WARMUP SEED LOG_INTERVAL SAVE_DIR BEAM LENPEN MAX_LEN_A MAX_LEN_B EXTRA_TRAIN_ARGS EXTRA_GEN_ARGS)
+GIVEN=()
+for name in "${SETTINGS[@]}"; do
+    [[ -n "${!name:-}" ]] && GIVEN+=("$name=$(printf '%q' "${!name}")")
+done
+# quickstart_command: how this run was started, with the settings it was given
+quickstart_command() {
+    local how
+    how="bash $(printf %q "$0")"
+    [[ -n "${MAKELEVEL:-}" ]] && how="make quickstart"
+    echo "${GIVEN[*]+"${GIVEN[*]} "}$how"
+}
 
 SRC_LANG="${SRC_LANG:-en}"
 TGT_LANG="${TGT_LANG:-de}"
@@ -54,6 +76,7 @@ EMBED_DIM="${EMBED_DIM:-128}"
 FFN_DIM="${FFN_DIM:-512}"
 HEADS="${HEADS:-4}"
 DROPOUT="${DROPOUT:-0.1}"
+TRAIN_MINUTES_GIVEN="${TRAIN_MINUTES:-}"
 TRAIN_MINUTES="${TRAIN_MINUTES:-13}"
 MAX_UPDATE="${MAX_UPDATE:-2400}"
 MAX_EPOCH="${MAX_EPOCH:-0}"
@@ -68,6 +91,9 @@ LENPEN="${LENPEN:-1.0}"
 MAX_LEN_A="${MAX_LEN_A:-1.2}"
 MAX_LEN_B="${MAX_LEN_B:-10}"
 FORCE="${FORCE:-0}"
+CONTINUE="${CONTINUE:-0}"
+THREADS="${THREADS:-}"
+[[ "$FORCE" == 1 && "$CONTINUE" == 1 ]] && fsx_die "FORCE=1 retrains from scratch and CONTINUE=1 trains on: choose one"
 read -r -a EXTRA_TRAIN <<<"${EXTRA_TRAIN_ARGS:-}"
 read -r -a EXTRA_GEN <<<"${EXTRA_GEN_ARGS:-}"
 
@@ -93,45 +119,74 @@ if fsx_has_gpu; then
     DEVICE=()
     fsx_log "GPU found: training on $(nvidia-smi -L | sed -n 1p)"
 else
-    fsx_log "no GPU: training on $(nproc) CPU core(s)"
+    # torch's one thread per core collapses when other work competes for the cores
+    # (fairseq_ext/tools/cpu.py has the measurement): the cores idle now, unless THREADS says
+    if [[ -n "$THREADS" ]]; then
+        why="THREADS=$THREADS"
+    elif [[ -n "${OMP_NUM_THREADS:-}" ]]; then
+        THREADS="$OMP_NUM_THREADS" why="OMP_NUM_THREADS=$OMP_NUM_THREADS"
+    else
+        mapfile -t cpu < <("$FSX_PY" "$REPO/fairseq_ext/tools/cpu.py" threads 1)
+        THREADS="${cpu[0]:-1}" why="${cpu[1]:-}; THREADS=N to choose"
+    fi
+    export OMP_NUM_THREADS="$THREADS"
+    fsx_log "no GPU: training on the CPU with $THREADS thread(s) ($why)"
 fi
-stop_hours="$("$FSX_PY" -c "print(round($TRAIN_MINUTES / 60, 4))")"
 # the fixed settings are in configs/quickstart.args; the environment's come after them
 CONFIG="$REPO/configs/quickstart.args"
 fsx_read_config "$CONFIG" CONFIG_ARGS
-TRAIN_FLAGS=(--arch "$ARCH"
+MODEL_FLAGS=(--arch "$ARCH"
     --encoder-layers "$LAYERS" --decoder-layers "$LAYERS"
     --encoder-embed-dim "$EMBED_DIM" --decoder-embed-dim "$EMBED_DIM"
     --encoder-ffn-embed-dim "$FFN_DIM" --decoder-ffn-embed-dim "$FFN_DIM"
     --encoder-attention-heads "$HEADS" --decoder-attention-heads "$HEADS"
     --dropout "$DROPOUT" --lr "$LR" --warmup-updates "$WARMUP"
     --max-tokens "$MAX_TOKENS" --max-update "$MAX_UPDATE" --max-epoch "$MAX_EPOCH"
-    --stop-time-hours "$stop_hours" --log-interval "$LOG_INTERVAL" --seed "$SEED"
+    --log-interval "$LOG_INTERVAL" --seed "$SEED"
     "${EXTRA_TRAIN[@]+"${EXTRA_TRAIN[@]}"}")
-TRAIN_ARGS=("$DATA_DIR" "$SAVE_DIR" "${CONFIG_ARGS[@]}" "${TRAIN_FLAGS[@]}")
-# a checkpoint is reused only when it was trained with these very settings on this data
-SIGNATURE="$(printf '%q ' "${TRAIN_ARGS[@]}"; echo; cat "$DATA_DIR/prep.env")"
+# a checkpoint is reused (or continued) only when it was trained with these very settings on
+# this data; the time cap is not one of them: it decides how far training got, not what it is
+SIGNATURE="$(printf '%q ' "$DATA_DIR" "$SAVE_DIR" "${CONFIG_ARGS[@]}" "${MODEL_FLAGS[@]}"; echo; cat "$DATA_DIR/prep.env")"
 CKPT="$SAVE_DIR/checkpoint_last.pt"
-if [[ "$FORCE" != 1 && -f "$CKPT" && -f "$SAVE_DIR/quickstart.settings" &&
-    "$(cat "$SAVE_DIR/quickstart.settings")" == "$SIGNATURE" ]]; then
-    fsx_log "[$(elapsed)] reusing $CKPT, trained with the same settings (FORCE=1 to retrain)"
+same_run=0
+[[ -f "$CKPT" && -f "$SAVE_DIR/quickstart.settings" && "$(cat "$SAVE_DIR/quickstart.settings")" == "$SIGNATURE" ]] &&
+    same_run=1
+if [[ "$CONTINUE" == 1 && "$same_run" != 1 ]]; then
+    fsx_die "CONTINUE=1: $SAVE_DIR holds no quickstart run with these settings to continue (run quickstart with the settings of the run you want to continue, or without CONTINUE=1 to train a new one)"
+fi
+# the time cap: TRAIN_MINUTES of training; a continued run counts the training time it already
+# had (fairseq's --stop-time-hours), and has no cap unless TRAIN_MINUTES is given
+[[ "$CONTINUE" == 1 && -z "$TRAIN_MINUTES_GIVEN" ]] && TRAIN_MINUTES=0
+stop_hours="$("$FSX_PY" -c "print(round($TRAIN_MINUTES / 60, 6))")"
+TRAIN_FLAGS=("${MODEL_FLAGS[@]}" --stop-time-hours "$stop_hours")
+
+if [[ "$FORCE" != 1 && "$CONTINUE" != 1 && "$same_run" == 1 ]]; then
+    fsx_log "[$(elapsed)] reusing $CKPT, trained with the same settings (FORCE=1 to retrain, CONTINUE=1 to train on to MAX_UPDATE)"
 else
     # SAVE_DIR is replaced only when quickstart wrote it and nothing else was put into it
-    # since (never another experiment's), and never when it holds the data. The new one is
-    # trained in a temporary directory beside it and moved into place when training
-    # succeeded; the old one goes first (its checkpoints are stale), so that after a failed
-    # run SAVE_DIR holds only train.log, never a checkpoint that looks current.
+    # since (its manifest: never another experiment's, never a user's file), and never when it
+    # holds the data. The run is trained in a temporary directory beside it and moved into
+    # place when training succeeded. A new run discards the old one first (its checkpoints
+    # are stale), so that after a failed run SAVE_DIR holds only train.log, never a checkpoint
+    # that looks current; a continued run starts from a copy of the old one, which stays as it
+    # was until the continued run succeeded.
     FSX_OUT="$SAVE_DIR"
     FSX_FORCE=1
     FSX_INPUTS=("$DATA_DIR" "$MULTI30K_FROM")
-    mapfile -t FSX_MARK_ENTRIES < <(fsx_writer_entries quickstart.sh)
     fsx_begin_output
-    fsx_discard_old_output
-    FSX_KEEP_ON_FAILURE=(train.log)
-    fsx_log "[$(elapsed)] training $ARCH ($LAYERS+$LAYERS layers, d $EMBED_DIM, FFN $FFN_DIM, $HEADS heads) for $MAX_UPDATE updates or $TRAIN_MINUTES min, whichever comes first"
+    if [[ "$CONTINUE" == 1 ]]; then
+        for f in checkpoint_last.pt checkpoint_best.pt train.log; do
+            [[ -f "$SAVE_DIR/$f" ]] && cp -p "$SAVE_DIR/$f" "$FSX_STAGE/$f"
+        done
+        fsx_log "[$(elapsed)] continuing $CKPT to $MAX_UPDATE updates ($([[ "$TRAIN_MINUTES" == 0 ]] && echo "no time cap" || echo "until $TRAIN_MINUTES min of training in all"))"
+    else
+        fsx_discard_old_output
+        FSX_KEEP_ON_FAILURE=(train.log)
+        fsx_log "[$(elapsed)] training $ARCH ($LAYERS+$LAYERS layers, d $EMBED_DIM, FFN $FFN_DIM, $HEADS heads) for $MAX_UPDATE updates or $TRAIN_MINUTES min, whichever comes first"
+    fi
     PYTHONUNBUFFERED=1 "$SCRIPTS/train.sh" "$DATA_DIR" "$FSX_STAGE" --config "$CONFIG" -- "${TRAIN_FLAGS[@]}" 2>&1 |
-        tee "$FSX_STAGE/train.log" |
-        grep --line-buffered -E "train_inner|valid on|done training|Stopping|Error" || true
+        tee -a "$FSX_STAGE/train.log" |
+        grep --line-buffered -E "train_inner|valid on|training ended|Stopping|Error" || true
     if ! grep -q "done training" "$FSX_STAGE/train.log" || [[ ! -f "$FSX_STAGE/checkpoint_last.pt" ]]; then
         tail -n 20 "$FSX_STAGE/train.log" >&2
         fsx_die "fairseq-train failed (log: $SAVE_DIR/train.log)"
@@ -142,8 +197,32 @@ fi
 
 # ---------------------------------------------------------------- 3. translate + score
 fsx_log "[$(elapsed)] translating test_2016_flickr (beam $BEAM)"
+# listed first: an evaluation that fails half-way leaves an eval-test quickstart still owns
+fsx_add_output_entries "$SAVE_DIR" eval-test/
 "$SCRIPTS/evaluate.sh" --checkpoint "$CKPT" --data "$DATA_DIR" --split test \
     --out "$SAVE_DIR/eval-test" --beam "$BEAM" --lenpen "$LENPEN" --batch-size 128 \
     --max-len-a "$MAX_LEN_A" --max-len-b "$MAX_LEN_B" \
     "${DEVICE[@]+"${DEVICE[@]}"}" "${EXTRA_GEN[@]+"${EXTRA_GEN[@]}"}"
-fsx_log "[$(elapsed)] quickstart done; translations and scores in $SAVE_DIR/eval-test"
+
+# ---------------------------------------------------------------- 4. the closing line
+# how far training got (fairseq_ext's closing line of fairseq-train, the last in train.log),
+# the score, and when the time cap cut training, the command that trains on
+ended="$(grep -o 'training ended: [0-9]* of [0-9?]* updates, [0-9.]* min of training.*' "$SAVE_DIR/train.log" | tail -n 1)"
+read -r done_updates planned_updates train_min < <(sed -E 's/^training ended: ([0-9]+) of ([0-9?]+) updates, ([0-9.]+) min.*/\1 \2 \3/' <<<"$ended")
+reported="$(grep '^reported BLEU' "$SAVE_DIR/eval-test/bleu.txt" | tail -n 1)"
+flavour="$(sed -E 's/^reported BLEU \[([^]]*)\].*/\1/' <<<"$reported")"
+score="$(sed -E 's/^reported BLEU [^:]*: ([0-9.]+) .*/\1/' <<<"$reported")"
+signature="$(sed -E 's/.*signature: //' <<<"$reported")"
+test_set="$(prep_value test_set)"
+result="BLEU $score on ${test_set:-test} ($flavour, $signature); outputs in $SAVE_DIR/eval-test"
+if [[ "$ended" == *"stopped by the time cap"* ]]; then
+    # the command that continues: this one's settings (those not at their defaults), CONTINUE=1
+    again="$(quickstart_command)"
+    rate="$("$FSX_PY" -c "print(f'{$done_updates / max($train_min, 0.01):.0f}')")"
+    more="$("$FSX_PY" -c "print(f'{($planned_updates - $done_updates) / max($done_updates / max($train_min, 0.01), 0.01):.0f}')")"
+    fsx_log "[$(elapsed)] quickstart done, but the time cap cut training: $done_updates of $planned_updates updates in $train_min min ($rate updates/min; a busy machine trains slower), so the $result is that of an undertrained model, far below a finished run's. To train on to $planned_updates updates (about $more more minutes at this speed) and score again, run: CONTINUE=1 $again"
+elif [[ -n "$ended" ]]; then
+    fsx_log "[$(elapsed)] quickstart done: $done_updates of $planned_updates updates in $train_min min of training, $result"
+else
+    fsx_log "[$(elapsed)] quickstart done: $result"
+fi

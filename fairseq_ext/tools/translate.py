@@ -2,26 +2,37 @@
 
     fairseq-ext translate --checkpoint CKPT --data DATA_BIN [--input FILE] [--output FILE]
                           [--beam 5] [--lenpen 1.0] [--max-len-a 1.2 --max-len-b 10] [--cpu]
+                          [--strict] [--progress | --no-progress]
 
 The data directory's ``prep.env`` (written by the data recipes) says how the training text
 was made, and each input line goes through the same steps: Moses tokenization with the
 recipe's options, lower-casing where the recipe lower-cased, subword-nmt BPE (DATA/code) or
 SentencePiece (DATA/spm.model), the dictionary. The best beam hypothesis comes out with its
 subword units joined and Moses-detokenized: plain text, comparable with a raw reference
-(``sacrebleu REF -i OUT``). Without ``prep.env`` (data binarized with plain
-fairseq-preprocess) every line is taken as the model's tokens, and the output is tokens too.
+(``fairseq-ext score``, or ``sacrebleu REF -i OUT``). Without ``prep.env`` (data binarized
+with plain fairseq-preprocess) every line is taken as the model's tokens, and the output is
+tokens too.
 
+Bad input never ends the run, and output line N always belongs to input line N:
 - an empty input line gives an empty output line (the model is not asked: a model given no
   words invents a sentence);
-- a line longer than the model's source positions is cut to them, with a warning naming
-  the line;
-- input that is not UTF-8 stops with one line naming the line and byte.
+- a line that is not UTF-8 is skipped with one warning naming the line and the byte, and an
+  empty output line takes its place (--strict: it is an error, exit status 1);
+- a line longer than the model's source positions is cut to them, with one warning naming
+  the line.
+At the end, one summary line on stderr: lines translated, skipped (their numbers), cut.
+A progress bar (lines done of the total, sentences per second) goes to stderr when stderr is
+a terminal (--progress: always, --no-progress: never); stdout holds the translations only.
 Loading goes through the plugin's checkpoint guards, as everywhere.
 """
 import argparse
+import contextlib
+import gzip
 import logging
+import os
 import sys
-from typing import Iterable, Iterator, List
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -29,14 +40,87 @@ from fairseq_ext.errors import FairseqExtError
 
 logger = logging.getLogger("fairseq_ext.translate")
 
+PROG = "fairseq-ext translate"
+STDIN = "<standard input>"
+FIRST_FEW = 5  # line numbers named in the summary
 
-def read_input(stream) -> Iterator[str]:
-    """Lines as every tool reads them (UTF-8 checked, BOM and CRs removed)."""
+
+class InputError(FairseqExtError):
+    """Input text that cannot be used: a line that is not UTF-8 under --strict, a reference
+    line that is not UTF-8, files that are not parallel."""
+
+
+def decode_line(raw: bytes, name: str, number: int) -> Tuple[Optional[str], str]:
+    """(text, "") for one line of ``name`` as every tool reads it (corpus.clean_line: BOM and
+    CRs removed), or (None, the problem in clean_line's words) when it is not UTF-8."""
     from fairseq_ext.tools.corpus import clean_line
 
-    name = getattr(stream, "name", "<stdin>")
-    for number, raw in enumerate(stream, start=1):
-        yield clean_line(raw, name, number)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return None, f"{name}: line {number} is not valid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
+    return clean_line(raw, name, number), ""
+
+
+def read_input(stream, name: Optional[str] = None, strict: bool = False) -> Iterator[Optional[str]]:
+    """The lines of a binary stream, cleaned as every tool reads text. A line that is not
+    UTF-8 comes out as None after one warning naming it and its byte (the translation puts
+    an empty line in its place); with ``strict`` it is an InputError instead."""
+    name = name or getattr(stream, "name", STDIN)
+    for number, raw in enumerate(stream, start=1):  # binary: split on LF only, as wc -l
+        text, problem = decode_line(raw, name, number)
+        if problem:
+            if strict:
+                raise InputError(f"{problem} (--strict)")
+            logger.warning(f"{problem}: skipped, an empty output line in its place")
+        yield text
+
+
+def open_binary(path: str):
+    """A text file to read as bytes; .gz files are decompressed (the corpora's release files)."""
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def count_lines(path: str) -> int:
+    """The lines read_input reads from the file (a last line without LF counts); a file that
+    cannot be read (a broken .gz) is an InputError."""
+    lines, last = 0, b"\n"
+    try:
+        with open_binary(path) as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                lines += chunk.count(b"\n")
+                last = chunk[-1:]
+    except (OSError, EOFError) as e:
+        raise InputError(f"cannot read {path}: {e}") from None
+    return lines + (last != b"\n")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _first_few(numbers: List[int]) -> str:
+    shown = ", ".join(str(n) for n in numbers[:FIRST_FEW])
+    more = len(numbers) - FIRST_FEW
+    return ("line " if len(numbers) == 1 else "lines ") + shown + (f" and {more} more" if more > 0 else "")
+
+
+@dataclass
+class Tally:
+    """What a translation run did, for its summary line."""
+    lines: int = 0
+    skipped: List[int] = field(default_factory=list)  # not UTF-8: an empty output line for each
+    cut: List[int] = field(default_factory=list)  # longer than the model's source positions
+    max_source: Optional[int] = None
+
+    def summary(self, skipped_as: str = "an empty output line for each") -> str:
+        text = f"{_plural(self.lines - len(self.skipped), 'line')} translated, {len(self.skipped)} skipped"
+        if self.skipped:
+            text += f" (not UTF-8: {_first_few(self.skipped)}; {skipped_as})"
+        text += f", {len(self.cut)} cut"
+        if self.cut:
+            text += f" (longer than the model's {self.max_source} source positions: {_first_few(self.cut)})"
+        return text
 
 
 class Translator:
@@ -64,27 +148,33 @@ class Translator:
         # the subword kind as the text pipeline and evaluation read it (subword-nmt unless prep.env
         # says otherwise; none without prep.env)
         self.bpe = self.env.get("bpe", "subword_nmt") if self.env else "none"
-        self.detokenize = moses_detokenizer(self.env.get("tgt", "en")) if self.env else None
+        self._detokenizer = moses_detokenizer(self.env.get("tgt", "en")) if self.env else None
 
-    def encode(self, number: int, line: str) -> torch.Tensor:
+    def encode(self, number: int, line: str, tally: Optional[Tally] = None) -> torch.Tensor:
         from fairseq_ext.analysis.probing import within_positions
 
         ids = self.pipeline(line)
         if self.max_source is not None and ids.numel() > self.max_source:
             logger.warning(f"line {number}: {ids.numel()} source tokens, more than the model's "
                            f"{self.max_source} positions: cut to them")
+            if tally is not None:
+                tally.cut.append(number)
         return within_positions(ids, self.max_source)
 
     def decode(self, tokens: torch.Tensor) -> str:
+        """A hypothesis as tokenized text: subword units joined, not detokenized (the recipe's
+        tokenization, as in DATA/text/*.tok.*)."""
         post = {"subword_nmt": "subword_nmt", "subword-nmt": "subword_nmt",
                 "sentencepiece": "sentencepiece"}.get(self.bpe)
-        text = self.tgt_dict.string(tokens.int().cpu(), post)
-        if self.detokenize is not None:
-            text = self.detokenize(text)
-        return text
+        return self.tgt_dict.string(tokens.int().cpu(), post)
+
+    def detokenize(self, text: str) -> str:
+        """Tokenized output as plain text (Moses detokenizer; as it is without prep.env)."""
+        return self._detokenizer(text) if self._detokenizer is not None and text else text
 
     @torch.no_grad()
     def translate_batch(self, batch: List[torch.Tensor]) -> List[str]:
+        """The best hypothesis of each sentence, tokenized (see decode)."""
         from fairseq.data import data_utils
 
         pad, eos = self.src_dict.pad(), self.src_dict.eos()
@@ -95,64 +185,161 @@ class Translator:
         hypos = self.task.inference_step(self.generator, [self.model], sample)
         return [self.decode(h[0]["tokens"]) for h in hypos]
 
-    def translate(self, lines: Iterable[str], batch_size: int = 32, buffer_batches: int = 16) -> Iterator[str]:
-        """Translations in input order. Up to ``buffer_batches`` batches of lines are read at a
-        time and batched by length (less padding, as fairseq-generate does); an empty line
-        gives an empty translation without asking the model."""
+    def translate(self, lines: Iterable[Optional[str]], batch_size: int = 32, buffer_batches: int = 16,
+                  tally: Optional[Tally] = None, progress: Optional[Callable[[int], object]] = None) -> Iterator[str]:
+        """Detokenized translations in input order, one per line (see translate_tokenized)."""
+        for text in self.translate_tokenized(lines, batch_size, buffer_batches, tally, progress):
+            yield self.detokenize(text)
+
+    def translate_tokenized(self, lines: Iterable[Optional[str]], batch_size: int = 32, buffer_batches: int = 16,
+                            tally: Optional[Tally] = None,
+                            progress: Optional[Callable[[int], object]] = None) -> Iterator[str]:
+        """Tokenized translations in input order, one per line. Up to ``buffer_batches`` batches
+        of lines are read at a time and batched by length (less padding, as fairseq-generate
+        does). An empty line, or a line that could not be read (None, see read_input), gives
+        an empty translation without asking the model. ``tally`` counts the lines, the skipped
+        and the cut ones; ``progress(n)`` is called as n more lines are done."""
+        tally = tally if tally is not None else Tally()
+        tally.max_source = self.max_source
+        progress = progress or (lambda n: None)
         buffer: List[tuple] = []
         for number, line in enumerate(lines, start=1):
+            tally.lines += 1
+            if line is None:
+                tally.skipped.append(number)
             buffer.append((number, line))
             if len(buffer) == batch_size * buffer_batches:
-                yield from self._translate_buffer(buffer, batch_size)
+                yield from self._translate_buffer(buffer, batch_size, tally, progress)
                 buffer = []
-        yield from self._translate_buffer(buffer, batch_size)
+        yield from self._translate_buffer(buffer, batch_size, tally, progress)
 
-    def _translate_buffer(self, buffer, batch_size):
-        encoded = {i: self.encode(number, line) for i, (number, line) in enumerate(buffer) if line.strip()}
+    def _translate_buffer(self, buffer, batch_size, tally, progress):
+        encoded = {i: self.encode(number, line, tally) for i, (number, line) in enumerate(buffer)
+                   if line is not None and line.strip()}
         order = sorted(encoded, key=lambda i: encoded[i].numel())
         out = [""] * len(buffer)
+        progress(len(buffer) - len(encoded))  # empty and skipped lines: nothing to ask the model
         for start in range(0, len(order), batch_size):
             chunk = order[start:start + batch_size]
             for i, text in zip(chunk, self.translate_batch([encoded[i] for i in chunk])):
                 out[i] = text
+            progress(len(chunk))
         yield from out
 
 
-def main(argv=None):
-    from fairseq_ext.analysis.common import setup_cli
-
-    setup_cli()
-    logging.getLogger("fairseq_ext.translate").setLevel(logging.INFO)
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+# ----------------------------------------------------------------------------- command line
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """--checkpoint and --data, shared by ``translate`` and ``score``."""
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--data", required=True, help="the binarized data the model was trained on "
                         "(its dictionaries, prep.env, BPE codes)")
-    parser.add_argument("--input", help="raw text, one sentence per line (default: standard input)")
-    parser.add_argument("--output", help="translations, one per line (default: standard output)")
+
+
+def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a Translator and of reading the source, shared by ``translate`` and ``score``."""
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--lenpen", type=float, default=1.0)
     parser.add_argument("--max-len-a", type=float, default=1.2)
     parser.add_argument("--max-len-b", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--cpu", action="store_true", help="run on the CPU even when a GPU is there")
-    args = parser.parse_args(argv)
+    parser.add_argument("--strict", action="store_true", help="a source line that is not UTF-8 is an error "
+                        "(default: it is skipped with a warning, an empty output line in its place)")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--progress", dest="progress", action="store_true", default=None,
+                       help="show the progress bar on stderr (default: when stderr is a terminal)")
+    shown.add_argument("--no-progress", dest="progress", action="store_false", help="never show it")
+    parser.set_defaults(progress=None)
+
+
+def check_decoding_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for name in ("beam", "batch_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    translator = Translator(args.checkpoint, args.data, beam=args.beam, lenpen=args.lenpen,
-                            max_len_a=args.max_len_a, max_len_b=args.max_len_b, cpu=args.cpu)
-    source = open(args.input, "rb") if args.input else sys.stdin.buffer
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+
+
+def translator_from(args: argparse.Namespace) -> Translator:
+    return Translator(args.checkpoint, args.data, beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
+                      max_len_b=args.max_len_b, cpu=args.cpu)
+
+
+class _OneLine(logging.Formatter):
+    """``PROG: warning: message`` (warnings and errors), ``PROG: message`` (the rest)."""
+
+    def __init__(self, prog: str):
+        super().__init__()
+        self.prog = prog
+
+    def format(self, record):
+        level = f"{record.levelname.lower()}: " if record.levelno >= logging.WARNING else ""
+        return f"{self.prog}: {level}{record.getMessage()}"
+
+
+def setup_logging(prog: str) -> None:
+    """Warnings and the summary of the translation as one line each on stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLine(prog))
+    logger.handlers = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+
+
+@contextlib.contextmanager
+def progress_bar(show: Optional[bool], total: Optional[int] = None):
+    """A tqdm bar on stderr (lines done of ``total``, sentences per second), shown when
+    ``show`` or, when it is None, when stderr is a terminal; the translation's warnings are
+    written above it. Yields the bar's ``update``."""
+    from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    show = sys.stderr.isatty() if show is None else show
+    with tqdm(total=total, desc="translating", unit=" sentences", file=sys.stderr, disable=not show,
+              dynamic_ncols=True) as bar, logging_redirect_tqdm(loggers=[logger]):
+        yield bar.update
+
+
+def refuse_overwriting(output: Optional[str], **inputs: Optional[str]) -> None:
+    """An output file must not be one of the inputs: opening it for writing would empty it
+    before it is read."""
+    for flag, path in inputs.items():
+        if output and path and os.path.exists(path) and os.path.exists(output) and os.path.samefile(output, path):
+            raise InputError(f"--output {output} is the --{flag} file: it would be emptied before it is read")
+
+
+def main(argv=None):
+    from fairseq_ext.analysis.common import setup_cli
+
+    setup_cli()
+    setup_logging(PROG)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                                     epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_arguments(parser)
+    parser.add_argument("--input", help="raw text, one sentence per line (default: standard input)")
+    parser.add_argument("--output", help="translations, one per line (default: standard output)")
+    add_decoding_arguments(parser)
+    args = parser.parse_args(argv)
+    check_decoding_arguments(parser, args)
+    if args.input and not os.path.isfile(args.input):
+        raise InputError(f"--input {args.input}: no such file")
+    refuse_overwriting(args.output, input=args.input)
+    total = count_lines(args.input) if args.input else None  # for the progress bar
+    translator = translator_from(args)
+    tally = Tally()
+    source = open_binary(args.input) if args.input else sys.stdin.buffer
+    out = open(args.output, "w", encoding="utf-8", newline="\n") if args.output else sys.stdout
     try:
-        for text in translator.translate(read_input(source), batch_size=args.batch_size):
-            out.write(text + "\n")
-            out.flush()
+        with progress_bar(args.progress, total) as update:
+            lines = read_input(source, args.input or STDIN, strict=args.strict)
+            for text in translator.translate(lines, batch_size=args.batch_size, tally=tally, progress=update):
+                out.write(text + "\n")
+                out.flush()
     finally:
         if args.input:
             source.close()
         if args.output:
             out.close()
+    logger.info(tally.summary())
     return 0
 
 

@@ -20,6 +20,8 @@ def test_quickstart_then_translate_your_own_text(m30k_small, tmp_path):
     res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra=env)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "reported BLEU [detok-cased]" in res.stdout + res.stderr
+    last = res.stderr.strip().splitlines()[-1]  # the closing line: updates done of planned, the BLEU
+    assert "quickstart done: 6 of 6 updates in " in last and " min of training, BLEU " in last, last
     assert (save / "eval-test" / ".evaluation-complete").is_file()
     assert (save / ".fairseq_ext-output").is_file() and (data / ".fairseq_ext-output").is_file()
     # a rerun with the same settings reuses data and checkpoint
@@ -39,3 +41,42 @@ def test_quickstart_then_translate_your_own_text(m30k_small, tmp_path):
            f"print('OUT', m.translate({sentence.strip()!r}, beam=2))\n")
     res = subprocess.run([sys.executable, "-c", hub], capture_output=True, text=True)
     assert res.returncode == 0 and "OUT " in res.stdout, res.stderr[-2000:]
+
+
+@needs_multi30k
+def test_a_run_cut_by_the_time_cap_says_so_and_continues_and_a_users_file_survives(m30k_small, tmp_path):
+    """The closing line of a run cut by the time cap names the updates done of planned and the
+    command that trains on; that command continues the run to MAX_UPDATE; a rerun with other
+    settings over a save dir that holds a user's averaged checkpoint refuses and keeps it."""
+    import shlex
+
+    data, save = tmp_path / "data-bin" / "m30k", tmp_path / "checkpoints" / "qs"
+    env = {**TINY, "MULTI30K_FROM": str(m30k_small), "DATA_DIR": str(data), "SAVE_DIR": str(save),
+           "MAX_UPDATE": "150", "TRAIN_MINUTES": "0.01", "LOG_INTERVAL": "10"}
+    res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra=env, cwd=SCRIPTS.parent)
+    assert res.returncode == 0, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert "quickstart done, but the time cap cut training: " in last and " of 150 updates in " in last, last
+    done = int(last.split("cut training: ")[1].split(" of ")[0])
+    assert 1 <= done < 150
+    assert "BLEU " in last and "(detok-cased, nrefs:1|case:mixed|" in last
+    command = last.split("and score again, run: ")[1]
+    assert command.startswith("CONTINUE=1 ") and f"SAVE_DIR={shlex.quote(str(save))}" in command
+    # what it says to run (without the cap it was given: the printed command does not repeat it)
+    words = shlex.split(command)
+    given = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("/"))
+    assert "TRAIN_MINUTES" not in given
+    res = run(words[len(given):], env_extra={**{k: v for k, v in env.items() if k != "TRAIN_MINUTES"}, **given},
+              cwd=SCRIPTS.parent)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "continuing" in res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert "quickstart done: 150 of 150 updates in " in last and "BLEU " in last, last
+    assert (save / "eval-test" / ".evaluation-complete").is_file()
+
+    # a user's averaged checkpoint in the save dir: a rerun with other settings refuses, keeps it
+    (save / "checkpoint_avg5.pt").write_bytes(b"user's model")
+    res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra={**env, "SEED": "2"}, cwd=SCRIPTS.parent)
+    assert res.returncode != 0 and "checkpoint_avg5.pt" in res.stderr.strip().splitlines()[-1], res.stderr[-2000:]
+    assert (save / "checkpoint_avg5.pt").read_bytes() == b"user's model"
+    assert (save / "checkpoint_last.pt").is_file()

@@ -62,3 +62,14 @@ def test_only_fairseq_train_is_wrapped():
     res = subprocess.run([os.environ.get("PYTHON", "python"), "-c", code], capture_output=True, text=True,
                          env=clean_env())
     assert res.stdout.strip() == "False", res.stderr[-2000:]
+
+
+def test_fairseq_train_starts_without_a_page_of_deprecation_warnings(tiny_bin, tmp_path):
+    """fairseq 0.12's own calls into hydra and torch draw ten lines of deprecation warnings at
+    every start; the plugin silences exactly those (fairseq_ext.FAIRSEQ_DEPRECATIONS)."""
+    cmd = ["fairseq-train", tiny_bin, "--user-dir", USER_DIR, "--arch", "multilayer_transformer", *TINY_TRAIN_FLAGS,
+           "--save-dir", str(tmp_path / "w"), "--max-update", "1"]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=clean_env())
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = res.stdout + res.stderr
+    assert "Warning" not in out and "deprecat" not in out.lower(), [line for line in out.splitlines() if "arn" in line]

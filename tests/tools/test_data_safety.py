@@ -15,9 +15,11 @@ import torch
 
 from script_utils import M30K_SMALL, REPO, SCRIPTS, TOOLS, needs_multi30k, run
 
+from fairseq_ext.tools import outputs
+
 
 def mark(directory, prog, *entries):
-    """The marker a script of this package writes (fairseq_ext/recipes/lib/common.sh, fsx_mark_output)."""
+    """A marker written before the manifest: ``prog`` and the names or globs it wrote."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / ".fairseq_ext-output").write_text(
         f"# written by {prog} (fairseq_ext); it may replace this directory while it holds only:\n"
@@ -48,9 +50,30 @@ def test_force_replaces_a_directory_the_recipe_wrote_and_nothing_else_wrote_into
     (out / "run1").mkdir()
     (out / "run1" / "checkpoint_best.pt").write_text("weeks of training")
     res = prepare(m30k_small, out, "--force")
-    assert res.returncode != 0 and "it holds run1, which no fairseq_ext script wrote there" in res.stderr
+    assert res.returncode != 0 and "it holds run1, which prepare-multi30k.sh did not write there" in res.stderr
     assert (out / "run1" / "checkpoint_best.pt").read_text() == "weeks of training"
     assert (out / "dict.en.txt").is_file() and not list(tmp_path.glob(".bin.tmp.*"))
+
+
+@needs_multi30k
+def test_force_keeps_a_note_saved_inside_the_recipes_text_folder(m30k_small, tmp_path):
+    """The recipe's marker is the exact manifest of what it wrote, text/ included: a file the
+    user saved into text/ keeps the directory, which used to be replaced with it."""
+    out = tmp_path / "bin"
+    assert prepare(m30k_small, out).returncode == 0
+    listed = outputs.owned_entries(str(out), "prepare-multi30k.sh")
+    assert "text/valid.tok.en" in listed and "text" not in listed and "prep.env" in listed
+    (out / "text" / "note.txt").write_text("which references I checked by hand")
+    res = prepare(m30k_small, out, "--force")
+    assert res.returncode != 0
+    assert [line for line in res.stderr.splitlines() if "error" in line] == [
+        f"[prepare-multi30k.sh] error: refusing to replace {out}: it holds text/note.txt, which prepare-multi30k.sh "
+        f"did not write there; move it elsewhere, or remove {out} yourself"], res.stderr
+    assert (out / "text" / "note.txt").read_text() == "which references I checked by hand"
+    assert (out / "text" / "valid.tok.en").is_file() and not list(tmp_path.glob(".bin.tmp.*"))
+    (out / "text" / "note.txt").unlink()
+    res = prepare(m30k_small, out, "--force")
+    assert res.returncode == 0, res.stderr
 
 
 @needs_multi30k
@@ -123,7 +146,7 @@ def test_quickstart_never_wipes_another_experiment(m30k_small, tmp_path):
             (experiments / "quickstart.settings").write_text("old settings")
         (experiments / "checkpoint_last.pt").write_text("quickstart's")
         res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra=env)
-        assert res.returncode != 0 and "it holds run1, which no fairseq_ext script wrote there" in res.stderr, \
+        assert res.returncode != 0 and "it holds run1, which quickstart.sh did not write there" in res.stderr, \
             res.stderr[-2000:]
         assert (experiments / "run1" / "checkpoint_best.pt").read_text() == "keep"
     # quickstart changes into the repository; the directory the user started it in stays protected
@@ -133,6 +156,35 @@ def test_quickstart_never_wipes_another_experiment(m30k_small, tmp_path):
     res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra={**env, "SAVE_DIR": str(own)}, cwd=own)
     assert res.returncode != 0 and f"refusing to replace {own}: it is or contains {own}" in res.stderr
     assert (own / "train.log").read_text() == "x"
+
+
+@needs_multi30k
+def test_quickstart_with_other_settings_keeps_a_users_checkpoint_in_save_dir(m30k_small, tmp_path):
+    """A rerun with other settings replaces SAVE_DIR; an averaged checkpoint_avg5.pt the user
+    saved there keeps it, whether quickstart's marker is the manifest or the glob checkpoint*
+    of an earlier version."""
+    data = tmp_path / "m30k-bin"
+    assert prepare(m30k_small, data).returncode == 0
+    # settings of a tiny model: had it trained (as it did before), it would have been over quickly
+    env = {"DATA_DIR": str(data), "BPE_MERGES": "100", "LAYERS": "1", "EMBED_DIM": "16", "FFN_DIM": "32",
+           "HEADS": "2", "MAX_UPDATE": "1", "MAX_TOKENS": "600", "BEAM": "1"}
+    for how in ("legacy_marker", "manifest"):
+        save = tmp_path / how
+        save.mkdir()
+        for f in ("checkpoint_best.pt", "checkpoint_last.pt", "train.log"):
+            (save / f).write_text("quickstart's")
+        (save / "quickstart.settings").write_text("other settings")
+        if how == "manifest":
+            outputs.mark_output(str(save), prog="quickstart.sh")
+        else:
+            mark(save, "quickstart.sh", "checkpoint*", "train.log", "quickstart.settings", "eval-test")
+        (save / "checkpoint_avg5.pt").write_text("the average of my last five checkpoints")
+        res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra={**env, "SAVE_DIR": str(save)})
+        assert res.returncode != 0, res.stderr[-2000:]
+        assert f"refusing to replace {save}: it holds checkpoint_avg5.pt, which quickstart.sh did not write " \
+            "there" in res.stderr, res.stderr[-2000:]
+        assert (save / "checkpoint_avg5.pt").read_text() == "the average of my last five checkpoints"
+        assert (save / "checkpoint_last.pt").read_text() == "quickstart's"
 
 
 def test_strip_aux_refuses_to_overwrite_its_input(tmp_path, tiny_trained):
@@ -383,6 +435,7 @@ def test_quickstart_failed_training_leaves_no_checkpoint(m30k_small, tmp_path):
     res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra=env)
     assert res.returncode != 0 and f"fairseq-train failed (log: {save}/train.log)" in res.stderr, res.stderr[-2000:]
     assert sorted(p.name for p in save.iterdir()) == [".fairseq_ext-output", "train.log"]
+    assert outputs.owned_entries(str(save), "quickstart.sh") == ["train.log"]  # its manifest: replaceable
     assert "--no-such-option" in (save / "train.log").read_text()
     assert not list(tmp_path.glob(".qs.tmp.*"))
 

@@ -1,7 +1,10 @@
 """The output-directory rules (docs/trust.md, "Output directories"), called directly from
 Python (fairseq_ext/tools/outputs.py), one test per rule; and the bash side (common.sh),
-which calls the same file, giving the same messages."""
+which calls the same file, giving the same messages. ``mark`` with entries writes a legacy
+marker (names or globs of the top level, as written before the manifest); ``manifest`` the
+exact manifest every script writes now."""
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +23,26 @@ def mark(directory, prog, *entries):
     outputs.mark_output(str(directory), entries, prog=prog)
 
 
+def manifest(directory, prog, *files):
+    """``directory`` holding ``files`` (relative paths; "x/" an empty directory), marked by
+    ``prog`` with the exact manifest of what it holds."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        if f.endswith("/"):
+            (directory / f).mkdir(parents=True, exist_ok=True)
+        else:
+            (directory / f).parent.mkdir(parents=True, exist_ok=True)
+            (directory / f).write_text(f"{prog} wrote {f}")
+    outputs.mark_output(str(directory), prog=prog)
+
+
+def bash(command, *args):
+    """``command`` run by bash with common.sh sourced (as quickstart.sh, the running script)."""
+    env = dict(os.environ, PYTHON=sys.executable)
+    return subprocess.run(["bash", "-c", f'FSX_PY="$PYTHON"; source {COMMON}; {command}', "quickstart.sh",
+                           *map(str, args)], capture_output=True, text=True, env=env)
+
+
 def refused(directory, *inputs, prog="prepare-multi30k.sh", **kw):
     with pytest.raises(OutputError) as e:
         check_replaceable(str(directory), [str(p) for p in inputs], prog=prog, caller_pwd="", **kw)
@@ -36,17 +59,23 @@ def test_absent_or_empty_directory_may_be_written(tmp_path):
     allowed(tmp_path / "empty")
 
 
-def test_marker_names_the_writer_and_its_entries(tmp_path):
+def test_marker_is_the_exact_manifest_of_what_the_writer_wrote(tmp_path):
+    """Every file, symlink and empty directory, at any depth, as a relative path; a
+    subdirectory holding its own marker (another script's output) as SUB/."""
     d = tmp_path / "out"
-    d.mkdir()
-    (d / "b.txt").write_text("x")
-    (d / "a.txt").write_text("x")
-    outputs.mark_output(str(d), prog="prepare-iwslt14.sh")  # default: what the directory holds
+    manifest(d / "eval", "evaluate.sh", "hyp.tok")
+    for f in ("b.txt", "a.txt", "text/valid.tok.en", "text/test.raw.de", "empty/"):
+        manifest(d, "x", f)
+    (d / "link").symlink_to("a.txt")
+    outputs.mark_output(str(d), prog="prepare-iwslt14.sh")
     assert (d / outputs.MARKER).read_text() == (
         "# written by prepare-iwslt14.sh (fairseq_ext); it may replace this directory while it holds only:\n"
-        "a.txt\nb.txt\n")
+        "# manifest: exact paths\n"
+        "a.txt\nb.txt\nempty\neval/\nlink\ntext/test.raw.de\ntext/valid.tok.en\n")
     assert outputs.dir_writer(str(d)) == "prepare-iwslt14.sh"
-    assert outputs.owned_entries(str(d), "prepare-iwslt14.sh") == ["a.txt", "b.txt"]
+    assert outputs.owned_entries(str(d), "prepare-iwslt14.sh") == [
+        "a.txt", "b.txt", "empty", "eval/", "link", "text/test.raw.de", "text/valid.tok.en"]
+    allowed(d, prog="prepare-iwslt14.sh")
 
 
 def test_directory_without_a_marker_is_never_replaced(tmp_path):
@@ -74,8 +103,142 @@ def test_an_entry_the_marker_does_not_list_keeps_the_directory(tmp_path):
     (d / "text").mkdir()
     allowed(d)
     (d / "run1").mkdir()
-    assert refused(d) == (f"refusing to replace {d}: it holds run1, which no fairseq_ext script wrote there; "
-                          f"move run1 elsewhere, or remove {d} yourself")
+    assert refused(d) == (f"refusing to replace {d}: it holds run1, which prepare-multi30k.sh did not write there; "
+                          f"move it elsewhere, or remove {d} yourself")
+
+
+@pytest.mark.parametrize("where, named", [("text/note.txt", "text/note.txt"), ("note.txt", "note.txt"),
+                                          ("text/deeper/note.txt", "text/deeper")])
+def test_a_users_file_anywhere_in_a_manifest_directory_keeps_it(tmp_path, where, named):
+    """A legacy marker compares only the top level (its "text" covers the subtree); the
+    manifest lists every file, so a note saved inside text/ is named and kept."""
+    d = tmp_path / "bin"
+    manifest(d, "prepare-multi30k.sh", "dict.en.txt", "prep.env", "text/valid.tok.en", "text/test.raw.de")
+    allowed(d)
+    (d / "text" / "valid.tok.en").unlink()  # removing what the writer wrote keeps it replaceable
+    allowed(d)
+    (d / where).parent.mkdir(parents=True, exist_ok=True)
+    (d / where).write_text("mine")
+    assert refused(d) == (f"refusing to replace {d}: it holds {named}, which prepare-multi30k.sh did not write "
+                          f"there; move it elsewhere, or remove {d} yourself")
+    assert (d / where).read_text() == "mine"
+
+
+@pytest.mark.parametrize("what", ["symlink", "empty_dir", "symlink_to_dir", "dir_for_a_file"])
+def test_a_symlink_or_an_empty_directory_the_writer_did_not_make_keeps_it(tmp_path, what):
+    d = tmp_path / "bin"
+    manifest(d, "prepare-multi30k.sh", "dict.en.txt", "text/valid.tok.en", "made-empty/")
+    allowed(d)
+    keep = tmp_path / "elsewhere"
+    keep.mkdir()
+    if what == "symlink":
+        where = "text/latest"
+        (d / where).symlink_to(keep)
+    elif what == "empty_dir":
+        where = "text/run2"
+        (d / where).mkdir()
+    elif what == "symlink_to_dir":  # not followed: the symlink itself is the stray entry
+        where = "made-empty/data"
+        (d / where).symlink_to(keep)
+    else:  # a listed file replaced by a directory of the user's
+        where = "dict.en.txt/notes"
+        (d / "dict.en.txt").unlink()
+        (d / where).mkdir(parents=True)
+    assert refused(d) == (f"refusing to replace {d}: it holds {where}, which prepare-multi30k.sh did not write "
+                          f"there; move it elsewhere, or remove {d} yourself")
+    assert keep.is_dir()
+
+
+@pytest.mark.parametrize("how", ["manifest", "legacy_marker", "no_marker"])
+def test_a_users_checkpoint_in_quickstarts_directory_keeps_it(tmp_path, how):
+    """quickstart's legacy glob "checkpoint*" matched a user's averaged checkpoint_avg5.pt;
+    it is read as fairseq's own checkpoint names, and the manifest lists each file."""
+    d = tmp_path / "qs"
+    own = ["checkpoint_best.pt", "checkpoint_last.pt", "train.log", "quickstart.settings"]
+    if how == "manifest":
+        manifest(d, "quickstart.sh", *own)
+    else:
+        own += ["checkpoint3.pt", "checkpoint_2_100.pt", "checkpoint.best_loss_3.1234.pt"]  # fairseq's names
+        d.mkdir()
+        for f in own:
+            (d / f).write_text("fairseq's")
+        if how == "legacy_marker":
+            mark(d, "quickstart.sh", *outputs.QUICKSTART_ENTRIES)
+    allowed(d, prog="quickstart.sh")
+    for name in ("checkpoint_avg5.pt", "checkpoint_best.pt.bak", "checkpoints"):
+        (d / name).write_text("the user's")
+        assert refused(d, prog="quickstart.sh") == (
+            f"refusing to replace {d}: it holds {name}, which quickstart.sh did not write there; move it elsewhere, "
+            f"or remove {d} yourself")
+        (d / name).unlink()
+
+
+def test_a_nested_output_is_owned_when_listed_and_its_own_check_passes(tmp_path):
+    """quickstart lists SAVE_DIR/eval-test/ (fsx_add_output_entries), which evaluation wrote
+    with its own manifest; a user's evaluation beside it, or a file inside it, keeps SAVE_DIR."""
+    d = tmp_path / "qs"
+    manifest(d, "quickstart.sh", "checkpoint_last.pt", "train.log")
+    res = bash('fsx_add_output_entries "$1" eval-test/', d)
+    assert res.returncode == 0, res.stderr
+    allowed(d, prog="quickstart.sh")  # listed, not there yet
+    manifest(d / "eval-test", "evaluate.sh", "hyp.tok", "bleu.json", ".evaluation-complete")
+    allowed(d, prog="quickstart.sh")
+    assert outputs.owned_entries(str(d), "quickstart.sh")[-1] == "eval-test/"
+    outputs.mark_output(str(d), prog="quickstart.sh")  # a manifest written after it lists it so too
+    assert "\neval-test/\n" in (d / outputs.MARKER).read_text()
+    allowed(d, prog="quickstart.sh")
+    # a file of the user's inside the nested output
+    (d / "eval-test" / "notes.txt").write_text("mine")
+    assert refused(d, prog="quickstart.sh") == (
+        f"refusing to replace {d}: it holds eval-test/notes.txt, which evaluate.sh did not write there; move it "
+        f"elsewhere, or remove {d} yourself")
+    (d / "eval-test" / "notes.txt").unlink()
+    # the user's own `fairseq-ext evaluate --out SAVE_DIR/eval-mine`: not listed
+    manifest(d / "eval-mine", "evaluate.sh", "hyp.tok")
+    want = (f"refusing to replace {d}: it holds eval-mine, evaluate.sh's output that quickstart.sh did not write; "
+            f"move it elsewhere, or remove {d} yourself")
+    assert refused(d, prog="quickstart.sh") == want
+    res = bash('fsx_check_replaceable "$1"', d)
+    assert res.returncode == 1 and res.stderr == f"[quickstart.sh] error: {want}\n", res.stderr
+    # the nested output lost its marker: no longer known as a script's output
+    (d / "eval-mine" / outputs.MARKER).unlink()
+    assert refused(d, prog="quickstart.sh").endswith("it holds eval-mine, which quickstart.sh did not write there; "
+                                                     f"move it elsewhere, or remove {d} yourself")
+    shutil.rmtree(d / "eval-mine")
+    for f in (outputs.MARKER, ".evaluation-complete"):  # nothing left that names its writer
+        (d / "eval-test" / f).unlink()
+    assert "it holds eval-test, which quickstart.sh did not write there" in refused(d, prog="quickstart.sh")
+
+
+def test_add_entries_to_a_legacy_directory_and_bad_entries(tmp_path):
+    d = tmp_path / "qs"  # quickstart's first release: no marker, its quickstart.settings
+    d.mkdir()
+    (d / "quickstart.settings").write_text("settings")
+    (d / "checkpoint_last.pt").write_text("x")
+    res = bash('fsx_add_output_entries "$1" eval-test/', d)
+    assert res.returncode == 0, res.stderr
+    assert outputs.owned_entries(str(d), "quickstart.sh") == [*outputs.QUICKSTART_ENTRIES, "eval-test/"]
+    manifest(d / "eval-test", "evaluate.sh", "hyp.tok")
+    allowed(d, prog="quickstart.sh")
+    (d / "eval-test" / "notes.txt").write_text("mine")
+    assert "it holds eval-test/notes.txt, which evaluate.sh did not write there" in refused(d, prog="quickstart.sh")
+    for bad in ("../x", "/abs", "a//b", "./a"):
+        res = bash('fsx_add_output_entries "$1" "$2"', d, bad)
+        assert res.returncode == 1 and "is not a relative path inside the directory" in res.stderr, res.stderr
+    res = bash('fsx_add_output_entries "$1" x', tmp_path / "nobody")
+    assert res.returncode == 1 and "holds no .fairseq_ext-output" in res.stderr, res.stderr
+
+
+def test_an_old_marker_keeps_its_old_reading(tmp_path):
+    """A recipe's output marked before the manifest (the names of its top level) stays
+    replaceable: its entry "text" covers the subtree, as it did."""
+    d = tmp_path / "bin"
+    mark(d, "prepare-multi30k.sh", "dict.en.txt", "prep.env", "text")
+    (d / "dict.en.txt").write_text("x 1\n")
+    (d / "text").mkdir()
+    (d / "text" / "valid.tok.en").write_text("x\n")
+    allowed(d)
+    assert outputs.owned_entries(str(d), "prepare-multi30k.sh") == ["dict.en.txt", "prep.env", "text"]
 
 
 @pytest.mark.parametrize("what", ["home", "cwd", "caller_pwd", "install_dir", "input", "root"])
@@ -137,8 +300,8 @@ def test_directories_written_before_the_marker_are_known_by_their_files(tmp_path
     assert outputs.dir_writer(str(d)) == writer
     allowed(d, prog=writer)
     (d / other).write_text("x")
-    assert refused(d, prog=writer).endswith(f"it holds {other}, which no fairseq_ext script wrote there; "
-                                            f"move {other} elsewhere, or remove {d} yourself")
+    assert refused(d, prog=writer).endswith(f"it holds {other}, which {writer} did not write there; "
+                                            f"move it elsewhere, or remove {d} yourself")
 
 
 def evaluation(directory, n=3):
@@ -195,7 +358,9 @@ def test_staged_output_replaces_on_success_and_keeps_only_the_logs_on_failure(tm
             (Path(staged.stage) / "hyp.tok").write_text("half\n")
             raise RuntimeError("fairseq-generate failed")
     assert sorted(p.name for p in out.iterdir()) == [".fairseq_ext-output", "generate-test.log"]
+    assert outputs.owned_entries(str(out), "evaluate.sh") == ["generate-test.log"]  # its manifest
     assert not list(tmp_path.glob(".eval.tmp.*"))
+    allowed(out, prog="evaluate.sh")
     # a failure with the old output still there: it stays untouched, no log mixed into it
     with outputs.StagedOutput(str(out), prog="evaluate.sh", log=lambda m: None) as staged:
         (Path(staged.stage) / "hyp.tok").write_text("old\n")
@@ -218,7 +383,7 @@ def test_bash_and_python_give_the_same_message(tmp_path):
     env = dict(os.environ, PYTHON=sys.executable)
     res = subprocess.run(["bash", "-c", f'FSX_PY="$PYTHON"; source {COMMON}; fsx_check_replaceable "$1"', "quickstart.sh",
                          d], capture_output=True, text=True, env=env)
-    want = (f"refusing to replace {d}: it holds run1, which no fairseq_ext script wrote there; move run1 elsewhere, "
+    want = (f"refusing to replace {d}: it holds run1, which quickstart.sh did not write there; move it elsewhere, "
             f"or remove {d} yourself")
     assert res.returncode == 1 and res.stderr == f"[quickstart.sh] error: {want}\n", res.stderr
     assert refused(d, prog="quickstart.sh") == want
@@ -241,4 +406,24 @@ def test_a_killed_runs_temporary_directory_is_named_with_the_command_that_clears
                        f"for {d}/eval-test left by a run that was interrupted; nothing in it is a result: remove it "
                        f"with  rm -rf {stale}  and run again")
     subprocess.run(["rm", "-rf", str(stale)], check=True)
+    allowed(d, prog="quickstart.sh")
+
+
+@pytest.mark.parametrize("where", ["top", "nested"])
+def test_a_killed_runs_temporary_directory_in_a_manifest_directory(tmp_path, where):
+    """The stale-staging message at any level: in SAVE_DIR, or in a subdirectory the writer made."""
+    d = tmp_path / "quickstart"
+    manifest(d, "quickstart.sh", "checkpoint_last.pt", "evals/readme.txt")
+    outputs.add_output_entries(str(d), ["eval-test/", "evals/eval-a/"])
+    parent = d if where == "top" else d / "evals"
+    name = ".eval-test.tmp.Ab3xZ9" if where == "top" else ".eval-a.tmp.Xy12Zq"
+    stale = parent / name
+    (stale / "out").mkdir(parents=True)
+    (stale / "out" / "hyp.tok").write_text("half")
+    rel = name if where == "top" else f"evals/{name}"
+    target = parent / name[1:-len(".tmp.Ab3xZ9")]
+    assert refused(d, prog="quickstart.sh") == (
+        f"refusing to replace {d}: it holds {rel}, evaluate.sh's temporary directory for {target} left by a run that "
+        f"was interrupted; nothing in it is a result: remove it with  rm -rf {stale}  and run again")
+    shutil.rmtree(stale)
     allowed(d, prog="quickstart.sh")

@@ -227,14 +227,16 @@ fsx_check_common() {
 #                         a temporary directory $FSX_TMP is made beside it, with $FSX_WORK
 #                         (scratch) and $FSX_STAGE (the future FSX_OUT)
 #   fsx_discard_old_output  (optional) the previous FSX_OUT is removed now rather than at the end
-#   fsx_finish_output     the marker goes into $FSX_STAGE, which replaces FSX_OUT by renames
+#   fsx_finish_output     the marker (the exact manifest of $FSX_STAGE) goes into $FSX_STAGE,
+#                         which replaces FSX_OUT by renames
 # On any failure the trap removes $FSX_TMP (--keep-tmp: keeps it), so FSX_OUT is either the
 # old directory, untouched, or the new one, complete.
 FSX_TMP=""
 FSX_DONE=0
 FSX_INPUTS=()           # paths the output must never contain (besides --from, --download-dir)
 FSX_KEEP_ON_FAILURE=()  # files of $FSX_STAGE put into FSX_OUT when the script fails (logs)
-FSX_MARK_ENTRIES=()     # what the marker lists (names or globs; default: what FSX_OUT holds)
+FSX_MARK_ENTRIES=()     # empty (every script now): the marker is the exact manifest of what FSX_OUT
+                        # holds; names or globs here write a legacy marker (outputs.py mark_output)
 
 # The rules themselves (what may be replaced, the marker .fairseq_ext-output, the
 # .evaluation-complete file and its checksums) are fairseq_ext/tools/outputs.py, run as a file;
@@ -254,13 +256,16 @@ fsx_cleanup() {
         if [[ "$FSX_KEEP_TMP" == 1 ]]; then
             fsx_log "failed; intermediate files kept in $FSX_TMP"
         else
-            # the logs of a failed run, where no output is (never mixed into an old one)
+            # the logs of a failed run, where no output is (never mixed into an old one):
+            # gathered and marked beside it (its manifest), then renamed into place
             if [[ ! -e "$FSX_OUT" ]]; then
                 for f in "${FSX_KEEP_ON_FAILURE[@]+"${FSX_KEEP_ON_FAILURE[@]}"}"; do
                     [[ -f "$FSX_STAGE/$f" ]] || continue
-                    [[ -d "$FSX_OUT" ]] || { mkdir -p "$FSX_OUT" && fsx_mark_output "$FSX_OUT" "${FSX_KEEP_ON_FAILURE[@]}"; }
-                    mv -f "$FSX_STAGE/$f" "$FSX_OUT/$f"
+                    mkdir -p "$FSX_TMP/failed" && mv -f "$FSX_STAGE/$f" "$FSX_TMP/failed/$f" || true
                 done
+                if [[ -d "$FSX_TMP/failed" ]]; then
+                    fsx_outputs mark "$FSX_TMP/failed" && mv -T "$FSX_TMP/failed" "$FSX_OUT" || true
+                fi
             fi
             rm -rf "$FSX_TMP"
         fi
@@ -268,18 +273,26 @@ fsx_cleanup() {
     return $rc
 }
 
-# fsx_mark_output DIR [ENTRY...]: write the marker into DIR; ENTRY: names or globs of what
-# the script writes there (default: what DIR holds now)
+# fsx_mark_output DIR: write the marker into DIR, the exact manifest of what DIR holds now
+# (every file, symlink and empty directory, at any depth). [ENTRY...]: names or globs instead,
+# a legacy marker (read as the markers written before the manifest are)
 fsx_mark_output() { fsx_outputs mark "$@" || exit 1; }
 
-# fsx_writer_entries WRITER: what WRITER (quickstart.sh, evaluate.sh, prepare-*) writes, one a line
+# fsx_add_output_entries DIR ENTRY...: add entries to DIR's marker; SUB/ names a nested output,
+# a subdirectory that another script of this package writes with its own marker (quickstart:
+# SAVE_DIR eval-test/). An entry need not exist yet.
+fsx_add_output_entries() { fsx_outputs add-entries "$@" || exit 1; }
+
+# fsx_writer_entries WRITER: what WRITER (quickstart.sh, evaluate.sh, prepare-*) writes, one a
+# line: the legacy entries, by which a directory marked before the manifest is read
 fsx_writer_entries() { fsx_outputs entries "$1"; }
 
 # fsx_dir_writer DIR: the script that wrote DIR (prepare-multi30k.sh, evaluate.sh, ...).
 # Status 1: no script of this package wrote DIR.
 fsx_dir_writer() { fsx_outputs writer "$1"; }
 
-# fsx_owned_entries DIR WRITER: the entries (names or globs, one a line) that WRITER wrote into DIR
+# fsx_owned_entries DIR WRITER: the entries (one a line) that WRITER wrote into DIR: its
+# marker's paths (a legacy marker's names or globs)
 fsx_owned_entries() { fsx_outputs owned-entries "$1" "$2"; }
 
 # fsx_check_replaceable DIR [INPUT...]: die unless an existing DIR may be deleted and

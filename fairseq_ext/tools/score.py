@@ -1,0 +1,148 @@
+"""Translate a raw test set and score it with sacreBLEU, as ``fairseq-ext evaluate`` scores a
+prepared split: one command, from raw source and raw reference to BLEU with signatures.
+
+    fairseq-ext score --checkpoint CKPT --data DATA_BIN --src raw.en --ref raw.de
+                      [--output hyp.de] [--headline FLAVOUR] [--beam 5] [--lenpen 1.0]
+                      [--max-len-a 1.2 --max-len-b 10] [--cpu] [--strict] [--progress | --no-progress]
+
+The source is translated as ``fairseq-ext translate`` translates it (the data directory's
+prep.env: tokenization, lowercasing, BPE), with its warnings and its summary line: a source
+line that is not UTF-8 is skipped and scored as an empty hypothesis (--strict: an error), a
+line longer than the model's positions is cut. Then sacreBLEU in the four flavours of
+``fairseq-ext evaluate`` (fairseq_ext/tools/bleu.py), each with its signature:
+
+  detok-cased, detok-lc  the detokenized translations against the raw reference (13a)
+  tok-cased, tok-lc      the tokenized translations against the reference Moses-tokenized
+                         as the recipe tokenized its data (lowercased where it lowercased),
+                         --tokenize none
+
+and last the reported one: the flavour evaluate reports for the recipe in prep.env (a
+lowercased flavour on lowercased data), or --headline. Without prep.env the output is the
+model's tokens, and every flavour compares it with the reference as given.
+
+The source and the reference must have as many lines; a reference line that is not UTF-8 is
+an error (a reference line cannot be skipped). Both are checked before the model loads.
+--output keeps the translations (detokenized, one per source line).
+"""
+import argparse
+import os
+import sys
+import tempfile
+from typing import Dict, List, Tuple
+
+from fairseq_ext.tools import translate
+from fairseq_ext.tools.evaluate import FLAVOURS, headline_for, read_prep_env
+from fairseq_ext.tools.translate import InputError, logger
+
+PROG = "fairseq-ext score"
+
+
+def read_reference(path: str) -> List[str]:
+    """The reference's lines, cleaned as every tool reads text; a line that is not UTF-8 is
+    an InputError naming the file and the line."""
+    lines = []
+    try:
+        with translate.open_binary(path) as f:
+            for number, raw in enumerate(f, start=1):
+                text, problem = translate.decode_line(raw, path, number)
+                if problem:
+                    raise InputError(f"--ref {problem}: a reference line cannot be skipped")
+                lines.append(text)
+    except (OSError, EOFError) as e:
+        raise InputError(f"--ref: cannot read {path}: {e}") from None
+    return lines
+
+
+def choose_headline(env: Dict[str, str], headline: str = "") -> Tuple[str, str]:
+    """(flavour, note) reported last: ``headline`` when given, else the one ``fairseq-ext
+    evaluate`` reports for the recipe and direction in prep.env (lowercased on lowercased data)."""
+    if headline:
+        return headline, ""
+    return headline_for(env.get("recipe", ""), env.get("src", ""), env.get("tgt", ""),
+                        lowercase=env.get("lowercase") == "1")
+
+
+def reference_tokenizer(env: Dict[str, str]):
+    """The recipe's Moses tokenization of the target side (its options, lowercasing where it
+    lowercased), as DATA/text/*.tok.TGT was made; the reference as given without prep.env."""
+    from fairseq_ext.analysis.probing import RECIPE_TOKENIZER
+    from fairseq_ext.tools.corpus import moses_tokenizer
+
+    if not env:
+        return lambda line: line
+    options = RECIPE_TOKENIZER.get(env.get("recipe", ""), {})
+    return moses_tokenizer(env.get("tgt", "en"), escape=True, lowercase=env.get("lowercase") == "1", **options)
+
+
+def score_lines(hyp_detok: List[str], ref_detok: List[str], hyp_tok: List[str], ref_tok: List[str]) -> dict:
+    """bleu.score on the four texts (written to a temporary directory, as evaluation reads files)."""
+    from fairseq_ext.tools import bleu
+    from fairseq_ext.tools.corpus import open_text
+
+    with tempfile.TemporaryDirectory(prefix="fairseq-ext-score.") as tmp:
+        paths = []
+        for name, lines in (("hyp.detok", hyp_detok), ("ref.detok", ref_detok), ("hyp.tok", hyp_tok),
+                            ("ref.tok", ref_tok)):
+            paths.append(os.path.join(tmp, name))
+            with open_text(paths[-1]) as f:
+                f.writelines(line + "\n" for line in lines)
+        return bleu.score(*paths)
+
+
+def main(argv=None):
+    from fairseq_ext.analysis.common import setup_cli
+    from fairseq_ext.tools import bleu
+    from fairseq_ext.tools.corpus import open_text
+
+    setup_cli()
+    translate.setup_logging(PROG)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                                     epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    translate.add_model_arguments(parser)
+    parser.add_argument("--src", required=True, help="raw source text, one sentence per line")
+    parser.add_argument("--ref", required=True, help="raw reference, one sentence per source line")
+    parser.add_argument("--output", help="also write the translations here (detokenized, one per line)")
+    parser.add_argument("--headline", choices=FLAVOURS,
+                        help="the flavour reported last (default: the one fairseq-ext evaluate reports "
+                             "for the recipe in DATA/prep.env)")
+    translate.add_decoding_arguments(parser)
+    args = parser.parse_args(argv)
+    translate.check_decoding_arguments(parser, args)
+
+    # everything about the files before the model loads
+    for flag, path in (("--src", args.src), ("--ref", args.ref)):
+        if not os.path.isfile(path):
+            raise InputError(f"{flag} {path}: no such file")
+    translate.refuse_overwriting(args.output, src=args.src, ref=args.ref)
+    refs = read_reference(args.ref)
+    n_src = translate.count_lines(args.src)
+    if n_src != len(refs):
+        raise InputError(f"--src {args.src} has {n_src} lines but --ref {args.ref} has {len(refs)}: "
+                         "they must be parallel, one reference line per source line")
+    env = read_prep_env(args.data)
+    headline, note = choose_headline(env, args.headline or "")
+    if not env:
+        logger.warning(f"no {os.path.join(args.data, 'prep.env')}: the translations are the model's tokens, "
+                       "compared with the reference as given in every flavour")
+
+    translator = translate.translator_from(args)
+    tally = translate.Tally()
+    with translate.open_binary(args.src) as source, translate.progress_bar(args.progress, n_src) as update:
+        lines = translate.read_input(source, args.src, strict=args.strict)
+        hyp_tok = list(translator.translate_tokenized(lines, batch_size=args.batch_size, tally=tally,
+                                                      progress=update))
+    hyp_detok = [translator.detokenize(h) for h in hyp_tok]
+    logger.info(tally.summary(skipped_as="each scored as an empty hypothesis"))
+    if args.output:
+        with open_text(args.output) as f:
+            f.writelines(line + "\n" for line in hyp_detok)
+    tokenize = reference_tokenizer(env)
+    results = score_lines(hyp_detok, refs, hyp_tok, [tokenize(r) for r in refs])
+    for line in bleu.report(results, headline, note):
+        print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""``fairseq-ext translate`` on raw text (fairseq_ext/tools/translate.py): bad input never
+ends the run (a line that is not UTF-8 is skipped, a line longer than the model's positions
+is cut, each with one warning naming the line, and output line N stays input line N's
+translation), ``--strict`` refuses instead, one summary line closes the run, and the
+progress bar never writes to stdout. The model: a few dozen updates on a few hundred
+Multi30k lines prepared by the multi30k recipe (Moses tokenization, subword-nmt BPE), with
+128 source positions. ``raw_text_model`` is shared with test_score.py."""
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from model_utils import MULTI30K, clean_env, train_tiny
+from script_utils import head_gz, needs_multi30k, write_lines
+
+MAX_POSITIONS = 128
+SENTENCE = "A man in a red shirt is riding a bike down the street."
+WORDS = "a man woman in red blue shirt is riding bike down the street with two dogs playing park".split()
+
+
+def raw_text_model(tmp_path_factory):
+    """(data directory, checkpoint): ``fairseq-ext prepare multi30k`` on the first 300 training
+    lines of the local Multi30k copy (200 BPE merges), then 40 updates of a tiny
+    ``multilayer_transformer`` with 128 source and target positions. Built once per test run
+    and process; a later call reuses it."""
+    root = tmp_path_factory.getbasetemp() / "raw_text_model"
+    data, checkpoint = root / "bin", root / "ckpt" / "checkpoint_last.pt"
+    if checkpoint.is_file():
+        return data, checkpoint
+    shutil.rmtree(root, ignore_errors=True)
+    corpus = root / "m30k"
+    for split, n in (("train", 300), ("val", 13), ("test_2016_flickr", 13)):
+        for lang in ("en", "de"):
+            write_lines(corpus / f"{split}.{lang}", head_gz(os.path.join(MULTI30K, f"{split}.{lang}.gz"), n), gz=True)
+    res = fairseq_ext("prepare", "multi30k", "--from", corpus, "--out", data, "--bpe-merges", "200", "--workers", "1")
+    assert res.returncode == 0, res.stderr[-3000:]
+    train_tiny(data, root / "ckpt", "--max-source-positions", str(MAX_POSITIONS), "--max-target-positions",
+               str(MAX_POSITIONS), max_update=40)
+    return data, checkpoint
+
+
+def fairseq_ext(*args, stdin=None):
+    """``fairseq-ext ARGS`` with this environment's Python (``python -m fairseq_ext``)."""
+    env = clean_env()
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return subprocess.run([sys.executable, "-m", "fairseq_ext", *map(str, args)], capture_output=True, text=True,
+                          input=stdin, env=env, timeout=600)
+
+
+def long_line(words=2000, seed=0):
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(words))
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return raw_text_model(tmp_path_factory)
+
+
+def translate(model, *args, stdin=None):
+    data, checkpoint = model
+    return fairseq_ext("translate", "--checkpoint", checkpoint, "--data", data, "--cpu", "--beam", "2", *args,
+                       stdin=stdin)
+
+
+@pytest.mark.slow
+@needs_multi30k
+def test_a_bad_line_and_a_2000_token_line_never_end_the_run(model, tmp_path):
+    source = tmp_path / "in.en"
+    source.write_bytes(b"\n".join([SENTENCE.encode(), b"caf\xe9 au lait", long_line().encode(), b"",
+                                   SENTENCE.encode()]) + b"\n")
+    res = translate(model, "--input", source, "--no-progress")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr and "sentences/s" not in res.stderr
+    out = res.stdout.split("\n")
+    assert out[-1] == "" and len(out) - 1 == 5, res.stdout  # one output line per input line
+    # the skipped line and the empty line are empty; the same sentence on lines 1 and 5 has the same
+    # translation, so no line moved
+    assert out[1] == "" and out[3] == ""
+    assert out[0] and out[2] and out[4] == out[0]
+    skipped = [line for line in res.stderr.splitlines() if "not valid UTF-8" in line and "warning" in line]
+    assert skipped == [f"fairseq-ext translate: warning: {source}: line 2 is not valid UTF-8 (byte 0xe9 at column 4): "
+                       "skipped, an empty output line in its place"]
+    cut = [line for line in res.stderr.splitlines() if "positions: cut" in line]
+    assert len(cut) == 1 and cut[0].startswith("fairseq-ext translate: warning: line 3: "), res.stderr
+    assert int(re.search(r"line 3: (\d+) source tokens", cut[0]).group(1)) > 2000  # BPE splits words further
+    assert res.stderr.splitlines()[-1] == (
+        "fairseq-ext translate: 4 lines translated, 1 skipped (not UTF-8: line 2; an empty output line for each), "
+        f"1 cut (longer than the model's {MAX_POSITIONS} source positions: line 3)")
+
+
+@pytest.mark.slow
+@needs_multi30k
+def test_strict_refuses_a_line_that_is_not_utf8_with_one_line(model, tmp_path):
+    source = tmp_path / "in.en"
+    source.write_bytes(SENTENCE.encode() + b"\ncaf\xe9 au lait\n")
+    res = translate(model, "--input", source, "--strict")
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines() == [
+        f"fairseq-ext translate: error: {source}: line 2 is not valid UTF-8 (byte 0xe9 at column 4) (--strict)"]
+
+
+@pytest.mark.slow
+@needs_multi30k
+def test_the_progress_bar_goes_to_stderr_and_stdout_holds_the_translations_only(model, tmp_path):
+    lines = head_gz(os.path.join(MULTI30K, "val.en.gz"), 40)
+    plain = translate(model, stdin="\n".join(lines) + "\n")  # stderr is no terminal: no bar
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    assert len(plain.stdout.splitlines()) == 40
+    assert "sentences/s" not in plain.stderr
+    assert plain.stderr.splitlines()[-1] == "fairseq-ext translate: 40 lines translated, 0 skipped, 0 cut"
+
+    shown = translate(model, "--progress", stdin="\n".join(lines) + "\n")
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert shown.stdout == plain.stdout
+    # standard input: no total
+    assert re.search(r"translating: 40 sentences \[[^]]*, +[\d.]+ sentences/s\]", shown.stderr), shown.stderr
+
+    source = write_lines(tmp_path / "val.en", lines)
+    with_total = translate(model, "--progress", "--input", source)
+    assert with_total.stdout == plain.stdout
+    assert re.search(r"translating: 100%.* 40/40 \[", with_total.stderr), with_total.stderr
+
+
+def test_count_lines_counts_what_read_input_reads(tmp_path):
+    from fairseq_ext.tools.translate import count_lines, read_input
+
+    for content in (b"", b"a\n", b"a\nb", b"\n\n", b"a\r\n\xffb\n"):
+        path = tmp_path / "f"
+        path.write_bytes(content)
+        with open(path, "rb") as f:
+            assert count_lines(str(path)) == len(list(read_input(f, "f"))), content
+
+
+def test_the_summary_names_the_first_few_lines():
+    from fairseq_ext.tools.translate import Tally
+
+    assert Tally(lines=1).summary() == "1 line translated, 0 skipped, 0 cut"
+    tally = Tally(lines=20, skipped=[2, 4, 6, 8, 10, 12, 14], cut=[3], max_source=1024)
+    assert tally.summary() == ("13 lines translated, 7 skipped (not UTF-8: lines 2, 4, 6, 8, 10 and 2 more; an empty "
+                               "output line for each), 1 cut (longer than the model's 1024 source positions: line 3)")
