@@ -6,8 +6,14 @@ from fairseq import checkpoint_utils, file_io
 from fairseq import trainer as fairseq_trainer
 from fairseq.data import data_utils
 from fairseq.distributed import utils as distributed_utils
+from fairseq_cli import train as fairseq_train
 
 from fairseq_ext import guards
+
+# The training summary wraps fairseq-train's loop only once fairseq_cli.train is imported
+# (fairseq-train imports it before the plugin); installing again here settles that, whatever
+# the other tests in this process imported first.
+guards.install()
 from fairseq_ext.guards.patching import MARKER, REPLACED, is_guard
 
 # (owner, attribute) -> the module fairseq's original comes from (None: not fairseq's, sys)
@@ -19,6 +25,7 @@ GUARDED = {
     (checkpoint_utils, "load_checkpoint"): "fairseq.checkpoint_utils",
     (sys, "excepthook"): None,
     (fairseq_trainer.Trainer, "__init__"): "fairseq.trainer",
+    (fairseq_train, "train"): "fairseq_cli.train",
 }
 
 
