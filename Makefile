@@ -27,9 +27,10 @@ $(STAMP): setup.py Makefile
 	# tensorboardX: fairseq's --tensorboard-logdir writer (torch.utils.tensorboard would need
 	# the whole tensorboard), and without it every fairseq command starts with "Please install
 	# tensorboardX"; it needs only numpy, packaging and protobuf, never torch.
+	# nltk: METEOR (fairseq_ext/tools/meteor.py), pinned because its aligner makes the numbers.
 	$(PY) -m pip install -q "hydra-core==1.3.2" "omegaconf==2.3.0" bitarray regex cffi cython \
 		numpy sacrebleu scikit-learn tqdm sentencepiece subword-nmt sacremoses \
-		compare-mt matplotlib "tensorboardX==2.6.5" "protobuf==7.36.2" pytest pytest-xdist
+		compare-mt matplotlib "tensorboardX==2.6.5" "protobuf==7.36.2" "nltk==3.10.4" pytest pytest-xdist
 	$(PY) -m pip install -q --no-deps --no-build-isolation "$(FAIRSEQ_SPEC)"
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	$(PY) -c "import fairseq, fairseq_ext; print('fairseq', fairseq.__version__)"

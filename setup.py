@@ -29,6 +29,8 @@ setup(
         # tensorboardX" first in every command without it; 2.6.2 on takes any protobuf >= 3.20
         # (2.6 and older pin protobuf below 4)
         "tensorboardX>=2.6.2",
+        # METEOR (fairseq_ext/tools/meteor.py); the Makefile pins the version the docs measured
+        "nltk>=3.10.4",
     ],
     extras_require={"test": ["pytest", "pytest-xdist"]},
     entry_points={

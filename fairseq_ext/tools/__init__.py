@@ -1,5 +1,6 @@
 """The tools around the models: text reading and Moses/BPE helpers (``corpus``, ``spm``),
 sacreBLEU in the papers' flavours (``bleu``), significance (``significance``, and the
-compare-mt shim), translating and scoring raw text (``translate``, ``score``), the CPU thread
+compare-mt shim), the statistics of tables trained with several seeds (``seeds``), METEOR
+(``meteor``), translating and scoring raw text (``translate``, ``score``), the CPU thread
 default of training (``cpu``). ``corpus``, ``bleu``, ``spm``, ``outputs`` and ``cpu`` also run as plain files from the bash recipes, without importing the package (which would
 load fairseq and torch for every call)."""
