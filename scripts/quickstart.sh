@@ -214,15 +214,16 @@ flavour="$(sed -E 's/^reported BLEU \[([^]]*)\].*/\1/' <<<"$reported")"
 score="$(sed -E 's/^reported BLEU [^:]*: ([0-9.]+) .*/\1/' <<<"$reported")"
 signature="$(sed -E 's/.*signature: //' <<<"$reported")"
 test_set="$(prep_value test_set)"
-result="BLEU $score on ${test_set:-test} ($flavour, $signature); outputs in $SAVE_DIR/eval-test"
+result="BLEU $score on ${test_set:-test} ($flavour, $signature)"
+outputs="outputs in $SAVE_DIR/eval-test"
 if [[ "$ended" == *"stopped by the time cap"* ]]; then
     # the command that continues: this one's settings (those not at their defaults), CONTINUE=1
     again="$(quickstart_command)"
     rate="$("$FSX_PY" -c "print(f'{$done_updates / max($train_min, 0.01):.0f}')")"
     more="$("$FSX_PY" -c "print(f'{($planned_updates - $done_updates) / max($done_updates / max($train_min, 0.01), 0.01):.0f}')")"
-    fsx_log "[$(elapsed)] quickstart done, but the time cap cut training: $done_updates of $planned_updates updates in $train_min min ($rate updates/min; a busy machine trains slower), so the $result is that of an undertrained model, far below a finished run's. To train on to $planned_updates updates (about $more more minutes at this speed) and score again, run: CONTINUE=1 $again"
+    fsx_log "[$(elapsed)] quickstart done, but the time cap cut training: $done_updates of $planned_updates updates in $train_min min ($rate updates/min; a busy machine trains slower), so $result is the score of an undertrained model, below a finished run's; $outputs. To train on to $planned_updates updates (about $more more minutes at this speed) and score again, run: CONTINUE=1 $again"
 elif [[ -n "$ended" ]]; then
-    fsx_log "[$(elapsed)] quickstart done: $done_updates of $planned_updates updates in $train_min min of training, $result"
+    fsx_log "[$(elapsed)] quickstart done: $done_updates of $planned_updates updates in $train_min min of training, $result; $outputs"
 else
-    fsx_log "[$(elapsed)] quickstart done: $result"
+    fsx_log "[$(elapsed)] quickstart done: $result; $outputs"
 fi
