@@ -9,29 +9,44 @@ For head h of encoder layer l, with w^h_ij the weight of token i on token j of a
     E^l_h(x_i) = - sum_j w^h_ij log w^h_ij,  averaged over the tokens of X      (Eq. 15)
     E^l   = mean_h E^l_h                                                        (Eq. 16)
 
-``--span as-printed`` (default) sums over j <= i with d = i - j, as the equations are printed
-(they come from Vig & Belinkov's analysis of a left-to-right model); ``--span all`` sums over
-every key with d = |i - j|, the reading for a bidirectional encoder. Dual Contextual layers
-report their global FI unit and, as ``local``, the local FI unit (keys = the local context
-of each position); MMA layers report each head as it is masked.
+``--span all`` (default) sums over every key with d = |i - j|: the encoder attends both
+ways, and a head's distance is then how far its weight lies from the query, whichever
+side. ``--span left`` sums over j <= i with d = i - j, the equations as printed (they come
+from Vig & Belinkov's analysis of a left-to-right model); it ignores the weight on later
+tokens, so a head that reads only them (MMA's forward head) has distance 0 and nearly no
+weight by construction, and heads compare by how much weight they put on the left. The
+span applies to the entropy too (as printed: the sum over j <= i). Distances are in tokens
+of the binarized source (subword units, end of sentence included), entropies in nats.
+
+Dual Contextual layers report their global FI unit and, as ``local``, the local FI unit
+(keys = the local context of each position); MMA layers report each head as it is masked,
+and the tables and figures give each head's type (G, L, F, B) from the model's own
+``--mma-heads`` assignment.
 
     python -m fairseq_ext.analysis.attention_stats --checkpoint base/checkpoint_best.pt m10/checkpoint_best.pt \\
         --names baseline M-10 --data data-bin/wmt14.en-de --split test --max-sentences 1500 --out analysis/attn
 
-Writes per_head.{md,csv,json} (model, unit, layer, head, distance, entropy), per_layer.*,
-heatmaps_<model>.png (distance and entropy, layer x head) and layers.png (per-layer means of
-every model, as Figs. 3.11-3.12).
+Writes per_head.{md,csv,json} (model, unit, layer, head, type, span, distance, entropy),
+per_layer.*, heatmaps_<model>.png (distance and entropy, layer x head, one colour scale per
+quantity for every model and unit) and layers.png (per-layer means of every model, as
+Figs. 3.11-3.12).
 """
 import os
 import sys
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 
 from fairseq_ext.analysis import common
 
+SPANS = ("all", "left")
+# how the tables and figures name each reading
+READING = {"all": "over all keys j, d = |i - j|",
+           "left": "over the keys j <= i, d = i - j (as printed)"}
+UNITS = {"distance": "tokens", "entropy": "nats"}
 
-def head_statistics(weights: torch.Tensor, pad: torch.Tensor, span: str = "as-printed") -> Dict[str, torch.Tensor]:
+
+def head_statistics(weights: torch.Tensor, pad: torch.Tensor, span: str = "all") -> Dict[str, torch.Tensor]:
     """Sums for Eq. 13 and 15 over one batch: ``weights`` B x H x T x T (query i, key j),
     ``pad`` B x T (True = padding, excluded as query and key). Returns per head: the weighted
     distance sum, the weight sum, the entropy sum and the number of query tokens."""
@@ -42,14 +57,14 @@ def head_statistics(weights: torch.Tensor, pad: torch.Tensor, span: str = "as-pr
     pos_k = torch.arange(src)[None, :] - offset
     diff = pos_q[:, :, None] - pos_k[:, None, :]  # B x T x S: i - j
     valid = (~pad)[:, :, None] & (~pad)[:, None, :]
-    if span == "as-printed":
+    if span == "left":
         keys = valid & (diff >= 0)
         dist = diff.clamp(min=0).float()
     elif span == "all":
         keys = valid
         dist = diff.abs().float()
     else:
-        raise ValueError(f"--span: {span!r} is not as-printed or all")
+        raise ValueError(f"--span: {span!r} is not one of {', '.join(SPANS)}")
     w = weights * keys[:, None].float()
     ent = -(w * torch.log(w.clamp(min=1e-30))).sum(-1)  # B x H x T
     queries = (~pad)[:, None, :].float()
@@ -57,7 +72,7 @@ def head_statistics(weights: torch.Tensor, pad: torch.Tensor, span: str = "as-pr
             "entropy": (ent * queries).sum((0, 2)), "tokens": queries.sum((0, 2)).expand(heads).clone()}
 
 
-def collect(model, task, split: str, max_sentences=None, span: str = "as-printed", cpu: bool = False):
+def collect(model, task, split: str, max_sentences=None, span: str = "all", cpu: bool = False):
     """{unit: {layer: per-head sums}} over the split, from the model's own forward."""
     dev = common.device(cpu)
     totals: Dict[str, Dict[int, Dict[str, torch.Tensor]]] = {}
@@ -82,14 +97,26 @@ def collect(model, task, split: str, max_sentences=None, span: str = "as-printed
     return totals
 
 
-def summarise(name: str, totals) -> List[dict]:
+def head_types(model) -> Dict[int, Optional[List[str]]]:
+    """{layer index: the MMA type letter of each head, or None} of the model's encoder."""
+    from fairseq_ext.analysis import attention_maps
+
+    return {i: attention_maps.head_types(layer) for i, layer in enumerate(attention_maps.encoder_layers(model))}
+
+
+def summarise(name: str, totals, span: str = "all", types: Optional[Dict[int, Optional[List[str]]]] = None
+              ) -> List[dict]:
+    """A row per model, unit, layer and head: its type (MMA letter, else None), the span
+    read and the head's D^l_h and E^l_h."""
     rows = []
     for unit, layers in totals.items():
         for layer, s in sorted(layers.items()):
             distance = (s["distance"] / s["weight"].clamp(min=1e-30)).tolist()
             entropy = (s["entropy"] / s["tokens"].clamp(min=1)).tolist()
+            letters = (types or {}).get(layer)
             for h, (d, e) in enumerate(zip(distance, entropy), start=1):
                 rows.append({"model": name, "unit": unit, "layer": layer + 1, "head": h,
+                             "type": letters[h - 1] if letters else None, "span": span,
                              "distance": round(d, 4), "entropy": round(e, 4)})
     return rows
 
@@ -97,47 +124,84 @@ def summarise(name: str, totals) -> List[dict]:
 def per_layer(rows: List[dict]) -> List[dict]:
     out = {}
     for r in rows:
-        key = (r["model"], r["unit"], r["layer"])
+        key = (r["model"], r["unit"], r["layer"], r.get("span", "all"))
         out.setdefault(key, []).append(r)
-    return [{"model": m, "unit": u, "layer": l, "distance": round(sum(x["distance"] for x in v) / len(v), 4),
-             "entropy": round(sum(x["entropy"] for x in v) / len(v), 4)} for (m, u, l), v in out.items()]
+    return [{"model": m, "unit": u, "layer": l, "span": s,
+             "distance": round(sum(x["distance"] for x in v) / len(v), 4),
+             "entropy": round(sum(x["entropy"] for x in v) / len(v), 4)} for (m, u, l, s), v in out.items()]
 
 
-def heatmaps(rows: List[dict], name: str, path: str):
+def span_of(rows: List[dict]) -> str:
+    spans = {r.get("span", "all") for r in rows}
+    if len(spans) != 1:
+        raise common.AnalysisError(f"rows of several spans ({', '.join(sorted(spans))}) in one figure")
+    return spans.pop()
+
+
+def type_legend(rows: List[dict]) -> str:
+    """The caption's key to the MMA head-type letters found in ``rows`` ("" without any)."""
+    from fairseq_ext.analysis.attention_maps import mma_legend
+
+    return mma_legend({r["type"] for r in rows if r.get("type")})
+
+
+def heatmaps(rows: List[dict], name: str, path: str, data: str = ""):
+    """Distance and entropy of every head of ``name``, layer x head, per unit (global, and
+    DC's local FI unit); each quantity on one colour scale shared by every model and unit of
+    ``rows``, so the models' files compare. MMA heads are labelled with their type."""
     plt = common.pyplot()
+    span = span_of(rows)
     units = sorted({r["unit"] for r in rows if r["model"] == name})
-    fig, axes = plt.subplots(len(units), 2, figsize=(9, 3.2 * len(units)), squeeze=False)
+    limits = {m: (min(r[m] for r in rows), max(r[m] for r in rows)) for m in ("distance", "entropy")}
+    fig, axes = plt.subplots(len(units), 2, figsize=(common.FIGURE_WIDTH, 3.4 * len(units) + 0.4), squeeze=False)
     for u, unit in enumerate(units):
         sel = [r for r in rows if r["model"] == name and r["unit"] == unit]
         layers, heads = max(r["layer"] for r in sel), max(r["head"] for r in sel)
+        letters = {r["head"]: r.get("type") for r in sel}
         for c, metric in enumerate(("distance", "entropy")):
             grid = torch.zeros(layers, heads)
             for r in sel:
                 grid[r["layer"] - 1, r["head"] - 1] = r[metric]
             ax = axes[u][c]
-            im = ax.imshow(grid.numpy(), aspect="auto", origin="lower", cmap="viridis")
-            ax.set_xticks(range(heads), [str(h) for h in range(1, heads + 1)])
-            ax.set_yticks(range(layers), [str(l) for l in range(1, layers + 1)])
-            ax.set_xlabel("head")
+            im = ax.imshow(grid.numpy(), aspect="auto", origin="lower", cmap="viridis", vmin=limits[metric][0],
+                           vmax=limits[metric][1])
+            ax.set_xticks(range(heads), [f"{h}\n{letters[h]}" if letters.get(h) else str(h)
+                                         for h in range(1, heads + 1)], fontsize=8)
+            ax.set_yticks(range(layers), [str(l) for l in range(1, layers + 1)], fontsize=8)
+            ax.set_xlabel("head" + (" (number, type)" if any(letters.values()) else ""))
             ax.set_ylabel("encoder layer")
-            ax.set_title(f"{name}{'' if unit == 'global' else ' (' + unit + ' FI)'}: mean attention {metric}")
-            fig.colorbar(im, ax=ax)
+            unit_name = f"{unit} FI unit: " if len(units) > 1 else ""  # a Dual Contextual encoder's two units
+            ax.set_title(f"{unit_name}mean attention {metric}", fontsize=10)
+            bar = fig.colorbar(im, ax=ax)
+            bar.set_label(UNITS[metric])
+    common.add_title(fig, f"{name}: encoder self-attention per head" + (f", {data}" if data else ""))
+    common.add_caption(fig, f"Mean attention distance (Eq. 13, in source tokens) and entropy (Eq. 15, in nats) of "
+                            f"every head, {READING[span]} (--span {span}); one colour scale per quantity for every "
+                            f"model compared. {type_legend([r for r in rows if r['model'] == name])}".strip())
     common.save_figure(fig, path)
     return fig
 
 
-def layer_plot(layer_rows: List[dict], path: str):
+def layer_plot(layer_rows: List[dict], path: str, data: str = ""):
+    """Per-layer means (Eq. 14, 16) of every model and unit, as thesis Figs. 3.11-3.12."""
     plt = common.pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-    for (model, unit) in sorted({(r["model"], r["unit"]) for r in layer_rows}):
+    span = span_of(layer_rows)
+    fig, axes = plt.subplots(1, 2, figsize=(common.FIGURE_WIDTH, 3.6))
+    pairs = sorted({(r["model"], r["unit"]) for r in layer_rows})
+    for (model, unit) in pairs:
         sel = sorted((r for r in layer_rows if r["model"] == model and r["unit"] == unit), key=lambda r: r["layer"])
-        label = model if unit == "global" else f"{model} ({unit} FI)"
+        dual = (model, "local") in pairs  # a Dual Contextual encoder: name both units
+        label = f"{model} ({unit} FI)" if dual else model
         for ax, metric in zip(axes, ("distance", "entropy")):
             ax.plot([r["layer"] for r in sel], [r[metric] for r in sel], marker="o", label=label)
     for ax, metric in zip(axes, ("distance", "entropy")):
         ax.set_xlabel("encoder layer")
-        ax.set_ylabel(f"mean attention {metric}")
-        ax.legend()
+        ax.set_ylabel(f"mean attention {metric} ({UNITS[metric]})")
+        common.integer_ticks(ax.xaxis)
+        ax.legend(fontsize=8)
+    common.add_title(fig, "Encoder self-attention per layer" + (f", {data}" if data else ""))
+    common.add_caption(fig, f"Mean over the heads of each layer (Eq. 14, 16) of the attention distance (in source "
+                            f"tokens) and entropy (in nats), {READING[span]} (--span {span}).")
     common.save_figure(fig, path)
     return fig
 
@@ -146,20 +210,30 @@ def main(argv=None):
     common.setup_cli()
     ap = common.analysis_parser(__doc__)
     ap.add_argument("--max-sentences", type=int, help="only the sentences with the lowest ids (e.g. 1500)")
-    ap.add_argument("--span", default="as-printed", choices=["as-printed", "all"])
+    ap.add_argument("--span", default="all", choices=SPANS,
+                    help="the keys of the sums: all (default, d = |i - j|) or left (j <= i, d = i - j, the "
+                         "equations as printed)")
     args = ap.parse_args(argv)
     names = common.names_for(args.checkpoint, args.names)
     rows = []
+    sentences = 0
     for name, ckpt in zip(names, args.checkpoint):
         model, task = common.load_model(ckpt, args.data, split=args.split, cpu=args.cpu)
-        rows += summarise(name, collect(model, task, args.split, args.max_sentences, args.span, args.cpu))
-    common.write_table(rows, args.out, "per_head", f"Encoder self-attention per head ({args.span})", ".4f")
+        rows += summarise(name, collect(model, task, args.split, args.max_sentences, args.span, args.cpu), args.span,
+                          head_types(model))
+        sentences = len(task.dataset(args.split))
+    if args.max_sentences is not None:
+        sentences = min(sentences, args.max_sentences)
+    data = f"{common.data_description(args.data, args.split)} ({sentences} sentences)"
+    common.write_table(rows, args.out, "per_head", f"Encoder self-attention per head, {READING[args.span]}: {data}",
+                       ".4f")
     layers = per_layer(rows)
-    common.write_table(layers, args.out, "per_layer", "Per encoder layer (mean over heads)", ".4f")
+    common.write_table(layers, args.out, "per_layer", f"Per encoder layer (mean over heads), {READING[args.span]}: "
+                                                      f"{data}", ".4f")
     for name in names:
-        heatmaps(rows, name, os.path.join(args.out, f"heatmaps_{name}.png"))
-    layer_plot(layers, os.path.join(args.out, "layers.png"))
-    print(f"written: {args.out}/per_head.*, per_layer.*, heatmaps_*.png, layers.png")
+        heatmaps(rows, name, os.path.join(args.out, f"heatmaps_{common.file_stem(name)}.png"), data)
+    layer_plot(layers, os.path.join(args.out, "layers.png"), data)
+    print(f"written: {args.out}/per_head.*, per_layer.*, heatmaps_*.png, layers.png ({READING[args.span]})")
     return 0
 
 

@@ -22,6 +22,9 @@ API:
 - :func:`evaluate` -> runs ``fairseq-ext evaluate``'s tool (model overrides allowed) and
   returns its directory and BLEU scores.
 - :func:`write_table`, :func:`save_figure`.
+- Figures sized for the HTML report (:data:`FIGURE_WIDTH`), with :func:`add_title`,
+  :func:`add_caption` (what the figure shows, the data (:func:`data_description`), the
+  reading) and :func:`file_stem` (a display name in a file name).
 """
 import argparse
 import contextlib
@@ -354,3 +357,51 @@ def setup_cli():
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger().setLevel(logging.WARNING)
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
+
+
+# ---- figures a report or a paper can show --------------------------------------------------------
+
+# The HTML report shows a figure at most about 1100 px wide (its page is 70em wide) and
+# save_figure writes 120 dpi: a figure this many inches wide is shown 1:1, so a label of
+# f points is 1.67 f pixels on screen (7 pt: 12 px).
+FIGURE_WIDTH = 9.1
+# the smallest label size a figure uses (10 px on screen at FIGURE_WIDTH)
+MIN_FONT_SIZE = 6.0
+
+
+def file_stem(name: str) -> str:
+    """``name`` (a display name: "M-10", "base (ours)") as a piece of a file name."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")
+    return stem or "model"
+
+
+def wrap_text(text: str, width_inches: float = FIGURE_WIDTH, fontsize: float = 8.0) -> str:
+    """``text`` broken into lines that fit ``width_inches`` at ``fontsize`` points (each
+    paragraph, separated by newlines, on its own)."""
+    import textwrap
+
+    # an average character of matplotlib's default font is about half the font size wide
+    columns = max(20, int(width_inches * 72 / (0.52 * fontsize)))
+    return "\n".join(textwrap.fill(p, columns, break_on_hyphens=False) if p else "" for p in text.split("\n"))
+
+
+def add_caption(fig, text: str, fontsize: float = 8.0, width: Optional[float] = None) -> None:
+    """A caption below the axes of ``fig``, wrapped to the figure's width (or ``width``
+    inches): what the figure shows, on which data, and which reading of the numbers
+    (save_figure keeps it in the PNG)."""
+    fig.text(0.0, 0.0, wrap_text(text, width or fig.get_figwidth(), fontsize), ha="left", va="top",
+             fontsize=fontsize, transform=fig.transFigure)
+
+
+def add_title(fig, text: str, fontsize: float = 11.0) -> None:
+    """The figure's title, above everything tight_layout arranges (so that it never covers
+    the panels' own titles, however tall the figure); save_figure keeps it in the PNG."""
+    # tight_layout arranges the axes within the figure and leaves its texts where they are;
+    # save_figure's bbox_inches="tight" takes in what lies above the top
+    fig.text(0.5, 1.0, text, ha="center", va="bottom", fontsize=fontsize, transform=fig.transFigure)
+
+
+def data_description(data: Optional[str], split: Optional[str]) -> str:
+    """How a figure names its data: the data directory's name and the split ("wmt14.en-de, test")."""
+    name = os.path.basename(os.path.normpath(os.path.abspath(data))) if data else ""
+    return ", ".join(p for p in (name, split) if p)

@@ -38,14 +38,14 @@ def test_distance_and_entropy_of_a_hand_made_attention_matrix():
     w = torch.zeros(1, 2, 4, 4)
     w[0, 0, 1:, 1:] = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])  # causal-ish head
     w[0, 1, 1:, 1:] = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])  # looks at the last token
-    s = attention_stats.head_statistics(w, pad, "as-printed")
+    s = attention_stats.head_statistics(w, pad, "left")
     # head 0, j <= i: distance sum = 0 + (0.5*1) + (0.2*2 + 0.3*1) = 1.2; weight sum = 1 + 1 + 1 = 3
     assert s["distance"][0].item() == pytest.approx(1.2) and s["weight"][0].item() == pytest.approx(3.0)
     ent0 = -(0.5 * math.log(0.5)) * 2 - (0.2 * math.log(0.2) + 0.3 * math.log(0.3) + 0.5 * math.log(0.5))
     assert s["entropy"][0].item() == pytest.approx(ent0) and s["tokens"][0].item() == 3
     # head 1 as printed sees only its j <= i part: the last token from i = 3 (distance 0)
     assert s["weight"][1].item() == pytest.approx(1.0) and s["distance"][1].item() == pytest.approx(0.0)
-    a = attention_stats.head_statistics(w, pad, "all")
+    a = attention_stats.head_statistics(w, pad)  # the default: every key, d = |i - j|
     assert a["distance"][1].item() == pytest.approx(2 + 1 + 0) and a["weight"][1].item() == pytest.approx(3.0)
     assert a["entropy"][1].item() == pytest.approx(0.0)
     # the padding row and column never count
@@ -101,9 +101,13 @@ def test_captured_weights_are_the_models_own_attention(tiny_models, name):
 def test_attention_stats_command(tiny_models, tmp_path):
     bin_dir, ckpts = tiny_models
     attention_stats.main(["--checkpoint", ckpts["std"], ckpts["dc"], "--names", "std", "dc", "--data", bin_dir,
-                          "--split", "valid", "--out", str(tmp_path), "--cpu", "--span", "all"])
+                          "--split", "valid", "--out", str(tmp_path), "--cpu"])
     per_head = json.loads((tmp_path / "per_head.json").read_text())
     assert {(r["model"], r["unit"]) for r in per_head} == {("std", "global"), ("dc", "global"), ("dc", "local")}
+    # the default reading is over all keys, and every table says so
+    assert {r["span"] for r in per_head} == {"all"} and {r["type"] for r in per_head} == {None}
+    for table in ("per_head", "per_layer"):
+        assert "over all keys j, d = |i - j|: bin, valid (30 sentences)" in (tmp_path / f"{table}.md").read_text()
     assert len([r for r in per_head if r["model"] == "std"]) == 2 * 2  # 2 layers x 2 heads
     # the command's numbers equal a direct computation over the whole split
     model, task = common.load_model(ckpts["std"], bin_dir, split="valid", cpu=True)
@@ -117,6 +121,10 @@ def test_attention_stats_command(tiny_models, tmp_path):
     rows = attention_stats.per_layer(per_head)
     fig = attention_stats.heatmaps(per_head, "dc", str(tmp_path / "again.png"))
     assert len([a for a in fig.axes if a.get_title()]) == 4  # (global, local) x (distance, entropy)
+    # global and local FI unit (and std) on one scale per quantity
+    clims = [a.images[0].get_clim() for a in fig.axes if a.images]
+    assert clims[0] == clims[2] and clims[1] == clims[3]
+    assert clims[0] == (min(r["distance"] for r in per_head), max(r["distance"] for r in per_head))
     fig = attention_stats.layer_plot(rows, str(tmp_path / "layers2.png"))
     assert len(fig.axes[0].lines) == 3  # std, dc global, dc local
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fairseq_ext.analysis import attention_maps, common, word_order
+from fairseq_ext.analysis import attention_maps, attention_stats, common, word_order
 from model_utils import make_tiny_parallel_data, train_tiny
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -163,11 +163,14 @@ def test_mma_heads_are_zero_outside_their_band(tiny_models):
 def test_attention_maps_command_figures_and_json(tiny_models, tmp_path):
     bin_dir, ckpts = tiny_models
     attention_maps.main(["--checkpoint", ckpts["hier"], "--data", bin_dir, "--split", "test", "--sentence", "3",
-                         "--out", str(tmp_path / "hier"), "--cpu", "--beam", "2"])
-    for png in ("encoder_self_attention.png", "decoder_attention.png", "context_weights.png"):
+                         "--out", str(tmp_path / "hier"), "--cpu", "--beam", "2", "--names", "H 1"])
+    # one figure per layer, named after --names (made safe for a file name)
+    for png in ("H_1_encoder_self_attention_L1.png", "H_1_encoder_self_attention_L2.png",
+                "H_1_decoder_attention_L1.png", "H_1_decoder_attention_L2.png", "H_1_context_weights.png"):
         assert (tmp_path / "hier" / png).read_bytes()[:8] == PNG_MAGIC
     saved = json.loads((tmp_path / "hier" / "attention_maps.json").read_text())
     assert saved["strategy"] == "hierarchical" and saved["source_names"] == ["f^1 (enc L1)", "f^2 (enc L2)"]
+    assert saved["name"] == "H 1"
     model, task, sample, target = one_sentence(ckpts["hier"], bin_dir)
     maps = attention_maps.attention_maps(model, task, sample, target)
     assert saved["target_tokens"] == attention_maps.token_labels(task.target_dictionary, target)
@@ -179,30 +182,125 @@ def test_attention_maps_command_figures_and_json(tiny_models, tmp_path):
                                maps["decoder"][0]["per_source"][1], atol=1e-6, rtol=0)
     torch.testing.assert_close(torch.tensor(saved["decoder"][1]["beta"]), maps["decoder"][1]["beta"], atol=1e-6,
                                rtol=0)
-    # figures: one panel per head and layer; per decoder layer the combined map and each source's
+    # figures: per encoder layer a panel per head; per decoder layer the combined map and each source's
     names = attention_maps.source_names(model, task)
     src = attention_maps.memory_labels(model, task, sample)
     tgt = saved["target_tokens"]
-    fig = attention_maps.encoder_figure(maps, src[0], str(tmp_path / "e.png"))
-    assert len(fig.axes) == 2 * 2 and fig.axes[3].get_title() == "L2 h2"
-    fig = attention_maps.decoder_figure(maps, tgt, src, names, str(tmp_path / "d.png"))
-    assert [a.get_title() for a in fig.axes[:3]] == ["dec L1: attention", "dec L1: f^1 (enc L1)",
-                                                       "dec L1: f^2 (enc L2)"] and len(fig.axes) == 2 * 3
-    fig = attention_maps.context_figure(maps, tgt, names, str(tmp_path / "c.png"))
-    assert len(fig.axes) == 2 and [t.get_text() for t in fig.axes[0].get_xticklabels()] == names
-    # MMA: the head types in the titles; a given source and a given hypothesis, teacher-forced
+    about = {"name": "hier", "stem": "hier", "data": "bin, test", "sentence": "sentence 3 of 'test'",
+             "translation": "its beam-2 translation"}
+    figs = list(attention_maps.encoder_figures(maps, src[0], about, str(tmp_path)).values())
+    assert len(figs) == 2 and [a.get_title() for a in figs[1].axes[:2]] == ["h1", "h2"]
+    assert "hier: encoder self-attention, layer 2 (bin, test)" in [t.get_text() for t in figs[1].texts]
+    figs = list(attention_maps.decoder_figures(maps, tgt, src, names, about, str(tmp_path)).values())
+    assert [a.get_title() for a in figs[0].axes[:3]] == ["attention (combined)", "f^1 (enc L1)", "f^2 (enc L2)"]
+    assert len(figs) == 2
+    fig = attention_maps.context_figure(maps, tgt, names, about, str(tmp_path / "c.png"))
+    assert len(fig.axes) == 2 + 1 and [t.get_text() for t in fig.axes[0].get_xticklabels()] == names
+    # MMA: the head types in the titles; a given source and a given hypothesis, teacher-forced;
+    # without --names the checkpoint's directory names it (fairseq's checkpoint_last.pt says nothing)
     out = attention_maps.run(Namespace(checkpoint=ckpts["mma"], data=bin_dir, split="test", sentence=None,
                                        source="w1 w2 w3", hypothesis="w3 w2 w1", reference=False, beam=2,
                                        max_len_a=1.2, max_len_b=10, out=str(tmp_path / "mma"), cpu=True))
+    assert out["name"] == "mma" and (tmp_path / "mma" / "mma_encoder_self_attention_L2.png").is_file()
     assert out["target"] == ["w3", "w2", "w1", "</s>"] and out["source"] == [["w1", "w2", "w3", "</s>"]]
-    titles = [a.get_title() for a in out["figures"]["encoder"].axes]
-    assert len(titles) == 2 * 4 and titles[:4] == ["L1 h1 G (global)", "L1 h2 L (local)", "L1 h3 F (forward)",
-                                                   "L1 h4 B (backward)"]
-    assert len(out["figures"]["decoder"].axes) == 2 and "context" not in out["figures"]
+    layer1 = next(iter(out["figures"]["encoder"].values()))
+    titles = [a.get_title() for a in layer1.axes if a.get_title()]
+    assert titles == ["h1 G (global)", "h2 L (local)", "h3 F (forward)", "h4 B (backward)"]
+    assert len(out["figures"]["decoder"]) == 2 and "context" not in out["figures"]
     assert out["maps"]["decoder"][0]["attention"].shape == (2, 4, 4)  # H x Z x J
     with pytest.raises(common.AnalysisError, match="--sentence 99"):
         attention_maps.main(["--checkpoint", ckpts["mma"], "--data", bin_dir, "--sentence", "99",
                              "--out", str(tmp_path / "x"), "--cpu"])
+
+
+def png_width(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == PNG_MAGIC
+    return int.from_bytes(head[16:20], "big")
+
+
+def test_every_map_is_on_one_colour_scale_with_a_colour_bar(tiny_models, tmp_path):
+    """unit: 0 to 1 in every figure; max: 0 to the largest weight drawn over every encoder
+    layer and head (recomputed from the captured maps), and over every decoder map."""
+    bin_dir, ckpts = tiny_models
+    model, task, sample, target = one_sentence(ckpts["hier"], bin_dir)
+    maps = attention_maps.attention_maps(model, task, sample, target)
+    src = attention_maps.memory_labels(model, task, sample)
+    tgt = attention_maps.token_labels(task.target_dictionary, target)
+    names = attention_maps.source_names(model, task)
+    about = {"name": "hier", "stem": "hier", "data": "bin, test", "sentence": "sentence 3 of 'test'",
+             "translation": "its beam-2 translation"}
+    for scale in ("unit", "max"):
+        enc = attention_maps.encoder_figures(maps, src[0], about, str(tmp_path / scale), scale=scale)
+        dec = attention_maps.decoder_figures(maps, tgt, src, names, about, str(tmp_path / scale), scale=scale)
+        top_enc = max(float(e["global"].max()) for e in maps["encoder"])
+        top_dec = max(float(m.mean(0).max()) for d in maps["decoder"]
+                      for m in [d["attention"], *d["per_source"].values()])
+        for figures, top in ((enc, top_enc), (dec, top_dec)):
+            expected = (0.0, 1.0) if scale == "unit" else (0.0, pytest.approx(top))
+            for path, fig in figures.items():
+                images = [im for ax in fig.axes for im in ax.images]
+                assert images and all(im.get_clim() == expected for im in images)
+                bars = [ax for ax in fig.axes if not ax.images]
+                assert len(bars) == 1 and bars[0].get_ylabel().startswith("attention weight")
+                assert png_width(path) <= 1100
+
+
+def test_mma_heads_are_labelled_by_their_type_in_maps_and_statistics(tiny_models, tmp_path):
+    """The letters come from the model's own head assignment (--mma-heads G,L,F,B); over all
+    keys the forward head spans a distance, read as printed (j <= i) it has none."""
+    bin_dir, ckpts = tiny_models
+    model, task = common.load_model(ckpts["mma"], bin_dir, split="valid", cpu=True)
+    assert [attention_maps.head_types(layer) for layer in model.encoder.layers] == [["G", "L", "F", "B"]] * 2
+    types = attention_stats.head_types(model)
+    default = attention_stats.summarise("mma", attention_stats.collect(model, task, "valid", cpu=True), "all", types)
+    left = attention_stats.summarise("mma", attention_stats.collect(model, task, "valid", span="left", cpu=True),
+                                     "left", types)
+    assert [r["type"] for r in default] == ["G", "L", "F", "B"] * 2
+    forward = [(a["distance"], b["distance"]) for a, b in zip(default, left) if a["type"] == "F"]
+    assert all(d_all > 0.5 and d_left == 0.0 for d_all, d_left in forward)
+    backward = [(a["distance"], b["distance"]) for a, b in zip(default, left) if a["type"] == "B"]
+    assert all(d_all == pytest.approx(d_left, abs=1e-4) for d_all, d_left in backward)  # only j <= i anyway
+    fig = attention_stats.heatmaps(default, "mma", str(tmp_path / "h.png"))
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["1\nG", "2\nL", "3\nF", "4\nB"]
+    out = attention_maps.run(Namespace(checkpoint=ckpts["mma"], data=bin_dir, split="test", sentence=2, source=None,
+                                       hypothesis=None, reference=True, beam=2, max_len_a=1.2, max_len_b=10,
+                                       out=str(tmp_path / "maps"), cpu=True, names="MMA"))
+    for fig in out["figures"]["encoder"].values():
+        assert [a.get_title() for a in fig.axes if a.images] == ["h1 G (global)", "h2 L (local)", "h3 F (forward)",
+                                                                 "h4 B (backward)"]
+        caption = " ".join(" ".join(t.get_text().split()) for t in fig.texts)
+        assert ("G = global (every key); L = local (|i - j| <= 1); F = forward (keys j >= i); B = backward "
+                "(keys j <= i)") in caption
+        assert "MMA: encoder self-attention, layer" in caption and "sentence 2 of 'test'" in caption
+
+
+def test_a_long_sentence_is_cut_to_max_tokens_with_a_note(tiny_models, tmp_path):
+    bin_dir, ckpts = tiny_models
+    words = " ".join(f"w{k % 24}" for k in range(29))  # 29 tokens and the end of sentence
+    attention_maps.main(["--checkpoint", ckpts["mma"], "--data", bin_dir, "--source", words, "--hypothesis", words,
+                         "--max-tokens", "21", "--out", str(tmp_path), "--cpu", "--names", "mma"])
+    saved = json.loads((tmp_path / "attention_maps.json").read_text())
+    assert len(saved["source_tokens"][0]) == 30 and len(saved["encoder"][0]["global"][0]) == 30  # the JSON is uncut
+    pngs = sorted(p for p in os.listdir(tmp_path) if p.endswith(".png"))
+    assert pngs == ["mma_decoder_attention_L1.png", "mma_decoder_attention_L2.png",
+                    "mma_encoder_self_attention_L1.png", "mma_encoder_self_attention_L2.png"]
+    assert all(png_width(tmp_path / p) <= 1100 for p in pngs)
+    # the same figure, built again: 21 of the 30 tokens drawn, and the caption says so
+    model, task = common.load_model(ckpts["mma"], bin_dir, cpu=True)
+    sample = attention_maps.sentence_sample(task, None, None, words)
+    maps = attention_maps.attention_maps(model, task, sample, sample["net_input"]["src_tokens"][0])
+    about = {"name": "mma", "stem": "mma", "data": "bin", "sentence": "the given --source sentence",
+             "translation": "the teacher-forced --hypothesis"}
+    fig = next(iter(attention_maps.encoder_figures(maps, saved["source_tokens"][0], about, str(tmp_path / "again"),
+                                                   limit=21).values()))
+    first = fig.axes[0]
+    assert [t.get_text() for t in first.get_xticklabels()] == saved["source_tokens"][0][:21]
+    assert first.images[0].get_array().shape == (21, 21)
+    caption = " ".join(" ".join(t.get_text().split()) for t in fig.texts)
+    assert "Only the first 21 of the 30 source tokens are drawn (--max-tokens 21)" in caption
+    assert all(t.get_fontsize() >= common.MIN_FONT_SIZE for a in fig.axes if a.images for t in a.get_xticklabels())
 
 
 # ---- word order (MMA paper Table 3) ---------------------------------------------------------------

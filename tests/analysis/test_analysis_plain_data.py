@@ -94,8 +94,8 @@ def test_report_on_plain_fairseq_preprocess_output(tmp_path):
     assert 'class="failed"' not in page
     for name, files in (("length_buckets", ["buckets.json", "buckets.png"]),
                         ("attention_stats", ["per_layer.json", "layers.png", "heatmaps_ck.png"]),
-                        ("attention_maps/ck", ["attention_maps.json", "encoder_self_attention.png",
-                                               "decoder_attention.png"]),
+                        ("attention_maps/ck", ["attention_maps.json", "ck_encoder_self_attention_L1.png",
+                                               "ck_decoder_attention_L1.png"]),
                         ("layer_dependency", ["masking.json", "masking.png"])):
         for f in files:
             assert (out / name / f).is_file(), f"{name}/{f} missing"

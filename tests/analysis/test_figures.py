@@ -1,0 +1,291 @@
+"""The figures and tables of length_buckets, attention_stats and attention_maps: counts and
+notes recomputed by hand, the attention distance against a plain-torch recomputation,
+one colour scale per compared figure, labelled units and a width the HTML report shows
+1:1 (no model needed; the trained-model checks are in test_analysis_maps.py)."""
+import json
+import os
+import struct
+
+import pytest
+import torch
+
+from fairseq_ext.analysis import attention_maps, attention_stats, common, length_buckets
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def png_size(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == PNG_MAGIC
+    return struct.unpack(">II", head[16:24])
+
+
+def texts(fig):
+    """Every text drawn in ``fig`` (captions unwrapped)."""
+    found = [t.get_text() for ax in fig.axes for t in ax.texts] + [t.get_text() for t in fig.texts]
+    return [" ".join(t.split()) for t in found]
+
+
+# ---- BLEU by source length ----------------------------------------------------------------------------
+
+# 13 sentences: lengths 3, 4, 5 (<10: 3 sentences), 12 x 7 (10-20: 7), 23 (20-30: 1), 57, 61 (>=50: 2)
+LENGTHS = [3, 12, 4, 12, 23, 12, 5, 12, 57, 12, 12, 61, 12]
+
+
+def tiny_eval_set():
+    sources = [" ".join(f"s{k}" for k in range(n)) for n in LENGTHS]
+    refs = [f"the {i} cat sat on the mat near number {i}" for i in range(len(LENGTHS))]
+    good = [r if i % 3 else r.replace("mat", "rug") for i, r in enumerate(refs)]
+    poor = [" ".join(r.split()[:5]) for r in refs]
+    return sources, refs, {"good": good, "poor": poor}
+
+
+def test_bucket_counts_and_notes_equal_a_direct_recount():
+    from sacrebleu.metrics import BLEU
+
+    sources, refs, systems = tiny_eval_set()
+    rows = length_buckets.bucket_bleu(sources, refs, systems, "detok-cased", min_sentences=5)
+    edges = [10, 20, 30, 40, 50]
+    expected = [sum(1 for n in LENGTHS if lo <= n < hi) for lo, hi in zip([0] + edges, edges + [10 ** 9])]
+    assert expected == [3, 7, 1, 0, 0, 2]
+    assert [r["sentences"] for r in rows] == expected
+    assert [r["note"] for r in rows] == ["fewer than 5 sentences", None, "fewer than 5 sentences", "0 sentences",
+                                         "0 sentences", "fewer than 5 sentences"]
+    assert rows[3]["good"] is None and rows[3]["poor"] is None
+    idx = [i for i, n in enumerate(LENGTHS) if n >= 50]
+    for name, hyps in systems.items():
+        bleu = BLEU().corpus_score([hyps[i] for i in idx], [[refs[i] for i in idx]]).score
+        assert rows[5][name] == pytest.approx(round(bleu, 2))
+    # the default threshold: every bucket of this set is under 30
+    assert all(r["note"] for r in length_buckets.bucket_bleu(sources, refs, systems, "detok-cased"))
+    with pytest.raises(common.AnalysisError, match="names a column"):
+        length_buckets.bucket_bleu(sources, refs, {"note": refs}, "detok-cased")
+
+
+def test_bucket_figure_shows_counts_units_and_flags_small_buckets(tmp_path):
+    sources, refs, systems = tiny_eval_set()
+    rows = length_buckets.bucket_bleu(sources, refs, systems, "detok-cased", min_sentences=5)
+    path = tmp_path / "b.png"
+    fig = length_buckets.plot(rows, list(systems), "detok-cased", str(path), 5, "tokens, BPE merged",
+                              "wmt14.en-de, test")
+    ax, hist = fig.axes
+    assert ax.get_ylabel() == "BLEU (detok-cased)" and hist.get_xlabel() == "source length (tokens, BPE merged)"
+    assert "wmt14.en-de, test" in ax.get_title()
+    # every bucket's count is written on its bar, the empty ones included
+    assert [t.get_text() for t in hist.texts] == [str(n) for n in [3, 7, 1, 0, 0, 2]]
+    assert [t.get_text() for t in ax.texts].count("0 sentences") == 2
+    # the small buckets' bars (and theirs only) are hatched, and the legend says why
+    hatched = [[bool(p.get_hatch()) for p in c] for c in ax.containers]
+    assert hatched == [[True, False, True, False, False, True]] * 2
+    assert "fewer than 5 sentences" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("--min-bucket-sentences" in t for t in texts(fig))
+    assert png_size(path)[0] <= 1100
+
+
+def fake_evaluation(directory, hyps, refs, sources, remove_bpe):
+    os.makedirs(directory)
+    for name, lines in (("src.tok", sources), ("ref.detok", refs), ("hyp.detok", hyps)):
+        with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+    with open(os.path.join(directory, "bleu.json"), "w") as f:
+        json.dump({"headline": "detok-cased"}, f)
+    with open(os.path.join(directory, "generate-test.cmd"), "w") as f:
+        f.write("fairseq-generate data-bin/x --gen-subset test " + remove_bpe + " --beam 5 \n")
+    with open(os.path.join(directory, ".evaluation-complete"), "w") as f:
+        f.write("checkpoint=x.pt\ndata=/somewhere/data-bin/iwslt14.de-en\nsplit=test\n")
+
+
+def test_length_buckets_command_writes_counts_notes_and_the_reading(tmp_path):
+    sources, refs, systems = tiny_eval_set()
+    for name, hyps in systems.items():
+        fake_evaluation(str(tmp_path / name), hyps, refs, sources, "--remove-bpe")
+    length_buckets.main(["--eval", str(tmp_path / "good"), str(tmp_path / "poor"), "--names", "A", "B", "--out",
+                         str(tmp_path / "out"), "--min-bucket-sentences", "3"])
+    rows = json.loads((tmp_path / "out" / "buckets.json").read_text())
+    assert [(r["bucket"], r["sentences"], r["note"]) for r in rows] == [
+        ("<10", 3, None), ("10-20", 7, None), ("20-30", 1, "fewer than 3 sentences"), ("30-40", 0, "0 sentences"),
+        ("40-50", 0, "0 sentences"), (">=50", 2, "fewer than 3 sentences")]
+    title = (tmp_path / "out" / "buckets.md").read_text().splitlines()[0]
+    assert title == "### BLEU (detok-cased) by source length (tokens, BPE merged): iwslt14.de-en, test"
+    assert png_size(tmp_path / "out" / "buckets.png")[0] <= 1100
+    with pytest.raises(common.AnalysisError, match="--min-bucket-sentences"):
+        length_buckets.main(["--eval", str(tmp_path / "good"), "--out", str(tmp_path / "x"),
+                             "--min-bucket-sentences", "0"])
+
+
+@pytest.mark.parametrize("remove_bpe, unit", [("--remove-bpe", "tokens, BPE merged"),
+                                              ("--remove-bpe sentencepiece", "words, SentencePiece merged"),
+                                              ("", "tokens")])
+def test_length_unit_is_what_evaluation_merged(tmp_path, remove_bpe, unit):
+    fake_evaluation(str(tmp_path / "e"), ["a"], ["a"], ["a"], remove_bpe)
+    assert length_buckets.length_unit(str(tmp_path / "e")) == unit
+
+
+# ---- attention distance and entropy -------------------------------------------------------------------
+
+def random_attention(seed=3, bsz=3, heads=5, length=11):
+    """Softmax attention of sentences of 11, 7 and 4 tokens, left-padded to 11."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([length, 7, 4])[:bsz]
+    pad = torch.arange(length)[None, :] < (length - lengths)[:, None]
+    logits = torch.randn(bsz, heads, length, length, generator=gen, dtype=torch.float64) * 2
+    weights = torch.softmax(logits.masked_fill(pad[:, None, None, :], float("-inf")), -1)
+    weights = weights.masked_fill(pad[:, None, :, None], 0.0)
+    return weights, pad, lengths
+
+
+def by_hand(weights, pad, lengths, left):
+    """sum_x sum_i sum_j a_ij d(i, j) and sum a_ij per head, sentence by sentence, in float64."""
+    heads = weights.size(1)
+    distance, weight = torch.zeros(heads, dtype=torch.float64), torch.zeros(heads, dtype=torch.float64)
+    for b, n in enumerate(lengths.tolist()):
+        a = weights[b][:, pad.size(1) - n:, pad.size(1) - n:]  # H x n x n, the sentence alone
+        i = torch.arange(n)[:, None]
+        j = torch.arange(n)[None, :]
+        d = (i - j).double() if left else (i - j).abs().double()
+        keep = (j <= i).double() if left else torch.ones(n, n, dtype=torch.double)
+        distance += (a * d * keep).sum((1, 2))
+        weight += (a * keep).sum((1, 2))
+    return distance, weight
+
+
+def test_attention_distance_default_is_over_all_keys():
+    weights, pad, lengths = random_attention()
+    got = attention_stats.head_statistics(weights.float(), pad)  # the default reading
+    distance, weight = by_hand(weights, pad, lengths, left=False)
+    torch.testing.assert_close(got["distance"].double(), distance, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got["weight"].double(), weight, rtol=1e-5, atol=1e-5)
+    # every row sums to 1 over all keys: the weight sum is the number of query tokens
+    assert got["weight"].tolist() == pytest.approx([float(lengths.sum())] * 5, rel=1e-5)
+
+
+def test_attention_distance_left_is_the_reading_as_printed():
+    weights, pad, lengths = random_attention(seed=5)
+    got = attention_stats.head_statistics(weights.float(), pad, "left")
+    distance, weight = by_hand(weights, pad, lengths, left=True)
+    torch.testing.assert_close(got["distance"].double(), distance, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got["weight"].double(), weight, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="--span"):
+        attention_stats.head_statistics(weights.float(), pad, "as-printed")
+
+
+def test_a_forward_only_head_has_distance_zero_only_when_read_left():
+    """A head that attends only to later keys (MMA's forward head) spans a distance over all
+    keys; as printed (j <= i) it keeps only its diagonal weight, at distance 0."""
+    n = 6
+    pad = torch.zeros(1, n, dtype=torch.bool)
+    forward = torch.triu(torch.ones(n, n))
+    w = (forward / forward.sum(-1, keepdim=True))[None, None]
+    mean_all = attention_stats.head_statistics(w, pad)
+    mean_left = attention_stats.head_statistics(w, pad, "left")
+    expected = sum(sum(j - i for j in range(i, n)) / (n - i) for i in range(n)) / n
+    assert (mean_all["distance"] / mean_all["weight"]).item() == pytest.approx(expected)
+    assert mean_left["distance"].item() == 0.0
+
+
+def stats_rows(name, span="all", types=None):
+    totals = {"global": {0: {"distance": torch.tensor([1.0, 2.0, 3.0, 4.0]), "weight": torch.ones(4),
+                             "entropy": torch.tensor([0.5, 1.0, 1.5, 2.0]), "tokens": torch.ones(4)},
+                         1: {"distance": torch.tensor([2.0, 3.0, 5.0, 7.0]), "weight": torch.ones(4),
+                             "entropy": torch.tensor([0.2, 0.4, 0.6, 0.8]), "tokens": torch.ones(4)}}}
+    scale = 1.0 if name == "a" else 2.0
+    for s in totals["global"].values():
+        s["distance"] = s["distance"] * scale
+    return attention_stats.summarise(name, totals, span, types)
+
+
+def test_attention_stats_figures_name_the_reading_and_share_one_scale(tmp_path):
+    mma = {0: ["G", "L", "F", "B"], 1: ["G", "L", "F", "B"]}
+    rows = stats_rows("a", "all", mma) + stats_rows("b", "all")
+    assert {r["span"] for r in rows} == {"all"} and [r["type"] for r in rows[:4]] == ["G", "L", "F", "B"]
+    assert rows[-1]["type"] is None
+    fig = attention_stats.heatmaps(rows, "a", str(tmp_path / "a.png"), "bin, valid (13 sentences)")
+    images = [ax.images[0] for ax in fig.axes if ax.images]
+    # distance on one scale for both models (b's distances are twice a's), entropy on another
+    assert images[0].get_clim() == (1.0, 14.0) and images[1].get_clim() == pytest.approx((0.2, 2.0))
+    other = attention_stats.heatmaps(rows, "b", str(tmp_path / "b.png"))
+    assert [ax.images[0].get_clim() for ax in other.axes if ax.images] == [im.get_clim() for im in images]
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1\nG", "2\nL", "3\nF", "4\nB"]
+    assert [t.get_text() for t in other.axes[0].get_xticklabels()] == ["1", "2", "3", "4"]
+    assert not any("MMA head types" in t for t in texts(other))  # b has no MMA heads to explain
+    bars = [a.get_ylabel() for a in fig.axes if not a.images]
+    assert bars == ["tokens", "nats"]
+    caption = " ".join(texts(fig))
+    assert "over all keys j, d = |i - j|" in caption and "--span all" in caption and "F = forward" in caption
+    assert "a: encoder self-attention per head, bin, valid (13 sentences)" in texts(fig)
+    layers = attention_stats.layer_plot(attention_stats.per_layer(rows), str(tmp_path / "l.png"))
+    assert [a.get_ylabel() for a in layers.axes] == ["mean attention distance (tokens)",
+                                                     "mean attention entropy (nats)"]
+    assert "--span all" in " ".join(texts(layers))
+    left = attention_stats.layer_plot(attention_stats.per_layer(stats_rows("a", "left")), str(tmp_path / "m.png"))
+    assert "over the keys j <= i, d = i - j (as printed)" in " ".join(texts(left))
+    for png in ("a.png", "b.png", "l.png"):
+        assert png_size(tmp_path / png)[0] <= 1100
+    with pytest.raises(common.AnalysisError, match="several spans"):
+        attention_stats.layer_plot(attention_stats.per_layer(rows + stats_rows("c", "left")), str(tmp_path / "x.png"))
+
+
+# ---- attention maps: layout and colour scale ----------------------------------------------------------
+
+def panels(count, tokens, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    labels = [f"tok{k}" for k in range(tokens)]
+    return [attention_maps.Panel(f"h{h + 1}", torch.softmax(torch.randn(tokens, tokens, generator=gen), -1).numpy(),
+                                 labels, labels) for h in range(count)]
+
+
+@pytest.mark.parametrize("count, tokens, cols", [(8, 13, 4), (8, 19, 3), (8, 29, 2), (8, 32, 2), (4, 17, 2),
+                                                 (3, 45, 1)])
+def test_grid_keeps_token_labels_legible_at_the_reports_width(count, tokens, cols):
+    layout = attention_maps.grid_layout(panels(count, tokens))
+    assert layout["cols"] == cols and layout["rows"] == -(-count // cols)
+    assert layout["font"] >= common.MIN_FONT_SIZE
+    # the cells hold the labels: at least 1.2 times their size apart
+    assert layout["cell"] >= 1.2 * layout["font"] - 1e-9 or layout["font"] == common.MIN_FONT_SIZE
+
+
+def test_map_figure_draws_one_colour_scale_with_a_colour_bar(tmp_path):
+    drawn = panels(7, 21)
+    fig = attention_maps.map_figure(drawn, "M: encoder self-attention, layer 1 (bin, test)", "caption text",
+                                    vmax=1.0, xlabel="key token j", ylabel="query token i")
+    images = [ax.images[0] for ax in fig.axes if ax.images]
+    assert len(images) == 7 and {im.get_clim() for im in images} == {(0.0, 1.0)}
+    bars = [ax for ax in fig.axes if not ax.images]
+    assert len(bars) == 1 and bars[0].get_ylabel().startswith("attention weight")
+    assert all(t.get_fontsize() >= common.MIN_FONT_SIZE for ax in fig.axes[:7] for t in ax.get_xticklabels())
+    # y token labels on the first panel of each row only, x labels on every panel
+    assert [any(t.get_text() for t in ax.get_yticklabels()) for ax in fig.axes[:7]] == [
+        True, False, False, True, False, False, True]
+    assert all(any(t.get_text() for t in ax.get_xticklabels()) for ax in fig.axes[:7])
+    assert fig.get_figwidth() <= common.FIGURE_WIDTH
+    common.save_figure(fig, str(tmp_path / "m.png"))
+    assert png_size(tmp_path / "m.png")[0] <= 1100
+    top = max(float(p.matrix.max()) for p in drawn)
+    assert attention_maps.scale_of([p.matrix for p in drawn], "max") == pytest.approx(top)
+    assert attention_maps.scale_of([p.matrix for p in drawn], "unit") == 1.0
+
+
+def test_mma_legend_and_the_display_name():
+    assert attention_maps.mma_legend(["G", "F", "G"], 1) == (
+        "MMA head types (the model's --mma-heads): G = global (every key); F = forward (keys j >= i).")
+    assert "L = local (|i - j| <= 2)" in attention_maps.mma_legend(["L"], 2)
+    assert attention_maps.mma_legend([]) == ""
+    assert attention_maps.display_name("runs/mma/checkpoint_best.pt") == "mma"
+    assert attention_maps.display_name("runs/mma/checkpoint17.pt") == "mma"
+    assert attention_maps.display_name("models/mma-big.pt") == "mma-big"
+    assert attention_maps.display_name("runs/mma/checkpoint_best.pt", "MMA (ours)") == "MMA (ours)"
+    assert common.file_stem("MMA (ours)") == "MMA_ours"
+    with pytest.raises(common.AnalysisError, match="--names: 2 names"):
+        attention_maps.display_name("x.pt", ["a", "b"])
+
+
+def test_cut_note_says_what_max_tokens_left_out():
+    assert attention_maps.cut_note(45, 51, 32) == (" Only the first 32 of the 45 source tokens and 51 target tokens "
+                                                   "are drawn (--max-tokens 32); the rows drawn then sum to less "
+                                                   "than 1.")
+    assert attention_maps.cut_note(20, 23, 32) == ""
+    # target rows cut: each row drawn still holds all its weight
+    assert attention_maps.cut_note(20, 40, 32) == (" Only the first 32 of the 40 target tokens are drawn "
+                                                   "(--max-tokens 32).")
