@@ -13,7 +13,11 @@ or collect analyses that were run before (each command's ``--out`` directory)::
 
 Every analysis runs as its own command (``python -m fairseq_ext.analysis.NAME``, the same
 command a user would type) with ``--out OUT/NAME``; the ones that read one checkpoint
-(``SINGLE``) run once per checkpoint, into ``OUT/NAME/<name>``. An analysis that fails is
+(``SINGLE``) run once per checkpoint, into ``OUT/NAME/<name>``. Each is given only the
+options its own parser accepts (``--names`` and ``--cpu`` are left out where it takes
+none). ``word_order`` gets every checkpoint with its name and pairs each model with its
+counterpart trained without encoder positions from their configurations (``--args
+word_order='--pairs base:base-nopos'`` names the pairs instead). An analysis that fails is
 reported on the page with its error and the others still run (the exit status is then 1).
 The page holds every table an analysis wrote (its ``NAME.json`` rows), every PNG (base64,
 so the one file can be sent on), the command that produced each directory
@@ -23,13 +27,15 @@ so the one file can be sent on), the command that produced each directory
 import argparse
 import base64
 import datetime
+import functools
 import html
+import importlib
 import json
 import os
 import shlex
 import subprocess
 import sys
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from fairseq_ext.analysis import common
 from fairseq_ext.analysis.common import AnalysisError
@@ -172,16 +178,63 @@ def write_page(sections: List[str], titles: List[Tuple[str, str]], path: str, he
     return path
 
 
+class _ParserBuilt(Exception):
+    def __init__(self, parser: argparse.ArgumentParser):
+        super().__init__()
+        self.parser = parser
+
+
+@functools.lru_cache(maxsize=None)
+def parser_of(name: str) -> argparse.ArgumentParser:
+    """The command-line parser of analysis ``name``: its ``main`` runs until it parses (then it
+    is stopped), so the options are the command's own, not a list kept here."""
+    module = importlib.import_module(f"fairseq_ext.analysis.{name}")
+
+    def stop(parser, args=None, namespace=None):
+        raise _ParserBuilt(parser)
+
+    parse = argparse.ArgumentParser.parse_known_args
+    argparse.ArgumentParser.parse_known_args = stop
+    try:
+        module.main([])
+    except _ParserBuilt as built:
+        return built.parser
+    finally:
+        argparse.ArgumentParser.parse_known_args = parse
+    raise AnalysisError(f"fairseq_ext.analysis.{name}: its main() parses no command line")
+
+
+def analysis_options(name: str) -> Set[str]:
+    """The option strings (``--checkpoint``, ``--names``, ...) analysis ``name`` accepts."""
+    return set(parser_of(name)._option_string_actions)
+
+
+# the report's options every analysis must take; the others (--names, --cpu) only name the
+# checkpoints or choose the device, so an analysis that takes neither still analyses the same
+REQUIRED_OPTIONS = ("--checkpoint", "--data", "--split", "--out")
+
+
 def analysis_commands(name: str, checkpoints: Sequence[str], names: Sequence[str], data: str, split: str,
                       out: str, cpu: bool, extra: Sequence[str]) -> List[Tuple[List[str], str]]:
-    """[(argv, output directory)] of ``name`` on the checkpoints."""
+    """[(argv, output directory)] of ``name`` on the checkpoints, with only the options the
+    analysis accepts (:func:`analysis_options`): ``--names`` and ``--cpu`` are left out where
+    it takes none; one that takes no ``--checkpoint``, ``--data``, ``--split`` or ``--out``
+    is an AnalysisError."""
+    accepted = analysis_options(name)
+    missing = [o for o in REQUIRED_OPTIONS if o not in accepted]
+    if missing:
+        raise AnalysisError(f"fairseq_ext.analysis.{name} takes no {', '.join(missing)}: the report cannot run it")
+
+    def given(option: str, *values: str) -> List[str]:
+        return [option, *values] if option in accepted else []
+
     base = [sys.executable, "-m", f"fairseq_ext.analysis.{name}"]
-    tail = ["--data", data, "--split", split] + (["--cpu"] if cpu else []) + list(extra)
+    tail = ["--data", data, "--split", split] + (given("--cpu") if cpu else []) + list(extra)
     target = os.path.join(out, name)
     if name in SINGLE:
-        return [(base + ["--checkpoint", c, "--names", n, "--out", os.path.join(target, n)] + tail,
+        return [(base + ["--checkpoint", c, *given("--names", n), "--out", os.path.join(target, n)] + tail,
                  os.path.join(target, n)) for c, n in zip(checkpoints, names)]
-    return [(base + ["--checkpoint", *checkpoints, "--names", *names, "--out", target] + tail, target)]
+    return [(base + ["--checkpoint", *checkpoints, *given("--names", *names), "--out", target] + tail, target)]
 
 
 def run_analysis(argv: List[str], out: str) -> Optional[str]:
@@ -239,17 +292,25 @@ def main(argv=None):
     names = common.names_for(args.checkpoint, args.names) if args.run else []
 
     sections, titles, failed = [], [], 0
+
+    def add(out: str, title: str, reference: str, error: Optional[str]):
+        anchor = os.path.relpath(out, args.out).replace(os.sep, "-")
+        sections.append(section_html(anchor, title, reference, os.path.relpath(out, args.out), collect(out), error))
+        titles.append((anchor, title))
+
     for name in args.run or []:
         title, reference = ANALYSES[name]
-        for command, out in analysis_commands(name, args.checkpoint, names, args.data, args.split, args.out,
-                                              args.cpu, extra.get(name, [])):
+        try:
+            commands = analysis_commands(name, args.checkpoint, names, args.data, args.split, args.out, args.cpu,
+                                         extra.get(name, []))
+        except AnalysisError as e:  # on the page like an analysis that failed; the others still run
+            failed += 1
+            add(os.path.join(args.out, name), title, reference, str(e))
+            continue
+        for command, out in commands:
             error = run_analysis(command, out)
             failed += error is not None
-            shown_title = title + (f": {os.path.basename(out)}" if name in SINGLE else "")
-            anchor = os.path.relpath(out, args.out).replace(os.sep, "-")
-            sections.append(section_html(anchor, shown_title, reference, os.path.relpath(out, args.out),
-                                         collect(out), error))
-            titles.append((anchor, shown_title))
+            add(out, title + (f": {os.path.basename(out)}" if name in SINGLE else ""), reference, error)
     for d in args.from_dirs:
         found = collect(d)
         module = next((n for n in ANALYSES if any(f"fairseq_ext.analysis.{n} " in c + " " for c in found["commands"])),

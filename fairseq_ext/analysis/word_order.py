@@ -7,21 +7,39 @@ the Transformer baseline").
 
 Whether a checkpoint has encoder positions is read from its own configuration
 (``--no-encoder-positional-embeddings``, fairseq's ``--no-token-positional-embeddings``,
-``--encoder-learned-pos``) and written in the table; the checkpoints may be given in any
-order. ``--names`` gives the system of each checkpoint (the two checkpoints of one system
-share it); by default it is read from the configuration too (Transformer, Transformer MMA,
-Transformer DC, + the joint attention strategy).
+which also drops the decoder's, ``--encoder-learned-pos``) and written in the table; the
+checkpoints may be given in any order. A system is a pair (model, the same model without
+encoder positions), formed
+
+- by ``--pairs WITH:WITHOUT ...``: checkpoint names (``--names``, default: each checkpoint's
+  directory), the model with encoder positions first;
+- by ``--names``: two checkpoints given the same name are that system;
+- otherwise from the configurations: a checkpoint without encoder positions pairs with the
+  checkpoint with positions whose model options are the same except the positions (the
+  options its architecture's ``add_args`` defines; memory settings aside). Two candidates
+  for one checkpoint are an error that asks for ``--pairs``.
+
+A system is named by the ``--names`` name of its model with positions, else from its
+configuration (Transformer, Transformer MMA, Transformer DC, + the joint attention
+strategy). A checkpoint left without a counterpart is reported alone: its row says so, the
+figure draws it hollow with no drop, and a warning names the closest checkpoint of the other
+kind and the options they differ in.
 
     python -m fairseq_ext.analysis.word_order \\
         --checkpoint base/checkpoint_best.pt base-nopos/checkpoint_best.pt mma/checkpoint_best.pt mma-nopos/checkpoint_best.pt \\
+        --names base base-nopos mma mma-nopos \\
         --data data-bin/iwslt14.de-en --out analysis/word_order --generate-args "--beam 5"
 
+The BLEU flavour is the one ``fairseq-ext evaluate`` reports for the data (the paper's for
+the recipe in DATA/prep.env, lowercased on data the recipe lowercased), or ``--flavour``.
 Writes word_order.{md,csv,json} (per system: the row with positions, then the row
 without; BLEU, delta = BLEU without - BLEU with, p and mark of that difference; with
-several systems Δ, p and mark against the first system's counterpart) and word_order.png
-(BLEU per system, with and without positions); the decodings stay in OUT/<system>/pos and
-OUT/<system>/nopos (evaluate.sh directories).
+several systems Δ, p and mark against the first system's counterpart; a note on a
+checkpoint reported alone) and word_order.png (BLEU per system, with and without
+positions); the decodings stay in OUT/<system>/pos and OUT/<system>/nopos (evaluate.sh
+directories).
 """
+import logging
 import os
 import re
 import shlex
@@ -29,6 +47,8 @@ import sys
 from typing import Dict, List, Optional
 
 from fairseq_ext.analysis import common
+
+logger = logging.getLogger(__name__)
 
 
 def checkpoint_config(checkpoint: str):
@@ -55,24 +75,151 @@ def system_name(model_cfg) -> str:
     return name if strategy == "none" else f"{name} + {strategy}"
 
 
-def pair_checkpoints(checkpoints: List[str], names: Optional[List[str]]) -> Dict[str, Dict[str, dict]]:
-    """{system: {"pos" | "nopos": {"checkpoint", "positions"}}}, systems in the order given."""
-    configs = [checkpoint_config(c) for c in checkpoints]
+# what tells a model from its counterpart: where the encoder's positions come from
+POSITION_OPTIONS = frozenset({"no_encoder_positional_embeddings", "no_token_positional_embeddings",
+                              "encoder_learned_pos"})
+# model options that change how the network is run (memory), not what it computes
+RUNTIME_OPTIONS = frozenset({"checkpoint_activations", "offload_activations", "min_params_to_wrap"})
+
+
+def architecture(model_cfg) -> Dict[str, object]:
+    """The model's options other than its encoder positions: the options its registered
+    model class's ``add_args`` defines, as the configuration holds them (training settings
+    such as the learning rate or the save directory are not model options). Two checkpoints
+    with equal ones are counterparts."""
+    import argparse
+
+    import fairseq_ext  # noqa: F401  (registers the plugin's models)
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
+    model_class = ARCH_MODEL_REGISTRY.get(arch)
+    if model_class is None:
+        raise common.AnalysisError(f"architecture {arch!r} of a checkpoint is not registered with fairseq")
+    parser = argparse.ArgumentParser(add_help=False)
+    model_class.add_args(parser)
+    options = set(vars(parser.parse_args([]))) - POSITION_OPTIONS - RUNTIME_OPTIONS
+    return {"model": model_class.__name__, **{name: getattr(model_cfg, name, None) for name in sorted(options)}}
+
+
+def _differences(a: Dict[str, object], b: Dict[str, object]) -> List[str]:
+    return [f"--{k.replace('_', '-')}" if k != "model" else "model" for k in sorted(a.keys() | b.keys())
+            if a.get(k) != b.get(k)]
+
+
+def _side(model_cfg) -> str:
+    return "nopos" if encoder_positions(model_cfg) == "none" else "pos"
+
+
+def _given_pairs(checkpoints: List[str], names: Optional[List[str]], pairs: Optional[List[str]],
+                 sides: List[str]) -> List[List[int]]:
+    """The pairs the user named: --pairs WITH:WITHOUT, else checkpoints that share a --names
+    name (checkpoint indices)."""
+    if pairs:
+        known = common.names_for(checkpoints, names)
+        if len(set(known)) != len(known):
+            raise common.AnalysisError("--pairs refers to checkpoints by name: give each checkpoint its own "
+                                       f"--names (now: {' '.join(known)})")
+        index = {name: i for i, name in enumerate(known)}
+        groups: List[List[int]] = []
+        for spec in pairs:
+            with_name, sep, without_name = spec.partition(":")
+            for name in (with_name, without_name) if sep else ():
+                if name not in index:
+                    raise common.AnalysisError(f"--pairs {spec}: no checkpoint is named {name!r} "
+                                               f"(the names: {', '.join(known)})")
+            if not sep:
+                raise common.AnalysisError(f"--pairs {spec}: expected WITH:WITHOUT, the names of a checkpoint with "
+                                           f"encoder positions and of one without (the names: {', '.join(known)})")
+            i, j = index[with_name], index[without_name]
+            if sides[i] != "pos":
+                raise common.AnalysisError(f"--pairs {spec}: {with_name} ({checkpoints[i]}) has no encoder positions "
+                                           "(its configuration); name the model with positions first")
+            if sides[j] != "nopos":
+                raise common.AnalysisError(f"--pairs {spec}: {without_name} ({checkpoints[j]}) has encoder positions "
+                                           "(its configuration); the second name is the model trained without")
+            for k in (i, j):
+                if any(k in g for g in groups):
+                    raise common.AnalysisError(f"--pairs {spec}: {known[k]} is in two pairs")
+            groups.append([i, j])
+        return groups
+    shared: Dict[str, List[int]] = {}
+    for i, name in enumerate(names or []):
+        shared.setdefault(name, []).append(i)
+    groups = []
+    for system, members in shared.items():
+        if len(members) < 2:
+            continue
+        seen: Dict[str, int] = {}
+        for i in members:
+            side = sides[i]
+            if side in seen:
+                raise common.AnalysisError(
+                    f"--checkpoint: {checkpoints[seen[side]]} and {checkpoints[i]} are both {system!r} "
+                    f"{'without' if side == 'nopos' else 'with'} encoder positions (by their configurations); "
+                    f"give each system one checkpoint with and one trained with --no-encoder-positional-embeddings "
+                    f"(--names tells the systems apart)")
+            seen[side] = i
+        groups.append(members)
+    return groups
+
+
+def _pairs_by_architecture(indices: List[int], checkpoints: List[str], configs: list,
+                           sides: List[str]) -> List[List[int]]:
+    """Each checkpoint without encoder positions with the one checkpoint with positions of its
+    architecture; the others alone (a warning names the closest candidate)."""
+    archs = {i: architecture(configs[i]) for i in indices}
+    with_pos = [i for i in indices if sides[i] == "pos"]
+    without = [i for i in indices if sides[i] == "nopos"]
+    match = {i: [j for j in (without if sides[i] == "pos" else with_pos) if archs[i] == archs[j]] for i in indices}
+    for i in indices:
+        if len(match[i]) > 1:
+            kind = ("without", "with") if sides[i] == "nopos" else ("with", "without")
+            raise common.AnalysisError(
+                f"--checkpoint: {checkpoints[i]} ({kind[0]} encoder positions) has {len(match[i])} counterparts of its "
+                f"architecture {kind[1]} encoder positions: {', '.join(checkpoints[j] for j in match[i])}; say which "
+                "pairs with --pairs WITH:WITHOUT (checkpoint names)")
+    groups = [[match[j][0], j] for j in without if match[j]]
+    for i in indices:
+        if match[i]:
+            continue
+        groups.append([i])
+        others = without if sides[i] == "pos" else with_pos
+        kind = "without" if sides[i] == "pos" else "with"
+        closest = min(others, key=lambda j: len(_differences(archs[i], archs[j])), default=None)
+        hint = "" if closest is None else (f" (closest: {checkpoints[closest]}, which differs in "
+                                           f"{', '.join(_differences(archs[i], archs[closest]))})")
+        logger.warning(f"{checkpoints[i]} has no counterpart {kind} encoder positions of the same "
+                       f"architecture{hint}; it is reported alone (pair checkpoints with --pairs WITH:WITHOUT)")
+    return groups
+
+
+def pair_checkpoints(checkpoints: List[str], names: Optional[List[str]] = None,
+                     pairs: Optional[List[str]] = None) -> Dict[str, Dict[str, dict]]:
+    """{system: {"pos" | "nopos": {"checkpoint", "positions"}}}, systems in the order given; a
+    system with one side is a checkpoint without counterpart. Pairs: ``pairs``
+    ("WITH:WITHOUT" checkpoint names), checkpoints sharing a name in ``names``, then the
+    configurations (:func:`architecture`)."""
     if names and len(names) != len(checkpoints):
         raise common.AnalysisError(f"--names: {len(names)} names for {len(checkpoints)} checkpoints")
+    configs = [checkpoint_config(c) for c in checkpoints]
+    sides = [_side(cfg) for cfg in configs]
+    groups = _given_pairs(checkpoints, names, pairs, sides)
+    taken = {i for g in groups for i in g}
+    groups += _pairs_by_architecture([i for i in range(len(checkpoints)) if i not in taken], checkpoints, configs,
+                                     sides)
+    groups.sort(key=min)
+    # a system is named after its model with positions
+    heads = [next((i for i in g if sides[i] == "pos"), g[0]) for g in groups]
+    labels = [names[i] if names else system_name(configs[i]) for i in heads]
+    if len(set(labels)) < len(labels):  # systems named from configurations: the directory tells them apart
+        directories = common.names_for(checkpoints, None)
+        labels = [f"{label} ({directories[i]})" if labels.count(label) > 1 else label
+                  for label, i in zip(labels, heads)]
     systems: Dict[str, Dict[str, dict]] = {}
-    for i, (ckpt, cfg) in enumerate(zip(checkpoints, configs)):
-        system = names[i] if names else system_name(cfg)
-        positions = encoder_positions(cfg)
-        side = "nopos" if positions == "none" else "pos"
-        entry = systems.setdefault(system, {})
-        if side in entry:
-            raise common.AnalysisError(
-                f"--checkpoint: {entry[side]['checkpoint']} and {ckpt} are both {system!r} "
-                f"{'without' if side == 'nopos' else 'with'} encoder positions (by their configurations); "
-                f"give each system one checkpoint with and one trained with --no-encoder-positional-embeddings "
-                f"(--names tells the systems apart)")
-        entry[side] = {"checkpoint": ckpt, "positions": positions}
+    for label, group in zip(labels, groups):
+        systems[label] = {sides[i]: {"checkpoint": checkpoints[i], "positions": encoder_positions(configs[i])}
+                          for i in sorted(group, key=lambda i: sides[i] != "pos")}
     return systems
 
 
@@ -123,6 +270,8 @@ def word_order_rows(systems: Dict[str, Dict[str, dict]], data: str, split: str, 
                     base_bleu = round(evals[base_system, side]["bleu"][flavour], 2)
                     row.update({f"Δ vs {base_system}": round(bleu - base_bleu, 2),
                                 "p vs base": other["p_value"], "mark vs base": other["mark"]})
+            row["note"] = "" if len(sides) == 2 else \
+                f"alone: no counterpart {'without' if side == 'pos' else 'with'} encoder positions"
             row.update({"flavour": flavour, "checkpoint": sides[side]["checkpoint"]})
             rows.append(row)
     return rows
@@ -130,21 +279,32 @@ def word_order_rows(systems: Dict[str, Dict[str, dict]], data: str, split: str, 
 
 def plot(rows: List[dict], path: str):
     """Grouped bars: per system, BLEU with and without encoder positions (the drop written
-    above the pair)."""
+    above the pair); a checkpoint without counterpart is a hollow, hatched bar marked
+    "alone", with no drop."""
     plt = common.pyplot()
     systems = list(dict.fromkeys(r["model"] for r in rows))
+    paired = {s for s in systems if sum(r["model"] == s for r in rows) == 2}
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(systems), 3.5))
     width = 0.38
     for offset, label, with_positions in ((-width / 2, "with encoder positions", True),
                                           (width / 2, "without (- Position Embedding)", False)):
         xs, ys = [], []
         for x, system in enumerate(systems):
+            if system not in paired:
+                continue
             for r in rows:
                 if r["model"] == system and (r["encoder positions"] != "none") == with_positions:
                     xs.append(x + offset)
                     ys.append(r["BLEU"])
-        bars = ax.bar(xs, ys, width, label=label)
-        ax.bar_label(bars, fmt="%.2f", fontsize=7)
+        if xs:
+            bars = ax.bar(xs, ys, width, label=label)
+            ax.bar_label(bars, fmt="%.2f", fontsize=7)
+    alone = [(x, r) for x, system in enumerate(systems) if system not in paired for r in rows if r["model"] == system]
+    if alone:
+        bars = ax.bar([x for x, _ in alone], [r["BLEU"] for _, r in alone], width, fill=False, edgecolor="grey",
+                      hatch="//", label="alone: no counterpart, no drop")
+        ax.bar_label(bars, labels=[f"{r['BLEU']:.2f}\nalone, {'with' if r['encoder positions'] != 'none' else 'no'} "
+                                   "positions" for _, r in alone], fontsize=7, color="grey")
     for x, system in enumerate(systems):
         drop = next((r for r in rows if r["model"] == system and r["delta"] is not None), None)
         if drop is not None:
@@ -154,7 +314,7 @@ def plot(rows: List[dict], path: str):
     ax.set_xticks(range(len(systems)), systems)
     ax.set_ylabel(f"BLEU ({rows[0]['flavour']})" if rows else "BLEU")
     ax.margins(y=0.2)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never over one
     common.save_figure(fig, path)
     return fig
 
@@ -166,12 +326,18 @@ def main(argv=None):
     ap.add_argument("--flavour", help="BLEU flavour (default: the one evaluate.sh reports for the data)")
     ap.add_argument("--samples", type=int, default=1000, help="paired bootstrap samples")
     ap.add_argument("--marks", default="mma", help="significance marks: thesis, mma or wt")
+    ap.add_argument("--pairs", nargs="+", metavar="WITH:WITHOUT",
+                    help="counterparts by checkpoint name (--names, default: the checkpoint's directory): the model "
+                         "with encoder positions, then the one trained without (default: pairs of checkpoints that "
+                         "share a --names name, then of the same architecture by their configurations)")
     common.language_arguments(ap)
     args = ap.parse_args(argv)
-    systems = pair_checkpoints(args.checkpoint, args.names)
+    systems = pair_checkpoints(args.checkpoint, args.names, args.pairs)
     for system, sides in systems.items():
+        kind = "pair" if len(sides) == 2 else "alone"
         for side, entry in sides.items():
-            print(f"{system}: {entry['checkpoint']} has encoder positions: {entry['positions']} (its configuration)")
+            print(f"{system} ({kind}): {entry['checkpoint']} has encoder positions: {entry['positions']} "
+                  "(its configuration)")
     rows = word_order_rows(systems, args.data, args.split, args.out, shlex.split(args.generate_args), args.flavour,
                            args.samples, args.cpu, args.marks, args.src, args.tgt)
     common.write_table(rows, args.out, "word_order",

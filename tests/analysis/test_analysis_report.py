@@ -1,10 +1,12 @@
 """The one-page HTML report (fairseq_ext/analysis/report.py): every table and figure an
 analysis wrote ends up on the page, escaped and inline, with the command that made it; a
-failing analysis is shown as failed and the others still run."""
+failing analysis is shown as failed and the others still run; every analysis is given only
+options its own parser accepts, and word_order compares each model with its counterpart."""
 import base64
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -12,6 +14,7 @@ import pytest
 
 from fairseq_ext.analysis import common, report
 from model_utils import clean_env, make_tiny_parallel_data, train_tiny
+from test_analysis_maps import tiny_models  # noqa: F401  (the fixture: hier, hier_nopos, mma)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -61,6 +64,75 @@ def test_single_checkpoint_analyses_run_once_per_checkpoint():
     (argv, out), = report.analysis_commands("attention_stats", ["a.pt", "b.pt"], ["A", "B"], "bin", "test", "o",
                                             False, [])
     assert argv[argv.index("--checkpoint") + 1: argv.index("--checkpoint") + 3] == ["a.pt", "b.pt"]
+
+
+@pytest.mark.parametrize("name", list(report.ANALYSES))
+def test_every_analysis_parses_the_command_the_report_gives_it(name):
+    """Each command the report builds is parsed by the analysis's own parser (argparse exits
+    on an option it does not take), one name per checkpoint where it runs per checkpoint."""
+    commands = report.analysis_commands(name, ["a.pt", "b.pt"], ["A", "B"], "bin", "valid", "o", True, [])
+    parser = report.parser_of(name)
+    for argv, out in commands:
+        args = parser.parse_args(argv[3:])
+        assert args.data == "bin" and args.split == "valid" and args.out == out and args.cpu
+        if name in report.SINGLE:
+            assert argv[argv.index("--names") + 1: argv.index("--out")] == [os.path.basename(out)]
+    assert len(commands) == (2 if name in report.SINGLE else 1)
+
+
+def test_options_an_analysis_does_not_take_are_not_given(monkeypatch):
+    """An analysis without --names or --cpu runs without them; one without --split is refused
+    (it would analyse another split) and shown as failed while the others run."""
+    accepted = {"--checkpoint", "--data", "--split", "--out", "--sentence"}
+    monkeypatch.setattr(report, "analysis_options", lambda name: accepted)
+    (argv, out), _ = report.analysis_commands("attention_maps", ["a.pt", "b.pt"], ["A", "B"], "bin", "test", "o",
+                                              True, ["--sentence", "2"])
+    assert argv[3:] == ["--checkpoint", "a.pt", "--out", os.path.join("o", "attention_maps", "A"), "--data", "bin",
+                        "--split", "test", "--sentence", "2"]
+    accepted.discard("--split")
+    with pytest.raises(common.AnalysisError, match="attention_maps takes no --split"):
+        report.analysis_commands("attention_maps", ["a.pt"], ["A"], "bin", "test", "o", True, [])
+
+
+@pytest.mark.slow
+def test_report_runs_attention_maps_and_word_order_in_pairs(tiny_models, tmp_path):  # noqa: F811
+    """attention_maps once per checkpoint and word_order on all of them, through the report,
+    on lowercased data (prep.env lowercase=1): the model pairs with its counterpart without
+    encoder positions, the MMA model is reported alone, and BLEU is lowercased BLEU."""
+    bin_dir, ckpts = tiny_models
+    data = tmp_path / "lowercased"
+    shutil.copytree(bin_dir, data)
+    (data / "prep.env").write_text("recipe=tiny\nsrc=src\ntgt=tgt\nbpe=none\nlowercase=1\n")
+    out = tmp_path / "report"
+    names = ["hier", "hier-nopos", "mma"]
+    proc = subprocess.run([sys.executable, "-m", "fairseq_ext.analysis.report", "--checkpoint", ckpts["hier"],
+                           ckpts["hier_nopos"], ckpts["mma"], "--names", *names, "--data", str(data), "--split",
+                           "valid", "--cpu", "--out", str(out), "--run", "attention_maps", "word_order",
+                           "--args", "attention_maps=--beam 2 --sentence 1",
+                           "--args", "word_order=--samples 20 --generate-args '--beam 2 --max-len-b 8'"],
+                          capture_output=True, text=True, env=clean_env(), cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert 'class="failed"' not in page
+    images = _images(page)
+    for name in names:  # each checkpoint's maps under its name, every figure on the page
+        maps = out / "attention_maps" / name
+        assert f"--names {name} " in (maps / "command.txt").read_text()
+        assert json.loads((maps / "attention_maps.json").read_text())["name"] == name
+        pngs = [p.read_bytes() for p in maps.glob("*.png")]
+        assert len(pngs) >= 2 and all(p in images for p in pngs)
+    rows = json.loads((out / "word_order" / "word_order.json").read_text())
+    assert [(r["model"], r["encoder positions"], r["checkpoint"], r["note"]) for r in rows] == [
+        ("hier", "sinusoidal", ckpts["hier"], ""), ("hier", "none", ckpts["hier_nopos"], ""),
+        ("mma", "sinusoidal", ckpts["mma"], "alone: no counterpart without encoder positions")]
+    assert rows[1]["delta"] == pytest.approx(rows[1]["BLEU"] - rows[0]["BLEU"], abs=1e-9) and rows[1]["p"] is not None
+    assert rows[0]["delta"] is None and rows[2]["delta"] is None
+    # lowercased data: the lowercased flavour, the score evaluation wrote for it
+    assert {r["flavour"] for r in rows} == {"detok-lc"}
+    scores = json.loads((out / "word_order" / "hier" / "nopos" / "bleu.json").read_text())
+    assert scores["headline"] == "detok-lc" and rows[1]["BLEU"] == pytest.approx(scores["detok-lc"]["score"], abs=0.005)
+    assert (out / "word_order" / "word_order.png").read_bytes() in images
+    assert "alone: no counterpart without encoder positions" in page
 
 
 @pytest.mark.slow
