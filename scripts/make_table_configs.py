@@ -4,7 +4,11 @@
 The YAML files are the source of truth and are edited by hand after generation: this tool
 only writes a file that does not exist yet (or every file with --force, which discards the
 hand edits: review `git diff` afterwards). It maps each row's technique, in the vocabulary
-of paper-tables.json, to fairseq_ext flags, and keeps the printed numbers verbatim.
+of paper-tables.json, to fairseq_ext flags, each printed column to where our number comes
+from (``columns:``, COLUMN_RULES), and keeps the printed numbers verbatim. What only a
+reader of the paper knows is added by hand: a row's ``compare_with`` (the row the paper
+compares it with, when not the baseline), ``model`` and ``analysis`` (rows that report on
+another row's model, such as the layers of one model), and ``analysis_args``.
 
     python scripts/make_table_configs.py --tables PATH/paper-tables.json [--force]
 """
@@ -67,22 +71,47 @@ def training_for(prefix, dataset):
         return "wt-wmt14"
     return "ms-multi30k" if dataset.startswith("multi30k") else "ms-europarl"
 
-# metrics the runner measures itself; the others come from an analysis (issue 12)
-ANALYSIS_OF_METRIC = [
-    ("ΔBLEU masking", "layer_dependency"),
-    ("BLEU Main-Decoder", "decoders"),
-    ("BLEU Aux-Decoder", "decoders"),
-    ("probing", "probing"),
-    ("Encoder ", "word_translation"),
-    ("Decoder", "word_translation"),
-    ("Acc", "word_translation"),
-    ("BLEU1", "translate_from_layer"),
-    ("BLEU (BPE", "translate_from_layer"),
-    ("BLEU Δ", "translate_from_layer"),
-    ("adv", "adversarial"),
-    ("adversarial", "adversarial"),
-    ("METEOR", "meteor"),
+# printed column -> where our number comes from (fairseq_ext/reproduce/tables.py SOURCES); the
+# first rule whose pattern matches the whole column name
+COLUMN_RULES = [
+    (r"BLEU", lambda m: {"source": "bleu"}),
+    (r"#Params( \(M\))?", lambda m: {"source": "params"}),
+    (r"Train \(steps/s\)", lambda m: {"source": "train_speed"}),
+    (r"Train time", lambda m: {"source": "train_time"}),
+    (r"Decode \(tokens/s\)", lambda m: {"source": "decode_speed", "unit": "tokens/s"}),
+    (r"Decode \(/s\).*", lambda m: {"source": "decode_time"}),
+    (r"Speed up", lambda m: {"source": "decode_speedup"}),
+    (r"Δ( vs .*)?", lambda m: {"source": "delta", "of": "BLEU"}),
+    (r"METEOR", lambda m: {"source": "meteor"}),
+    (r"adv\.BLEU \(random image\)", lambda m: {"source": "adversarial", "shuffled": "extra"}),
+    (r"adversarial BLEU \(random (\w+)\)", lambda m: {"source": "adversarial", "shuffled": m.group(1)}),
+    (r"ΔBLEU masking encoder layer (\d+)", lambda m: {"source": "layer_dependency", "layer": int(m.group(1))}),
+    (r"BLEU Main-Decoder.*", lambda m: {"source": "decoders", "decoder": "main"}),
+    (r"BLEU Aux-Decoder.*", lambda m: {"source": "decoders", "decoder": "aux"}),
+    (r"probing accuracy (\w+) #AVG", lambda m: {"source": "probing", "task": "#AVG", "category": m.group(1)}),
+    (r"probing accuracy \w+ (\w+)", lambda m: {"source": "probing", "task": m.group(1)}),
+    (r"Encoder Acc", lambda m: {"source": "word_translation", "part": "encoder"}),
+    (r"Decoder Acc", lambda m: {"source": "word_translation", "part": "decoder"}),
+    (r"Decoder -(Self|Cross) attention Acc",
+     lambda m: {"source": "word_translation", "part": f"-{m.group(1).lower()} attention"}),
+    (r"(Encoder|Decoder) Δ", lambda m: {"source": "delta", "of": f"{m.group(1)} Acc"}),
+    (r"Decoder -(Self|Cross) attention Δ",
+     lambda m: {"source": "delta", "of": f"Decoder -{m.group(1)} attention Acc", "against_column": "Decoder Acc"}),
+    (r"Acc", lambda m: {"source": "word_translation"}),  # the part differs per row (Table 3)
+    (r"BLEU1 \(BPE.*", lambda m: {"source": "translate_from_layer", "metric": "BLEU-1"}),
+    (r"BLEU \(BPE.*", lambda m: {"source": "translate_from_layer", "metric": "BLEU"}),
+    (r"BLEU1 Δ", lambda m: {"source": "delta", "of": "BLEU1 (BPE, case-insensitive)"}),
+    (r"BLEU Δ", lambda m: {"source": "delta", "of": "BLEU (BPE, case-insensitive)"}),
 ]
+
+
+def column_for(metric):
+    """The ``columns:`` entry of a printed column: its name, source and parameters."""
+    for pattern, make in COLUMN_RULES:
+        m = re.fullmatch(pattern, metric)
+        if m:
+            return {"name": metric, **make(m)}
+    raise SystemExit(f"no column source for {metric!r}: add a rule to COLUMN_RULES")
 
 
 def dataset_of(task):
@@ -232,7 +261,6 @@ def table_config(paper, table):
         for cell in row["results"]:
             if cell["metric"] not in metrics:
                 metrics.append(cell["metric"])
-    analyses = sorted({a for m in metrics for p, a in ANALYSIS_OF_METRIC if m.startswith(p)})
     config = {
         "id": tid,
         "paper": paper_name,
@@ -241,10 +269,8 @@ def table_config(paper, table):
         "datasets": {k: {"task": v["task"], "bleu": v["bleu"], "training": training_for(prefix, k)}
                      for k, v in datasets.items()},
         "baseline": baseline,
-        "metrics": metrics,
+        "columns": [column_for(m) for m in metrics],
     }
-    if analyses:
-        config["analyses"] = analyses
     if table.get("significance"):
         config["paper_significance"] = table["significance"]
     if table.get("notes"):
@@ -269,8 +295,8 @@ def main():
                 print(f"kept {path} (exists; --force overwrites)")
                 continue
             header = (f"# {config['paper']}: {table['id']}. Generated from paper-tables.json by\n"
-                      "# scripts/lib/make_table_configs.py, then edited by hand: this file is the source of truth.\n"
-                      "# Run: scripts/reproduce.sh " + tid + " --dry-run   (docs/reproduction.md)\n")
+                      "# scripts/make_table_configs.py, then edited by hand: this file is the source of truth.\n"
+                      "# Run: fairseq-ext reproduce " + tid + " --dry-run   (docs/reproduction.md)\n")
             with open(path, "w", encoding="utf-8") as f:
                 f.write(header)
                 yaml.safe_dump(config, f, sort_keys=False, allow_unicode=True, width=110)

@@ -10,8 +10,13 @@
 (also: python -m fairseq_ext.reproduce ...). For each row and data set: prepare the data if
 missing, train (scripts/train.sh), average the last checkpoints where the paper did,
 evaluate (fairseq-ext evaluate) with the table's BLEU flavour, count the parameters, read the
-training and decoding speed; then test every row against the baseline row (sacreBLEU paired
-bootstrap, 1000 samples) and print our numbers next to the paper's. Finished runs are reused.
+training and decoding speed; then run the analyses the table's columns read (python -m
+fairseq_ext.analysis.NAME, METEOR), test every row's BLEU against its reference row
+(sacreBLEU paired bootstrap, 1000 samples) and print every printed column of the paper next
+to ours, with the scale of our runs. Finished runs and analyses are reused. The table goes to
+WORK/TABLE/table[.SCALE].{md,csv,json,tex}, replaced only by a complete run of every row and
+data set; a subset (--rows, --datasets) writes table[.SCALE].rows-.../datasets-..., a run
+with failures or missing numbers ....partial.
 """
 import argparse
 import os
@@ -25,7 +30,7 @@ from fairseq_ext.reproduce.tables import load_setups, load_table, load_tables
 
 def list_tables(setups):
     tables = load_tables()
-    print(f"{'table':<12} {'rows':>9}  {'data sets':<46} metrics")
+    print(f"{'table':<12} {'rows':>9}  {'data sets':<46} columns")
     for t in tables:
         own = sum(r.runnable for r in t.rows)
         datasets = ", ".join(t.datasets)
@@ -43,6 +48,11 @@ def list_rows(table, setups):
         recipe = setups["datasets"][key].get("recipe") or f"no recipe: substitute {sub}"
         print(f"data set {key}: {ds['task']}\n  BLEU {ds['bleu']}, training {ds['training']}, recipe: {recipe}")
     print(f"baseline row: {table.baseline}")
+    print("columns:")
+    for c in table.columns:
+        params = ", ".join(f"{k} {v}" for k, v in c.params.items())
+        print(f"  {c.name}: {c.source}" + (f" ({params})" if params else "")
+              + ("" if c.printed else "  [ours only: not in the paper's table]"))
     if table.analyses:
         print(f"analyses (fairseq_ext.analysis): {', '.join(table.analyses)}")
     print()
@@ -50,6 +60,12 @@ def list_rows(table, setups):
         numbers = "; ".join(f"{k}: " + ", ".join(f"{m} {v}" for m, v in cells.items()) for k, cells in row.paper.items())
         kind = f"cited ({row.cited})" if row.cited else " ".join(row.flags)
         print(f"- {row.id}  [{row.label}]\n    {kind}\n    paper: {numbers or '–'}")
+        ref = table.reference(row)
+        if ref is not None:
+            print(f"    compared with: {ref.id}")
+        if row.model:
+            print(f"    reports on the model of: {row.model}" + (f" ({', '.join(f'{k} {v}' for k, v in row.analysis.items())})"
+                                                             if row.analysis else ""))
         if row.note:
             print(f"    note: {row.note}")
 
@@ -96,6 +112,8 @@ def main(argv=None):
     ap.add_argument("--train-args", default="", help="more fairseq-train flags for every row, e.g. --train-args='--fp16'")
     ap.add_argument("--generate-args", default="", help="more fairseq-generate flags for every row")
     ap.add_argument("--samples", type=int, default=1000, help="paired bootstrap samples (default 1000)")
+    ap.add_argument("--senteval", help="SentEval's data/probing directory: the probing columns' ten tasks "
+                                       "(default: SentLen, WC and BShift generated from the training text)")
     args = ap.parse_args(argv)
     if args.samples < 1:
         raise FairseqExtError(f"--samples must be at least 1, not {args.samples}")
@@ -115,22 +133,38 @@ def main(argv=None):
                           node_rank=args.node_rank, master_addr=args.master_addr, master_port=args.master_port,
                           seed=args.seed, cpu=args.cpu, data_from=parse_from(args.data_from),
                           extra_train=shlex.split(args.train_args), extra_generate=shlex.split(args.generate_args),
-                          substitute=args.substitute)
+                          substitute=args.substitute,
+                          senteval=os.path.abspath(args.senteval) if args.senteval else None)
     if opts.smoke and not opts.budget:
         opts.budget = str(setups["smoke"].get("budget", "200"))
     runner.budget_flags(opts.budget)  # check it before anything runs
     rows = table.select(args.rows)
-    datasets = [d.strip() for d in args.datasets.split(",")] if args.datasets else None
+    datasets = [d.strip() for d in args.datasets.split(",") if d.strip()] if args.datasets else None
     plans = runner.plan_table(table, rows, setups, opts, datasets)
+    analyses = runner.plan_analyses(table, plans, setups, opts, args.samples)
+    name = output_name(table, args, opts)
     if args.dry_run:
         for p in plans:
+            shared = [r for r in rows if r.model == p.row]
             print(f"# {p.table} / {p.row} [{p.label}] / {p.dataset}: BLEU {p.bleu}, budget {p.budget}"
-                  + (f"\n#   data: {p.substitution}" if p.substitution else ""))
+                  + (f"\n#   data: {p.substitution}" if p.substitution else "")
+                  + (f"\n#   the same model for the rows: {', '.join(f'{r.id} [{r.label}]' for r in shared)}"
+                     if shared else ""))
             for cmd in p.commands():
                 print(runner.shell_line(cmd))
             print()
-        if table.analyses:
-            print(f"# then the analyses of this table: {', '.join(table.analyses)} (docs/analysis.md)")
+        if analyses:
+            print("# then, on each trained model, what the table's columns read (docs/analysis.md):")
+            for a in analyses:
+                where = f"{a.run.row} / {a.run.dataset}"
+                if a.name == "meteor":
+                    print(f"# {where}: METEOR of eval-test/hyp.detok (fairseq_ext.tools.meteor) -> {a.out}")
+                elif a.command is None:
+                    print(f"# {where}: {a.name}: unavailable: {a.unavailable}")
+                else:
+                    print(runner.shell_line(a.command))
+            print()
+        print(f"# table: {os.path.join(opts.work_dir, table.id, name)}.{{md,csv,json,tex}}")
         return 0
     if not args.report and args.node_rank > 0:
         for p in plans:  # worker node of a multi-node run: train only
@@ -144,15 +178,55 @@ def main(argv=None):
             except runner.ReproduceError as e:  # go on with the other rows; say it at the end
                 print(f"[{p.table}/{p.row}/{p.dataset}] FAILED: {e}", file=sys.stderr, flush=True)
                 failed.append(f"{p.row}/{p.dataset}: {e}")
-        runner.significance(table, plans, n_samples=args.samples, seed=12345)
-    records = report.build_rows(table, plans)
-    text = report.markdown(table, records)
-    print(text)
-    paths = report.write_reports(table, records, os.path.join(opts.work_dir, table.id))
-    print(f"written: {paths['md']}, {paths['csv']}, {paths['json']}")
+        for a in analyses:
+            if not os.path.exists(os.path.join(a.run.run_dir, "result.json")):
+                continue  # its training failed: said above
+            try:
+                runner.execute_analysis(a)
+            except runner.ReproduceError as e:
+                print(f"[{a.run.table}/{a.run.row}/{a.run.dataset}] {a.name} FAILED: {e}", file=sys.stderr, flush=True)
+                failed.append(f"{a.run.row}/{a.run.dataset} {a.name}: {e}")
+    runner.significance(table, plans, n_samples=args.samples, seed=12345, rows=rows)
+    records = report.build_rows(table, plans, rows, analyses)
+    scales = report.scale(table, plans, records)
+    print(report.markdown(table, records, scales))
+    partial = bool(failed) or not report.complete(records)
+    name = output_name(table, args, opts, partial)
+    out_dir = os.path.join(opts.work_dir, table.id)
+    paths = report.write_reports(table, records, out_dir, name, scales)
+    print(f"written: {paths['md']}, .csv, .json, .tex")
+    whole = output_name(table, argparse.Namespace(rows=None, datasets=None), opts)
+    if name != whole:
+        why = []
+        if any(subset(table, args)):
+            why.append("a subset of the table (--rows / --datasets)")
+        if partial:
+            why.append("incomplete (failed runs or missing numbers)")
+        print(f"  ({' and '.join(why)}: {whole}.md, the complete table at this scale, is written only by a "
+              "complete run of every row and data set"
+              + (", and was left as it was" if os.path.exists(os.path.join(out_dir, whole + ".md")) else "") + ")")
     if failed:
-        raise runner.ReproduceError(f"{len(failed)} run(s) failed:\n  " + "\n  ".join(failed))
+        raise runner.ReproduceError(f"{len(failed)} step(s) failed:\n  " + "\n  ".join(failed))
     return 0
+
+
+def subset(table, args) -> (str, str):
+    """(rows, data sets) that --rows / --datasets choose when they leave out some of the
+    table's own rows or data sets, else ""."""
+    rows = datasets = ""
+    if args.rows and {r.id for r in table.select(args.rows)} != {r.id for r in table.rows if r.runnable}:
+        rows = ",".join(r.id for r in table.named(args.rows))
+    chosen = [d.strip() for d in (args.datasets or "").split(",") if d.strip()]
+    if chosen and set(chosen) != set(table.datasets):
+        datasets = ",".join(chosen)
+    return rows, datasets
+
+
+def output_name(table, args, opts, partial: bool = False) -> str:
+    """The table's file name: the scale (smoke, substitute, budget), the subset, partial."""
+    tag = ".".join(p for p in ("smoke" if opts.smoke else "", "substitute" if opts.substitute and not opts.smoke else "",
+                                opts.budget or "") if p)
+    return report.table_name(tag, *subset(table, args), partial=partial)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ width is the same) with the paper's printed difference, within 0.1M (two numbers
 
     python -m fairseq_ext.reproduce.params            # every table with a #Params column
 """
+import functools
 import logging
 import sys
 from typing import List, Optional
@@ -27,6 +28,24 @@ def count(flags: List[str], vocab: int = VOCAB) -> int:
     dictionary = make_dictionary(vocab - 4)
     model, _ = build_model(arch, "--share-all-embeddings", *args, dictionary=dictionary, seed=None, device="meta")
     return sum(p.numel() for p in model.parameters())
+
+
+@functools.lru_cache(maxsize=None)
+def _shape(flags: tuple) -> dict:
+    from fairseq_ext.model_builder import parse_model_args
+
+    args = [f for f in flags if f != "--arch"]
+    arch = flags[flags.index("--arch") + 1]
+    args.remove(arch)
+    parsed = parse_model_args(arch, *args)
+    keys = ("encoder_layers", "decoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads")
+    return {k: getattr(parsed, k, None) for k in keys}
+
+
+def shape(flags: List[str]) -> dict:
+    """Layers, widths and heads of the model ``flags`` build (its --arch preset applied), as
+    fairseq-train's parser resolves them."""
+    return dict(_shape(tuple(flags)))
 
 
 def _params_cell(cells: dict):

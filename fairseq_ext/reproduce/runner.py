@@ -1,13 +1,22 @@
 """Plan and run one table: for each row and data set, prepare the data if missing, train
 (scripts/train.sh), average checkpoints where the paper did, evaluate (fairseq-ext evaluate)
-with the table's BLEU flavour, count parameters and read the speeds; then test significance
-against the table's baseline row (sacreBLEU's paired bootstrap).
+with the table's BLEU flavour, count parameters and read the speeds; then run what the
+table's columns read beyond that (the analysis commands, ``python -m fairseq_ext.analysis.NAME``,
+and METEOR), and test the BLEU of every row against its reference row (sacreBLEU's paired
+bootstrap).
 
-A run's directory is ``WORK/<table>/<row>/<data set>[.smoke][.budget]``; it holds
-``plan.json`` (the commands) and, when the run finished, ``result.json``. A finished run with
-the same commands is reused, never retrained.
+A run's directory is ``WORK/<table>/<row>/<data set>[.smoke][.budget]`` (the row that trains
+the model: rows that report on another row's model share that row's run); it holds
+``plan.json`` (the commands), the logs, ``eval-test/`` and, when the run finished,
+``result.json``; then ``analysis/NAME/`` (each analysis of its model, with
+``.reproduce-command.json``, the command that finished there), ``meteor.json`` and
+``significance.json`` (against its reference row). A finished run with the same commands is
+reused, never retrained; a finished analysis with the same command is reused, never rerun.
+Everything of one run stays in its directory, so that several runs of a row (seeds) can be
+read one by one.
 """
 import glob
+import hashlib
 import json
 import os
 import re
@@ -16,13 +25,15 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Set
 
 from fairseq_ext.errors import FairseqExtError
 from fairseq_ext import resources
+from fairseq_ext.reproduce import children
 from fairseq_ext.reproduce.tables import Row, Table
 
 FLAVOUR_FILES = {"detok": ("hyp.detok", "ref.detok"), "tok": ("hyp.tok", "ref.tok")}
+ANALYSIS_DONE = ".reproduce-command.json"  # in an analysis' output: the command that finished there
 
 
 class ReproduceError(FairseqExtError):
@@ -46,12 +57,13 @@ class Options:
     extra_train: List[str] = field(default_factory=list)
     extra_generate: List[str] = field(default_factory=list)
     substitute: bool = False  # use every data set's substitute (also implied by --smoke)
+    senteval: Optional[str] = None  # SentEval's data/probing directory, for the probing columns
 
 
 @dataclass
 class RunPlan:
     table: str
-    row: str
+    row: str  # the row that trains this model
     label: str
     dataset: str  # the table's data set
     data_key: str  # the data set actually used (a substitute, or the same)
@@ -66,9 +78,27 @@ class RunPlan:
     checkpoint: str
     budget: str
     adversarial: List[List[str]] = field(default_factory=list)  # evaluations with one source shuffled
+    smoke: bool = False
+    cpu: bool = False
+    generate: List[str] = field(default_factory=list)  # the decoding flags (evaluation and analyses)
+    model_flags: List[str] = field(default_factory=list)  # the flags that shape the model (row, size preset, smoke)
 
     def commands(self) -> List[List[str]]:
         return [c for c in (self.prepare, self.train, self.average, self.evaluate) if c] + self.adversarial
+
+
+@dataclass
+class AnalysisPlan:
+    """One analysis of one trained model (a run), written into the run's directory."""
+    name: str  # fairseq_ext.analysis.NAME, or "meteor" (computed here, fairseq_ext.tools.meteor)
+    run: RunPlan
+    out: str  # output directory (meteor: the JSON file)
+    command: Optional[List[str]] = None
+    unavailable: str = ""  # why it cannot run with what is here (its columns say so)
+
+    @property
+    def log(self) -> str:
+        return os.path.join(self.run.run_dir, f"analysis-{self.name}.log")
 
 
 def budget_flags(budget: Optional[str]) -> List[str]:
@@ -84,6 +114,16 @@ def budget_flags(budget: Optional[str]) -> List[str]:
     return ["--stop-time-hours", f"{hours:.4f}", "--max-epoch", "0", "--max-update", "0"]
 
 
+def describe_budget(budget: str) -> str:
+    """A run's budget in words, with its unit: "200 updates", "20 min", "2 h", or the paper's
+    schedule."""
+    m = re.fullmatch(r"(\d+)([mh]?)", budget or "")
+    if not m:
+        return "the paper's schedule (the training config's --max-update / --max-epoch)"
+    value, unit = int(m.group(1)), m.group(2)
+    return {"": f"{value} updates", "m": f"{value} min of training", "h": f"{value} h of training"}[unit]
+
+
 def has_gpu() -> bool:
     try:
         import torch
@@ -91,6 +131,14 @@ def has_gpu() -> bool:
         return torch.cuda.is_available()
     except Exception:  # pragma: no cover
         return False
+
+
+def local_copy(key: str, setups: dict, opts: Options) -> Optional[str]:
+    """The local directory of data set ``key``'s release files (--from, else $FAIRSEQ_EXT_DATA)."""
+    local = opts.data_from.get(key)
+    if local is None and setups["datasets"][key].get("local"):
+        local = resources.local_data(setups["datasets"][key]["local"])
+    return local
 
 
 def resolve_data(key: str, setups: dict, opts: Options) -> (str, str, Optional[str]):
@@ -107,10 +155,7 @@ def resolve_data(key: str, setups: dict, opts: Options) -> (str, str, Optional[s
         sub = datasets[key]["substitute"]
         reason = f"{sub} in place of {wanted} (no recipe for {key} in the package's configs/tables/setups.yaml)"
         key = sub
-    local = opts.data_from.get(key)
-    if local is None and datasets[key].get("local"):
-        local = resources.local_data(datasets[key]["local"])
-    return key, reason, local
+    return key, reason, local_copy(key, setups, opts)
 
 
 def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options) -> RunPlan:
@@ -185,21 +230,211 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options) 
     return RunPlan(table=table.id, row=row.id, label=row.label, dataset=dataset, data_key=data_key,
                    substitution=reason, bleu=ds["bleu"], data_dir=data_dir, run_dir=run_dir, prepare=prepare,
                    train=train, average=average, evaluate=evaluate, checkpoint=checkpoint, budget=budget,
-                   adversarial=adversarial)
+                   adversarial=adversarial, smoke=opts.smoke, cpu=cpu, generate=generate + opts.extra_generate,
+                   model_flags=[*training_flags, *flags, *smoke_flags])
+
+
+def row_datasets(table: Table, rows: List[Row], keys: List[str]) -> Dict[str, Set[str]]:
+    """The data sets each row is reported on: those the paper prints it on (all of them when it
+    prints it on none), and those of every row that is compared with it or reports on its model."""
+    on = {}
+    for r in rows:
+        printed = {k for k in keys if k in r.paper}
+        on[r.id] = printed if printed or any(k in r.paper for k in table.datasets) else set(keys)
+    changed = True
+    while changed:
+        changed = False
+        for r in rows:
+            for needed in (table.reference(r), table.owner(r)):
+                if needed is not None and needed.id in on and not on[r.id] <= on[needed.id]:
+                    on[needed.id] |= on[r.id]
+                    changed = True
+    return on
 
 
 def plan_table(table: Table, rows: List[Row], setups: dict, opts: Options, datasets: Optional[List[str]] = None):
+    """One run per (data set, row that trains a model): ``rows`` and the rows whose model they
+    report on, on the data sets they are reported on (:func:`row_datasets`)."""
     keys = datasets or list(table.datasets)
     for k in keys:
         if k not in table.datasets:
             raise ReproduceError(f"--datasets: {table.id} has no data set {k!r} ({', '.join(table.datasets)})")
-    # a row runs on the data sets the paper reports it on (all of them if it reports none)
-    return [plan_run(table, row, key, setups, opts) for key in keys for row in rows
-            if key in row.paper or not any(k in row.paper for k in table.datasets) or row.id == table.baseline]
+    on = row_datasets(table, rows, keys)
+    plans = []
+    for key in keys:
+        owners = []
+        for row in rows:
+            owner = table.owner(row)
+            if key in on[row.id] and row.runnable and owner not in owners:
+                owners.append(owner)
+        plans += [plan_run(table, owner, key, setups, opts) for owner in owners]
+    return plans
 
 
 def shell_line(cmd: List[str]) -> str:
     return " ".join(shlex.quote(c) for c in cmd)
+
+
+# ---- analyses ----------------------------------------------------------------------------
+
+def _option(flags: List[str], name: str, default: str) -> str:
+    return flags[flags.index(name) + 1] if name in flags and flags.index(name) + 1 < len(flags) else default
+
+
+def _analysis_command(name: str, plan: RunPlan, out: str, names: bool = True) -> List[str]:
+    cmd = ["python", "-m", f"fairseq_ext.analysis.{name}", "--checkpoint", plan.checkpoint]
+    cmd += ["--names", plan.row] if names else []
+    cmd += ["--data", plan.data_dir, "--split", "test", "--out", out]
+    return cmd + (["--cpu"] if plan.cpu else [])
+
+
+def _bootstrap_analysis(name, table, plan, out, setups, opts, samples):
+    """layer_dependency, decoders: decodings of the test set with their paired bootstrap."""
+    from fairseq_ext.tools.significance import MARKS
+
+    prefix = table.id.split("-")[0]
+    return _analysis_command(name, plan, out) + [
+        f"--generate-args={' '.join(plan.generate)}", "--flavour", plan.bleu, "--samples", str(samples),
+        "--marks", prefix if prefix in MARKS else "thesis"], ""
+
+
+def training_text(plan: RunPlan, setups: dict, opts: Options):
+    """(the source side of the data set's training text in its local copy, whether it is
+    Moses-tokenized already), or (None, why not)."""
+    cfg = setups["datasets"][plan.data_key]
+    pattern = cfg.get("train_text")
+    local = local_copy(plan.data_key, setups, opts)
+    if not pattern or not local:
+        return None, f"no local copy of {plan.data_key}'s training text"
+    recipe = shlex.split(cfg.get("recipe") or "")
+    src = (cfg.get("sources") or [None])[0] or _option(recipe, "--src", "")
+    path = os.path.join(local, pattern.format(src=src))
+    if not os.path.exists(path):
+        return None, f"{path} does not exist"
+    return path, bool(cfg.get("train_text_tokenized"))
+
+
+def _probing(name, table, plan, out, setups, opts, samples):
+    """probing: SentEval's ten tasks (--senteval), else SentLen, WC and BShift generated from the
+    data set's training text (the other seven need SentEval's files)."""
+    if opts.senteval:
+        tasks = ["--senteval", opts.senteval]
+    else:
+        corpus, tokenized_or_why = training_text(plan, setups, opts)
+        if corpus is None:
+            return None, (f"probing needs SentEval's probing files (--senteval DIR) or a local copy of the training "
+                          f"text to generate SentLen, WC and BShift from ({tokenized_or_why})")
+        tasks = ["--corpus", corpus] + (["--corpus-tokenized"] if tokenized_or_why else [])
+    return _analysis_command(name, plan, out) + tasks, ""
+
+
+def _word_translation(name, table, plan, out, setups, opts, samples):
+    return _analysis_command(name, plan, out, names=False), ""
+
+
+def _translate_from_layer(name, table, plan, out, setups, opts, samples):
+    """translate_from_layer: FULL with the row's own beam and length penalty."""
+    return _analysis_command(name, plan, out, names=False) + [
+        "--beam", _option(plan.generate, "--beam", "4"), "--lenpen", _option(plan.generate, "--lenpen", "1.0")], ""
+
+
+# analysis -> (name, table, run plan, output, setups, options, bootstrap samples) -> (command or None, why not)
+ANALYSIS_COMMANDS = {
+    "layer_dependency": _bootstrap_analysis,
+    "decoders": _bootstrap_analysis,
+    "probing": _probing,
+    "word_translation": _word_translation,
+    "translate_from_layer": _translate_from_layer,
+}
+
+
+def analysis_dir(run: RunPlan, name: str) -> str:
+    return os.path.join(run.run_dir, "analysis", name)
+
+
+def plan_analyses(table: Table, plans: List[RunPlan], setups: dict, opts: Options,
+                  samples: int = 1000) -> List[AnalysisPlan]:
+    """What the table's columns read beyond a run's result: each analysis once per trained
+    model, with the table's and (--smoke) the smoke scale's arguments, and METEOR."""
+    out = []
+    wanted = list(table.analyses)
+    if any(c.source == "meteor" for c in table.columns):
+        wanted.append("meteor")
+    for plan in plans:
+        for name in wanted:
+            if name == "meteor":
+                out.append(AnalysisPlan(name, plan, os.path.join(plan.run_dir, "meteor.json")))
+                continue
+            directory = analysis_dir(plan, name)
+            cmd, why = ANALYSIS_COMMANDS[name](name, table, plan, directory, setups, opts, samples)
+            if cmd is not None:
+                smoke = (setups["smoke"].get("analysis_args") or {}).get(name, "") if opts.smoke else ""
+                cmd += shlex.split(smoke) + shlex.split(table.analysis_args.get(name, ""))
+            out.append(AnalysisPlan(name, plan, directory, cmd, why))
+    return out
+
+
+def analysis_finished(ap: AnalysisPlan) -> bool:
+    path = os.path.join(ap.out, ANALYSIS_DONE)
+    if not os.path.exists(path):
+        return False
+    with open(path, encoding="utf-8") as f:
+        return json.load(f).get("command") == ap.command
+
+
+def execute_analysis(ap: AnalysisPlan) -> None:
+    """Run one analysis of a finished run unless the same command finished there before."""
+    where = f"[{ap.run.table}/{ap.run.row}/{ap.run.dataset}] {ap.name}"
+    if ap.name == "meteor":
+        run_meteor(ap)
+        return
+    if ap.command is None:
+        print(f"{where}: not run: {ap.unavailable}", flush=True)
+        return
+    if analysis_finished(ap):
+        print(f"{where}: finished before: reused ({ap.out})", flush=True)
+        return
+    print(f"{where}", flush=True)
+    marker = os.path.join(ap.out, ANALYSIS_DONE)
+    if os.path.exists(marker):  # another command's outputs, replaced now: not finished until this one is
+        os.remove(marker)
+    _run(ap.command, ap.log, resources.command_environment())
+    os.makedirs(ap.out, exist_ok=True)
+    with open(marker, "w", encoding="utf-8") as f:
+        json.dump({"command": ap.command}, f, indent=1)
+
+
+def read_prep_env(data_dir: str) -> Dict[str, str]:
+    from fairseq_ext.tools.evaluate import read_prep_env as read
+
+    return read(data_dir) if os.path.exists(os.path.join(data_dir, "prep.env")) else {}
+
+
+def run_meteor(ap: AnalysisPlan) -> dict:
+    """METEOR of the run's detokenized hypotheses (fairseq_ext.tools.meteor) into meteor.json;
+    {"unavailable": why} when it cannot be computed here (tried again on the next run)."""
+    if os.path.exists(ap.out):
+        with open(ap.out, encoding="utf-8") as f:
+            done = json.load(f)
+        if "score" in done:
+            return done
+    eval_dir = os.path.join(ap.run.run_dir, "eval-test")
+    language = read_prep_env(ap.run.data_dir).get("tgt", "")
+    try:
+        from fairseq_ext.tools import meteor
+    except ImportError as e:
+        result = {"unavailable": f"fairseq_ext.tools.meteor cannot be imported ({e})"}
+    else:
+        try:
+            result = meteor.corpus_score(read_lines(os.path.join(eval_dir, "hyp.detok")),
+                                         read_lines(os.path.join(eval_dir, "ref.detok")), language)
+        except meteor.MeteorUnavailable as e:
+            result = {"unavailable": str(e)}
+    with open(ap.out, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1)
+    print(f"[{ap.run.table}/{ap.run.row}/{ap.run.dataset}] METEOR: "
+          + (f"{result['score']:.2f}" if "score" in result else f"unavailable: {result['unavailable']}"), flush=True)
+    return result
 
 
 # ---- measurements ------------------------------------------------------------------------
@@ -207,6 +442,12 @@ def shell_line(cmd: List[str]) -> str:
 def count_parameters(checkpoint: str) -> int:
     """Trainable parameters of the model in ``checkpoint`` (shared tensors counted once,
     as the papers count a tied embedding once), read through the plugin's safe loader."""
+    return model_summary(checkpoint)["params"]
+
+
+def model_summary(checkpoint: str) -> dict:
+    """{"params": trainable parameters (shared tensors once), "model": {layers, widths, heads}}
+    of the model in ``checkpoint``, read through the plugin's safe loader."""
     from fairseq_ext.guards.checkpoint_safety import load_checkpoint_state
 
     state = load_checkpoint_state(checkpoint)
@@ -217,7 +458,18 @@ def count_parameters(checkpoint: str) -> int:
             continue
         seen.add(key)
         total += tensor.numel()
-    return total
+    cfg = (state.get("cfg") or {}).get("model") if state.get("cfg") is not None else state.get("args")
+
+    def get(name):
+        value = cfg.get(name) if isinstance(cfg, dict) else getattr(cfg, name, None)
+        return value if isinstance(value, (int, float, str)) else None
+
+    shape = {k: get(k) for k in SHAPE_KEYS} if cfg is not None else {}
+    return {"params": total, "model": shape}
+
+
+SHAPE_KEYS = ("encoder_layers", "decoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim",
+              "encoder_attention_heads")
 
 
 _TRAIN_RE = re.compile(r"\|\s*train\s*\|.*")
@@ -248,6 +500,26 @@ def training_speed(log_path: str) -> Dict[str, float]:
     return out
 
 
+def training_progress(log_path: str) -> Dict[str, int]:
+    """Updates done and planned, from fairseq-train's closing line (``training ended: U of P
+    updates``, fairseq_ext.guards.training_summary), else the last ``num_updates`` it logged."""
+    if not os.path.exists(log_path):
+        return {}
+    out = {}
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = re.search(r"training ended: (\d+) of (\d+|\?) updates", line)
+            if m:
+                out = {"updates": int(m.group(1))}
+                if m.group(2) != "?":
+                    out["planned_updates"] = int(m.group(2))
+            elif not out or "planned_updates" not in out:
+                m = re.search(r"\bnum_updates (\d+)", line)
+                if m:
+                    out["updates"] = int(m.group(1))
+    return out
+
+
 def decoding_speed(eval_dir: str) -> Dict[str, float]:
     """fairseq-generate's "Translated N sentences (T tokens) in Xs (S sentences/s, K tokens/s)"."""
     for path in sorted(glob.glob(os.path.join(eval_dir, "generate-*.txt")) + glob.glob(os.path.join(eval_dir, "generate-*.log"))):
@@ -256,6 +528,7 @@ def decoding_speed(eval_dir: str) -> Dict[str, float]:
                 m = re.search(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([0-9.]+)s \(([0-9.]+) sentences/s, ([0-9.]+) tokens/s\)", line)
                 if m:
                     return {"decode_sentences": int(m.group(1).replace(",", "")),
+                            "decode_seconds": float(m.group(3)),
                             "decode_sents_per_s": float(m.group(4)), "decode_tokens_per_s": float(m.group(5))}
     return {}
 
@@ -307,11 +580,13 @@ def finished(plan: RunPlan) -> Optional[dict]:
 
 
 def executable(cmd: List[str]) -> List[str]:
-    """A planned command as it runs: ``fairseq-ext ...`` through this Python (the plan prints
-    the command a user would type; running it this way needs no ``fairseq-ext`` on PATH and
-    keeps the runner's own installation)."""
+    """A planned command as it runs: ``fairseq-ext ...`` and ``python -m ...`` through this
+    Python (the plan prints the command a user would type; running it this way needs no
+    ``fairseq-ext`` on PATH and keeps the runner's own installation)."""
     if cmd and cmd[0] == "fairseq-ext":
         return [sys.executable, "-m", "fairseq_ext", *cmd[1:]]
+    if cmd and cmd[0] == "python":
+        return [sys.executable, *cmd[1:]]
     return cmd
 
 
@@ -321,12 +596,12 @@ def _run(cmd: List[str], log: str, env=None):
     with open(log, "a", encoding="utf-8") as out:
         out.write(f"$ {shell_line(cmd)}\n")
         out.flush()
-        proc = subprocess.run(executable(cmd), stdout=out, stderr=subprocess.STDOUT, env=env)
-    if proc.returncode != 0:
+        returncode = children.run(executable(cmd), stdout=out, stderr=subprocess.STDOUT, env=env)
+    if returncode != 0:
         with open(log, encoding="utf-8", errors="replace") as f:
             tail = f.readlines()[-15:]
         sys.stderr.write("".join(tail))
-        raise ReproduceError(f"command failed ({proc.returncode}); full log: {log}")
+        raise ReproduceError(f"command failed ({returncode}); full log: {log}")
 
 
 def execute_worker_node(plan: RunPlan, wait_seconds: int = 6 * 3600) -> None:
@@ -371,11 +646,14 @@ def execute(plan: RunPlan) -> dict:
         lang = cmd[-1]
         _run(cmd, os.path.join(plan.run_dir, f"evaluate-shuffle-{lang}.log"), env)
         adversarial[lang] = read_bleu(cmd[cmd.index("--out") + 1], plan.bleu)
+    summary = model_summary(plan.checkpoint)
     result = {
         "plan": _plan_key(plan),
         "bleu": read_bleu(eval_dir, plan.bleu),
-        "params": count_parameters(plan.checkpoint),
+        "params": summary["params"],
+        "model": summary["model"],
         "train_seconds": round(train_seconds, 1),
+        **training_progress(train_log),
         **training_speed(train_log),
         **decoding_speed(eval_dir),
     }
@@ -389,43 +667,74 @@ def execute(plan: RunPlan) -> dict:
     return result
 
 
-def significance(table: Table, plans: List[RunPlan], n_samples: int = 1000, seed: int = 12345) -> Dict[str, dict]:
-    """Paired bootstrap of every row against the baseline row, per data set, with the table's
-    BLEU flavour; writes ``significance.json`` into each run directory and returns
-    {run_dir: {...}}."""
+def _digest(paths: List[str]) -> str:
+    h = hashlib.sha1()
+    for path in paths:
+        with open(path, "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()
+
+
+def significance(table: Table, plans: List[RunPlan], n_samples: int = 1000, seed: int = 12345,
+                 rows: Optional[List[Row]] = None) -> Dict[str, dict]:
+    """Paired bootstrap of the BLEU of every row against its reference row (``compare_with``,
+    else the baseline), per data set, with the table's BLEU flavour; writes
+    ``significance.json`` into the row's run directory (skipped when one of the same test on
+    the same hypotheses is there) and returns {run_dir: {...}}."""
     from fairseq_ext.tools.significance import MARKS, paired_significance
 
-    out = {}
-    by_dataset: Dict[str, List[RunPlan]] = {}
-    for p in plans:
-        by_dataset.setdefault(p.dataset, []).append(p)
-    for dataset, group in by_dataset.items():
-        base = [p for p in group if p.row == table.baseline]
-        if not base:
+    if not any(c.source == "bleu" for c in table.columns):
+        return {}
+    by_key = {(p.dataset, p.row): p for p in plans}
+    rows = rows if rows is not None else [r for r in table.rows if r.runnable]
+    groups: Dict[str, tuple] = {}  # reference run -> (its plan, [plans tested against it])
+    for row in rows:
+        ref = table.reference(row)
+        if ref is None:
             continue
-        base = base[0]
+        for dataset in table.datasets:
+            plan = by_key.get((dataset, table.owner(row).id))
+            base = by_key.get((dataset, table.owner(ref).id))
+            if plan is None or base is None or plan is base:
+                continue
+            entry = groups.setdefault(base.run_dir, (base, []))
+            if plan not in entry[1]:
+                entry[1].append(plan)
+    prefix = table.id.split("-")[0]
+    out = {}
+    for base, tested in groups.values():
         level = "tok" if base.bleu.startswith("tok") else "detok"
         hyp_name, ref_name = FLAVOUR_FILES[level]
         base_dir = os.path.join(base.run_dir, "eval-test")
         if not os.path.exists(os.path.join(base_dir, hyp_name)):
             continue
-        refs = list(read_lines(os.path.join(base_dir, ref_name)))
-        baseline = list(read_lines(os.path.join(base_dir, hyp_name)))
-        systems = {}
-        for p in group:
-            path = os.path.join(p.run_dir, "eval-test", hyp_name)
-            if p is not base and os.path.exists(path):
-                systems[p.row] = list(read_lines(path))
-        if not systems:
-            continue
-        prefix = table.id.split("-")[0]
-        result = paired_significance(refs, baseline, systems, flavour=base.bleu, method="bs",
-                                     n_samples=n_samples, seed=seed, marks=prefix if prefix in MARKS else "thesis")
-        for p in group:
-            entry = result.get(p.row) if p is not base else result.get("baseline", {})
-            if entry is None:
+        todo = {}
+        for p in tested:
+            hyp = os.path.join(p.run_dir, "eval-test", hyp_name)
+            if not os.path.exists(hyp):
                 continue
+            digest = _digest([os.path.join(base_dir, ref_name), os.path.join(base_dir, hyp_name), hyp])
+            known = os.path.join(p.run_dir, "significance.json")
+            if os.path.exists(known):
+                with open(known, encoding="utf-8") as f:
+                    old = json.load(f)
+                if (old.get("baseline"), old.get("flavour"), old.get("samples"), old.get("inputs")) == \
+                        (base.row, base.bleu, n_samples, digest):
+                    out[p.run_dir] = old
+                    continue
+            todo[p.row] = (p, digest)
+        if not todo:
+            continue
+        refs = read_lines(os.path.join(base_dir, ref_name))
+        result = paired_significance(refs, read_lines(os.path.join(base_dir, hyp_name)),
+                                     {name: read_lines(os.path.join(p.run_dir, "eval-test", hyp_name))
+                                      for name, (p, _) in todo.items()},
+                                     flavour=base.bleu, method="bs", n_samples=n_samples, seed=seed,
+                                     marks=prefix if prefix in MARKS else "thesis")
+        for name, (p, digest) in todo.items():
+            entry = {"baseline": base.row, "flavour": base.bleu, "samples": n_samples, "inputs": digest,
+                     "baseline_bleu": result["baseline"].get("bleu"), **result[name]}
             out[p.run_dir] = entry
             with open(os.path.join(p.run_dir, "significance.json"), "w", encoding="utf-8") as f:
-                json.dump({"baseline": base.row, "flavour": base.bleu, "samples": n_samples, **entry}, f, indent=1)
+                json.dump(entry, f, indent=1)
     return out

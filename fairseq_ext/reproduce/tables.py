@@ -1,15 +1,25 @@
 """The papers' results tables as configured in ``configs/tables/``: data sets, trainings,
-tables and their rows, and the plan of commands that reproduces one row on one data set.
+tables, their printed columns and rows, and the plan of commands that reproduces one row on
+one data set.
 
 ``configs/tables/setups.yaml`` holds the data sets (recipe, local copies, substitute) and the
 trainings (fairseq-train config, generate arguments, checkpoint averaging); each
-``configs/tables/<id>.yaml`` holds one table: its data sets, the baseline row, and per row
-the flags and the paper's printed numbers. This module only reads and checks them.
+``configs/tables/<id>.yaml`` holds one table: its data sets, the baseline row, its columns
+(``columns:``: per printed column, where our number comes from) and per row the flags, the
+row it is compared with and the paper's printed numbers. This module only reads and checks
+them; every error names the file, the row or column, and the key.
+
+A column is ``{name, source, ...parameters}``: ``name`` is the printed column (the key of the
+rows' ``paper`` cells), ``source`` one of :data:`SOURCES`. A row may carry ``compare_with``
+(the row its delta and significance are against; default the table's baseline), ``model``
+(another row whose trained model it reports on: the rows of an analysis of one model, such
+as the layers of the word-translation paper's Table 1) and ``analysis`` (parameters of its
+analysis columns that differ per row, such as the layer).
 """
 import os
 import shlex
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import yaml
 
@@ -17,12 +27,75 @@ from fairseq_ext.errors import FairseqExtError
 
 from fairseq_ext.resources import TABLE_DIR as CONFIG_DIR
 
-# metrics the runner measures itself (everything else comes from an analysis command)
-MEASURED = ("BLEU", "#Params", "Train (steps/s)", "Decode")
-
 
 class TableConfigError(FairseqExtError):
     pass
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the numbers of a column come from: the parameters it takes (on the column, or per
+    row under ``analysis:``), those it needs, and the analysis command it reads, if any."""
+    params: Tuple[str, ...] = ()
+    required: Tuple[str, ...] = ()
+    analysis: Optional[str] = None  # fairseq_ext.analysis.NAME, run after the rows train
+    choices: Tuple[Tuple[str, Tuple[object, ...]], ...] = ()  # parameter -> allowed values
+
+
+PROBING_TASKS = ("SentLen", "WC", "TDep", "BShift", "ToCo", "Tense", "SubjN", "ObjN", "SoMo", "CoIn", "#AVG")
+WORD_TRANSLATION_PARTS = ("encoder", "decoder", "-self attention", "-cross attention", "last layer", "model")
+
+# One table from a column source to what it takes; the report reads each
+# (fairseq_ext.reproduce.report.READERS) and the runner starts the analyses
+# (fairseq_ext.reproduce.runner.ANALYSIS_COMMANDS).
+SOURCES: Dict[str, Source] = {
+    "bleu": Source(),  # the row's evaluation, the data set's BLEU flavour
+    "params": Source(),  # trainable parameters of the checkpoint, in millions
+    "train_speed": Source(params=("ratio",)),  # updates per second
+    "train_time": Source(params=("ratio",)),  # wall-clock training time
+    "decode_speed": Source(params=("unit", "ratio"), choices=(("unit", ("tokens/s", "sentences/s")),)),
+    "decode_time": Source(params=("ratio",)),  # seconds to translate the test set
+    "decode_speedup": Source(),  # the reference row's decoding time / the row's
+    "delta": Source(params=("of", "against_column"), required=("of",)),  # a printed difference column
+    "adversarial": Source(params=("shuffled",), required=("shuffled",)),  # BLEU with one source shuffled
+    "meteor": Source(),  # fairseq_ext.tools.meteor on the row's detokenized hypotheses
+    "layer_dependency": Source(params=("layer",), required=("layer",), analysis="layer_dependency"),
+    "decoders": Source(params=("decoder",), required=("decoder",), analysis="decoders"),
+    "probing": Source(params=("task", "category"), required=("task",), analysis="probing",
+                      choices=(("task", PROBING_TASKS), ("category", ("Surface", "Syntactic", "Semantic")))),
+    "word_translation": Source(params=("part", "layer"), required=("part",), analysis="word_translation",
+                               choices=(("part", WORD_TRANSLATION_PARTS),)),
+    "translate_from_layer": Source(params=("metric", "layer"), required=("metric", "layer"),
+                                   analysis="translate_from_layer", choices=(("metric", ("BLEU-1", "BLEU")),)),
+}
+
+# a table file without `columns:` (e.g. configs/benchmarks/*.yaml) names measured metrics only
+DEFAULT_COLUMNS = {"BLEU": "bleu", "#Params": "params", "#Params (M)": "params", "Train (steps/s)": "train_speed",
+                   "Decode": "decode_speed", "Decode (sentences/s)": "decode_speed",
+                   "Decode (tokens/s)": "decode_speed"}
+
+TABLE_KEYS = {"id", "paper", "source", "caption", "datasets", "baseline", "columns", "metrics", "rows",
+              "paper_significance", "paper_notes", "adversarial", "analysis_args"}
+ROW_KEYS = {"id", "label", "group", "cited", "flags", "paper", "note", "paper_note", "params_check",
+            "multi_source", "compare_with", "model", "analysis"}
+COLUMN_KEYS = {"name", "source", "printed"}
+
+
+@dataclass
+class Column:
+    name: str  # the printed column (a key of the rows' paper cells)
+    source: str  # a key of SOURCES
+    params: Dict[str, object] = field(default_factory=dict)
+    printed: bool = True  # False: a column of ours the paper's table does not print (context)
+
+    @property
+    def analysis(self) -> Optional[str]:
+        return SOURCES[self.source].analysis
+
+    def at(self, row: "Row") -> Dict[str, object]:
+        """The column's parameters for ``row`` (the row's ``analysis:`` values win)."""
+        own = {k: v for k, v in row.analysis.items() if k in SOURCES[self.source].params}
+        return {**self.params, **own}
 
 
 @dataclass
@@ -31,11 +104,14 @@ class Row:
     label: str
     flags: List[str]  # empty for cited systems
     cited: Optional[str]
-    paper: Dict[str, Dict[str, str]]  # dataset -> metric -> printed
+    paper: Dict[str, Dict[str, str]]  # dataset -> column -> printed
     note: str = ""
     group: str = ""
     params_check: str = ""  # why the printed #Params is known not to match (fairseq_ext.reproduce.params)
     multi_source: bool = False  # reads every source of a multi-source data set (--task multi_source_translation)
+    compare_with: Optional[str] = None  # the row of its delta and significance (default: the table's baseline)
+    model: Optional[str] = None  # the row whose trained model this row reports on (default: its own)
+    analysis: Dict[str, object] = field(default_factory=dict)  # per-row parameters of the analysis columns
 
     @property
     def runnable(self) -> bool:
@@ -50,11 +126,28 @@ class Table:
     caption: str
     datasets: Dict[str, dict]  # key -> {task, bleu, training}
     baseline: Optional[str]
-    metrics: List[str]
+    columns: List[Column]
     rows: List[Row]
-    analyses: List[str] = field(default_factory=list)
     path: str = ""
     adversarial: str = ""  # "extra" | "all": the sources replaced in turn (multi-source paper, Table 2)
+    analysis_args: Dict[str, str] = field(default_factory=dict)  # analysis -> more arguments of its command
+    paper_significance: str = ""
+
+    @property
+    def metrics(self) -> List[str]:
+        """The printed columns, in the paper's order."""
+        return [c.name for c in self.columns if c.printed]
+
+    @property
+    def analyses(self) -> List[str]:
+        """The analysis commands the columns read (fairseq_ext.analysis.NAME), in column order."""
+        return list(dict.fromkeys(c.analysis for c in self.columns if c.analysis))
+
+    def column(self, name: str) -> Column:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise TableConfigError(f"{self.id}: no column {name!r}")
 
     def row(self, row_id: str) -> Row:
         for r in self.rows:
@@ -62,12 +155,22 @@ class Table:
                 return r
         raise TableConfigError(f"{self.id}: no row {row_id!r} (rows: {', '.join(r.id for r in self.rows)})")
 
-    def select(self, spec: Optional[str]) -> List[Row]:
-        """Rows named in ``spec`` (comma list of ids or labels; default: every own row),
-        with the baseline added when it is not among them (significance needs it)."""
+    def reference(self, row: Row) -> Optional[Row]:
+        """The row ``row`` is compared with: its ``compare_with``, else the baseline (None for
+        the baseline itself and in a table without one)."""
+        if row.compare_with:
+            return self.row(row.compare_with)
+        if self.baseline and row.id != self.baseline and row.runnable:
+            return self.row(self.baseline)
+        return None
+
+    def owner(self, row: Row) -> Row:
+        """The row whose training ``row`` reports on (itself unless it names a ``model``)."""
+        return self.row(row.model) if row.model else row
+
+    def named(self, spec: str) -> List[Row]:
+        """The own rows named in ``spec`` (comma list of ids or labels)."""
         own = [r for r in self.rows if r.runnable]
-        if not spec:
-            return own
         wanted = []
         for name in [s.strip() for s in spec.split(",") if s.strip()]:
             match = [r for r in self.rows if name in (r.id, r.label)]
@@ -77,9 +180,21 @@ class Table:
             if not match[0].runnable:
                 raise TableConfigError(f"--rows: {name!r} of {self.id} is a number quoted from another paper")
             wanted.append(match[0])
-        if self.baseline and self.baseline not in [r.id for r in wanted]:
-            wanted.insert(0, self.row(self.baseline))
         return wanted
+
+    def select(self, spec: Optional[str]) -> List[Row]:
+        """Rows named in ``spec`` (comma list of ids or labels; default: every own row), with
+        the rows they need added: the baseline, each row's reference row (delta, significance)
+        and the row whose model it reports on."""
+        if not spec:
+            return [r for r in self.rows if r.runnable]
+        wanted = self.named(spec)
+        needed = [self.row(self.baseline)] if self.baseline else []
+        for r in list(wanted):
+            ref = self.reference(r)
+            needed += ([ref] if ref is not None and ref.runnable else []) + [self.owner(r)]
+        chosen = {r.id for r in wanted + needed}
+        return [r for r in self.rows if r.id in chosen]  # in the table's order
 
 
 def _read_yaml(path):
@@ -116,6 +231,130 @@ def table_ids(config_dir: str = CONFIG_DIR) -> List[str]:
     return sorted(names, key=order)
 
 
+def _columns(raw: dict, path: str) -> List[Column]:
+    """The table's columns: ``columns:``, or (a file without it) ``metrics:`` of measured names."""
+    if "columns" not in raw:
+        out = []
+        for name in raw.get("metrics", []):
+            if name not in DEFAULT_COLUMNS:
+                raise TableConfigError(f"{path}: metric {name!r} needs a 'columns:' entry (name, source); "
+                                       f"sources: {', '.join(SOURCES)}")
+            out.append(Column(name=name, source=DEFAULT_COLUMNS[name]))
+        return out
+    if "metrics" in raw:
+        raise TableConfigError(f"{path}: 'metrics' and 'columns' both given: 'columns' lists the printed columns")
+    out = []
+    for i, c in enumerate(raw["columns"] or []):
+        where = f"{path}: columns[{i}]"
+        if not isinstance(c, dict) or "name" not in c or "source" not in c:
+            raise TableConfigError(f"{where}: expected a mapping with 'name' and 'source'")
+        where = f"{path}: column {c['name']!r}"
+        source = SOURCES.get(c["source"])
+        if source is None:
+            raise TableConfigError(f"{where}: source {c['source']!r} is not one of {', '.join(SOURCES)}")
+        params = {k: v for k, v in c.items() if k not in COLUMN_KEYS}
+        for key in params:
+            if key not in source.params:
+                raise TableConfigError(f"{where}: key {key!r} is not a parameter of source {c['source']} "
+                                       f"({', '.join(source.params) or 'it takes none'})")
+        printed = c.get("printed", True)
+        if not isinstance(printed, bool):
+            raise TableConfigError(f"{where}: key 'printed' must be true or false")
+        out.append(Column(name=str(c["name"]), source=c["source"], params=params, printed=printed))
+    names = [c.name for c in out]
+    if len(set(names)) != len(names):
+        raise TableConfigError(f"{path}: duplicate column names")
+    return out
+
+
+def _check_params(where: str, column: Column, params: Dict[str, object], path: str) -> None:
+    source = SOURCES[column.source]
+    for key in source.required:
+        if key not in params:
+            raise TableConfigError(f"{path}: {where}: column {column.name!r} (source {column.source}) needs "
+                                   f"'{key}' on the column or in the row's 'analysis:'")
+    for key, allowed in source.choices:
+        if key in params and params[key] not in allowed:
+            raise TableConfigError(f"{path}: {where}: column {column.name!r}: {key} {params[key]!r} is not one of "
+                                   f"{', '.join(map(str, allowed))}")
+    if "layer" in params and not (isinstance(params["layer"], int) and params["layer"] >= 0
+                                  or params["layer"] in ("none", "FULL")):
+        raise TableConfigError(f"{path}: {where}: column {column.name!r}: layer {params['layer']!r} is not a "
+                               "layer number (0 = embeddings), 'none' or 'FULL'")
+    if column.source == "decoders" and not str(params["decoder"]).startswith(("main", "aux")):
+        raise TableConfigError(f"{path}: {where}: column {column.name!r}: decoder {params['decoder']!r} is not "
+                               "main, aux (the row's one auxiliary decoder) or aux<l>")
+    if "ratio" in params and not isinstance(params["ratio"], bool):
+        raise TableConfigError(f"{path}: {where}: column {column.name!r}: ratio must be true or false")
+
+
+def _row(r: dict, path: str, strict: bool = True) -> Row:
+    if not isinstance(r, dict) or "id" not in r:
+        raise TableConfigError(f"{path}: a row without an 'id'")
+    for key in r:
+        if strict and key not in ROW_KEYS:
+            raise TableConfigError(f"{path}: row {r['id']}: unknown key {key!r} ({', '.join(sorted(ROW_KEYS))})")
+    analysis = r.get("analysis") or {}
+    if not isinstance(analysis, dict):
+        raise TableConfigError(f"{path}: row {r['id']}: 'analysis' must be a mapping of column parameters")
+    return Row(id=str(r["id"]), label=str(r.get("label", r["id"])), flags=shlex.split(r.get("flags", "") or ""),
+               cited=r.get("cited"), paper=r.get("paper") or {}, note=r.get("note", ""), group=r.get("group", ""),
+               params_check=r.get("params_check", ""), multi_source=bool(r.get("multi_source", False)),
+               compare_with=r.get("compare_with"), model=r.get("model"), analysis=dict(analysis))
+
+
+def _check_rows(table: Table, path: str) -> None:
+    ids = [r.id for r in table.rows]
+    if len(set(ids)) != len(ids):
+        raise TableConfigError(f"{path}: duplicate row ids")
+    if table.baseline is not None and table.baseline not in ids:
+        raise TableConfigError(f"{path}: baseline {table.baseline!r} is not a row")
+    names = {c.name for c in table.columns}
+    analysis_params = {p for c in table.columns for p in SOURCES[c.source].params}
+    for r in table.rows:
+        where = f"row {r.id}"
+        if r.runnable and "--arch" not in r.flags:
+            raise TableConfigError(f"{path}: {where} has no --arch in its flags")
+        for dataset, cells in r.paper.items():
+            if dataset not in table.datasets:
+                raise TableConfigError(f"{path}: {where}: paper: {dataset!r} is not a data set of the table")
+            for name in cells:
+                if name not in names:
+                    raise TableConfigError(f"{path}: {where}: paper: {dataset}: {name!r} is not a column "
+                                           f"(columns: {', '.join(sorted(names))})")
+        if r.compare_with is not None:
+            if r.compare_with not in ids:
+                raise TableConfigError(f"{path}: {where}: compare_with {r.compare_with!r} is not a row")
+            if r.compare_with == r.id:
+                raise TableConfigError(f"{path}: {where}: compare_with names the row itself")
+        if r.model is not None:
+            if r.model not in ids:
+                raise TableConfigError(f"{path}: {where}: model {r.model!r} is not a row")
+            owner = table.row(r.model)
+            if owner.model is not None or not owner.runnable or not r.runnable:
+                raise TableConfigError(f"{path}: {where}: model {r.model!r} must be an own row that trains its "
+                                       "own model")
+            if owner.flags != r.flags:
+                raise TableConfigError(f"{path}: {where}: model {r.model!r} has other flags: a row reports on "
+                                       "another row's model only when both are the same model")
+        for key in r.analysis:
+            if key not in analysis_params:
+                raise TableConfigError(f"{path}: {where}: analysis: {key!r} is not a parameter of the table's "
+                                       f"columns ({', '.join(sorted(analysis_params)) or 'none'})")
+        if r.runnable:
+            for c in table.columns:
+                _check_params(where, c, c.at(r), path)
+    for c in table.columns:
+        for key in ("of", "against_column"):
+            if key in c.params and c.params[key] not in names:
+                raise TableConfigError(f"{path}: column {c.name!r}: {key} {c.params[key]!r} is not a column")
+    printed = {name for r in table.rows for cells in r.paper.values() for name in cells}
+    for c in table.columns:
+        if c.printed and c.name not in printed and table.rows and any(r.paper for r in table.rows):
+            raise TableConfigError(f"{path}: column {c.name!r}: no row prints a number in it "
+                                   "(a column of ours only: 'printed: false')")
+
+
 def load_table(table_id: str, config_dir: str = CONFIG_DIR, setups: Optional[dict] = None) -> Table:
     """A table of configs/tables by id, or any table file by path (e.g. configs/benchmarks/*.yaml)."""
     if table_id.endswith(".yaml") and os.path.exists(table_id):
@@ -127,19 +366,28 @@ def load_table(table_id: str, config_dir: str = CONFIG_DIR, setups: Optional[dic
         raise TableConfigError(f"no table {table_id!r} (configs/tables/{table_id}.yaml); "
                                f"tables: {', '.join(table_ids(config_dir))}")
     raw = _read_yaml(path)
+    if not isinstance(raw, dict) or "id" not in raw or "datasets" not in raw:
+        raise TableConfigError(f"{path}: expected a mapping with 'id', 'datasets' and 'rows'")
+    # a file in the older form (`metrics:` instead of `columns:`) is read as before: unknown
+    # keys of it are ignored
+    strict = "columns" in raw
+    for key in raw:
+        if strict and key not in TABLE_KEYS:
+            raise TableConfigError(f"{path}: unknown key {key!r} ({', '.join(sorted(TABLE_KEYS))})")
     setups = setups if setups is not None else load_setups(config_dir)
-    rows = []
-    for r in raw.get("rows", []):
-        flags = shlex.split(r.get("flags", "") or "")
-        rows.append(Row(id=str(r["id"]), label=str(r.get("label", r["id"])), flags=flags, cited=r.get("cited"),
-                        paper=r.get("paper") or {}, note=r.get("note", ""), group=r.get("group", ""),
-                        params_check=r.get("params_check", ""), multi_source=bool(r.get("multi_source", False))))
+    rows = [_row(r, path, strict) for r in raw.get("rows", [])]
+    analysis_args = raw.get("analysis_args") or {}
     table = Table(id=raw["id"], paper=raw.get("paper", ""), source=raw.get("source", ""),
                   caption=raw.get("caption", ""), datasets=raw["datasets"], baseline=raw.get("baseline"),
-                  metrics=raw.get("metrics", []), rows=rows, analyses=raw.get("analyses", []), path=path,
-                  adversarial=raw.get("adversarial", ""))
+                  columns=_columns(raw, path), rows=rows, path=path, adversarial=raw.get("adversarial", ""),
+                  analysis_args={k: str(v) for k, v in analysis_args.items()},
+                  paper_significance=str(raw.get("paper_significance", "") or ""))
     if table.id != table_id:
         raise TableConfigError(f"{path}: id {table.id!r} differs from the file name")
+    for name in table.analysis_args:
+        if name not in table.analyses:
+            raise TableConfigError(f"{path}: analysis_args: {name!r} is not an analysis of the table's columns "
+                                   f"({', '.join(table.analyses) or 'none'})")
     for key, ds in table.datasets.items():
         data = ds.get("data", key)
         if data not in setups["datasets"]:
@@ -150,14 +398,7 @@ def load_table(table_id: str, config_dir: str = CONFIG_DIR, setups: Optional[dic
             raise TableConfigError(f"{path}: data set {key}: training {ds.get('training')!r} is not in setups.yaml")
         if ds.get("bleu") not in ("detok-cased", "detok-lc", "tok-cased", "tok-lc"):
             raise TableConfigError(f"{path}: data set {key}: bleu {ds.get('bleu')!r} is not a flavour")
-    ids = [r.id for r in rows]
-    if len(set(ids)) != len(ids):
-        raise TableConfigError(f"{path}: duplicate row ids")
-    if table.baseline is not None and table.baseline not in ids:
-        raise TableConfigError(f"{path}: baseline {table.baseline!r} is not a row")
-    for r in rows:
-        if r.runnable and "--arch" not in r.flags:
-            raise TableConfigError(f"{path}: row {r.id} has no --arch in its flags")
+    _check_rows(table, path)
     return table
 
 

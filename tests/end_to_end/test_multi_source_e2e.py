@@ -5,6 +5,7 @@ budget with its adversarial column."""
 import gzip
 import json
 import os
+import re
 import subprocess
 from argparse import Namespace
 
@@ -189,7 +190,11 @@ def test_reproduce_ms1_with_its_adversarial_column(tmp_path):
     plan = json.loads(next((runs / "serial").iterdir()).joinpath("plan.json").read_text())
     assert "--extra-source-langs" in plan["train"] and "--shuffle-source" in plan["adversarial"][0]
     assert "multi30k-en+fr-de for multi30k-en-de" in res.stdout
-    table = (runs / "table.md").read_text()
+    # a subset (--rows, --datasets) is written beside the complete table, under its own name
+    written = re.search(r"^written: (\S+\.md),", res.stdout, re.M).group(1)
+    assert os.path.basename(written) == "table.smoke.20.rows-serial.datasets-multi30k-en-de.md"
+    assert not (runs / "table.smoke.20.md").exists()
+    table = open(written, encoding="utf-8").read()
     assert "Adversarial evaluation" in table
     drop = round(serial["bleu"] - serial["adversarial"]["fr"], 2)
     assert f"fr shuffled: {serial['adversarial']['fr']:.2f} (drop {drop:.2f})" in table

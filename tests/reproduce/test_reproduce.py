@@ -96,8 +96,8 @@ def test_list_and_dry_run_cover_every_table(capsys):
         out = capsys.readouterr().out
         table = load_table(tid, setups=setups)
         for row in table.rows:
-            if row.runnable:
-                assert f"/ {row.id} [" in out, (tid, row.id)
+            if row.runnable:  # a row that reports on another row's model is listed with that model
+                assert f"/ {table.owner(row).id} [" in out and f"{row.id} [" in out, (tid, row.id)
         assert "fairseq-ext train " in out and "fairseq-ext evaluate " in out
         assert "--headline" in out
 
@@ -157,31 +157,40 @@ def test_budget_flags():
 
 
 def test_report_puts_our_numbers_next_to_the_papers(tmp_path):
-    """Hand-made results: deltas, ratios and marks are computed from them, not copied."""
+    """Hand-made results: deltas, ratios and marks are computed from them, not copied; a
+    significance test against another row than the reference is not shown."""
     table = load_table("thesis-3.2")
     opts = runner.Options(work_dir=str(tmp_path), data_root=str(tmp_path / "d"), budget="100")
-    plans = runner.plan_table(table, table.select("m-10"), load_setups(), opts)
-    ours = {"transformer": (30.0, 61_000_000, 4.0, 100.0), "m-10": (31.25, 92_500_000, 3.0, 80.0)}
+    plans = runner.plan_table(table, table.select("m-10,m-11"), load_setups(), opts)
+    ours = {"transformer": (30.0, 61_000_000, 4.0, 100.0), "m-10": (31.25, 92_500_000, 3.0, 80.0),
+            "m-11": (30.5, 84_900_000, 3.5, 90.0)}
+    model = {"encoder_layers": 6, "decoder_layers": 6, "encoder_embed_dim": 512, "encoder_ffn_embed_dim": 2048,
+             "encoder_attention_heads": 8}
     for p in plans:
         os.makedirs(p.run_dir)
         bleu, n, ups, sps = ours[p.row]
         with open(os.path.join(p.run_dir, "result.json"), "w") as f:
-            json.dump({"bleu": bleu, "params": n, "train_ups": ups, "decode_sents_per_s": sps}, f)
-        if p.row == "m-10":
+            json.dump({"bleu": bleu, "params": n, "train_ups": ups, "decode_sents_per_s": sps, "model": model}, f)
+        if p.row != "transformer":
             with open(os.path.join(p.run_dir, "significance.json"), "w") as f:
-                json.dump({"mark": "‡", "p_value": 0.001}, f)
+                json.dump({"baseline": "transformer" if p.row == "m-10" else "m-10", "mark": "‡", "p_value": 0.001}, f)
     records = {r["row"]: r for r in report.build_rows(table, plans)}
     m10 = records["m-10"]
-    assert m10["delta"] == pytest.approx(1.25) and m10["mark"] == "‡"
+    assert m10["delta"] == pytest.approx(1.25) and m10["mark"] == "‡" and m10["reference"] == "transformer"
     assert m10["params_m"] == pytest.approx(92.5)
-    assert m10["train_ratio"] == pytest.approx(0.75) and m10["decode_ratio"] == pytest.approx(0.8)
+    train = m10["columns"]["Train (steps/s)"]
+    assert train["ours"] == 3.0 and train["ratio"] == pytest.approx(0.75)
+    assert train["paper_ratio"] == pytest.approx(2.59 / 3.66, rel=1e-3)
     assert m10["paper_bleu"] == pytest.approx(29.08) and m10["paper_delta"] == pytest.approx(29.08 - 28.37)
     assert m10["paper_mark"] == "‡"
-    assert m10["paper_train_ratio"] == pytest.approx(2.59 / 3.66, rel=1e-3)
+    assert records["m-11"]["mark"] == "" and records["m-11"]["p_value"] is None  # tested against m-10, not the baseline
     assert records["transformer"]["delta"] is None
     assert records["convseq2seq-gehring-et-al.-2017"]["status"] == "cited"
-    md = report.markdown(table, list(records.values()))
-    assert "| M-10 | 29.08‡ | +0.71 | 31.25 | +1.25 | ‡ | 92.7 | 92.5 | 0.71 / 0.75 | 0.80 |" in md
+    md = report.markdown(table, list(records.values()), report.scale(table, plans))
+    assert "| M-10 | Transformer | 92.7 | 92.5 | 2.59 | 3.00 | 0.71 | 0.75 | 29.08 (+0.71)‡ | 31.25 | +0.71 | +1.25 " \
+           "| ‡ p=0.001 |" in md
+    assert "model: 6+6 layers, d_model 512, FFN 2048, 8 heads; 61.00M to 92.50M parameters" in md
+    assert "training: 100 updates per row" in md
     paths = report.write_reports(table, list(records.values()), str(tmp_path / "out"))
     with open(paths["json"]) as f:
         assert len(json.load(f)["rows"]) == len(records)
@@ -206,8 +215,9 @@ def test_a_finished_run_is_reused_and_other_settings_are_refused(tmp_path):
 
 @pytest.mark.slow
 def test_one_table_end_to_end_at_a_tiny_budget(tmp_path):
-    """thesis-4.6 (#Params, training and decoding speed, BLEU) with the baseline and MS-1+AIF,
-    on Multi30k (the --smoke substitute), 30 updates each: data preparation, training,
+    """thesis-4.6 (#Params, training and decoding speed, BLEU) with the baseline and MS-1+AIF
+    (part (b): the same model as (a)'s MS-i+AIF, compared with (b)'s baseline, the same model as
+    (a)'s), on Multi30k (the --smoke substitute), 30 updates each: data preparation, training,
     evaluation, significance, table; a second call reuses both runs."""
     if not os.path.isdir(MULTI30K):
         pytest.skip(f"no Multi30k copy at {MULTI30K}")
@@ -216,26 +226,26 @@ def test_one_table_end_to_end_at_a_tiny_budget(tmp_path):
            "--samples", "100"]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    with open(tmp_path / "runs" / "thesis-4.6" / "table.json") as f:
+    with open(tmp_path / "runs" / "thesis-4.6" / "table.smoke.30.rows-ms-1-plus-aif.json") as f:
         rows = {r["row"]: r for r in json.load(f)["rows"]}
     base, aif = rows["baseline"], rows["ms-1-plus-aif"]
-    assert base["status"] == aif["status"] == "done"
+    assert base["status"] == aif["status"] == "done" and aif["reference"] == "baseline-2"
     assert base["bleu"] is not None and aif["bleu"] is not None
     assert aif["delta"] == pytest.approx(aif["bleu"] - base["bleu"])
     # one auxiliary decoder and AIF on the smoke model (d 64, FFN 128, 4+4 layers, 4 heads):
     # a post-norm decoder stack (4 x (4 d^2 self + 4 d^2 cross + 2 d ffn) + biases/norms, no final
     # norm: AIF needs post-norm decoder layers) and d^2 of AIF per layer
     run = tmp_path / "runs" / "thesis-4.6"
-    res = {r: json.load(open(next((run / r).iterdir()) / "result.json")) for r in ("baseline", "ms-1-plus-aif")}
-    extra = res["ms-1-plus-aif"]["params"] - res["baseline"]["params"]
+    res = {r: json.load(open(next((run / r).iterdir()) / "result.json")) for r in ("baseline", "ms-i-plus-aif")}
+    extra = res["ms-i-plus-aif"]["params"] - res["baseline"]["params"]
     d, f, layers = 64, 128, 4
     decoder = layers * (2 * (4 * d * d + 4 * d) + (2 * d * f + d + f) + 3 * 2 * d)
     assert extra == decoder + layers * d * d
     assert res["baseline"]["train_ups"] > 0 and res["baseline"]["decode_sents_per_s"] > 0
     assert res["baseline"]["decode_sentences"] == 1000  # test_2016_flickr, every sentence
-    sig = json.load(open(next((run / "ms-1-plus-aif").iterdir()) / "significance.json"))
+    sig = json.load(open(next((run / "ms-i-plus-aif").iterdir()) / "significance.json"))
     assert sig["baseline"] == "baseline" and "p_value" in sig
-    assert "| MS-1+AIF |" in proc.stdout and "multi30k-en-de (substitute), 30" in proc.stdout
+    assert "| MS-1+AIF | Baseline [baseline-2] |" in proc.stdout and "test set test_2016_flickr, 1,000 test sentences" in proc.stdout
     again = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path))
     assert again.returncode == 0 and again.stdout.count("finished before: reused") == 2
 
