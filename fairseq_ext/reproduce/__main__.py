@@ -6,6 +6,7 @@
     scripts/reproduce.sh thesis-3.2 --rows transformer,m-10 --nproc 8     # at paper scale on 8 GPUs
     scripts/reproduce.sh thesis-4.6 --smoke --budget 200                  # CPU smoke run
     scripts/reproduce.sh thesis-3.2 --report                              # only the side-by-side table
+    scripts/reproduce.sh thesis-3.2 --smoke --seeds 1,2,3                 # each row once per seed: mean ± sd
 
 (also: python -m fairseq_ext.reproduce ...). For each row and data set: prepare the data if
 missing, train (scripts/train.sh), average the last checkpoints where the paper did,
@@ -16,7 +17,9 @@ fairseq_ext.analysis.NAME, METEOR), test every row's BLEU against its reference 
 to ours, with the scale of our runs. Finished runs and analyses are reused. The table goes to
 WORK/TABLE/table[.SCALE].{md,csv,json,tex}, replaced only by a complete run of every row and
 data set; a subset (--rows, --datasets) writes table[.SCALE].rows-.../datasets-..., a run
-with failures or missing numbers ....partial.
+with failures or missing numbers ....partial. With --seeds each row is trained once per seed
+and the table (table[.SCALE].seeds-1-2-3...) shows mean ± sd over the seeds, marked against the
+reference row only where the difference holds at every seed (fairseq_ext.tools.seeds).
 """
 import argparse
 import os
@@ -107,7 +110,9 @@ def main(argv=None):
     ap.add_argument("--node-rank", type=int, default=0)
     ap.add_argument("--master-addr", default="127.0.0.1")
     ap.add_argument("--master-port", type=int, default=29500)
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seed", type=int, help="the training seed of every row (default 1)")
+    ap.add_argument("--seeds", help="comma list of seeds, e.g. 1,2,3: every row once per seed, the table "
+                                    "with mean ± sd and marks that hold at every seed")
     ap.add_argument("--cpu", action="store_true", default=None, help="decode on the CPU (default: when no GPU)")
     ap.add_argument("--train-args", default="", help="more fairseq-train flags for every row, e.g. --train-args='--fp16'")
     ap.add_argument("--generate-args", default="", help="more fairseq-generate flags for every row")
@@ -117,6 +122,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.samples < 1:
         raise FairseqExtError(f"--samples must be at least 1, not {args.samples}")
+    seeds = parse_seeds(args.seeds, args.seed)
 
     setups = load_setups()
     if args.list and not args.table:
@@ -131,7 +137,7 @@ def main(argv=None):
     opts = runner.Options(work_dir=os.path.abspath(args.work_dir), data_root=os.path.abspath(args.data_root),
                           smoke=args.smoke, budget=args.budget, nproc=args.nproc, nnodes=args.nnodes,
                           node_rank=args.node_rank, master_addr=args.master_addr, master_port=args.master_port,
-                          seed=args.seed, cpu=args.cpu, data_from=parse_from(args.data_from),
+                          seed=seeds[0], cpu=args.cpu, data_from=parse_from(args.data_from),
                           extra_train=shlex.split(args.train_args), extra_generate=shlex.split(args.generate_args),
                           substitute=args.substitute,
                           senteval=os.path.abspath(args.senteval) if args.senteval else None)
@@ -140,19 +146,24 @@ def main(argv=None):
     runner.budget_flags(opts.budget)  # check it before anything runs
     rows = table.select(args.rows)
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()] if args.datasets else None
-    plans = runner.plan_table(table, rows, setups, opts, datasets)
-    analyses = runner.plan_analyses(table, plans, setups, opts, args.samples)
-    name = output_name(table, args, opts)
+    by_seed = runner.plan_seeds(table, rows, setups, opts, seeds, datasets)
+    analyses_by_seed = {s: runner.plan_analyses(table, ps, setups, opts, args.samples) for s, ps in by_seed.items()}
+    plans = [p for ps in by_seed.values() for p in ps]
+    analyses = [a for aps in analyses_by_seed.values() for a in aps]
+    name = output_name(table, args, opts, seeds=seeds)
     if args.dry_run:
-        for p in plans:
-            shared = [r for r in rows if r.model == p.row]
-            print(f"# {p.table} / {p.row} [{p.label}] / {p.dataset}: BLEU {p.bleu}, budget {p.budget}"
-                  + (f"\n#   data: {p.substitution}" if p.substitution else "")
-                  + (f"\n#   the same model for the rows: {', '.join(f'{r.id} [{r.label}]' for r in shared)}"
-                     if shared else ""))
-            for cmd in p.commands():
-                print(runner.shell_line(cmd))
-            print()
+        for seed, seed_plans in by_seed.items():
+            if len(seeds) > 1:
+                print(f"# ==== seed {seed} ====\n")
+            for p in seed_plans:
+                shared = [r for r in rows if r.model == p.row]
+                print(f"# {p.table} / {p.row} [{p.label}] / {p.dataset}: BLEU {p.bleu}, budget {p.budget}"
+                      + (f"\n#   data: {p.substitution}" if p.substitution else "")
+                      + (f"\n#   the same model for the rows: {', '.join(f'{r.id} [{r.label}]' for r in shared)}"
+                         if shared else ""))
+                for cmd in p.commands():
+                    print(runner.shell_line(cmd))
+                print()
         if analyses:
             print("# then, on each trained model, what the table's columns read (docs/analysis.md):")
             for a in analyses:
@@ -186,16 +197,20 @@ def main(argv=None):
             except runner.ReproduceError as e:
                 print(f"[{a.run.table}/{a.run.row}/{a.run.dataset}] {a.name} FAILED: {e}", file=sys.stderr, flush=True)
                 failed.append(f"{a.run.row}/{a.run.dataset} {a.name}: {e}")
-    runner.significance(table, plans, n_samples=args.samples, seed=12345, rows=rows)
-    records = report.build_rows(table, plans, rows, analyses)
+    for ps in by_seed.values():  # each seed's runs against the reference rows' runs of the same seed
+        runner.significance(table, ps, n_samples=args.samples, seed=12345, rows=rows)
+    if len(seeds) > 1:
+        records = report.build_seed_rows(table, by_seed, rows, analyses_by_seed)
+    else:
+        records = report.build_rows(table, plans, rows, analyses)
     scales = report.scale(table, plans, records)
     print(report.markdown(table, records, scales))
     partial = bool(failed) or not report.complete(records)
-    name = output_name(table, args, opts, partial)
+    name = output_name(table, args, opts, partial, seeds)
     out_dir = os.path.join(opts.work_dir, table.id)
     paths = report.write_reports(table, records, out_dir, name, scales)
     print(f"written: {paths['md']}, .csv, .json, .tex")
-    whole = output_name(table, argparse.Namespace(rows=None, datasets=None), opts)
+    whole = output_name(table, argparse.Namespace(rows=None, datasets=None), opts, seeds=seeds)
     if name != whole:
         why = []
         if any(subset(table, args)):
@@ -210,6 +225,24 @@ def main(argv=None):
     return 0
 
 
+def parse_seeds(text, seed) -> list:
+    """The seeds of --seeds (a comma list of distinct integers), else [--seed] (default 1)."""
+    if text is None:
+        return [1 if seed is None else seed]
+    seeds = []
+    for part in text.split(","):
+        try:
+            seeds.append(int(part.strip()))
+        except ValueError:
+            raise FairseqExtError(f"--seeds: expected a comma list of integers (e.g. 1,2,3), not {text!r}") from None
+    if len(set(seeds)) != len(seeds):
+        raise FairseqExtError(f"--seeds: a seed appears twice in {text!r}")
+    if seed is not None and seeds != [seed]:
+        raise FairseqExtError(f"--seed {seed} and --seeds {text} disagree: give one of them "
+                              "(--seed N is the one-seed form of --seeds)")
+    return seeds
+
+
 def subset(table, args) -> (str, str):
     """(rows, data sets) that --rows / --datasets choose when they leave out some of the
     table's own rows or data sets, else ""."""
@@ -222,11 +255,13 @@ def subset(table, args) -> (str, str):
     return rows, datasets
 
 
-def output_name(table, args, opts, partial: bool = False) -> str:
-    """The table's file name: the scale (smoke, substitute, budget), the subset, partial."""
+def output_name(table, args, opts, partial: bool = False, seeds=None) -> str:
+    """The table's file name: the scale (smoke, substitute, budget), the seeds when several,
+    the subset, partial."""
     tag = ".".join(p for p in ("smoke" if opts.smoke else "", "substitute" if opts.substitute and not opts.smoke else "",
                                 opts.budget or "") if p)
-    return report.table_name(tag, *subset(table, args), partial=partial)
+    return report.table_name(tag, *subset(table, args), partial=partial,
+                             seeds=seeds if seeds and len(seeds) > 1 else None)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ written), CSV, JSON and LaTeX (booktabs).
 
 Our numbers of one run come from :func:`run_values` (one run directory: result.json,
 significance.json, meteor.json, analysis/NAME/); :func:`build_rows` adds the paper's numbers,
-differences and ratios. A table made of several runs per row (seeds) can read each run with
-:func:`run_values` and combine them before the same steps.
+differences and ratios. A table trained with several seeds is :func:`build_rows` per seed,
+combined by :func:`build_seed_rows` (mean ± sd, the marks of :mod:`fairseq_ext.tools.seeds`).
 """
 import csv
 import io
@@ -20,6 +20,7 @@ from typing import Dict, List, Optional
 from fairseq_ext.reproduce.runner import (ANALYSIS_DONE, AnalysisPlan, RunPlan, analysis_dir, describe_budget,
                                           read_prep_env, row_datasets)
 from fairseq_ext.reproduce.tables import Column, Row, Table
+from fairseq_ext.tools import seeds as stats
 
 _NUMBER = re.compile(r"([-−+])?\s*(\d+(?:\.\d+)?|\.\d+)")
 _DURATION = re.compile(r"(\d+)\s*h\s*(\d+)\s*min")
@@ -234,7 +235,7 @@ def _layer_dependency(col, params, run, ref):
             if r.get("model") == run.plan.row and r.get("masked layer") == wanted:
                 if layer == "none":
                     return _value(r.get("BLEU"))
-                return _value(r.get("delta"), mark=r.get("mark", ""), p=r.get("p"))
+                return {**_value(r.get("delta"), mark=r.get("mark", ""), p=r.get("p")), "tested_delta": r.get("delta")}
         return None
 
     return _analysis_value(run, "layer_dependency", "masking.json", pick, f"masked layer {wanted}")
@@ -253,7 +254,8 @@ def _decoders(col, params, run, ref):
         if not found:
             return None
         r = found[0]
-        return _value(r.get("BLEU"), mark=r.get("mark", "") if r.get("decoder") != "main" else "", p=r.get("p"))
+        found = _value(r.get("BLEU"), mark=r.get("mark", "") if r.get("decoder") != "main" else "", p=r.get("p"))
+        return {**found, "tested_delta": r.get("delta")} if r.get("decoder") != "main" else found
 
     return _analysis_value(run, "decoders", "decoders.json", pick, f"decoder {wanted}")
 
@@ -496,6 +498,126 @@ def complete(records: List[dict]) -> bool:
     return all(r["status"] in ("done", "cited") and not r["missing"] for r in records)
 
 
+# ---- several seeds -----------------------------------------------------------------------
+
+def marks_of(table: Table) -> str:
+    """The significance marks of the table's paper (fairseq_ext.tools.significance.MARKS)."""
+    from fairseq_ext.tools.significance import MARKS
+
+    prefix = table.id.split("-")[0]
+    return prefix if prefix in MARKS else "thesis"
+
+
+def build_seed_rows(table: Table, plans_by_seed: Dict[int, List[RunPlan]], rows: Optional[List[Row]] = None,
+                    analyses_by_seed: Optional[Dict[int, List[AnalysisPlan]]] = None) -> List[dict]:
+    """One record per (data set, row) of a table trained with several seeds: each seed's
+    records (:func:`build_rows` of that seed's runs, every row against the reference row's
+    run of the same seed), combined per column into the mean ± sd over the seeds that have a
+    number (``n``), Δ and ratio the mean of the per-seed ones, and where a per-seed test stands
+    behind the column the mark of :func:`fairseq_ext.tools.seeds.across_seeds` (``p_value`` is
+    its largest per-seed p, ``p_t`` the paired t-test over seeds). A seed that did not run or
+    lacks a number is named in the record's ``missing``."""
+    seeds = list(plans_by_seed)
+    by_seed = {s: {(r["dataset"], r["row"]): r for r in
+                   build_rows(table, plans, rows, (analyses_by_seed or {}).get(s) if analyses_by_seed else None)}
+               for s, plans in plans_by_seed.items()}
+    marks = marks_of(table)
+    return [_combine(table, key, {s: by_seed[s][key] for s in seeds if key in by_seed[s]}, by_seed, marks)
+            for key in by_seed[seeds[0]]]
+
+
+def _combine(table: Table, key: tuple, records: Dict[int, dict], by_seed: Dict[int, dict], marks: str) -> dict:
+    seeds = list(records)
+    first = records[seeds[0]]
+    out = {**first, "seeds": seeds, "seeds_done": [], "n": 0}
+    if first["cited"]:
+        return out
+    dataset, _ = key
+    refs = {s: by_seed[s].get((dataset, first["reference"])) if first["reference"] else None for s in seeds}
+    done = [s for s in seeds if records[s]["status"] == "done"]
+    missing = [f"seed {s}: {records[s]['status']}" for s in seeds if s not in done]
+    missing += [f"seed {s}: {m}" for s in done for m in records[s]["missing"]]
+    columns = {}
+    for col in table.columns:
+        cells = {s: records[s]["columns"][col.name] for s in seeds}
+        ref_cells = {s: refs[s]["columns"][col.name] for s in seeds if refs[s] is not None}
+        columns[col.name] = cell = _combine_cell(table, col, cells, ref_cells, marks)
+        untested = sorted(set(cell.get("per_seed", {})) - set(cell.get("tested_seeds", cell.get("per_seed", {}))))
+        missing += [f"seed {s}: {col.name}: no test against the reference row" for s in untested]
+    head = next((columns[c.name] for c in table.columns if c.source == "bleu"), {})
+
+    def mean(values):
+        values = [v for v in values if v is not None]
+        return stats.mean_sd(values)[0] if values else None
+
+    langs = list(dict.fromkeys(lang for s in done for lang in records[s]["adversarial"]))
+    out.update({
+        "status": "done" if done else first["status"], "missing": missing, "seeds_done": done, "n": len(done),
+        "run_dir": records[done[0]]["run_dir"] if done else first["run_dir"],
+        "bleu": head.get("ours"), "bleu_sd": head.get("sd"), "delta": head.get("delta"),
+        "delta_sd": head.get("delta_sd"), "mark": head.get("mark", ""), "p_value": head.get("p_value"),
+        "p_t": head.get("p_t"), "rule": head.get("rule"),
+        "params_m": mean(records[s]["params_m"] for s in done),
+        "model_bleu": mean(records[s]["model_bleu"] for s in done),
+        "adversarial": {lang: mean(records[s]["adversarial"].get(lang) for s in done) for lang in langs},
+        "per_seed": {s: {"run_dir": records[s]["run_dir"], "status": records[s]["status"], "bleu": records[s]["bleu"],
+                         "delta": records[s]["delta"], "mark": records[s]["mark"], "p_value": records[s]["p_value"]}
+                     for s in seeds},
+        "columns": columns,
+    })
+    return out
+
+
+def _combine_cell(table: Table, col: Column, cells: Dict[int, dict], ref_cells: Dict[int, dict], marks: str) -> dict:
+    """One column of one row over seeds (see :func:`build_seed_rows`)."""
+    first = next(iter(cells.values()))
+    keep = ("source", "paper", "paper_value", "paper_mark", "paper_delta", "paper_ratio", "note")
+    cell = {k: first[k] for k in keep if k in first}
+    values = {s: c["ours"] for s, c in cells.items() if c.get("ours") is not None}
+    cell.update({"ours": None, "sd": None, "n": len(values), "per_seed": values, "mark": "", "p_value": None,
+                 "missing": None})
+    if values:
+        cell["ours"], cell["sd"] = stats.mean_sd(list(values.values()))
+        digits = _digits(table, col)
+        if col.source == "train_time":
+            cell["ours_text"] = format_duration(cell["ours"]) + (
+                f" ± {format_duration(cell['sd'])}" if cell["sd"] is not None else "")
+        elif col.source == "delta" or (col.source == "params"
+                                       and str(first["paper"] or "").strip().startswith(("+", "-", "−"))):
+            base = [ref_cells[s]["ours"] for s in values if s in ref_cells and ref_cells[s].get("ours") is not None]
+            ref_mean = {"ours": stats.mean_sd(base)[0]} if base else None
+            text = _ours_text(table, col, {"ours": cell["ours"], "ours_text": None}, ref_mean, first["paper"])
+            cell["ours_text"] = text + (f" ± {cell['sd']:.{digits}f}" if cell["sd"] is not None else "")
+        else:
+            cell["ours_text"] = stats.format_mean_sd(cell["ours"], cell["sd"], digits)
+    else:
+        cell["ours_text"] = next((c["ours_text"] for c in cells.values() if c["ours_text"] not in ("–", None)), "–")
+        cell["missing"] = next((c["missing"] for c in cells.values() if c.get("missing")), None)
+    for name in ("delta", "ratio"):
+        if name in first:
+            found = [c[name] for c in cells.values() if c.get(name) is not None]
+            cell[name], spread = stats.mean_sd(found) if found else (None, None)
+            cell[f"{name}_sd"], cell[f"{name}_n"] = spread, len(found)
+    if has_test(col):
+        tested = {s: c for s, c in cells.items() if c.get("p_value") is not None}
+        if col.source == "bleu":
+            system = {s: c["ours"] for s, c in tested.items() if c.get("ours") is not None and s in ref_cells
+                      and ref_cells[s].get("ours") is not None}
+            reference = {s: ref_cells[s]["ours"] for s in system}
+        else:  # the analysis' own difference, against the same model: tested against 0
+            system = {s: c["tested_delta"] for s, c in tested.items() if c.get("tested_delta") is not None}
+            reference = {s: 0.0 for s in system}
+        if system:
+            found = stats.across_seeds(reference, system,
+                                       {s: {"p_value": tested[s]["p_value"], "mark": tested[s].get("mark", "")}
+                                        for s in system}, marks)
+            cell.update({"mark": found["mark"], "p_value": found["p_max"], "p_t": found["p_t"], "rule": found["rule"],
+                         "tested_seeds": found["paired_seeds"],
+                         "per_seed_marks": {s: tested[s].get("mark", "") for s in system},
+                         "per_seed_p": {s: tested[s]["p_value"] for s in system}})
+    return cell
+
+
 # ---- scale -------------------------------------------------------------------------------
 
 def _shape(plan: RunPlan, result: dict) -> dict:
@@ -522,11 +644,14 @@ def scale(table: Table, plans: List[RunPlan], records: Optional[List[dict]] = No
             continue
         first = group[0]
         env = read_prep_env(first.data_dir)
-        results = {p.row: RunData(p).result for p in group}
+        results = {p.run_dir: RunData(p).result for p in group}
         done = [r for r in results.values() if r]
         shapes: Dict[str, List[str]] = {}
         for p in group:
-            shapes.setdefault(_shape_text(_shape(p, results[p.row])), []).append(p.row)
+            named = shapes.setdefault(_shape_text(_shape(p, results[p.run_dir])), [])
+            if p.row not in named:  # a row's runs of several seeds: named once
+                named.append(p.row)
+        seeds = sorted({run_seed(p) for p in group if run_seed(p) is not None}, key=int)
         params = sorted(r["params"] / 1e6 for r in done if r.get("params"))
         updates = sorted({r["updates"] for r in done if r.get("updates") is not None})
         planned = sorted({r["planned_updates"] for r in done if r.get("planned_updates")})
@@ -551,7 +676,8 @@ def scale(table: Table, plans: List[RunPlan], records: Optional[List[dict]] = No
             "updates": [updates[0], updates[-1]] if updates else None,
             "planned_updates": planned[-1] if len(planned) == 1 else None,
             "device": "CPU" if first.cpu else "GPU",
-            "seed": _seed(first),
+            "seed": run_seed(first),
+            "seeds": [int(x) for x in seeds],
             "decoding": " ".join(first.generate),
             "bleu": first.bleu,
             "signature": signature,
@@ -560,7 +686,8 @@ def scale(table: Table, plans: List[RunPlan], records: Optional[List[dict]] = No
     return out
 
 
-def _seed(plan: RunPlan) -> Optional[str]:
+def run_seed(plan: RunPlan) -> Optional[str]:
+    """The seed of a run (its training command's --seed)."""
     return plan.train[plan.train.index("--seed") + 1] if "--seed" in plan.train else None
 
 
@@ -585,7 +712,7 @@ def scale_lines(s: dict) -> List[str]:
     lines = [f"paper: {s['paper']}",
              f"ours: {data}; {test}{train}",
              f"model: {models}{params}",
-             f"training: {s['budget']} per row{done}, {s['device']}, seed {s['seed']}",
+             f"training: {s['budget']} per row{done}, {s['device']}, " + _seeds_text(s),
              f"decoding: {s['decoding'] or 'fairseq defaults'}; BLEU {s['bleu']}"
              + (f" (sacreBLEU {s['signature']})" if s["signature"] else "")]
     if s["smoke"]:
@@ -594,11 +721,19 @@ def scale_lines(s: dict) -> List[str]:
     return lines
 
 
+def _seeds_text(s: dict) -> str:
+    several = s.get("seeds") or []
+    if len(several) < 2:
+        return f"seed {s['seed']}"
+    return f"seeds {', '.join(str(x) for x in several)} (each row once per seed)"
+
+
 def scale_summary(s: dict) -> str:
     """The scale in one sentence (the LaTeX caption)."""
     parts = [f"Ours: {s['data']}" + (" (substitute)" if s["substitute"] else ""),
              f"{s['test_sentences']:,} test sentences" if s["test_sentences"] else "test set not prepared",
-             "; ".join(s["models"]), s["budget"] + " per row", s["decoding"], f"BLEU {s['bleu']}"]
+             "; ".join(s["models"]), s["budget"] + " per row",
+             _seeds_text(s) if len(s.get("seeds") or []) > 1 else "", s["decoding"], f"BLEU {s['bleu']}"]
     return ", ".join(p for p in parts if p) + (". Smoke scale: a pipeline check, not evidence." if s["smoke"] else ".")
 
 
@@ -634,14 +769,29 @@ def _cell_text(table: Table, col: Column, cell: dict, kind: str, record: dict) -
         return cell["ours_text"]
     if kind.startswith("delta"):
         value = cell.get("paper_delta" if kind == "delta_paper" else "delta")
-        return _fmt(value, _digits(table, col), signed=True)
+        spread = cell.get("delta_sd") if kind == "delta_ours" else None
+        digits = _digits(table, col)
+        return _fmt(value, digits, signed=True) + (f" ± {spread:.{digits}f}" if spread is not None else "")
     if kind == "sig":
         if not cell.get("mark") and cell.get("p_value") is None:
             return ""
         p = cell.get("p_value")
+        if "tested_seeds" in cell:  # over seeds: the largest per-seed p, the t-test beside it
+            p_t = cell.get("p_t")
+            return ((cell.get("mark") or "") + f" p_max={p:.3f}" + (f" p_t={p_t:.3f}" if p_t is not None else "")
+                    + (f" (n={len(cell['tested_seeds'])})" if len(cell["tested_seeds"]) < len(record["seeds"]) else ""))
         return (cell.get("mark") or "") + (f" p={p:.3f}" if p is not None else "")
     value = cell.get("paper_ratio" if kind == "ratio_paper" else "ratio")
-    return _fmt(value)
+    spread = cell.get("ratio_sd") if kind == "ratio_ours" else None
+    return _fmt(value) + (f" ± {spread:.2f}" if spread is not None else "")
+
+
+def seed_count(record: dict) -> str:
+    """The n column of a table of several seeds: the seeds a row ran, of those asked for."""
+    if record["cited"]:
+        return "–"
+    n, total = len(record["seeds_done"]), len(record["seeds"])
+    return str(n) if n == total else f"{n} of {total}"
 
 
 def _md_escape(text: str) -> str:
@@ -663,13 +813,17 @@ def markdown(table: Table, records: List[dict], scales: Optional[Dict[str, dict]
         out.write("\n")
         layout = _layout(table, rows)
         with_ref = any(r["reference"] for r in rows)
-        head = ["row"] + (["vs"] if with_ref else []) + [_header(c, k, smoke) for c, k in layout]
-        align = ["---"] + (["---"] if with_ref else []) + [":-:" if k == "sig" else "---:" for _, k in layout]
+        several = any("seeds" in r for r in rows)
+        head = ["row"] + (["vs"] if with_ref else []) + (["n"] if several else []) + [_header(c, k, smoke)
+                                                                                     for c, k in layout]
+        align = (["---"] + (["---"] if with_ref else []) + ([":-:"] if several else [])
+                 + [":-:" if k == "sig" else "---:" for _, k in layout])
         out.write("| " + " | ".join(_md_escape(h) for h in head) + " |\n|" + "|".join(align) + "|\n")
         for r in rows:
             label = r["label"] + (" (cited)" if r["cited"] else "") + ("" if r["status"] in ("done", "cited")
                                                                         else f" ({r['status']})")
             cells = [label] + ([r["reference_label"] or "–"] if with_ref else [])
+            cells += [seed_count(r)] if several else []
             cells += [_cell_text(table, c, r["columns"][c.name], k, r) for c, k in layout]
             out.write("| " + " | ".join(_md_escape(c) for c in cells) + " |\n")
         out.write("\n")
@@ -705,6 +859,16 @@ def legend(table: Table, records: List[dict], smoke: bool = False) -> List[str]:
                      "against that row's run; Δ paper and ratio paper are computed from the paper's printed "
                      "numbers; a difference column the paper prints is shown as printed, ours beside it against "
                      "the same row.")
+    several = next((r["seeds"] for r in records if "seeds" in r), None)
+    if several:
+        lines.append(
+            f"Seeds: {len(several)} ({', '.join(str(s) for s in several)}), each row trained once per seed and paired "
+            "with its reference row by seed number. ours: the mean ± sample sd over the seeds that have the number "
+            "(n: the seeds a row ran); Δ ours and ratio ours: the mean ± sd of the per-seed differences and ratios "
+            "to the reference row's run of the same seed. sig.: a mark only where the per-seed test is significant "
+            "at every seed with one sign of the difference (an intersection-union test, "
+            "fairseq_ext.tools.seeds); p_max: the largest per-seed p; p_t: a paired t-test over seeds, shown "
+            "beside the mark, not as it (p_t in the CSV too; every seed's p and mark in the JSON).")
     sources = {c.source for c in table.columns}
     tests = [s for s in TESTS if s in sources and any(has_test(c) for c in table.columns if c.source == s)]
     for source in tests:
@@ -789,14 +953,18 @@ def latex(table: Table, records: List[dict], scales: Optional[Dict[str, dict]] =
                 groups[-1][1].append((col, kind))
             else:
                 groups.append((title, [(col, kind)]))
-        lead = 2 if with_ref else 1
+        several = any("seeds" in r for r in rows)
+        lead = 1 + with_ref + several
         caption = f"{table.id}, {table.source}: the paper's numbers and ours"
         if dataset in scales:
             caption += f" ({dataset}). " + scale_summary(scales[dataset])
+        if several:
+            caption += (" Ours: mean ± sd over the seeds (n per row); a mark only where the paired bootstrap "
+                        "is significant at every seed with one sign.")
         out.write("\\begin{table}[t]\n\\centering\n\\small\n")
         out.write(f"\\caption{{{latex_escape(caption)}}}\n")
         out.write(f"\\begin{{tabular}}{{{'l' * lead}{'r' * len(layout)}}}\n\\toprule\n")
-        head, rules, position = ["Row"] + (["vs"] if with_ref else []), [], lead + 1
+        head, rules, position = ["Row"] + (["vs"] if with_ref else []) + (["n"] if several else []), [], lead + 1
         for title, subs in groups:
             head.append(f"\\multicolumn{{{len(subs)}}}{{c}}{{{title}}}")
             rules.append(f"\\cmidrule(lr){{{position}-{position + len(subs) - 1}}}")
@@ -808,6 +976,7 @@ def latex(table: Table, records: List[dict], scales: Optional[Dict[str, dict]] =
         for r in rows:
             cells = [latex_escape(r["label"] + (" (cited)" if r["cited"] else ""))]
             cells += [latex_escape(r["reference_label"] or "--")] if with_ref else []
+            cells += [latex_escape(seed_count(r))] if several else []
             for col, kind in layout:
                 cell = r["columns"][col.name]
                 if kind == "paper":
@@ -825,23 +994,32 @@ def latex(table: Table, records: List[dict], scales: Optional[Dict[str, dict]] =
 # ---- files -------------------------------------------------------------------------------
 
 def _flat(record: dict) -> dict:
-    out = {k: v for k, v in record.items() if k not in ("columns", "adversarial", "paper_adversarial", "missing")}
+    out = {k: v for k, v in record.items() if k not in ("columns", "adversarial", "paper_adversarial", "missing",
+                                                        "per_seed")}
+    if "seeds" in record:
+        out["seeds"] = " ".join(str(x) for x in record["seeds"])
+        out["seeds_done"] = " ".join(str(x) for x in record["seeds_done"])
     out["missing"] = "; ".join(record["missing"])
     for name, cell in record["columns"].items():
-        for key in ("paper", "ours", "ours_text", "mark", "p_value", "paper_delta", "delta", "paper_ratio", "ratio"):
+        for key in ("paper", "ours", "ours_text", "sd", "n", "mark", "p_value", "p_t", "paper_delta", "delta",
+                    "delta_sd", "paper_ratio", "ratio"):
             if key in cell:
                 out[f"{name} | {key}"] = cell[key]
     return out
 
 
-def table_name(scale_tag: str = "", rows: str = "", datasets: str = "", partial: bool = False) -> str:
+def table_name(scale_tag: str = "", rows: str = "", datasets: str = "", partial: bool = False,
+               seeds: Optional[List[int]] = None) -> str:
     """The file name (without extension) of a table: ``table`` for a complete table at the
-    paper's scale; the scale (``smoke.200``), the subset (``rows-m-00``, ``datasets-...``) and
-    ``partial`` (a run with failures or missing numbers) added, so that nothing but a complete
-    run of every row and data set at the same scale replaces a table."""
+    paper's scale; the scale (``smoke.200``), the seeds of a table of several seeds
+    (``seeds-1-2-3``), the subset (``rows-m-00``, ``datasets-...``) and ``partial`` (a run with
+    failures or missing numbers) added, so that nothing but a complete run of every row and
+    data set at the same scale and with the same seeds replaces a table."""
     parts = ["table"]
     if scale_tag:
         parts.append(scale_tag)
+    if seeds:
+        parts.append("seeds-" + "-".join(str(x) for x in seeds))
     for kind, spec in (("rows", rows), ("datasets", datasets)):
         if spec:
             names = [re.sub(r"[^A-Za-z0-9.+-]+", "_", s.strip()) for s in spec.split(",") if s.strip()]

@@ -5,8 +5,9 @@ table's columns read beyond that (the analysis commands, ``python -m fairseq_ext
 and METEOR), and test the BLEU of every row against its reference row (sacreBLEU's paired
 bootstrap).
 
-A run's directory is ``WORK/<table>/<row>/<data set>[.smoke][.budget]`` (the row that trains
-the model: rows that report on another row's model share that row's run); it holds
+A run's directory is ``WORK/<table>/<row>/<data set>[.smoke][.budget][.seedN]`` (the row that
+trains the model: rows that report on another row's model share that row's run; ``.seedN``: a
+seed other than 1 of a table trained with several seeds, ``--seeds``); it holds
 ``plan.json`` (the commands), the logs, ``eval-test/`` and, when the run finished,
 ``result.json``; then ``analysis/NAME/`` (each analysis of its model, with
 ``.reproduce-command.json``, the command that finished there), ``meteor.json`` and
@@ -24,7 +25,7 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Dict, List, Optional, Set
 
 from fairseq_ext.errors import FairseqExtError
@@ -52,6 +53,7 @@ class Options:
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     seed: int = 1
+    seed_in_path: bool = False  # one of several seeds: a seed other than 1 runs in ....seedN (plan_seeds)
     cpu: Optional[bool] = None  # None: when torch sees no GPU
     data_from: Dict[str, str] = field(default_factory=dict)  # data set -> local directory
     extra_train: List[str] = field(default_factory=list)
@@ -168,6 +170,8 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options) 
     suffix = ".smoke" if opts.smoke else ""
     data_dir = os.path.join(opts.data_root, "reproduce", data_key + suffix)
     tag = dataset + (f".{data_key}" if data_key != dataset else "") + suffix + (f".{opts.budget}" if opts.budget else "")
+    if opts.seed_in_path and opts.seed != 1:  # seed 1 keeps the one-seed directory: its runs are reused
+        tag += f".seed{opts.seed}"
     run_dir = os.path.join(opts.work_dir, table.id, row.id, tag)
     cpu = (not has_gpu()) if opts.cpu is None else opts.cpu
 
@@ -269,6 +273,15 @@ def plan_table(table: Table, rows: List[Row], setups: dict, opts: Options, datas
                 owners.append(owner)
         plans += [plan_run(table, owner, key, setups, opts) for owner in owners]
     return plans
+
+
+def plan_seeds(table: Table, rows: List[Row], setups: dict, opts: Options, seeds: List[int],
+               datasets: Optional[List[str]] = None) -> Dict[int, List[RunPlan]]:
+    """:func:`plan_table` once per seed (seed -> its runs). With one seed, the runs of
+    ``opts`` with that seed; with several, a seed other than 1 runs in its own directory
+    (``....seedN``) and seed 1 in the one-seed directory, so that its finished runs are reused."""
+    several = len(seeds) > 1
+    return {s: plan_table(table, rows, setups, replace(opts, seed=s, seed_in_path=several), datasets) for s in seeds}
 
 
 def shell_line(cmd: List[str]) -> str:

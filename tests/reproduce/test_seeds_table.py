@@ -1,0 +1,166 @@
+"""A table trained with several seeds (``fairseq-ext reproduce TABLE --seeds 1,2,3``): one run
+directory per row and seed, the one-seed directory kept for seed 1; the table shows mean ± sd
+over seeds, Δ as the mean of the per-seed differences, and a mark only where every seed's
+paired bootstrap is significant with one sign; its files never replace a one-seed table.
+
+Runs here are hand-made run directories (result.json, significance.json), as in
+test_table_columns.py."""
+import json
+import os
+import statistics
+
+import pytest
+from scipy.stats import ttest_rel
+
+from fairseq_ext.errors import FairseqExtError
+from fairseq_ext.reproduce import __main__ as cli
+from fairseq_ext.reproduce import runner
+from fairseq_ext.reproduce.tables import load_setups, load_table
+from test_table_columns import PREP_ENV, SMOKE_MODEL, report_cli
+
+SEEDS = [1, 2, 3]
+# mma-4, BLEU per row and seed
+BLEU = {"transformer": {1: 30.0, 2: 29.5, 3: 30.25},
+        "plus-mma": {1: 31.0, 2: 30.0, 3: 31.5},  # above at every seed, significant at every seed
+        "plus-local-attention": {1: 30.75, 2: 30.5, 3: 31.0},  # above at every seed, seed 2 not significant
+        "plus-forward-attention": {1: 30.5, 2: 29.0, 3: 30.75},  # significant at every seed, seed 2 below
+        "plus-backward-attention": {1: 29.75, 2: 29.25, 3: 29.75}}
+# (p, mark) of each seed's paired bootstrap against the transformer of the same seed (the MMA paper's marks)
+SIG = {"plus-mma": {1: (0.001, "††"), 2: (0.03, "†"), 3: (0.002, "††")},
+       "plus-local-attention": {1: (0.01, "†"), 2: (0.2, ""), 3: (0.004, "††")},
+       "plus-forward-attention": {1: (0.02, "†"), 2: (0.01, "†"), 3: (0.03, "†")},
+       "plus-backward-attention": {1: (0.3, ""), 2: (0.4, ""), 3: (0.2, "")}}
+
+
+def options(tmp_path):
+    return runner.Options(work_dir=str(tmp_path / "runs"), data_root=str(tmp_path / "data"), smoke=True,
+                          budget="60", cpu=True)
+
+
+def make_seed_runs(tmp_path, table_id="mma-4", seeds=SEEDS):
+    """Finished runs of mma-4 at smoke scale for every seed: result.json and significance.json."""
+    table = load_table(table_id)
+    by_seed = runner.plan_seeds(table, table.select(None), load_setups(), options(tmp_path), seeds)
+    for seed, plans in by_seed.items():
+        for p in plans:
+            os.makedirs(p.run_dir, exist_ok=True)
+            os.makedirs(p.data_dir, exist_ok=True)
+            with open(os.path.join(p.data_dir, "prep.env"), "w") as f:
+                f.write(PREP_ENV)
+            with open(os.path.join(p.run_dir, "result.json"), "w") as f:
+                json.dump({"plan": runner._plan_key(p), "model": SMOKE_MODEL, "updates": 60, "planned_updates": 60,
+                           "bleu": BLEU[p.row][seed]}, f)
+            if p.row in SIG:
+                p_value, mark = SIG[p.row][seed]
+                with open(os.path.join(p.run_dir, "significance.json"), "w") as f:
+                    json.dump({"baseline": "transformer", "p_value": p_value, "mark": mark}, f)
+    return by_seed
+
+
+def test_seeds_plan_one_run_directory_per_row_and_seed(tmp_path, capsys):
+    table = load_table("thesis-3.2")
+    rows = table.select("m-10")
+    setups = load_setups()
+    single = runner.plan_table(table, rows, setups, options(tmp_path))
+    by_seed = runner.plan_seeds(table, rows, setups, options(tmp_path), SEEDS)
+    assert list(by_seed) == SEEDS
+    for i, p in enumerate(single):
+        runs = [by_seed[s][i] for s in SEEDS]
+        assert len({r.run_dir for r in runs}) == 3 and all(r.row == p.row for r in runs)
+        assert [r.train[r.train.index("--seed") + 1] for r in runs] == ["1", "2", "3"]
+        assert runs[0].run_dir == p.run_dir  # seed 1 reuses the one-seed run
+        assert runs[1].run_dir == p.run_dir + ".seed2"
+    # one seed, --seed or --seeds: the directory of today, with that seed
+    (alone,) = runner.plan_seeds(table, rows, setups, options(tmp_path), [2]).values()
+    assert [p.run_dir for p in alone] == [p.run_dir for p in single]
+    assert all(p.train[p.train.index("--seed") + 1] == "2" for p in alone)
+    # the dry run prints every seed's commands
+    cli.main(["thesis-3.2", "--rows", "m-10", "--dry-run", "--smoke", "--budget", "60", "--seeds", "1,2,3",
+              "--work-dir", str(tmp_path / "runs"), "--data-root", str(tmp_path / "data")])
+    out = capsys.readouterr().out
+    for s in SEEDS:
+        for p in by_seed[s]:
+            assert runner.shell_line(p.train) in out
+    assert "table.smoke.60.seeds-1-2-3.rows-m-10.{md,csv,json,tex}" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--seeds", "1,two"], "--seeds: expected a comma list of integers"),
+    (["--seeds", "1,2,1"], "--seeds: a seed appears twice"),
+    (["--seeds", "1,2", "--seed", "3"], "--seed 3 and --seeds 1,2 disagree"),
+])
+def test_bad_seeds_name_the_option(tmp_path, argv, message):
+    with pytest.raises(FairseqExtError, match=message):
+        cli.main(["mma-4", "--dry-run", *argv, "--work-dir", str(tmp_path / "runs")])
+
+
+def _line(out, label):
+    return next(line for line in out.splitlines() if line.startswith(f"| {label} |"))
+
+
+def test_seeds_table_shows_mean_sd_and_marks_only_what_holds_at_every_seed(tmp_path, capsys):
+    out_dir = tmp_path / "runs" / "mma-4"
+    make_seed_runs(tmp_path)
+    # the one-seed table of seed 1 first: the seeds table is written beside it
+    assert report_cli(tmp_path, "mma-4", "--budget", "60") == 0
+    single = (out_dir / "table.smoke.60.md").read_text()
+    capsys.readouterr()
+    assert report_cli(tmp_path, "mma-4", "--budget", "60", "--seeds", "1,2,3") == 0
+    out = capsys.readouterr().out
+    assert (out_dir / "table.smoke.60.md").read_text() == single
+    assert (out_dir / "table.smoke.60.seeds-1-2-3.md").read_text().startswith("## mma-4")
+    with open(out_dir / "table.smoke.60.seeds-1-2-3.json") as f:
+        records = {r["row"]: r for r in json.load(f)["rows"]}
+    base = BLEU["transformer"]
+    for row, bleu in BLEU.items():
+        cell = records[row]["columns"]["BLEU"]
+        values = [bleu[s] for s in SEEDS]
+        assert cell["ours"] == pytest.approx(statistics.mean(values)) and cell["n"] == 3
+        assert cell["sd"] == pytest.approx(statistics.stdev(values))
+        assert f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}" in _line(out, records[row]["label"])
+        if row == "transformer":
+            continue
+        deltas = [bleu[s] - base[s] for s in SEEDS]
+        assert records[row]["columns"]["Δ"]["ours"] == pytest.approx(statistics.mean(deltas))
+        assert cell["p_value"] == max(p for p, _ in SIG[row].values())  # p_max
+        assert cell["p_t"] == pytest.approx(ttest_rel(values, [base[s] for s in SEEDS]).pvalue)
+    # significant at every seed, above at every seed: the weakest seed's mark
+    assert records["plus-mma"]["columns"]["BLEU"]["mark"] == "†" == records["plus-mma"]["mark"]
+    assert "| † p_max=0.030 p_t=" in _line(out, "+ MMA")
+    # not significant at seed 2; below the transformer at seed 2: no mark
+    for row in ("plus-local-attention", "plus-forward-attention", "plus-backward-attention"):
+        assert records[row]["columns"]["BLEU"]["mark"] == "", row
+    assert "|  p_max=0.200 p_t=" in _line(out, "+ Local Attention")
+    for said in ("training: 60 updates per row (60 of 60 updates done), CPU, seeds 1, 2, 3",
+                 "Seeds: 3 (1, 2, 3)", "significant at every seed with one sign", "paired t-test over seeds"):
+        assert said in out, said
+    # the exports carry mean, sd and n
+    csv_text = (out_dir / "table.smoke.60.seeds-1-2-3.csv").read_text()
+    assert "BLEU | sd" in csv_text and "BLEU | n" in csv_text and "BLEU | p_t" in csv_text
+    tex = (out_dir / "table.smoke.60.seeds-1-2-3.tex").read_text()
+    mma = list(BLEU["plus-mma"].values())
+    assert f"+ MMA & Transformer & 3 & 35.41 & {statistics.mean(mma):.2f} \\(\\pm\\) {statistics.stdev(mma):.2f}" \
+        "\\(^{\\dagger}\\)" in tex
+    # and the one-seed table, written again, leaves the seeds table as it was
+    seeds_md = (out_dir / "table.smoke.60.seeds-1-2-3.md").read_text()
+    assert report_cli(tmp_path, "mma-4", "--budget", "60") == 0
+    assert (out_dir / "table.smoke.60.seeds-1-2-3.md").read_text() == seeds_md
+
+
+def test_a_missing_seed_is_reported_not_averaged(tmp_path, capsys):
+    by_seed = make_seed_runs(tmp_path)
+    missing = next(p for p in by_seed[2] if p.row == "plus-mma")
+    os.remove(os.path.join(missing.run_dir, "result.json"))
+    assert report_cli(tmp_path, "mma-4", "--budget", "60", "--seeds", "1,2,3") == 0
+    out = capsys.readouterr().out
+    out_dir = tmp_path / "runs" / "mma-4"
+    assert not (out_dir / "table.smoke.60.seeds-1-2-3.md").exists()
+    with open(out_dir / "table.smoke.60.seeds-1-2-3.partial.json") as f:
+        record = next(r for r in json.load(f)["rows"] if r["row"] == "plus-mma")
+    cell = record["columns"]["BLEU"]
+    values = [BLEU["plus-mma"][s] for s in (1, 3)]
+    assert cell["n"] == 2 and cell["ours"] == pytest.approx(statistics.mean(values))
+    assert cell["sd"] == pytest.approx(statistics.stdev(values))
+    assert record["seeds_done"] == [1, 3] and "seed 2: not run" in record["missing"]
+    assert "| + MMA | Transformer | 2 of 3 |" in out
+    assert "Incomplete: + MMA (iwslt14-de-en): seed 2: not run" in out
