@@ -80,8 +80,8 @@ def install() -> None:
         return
     for sig in SIGNALS:
         current = signal.getsignal(sig)
-        if current is _handle:
-            continue
+        if current is _handle or current == signal.SIG_IGN:
+            continue  # an ignored signal (nohup, a parent's choice) stays ignored
         _previous[sig] = current
         signal.signal(sig, _handle)
 

@@ -38,8 +38,10 @@ def _alive(pid: int) -> bool:
 
 def _start(tmp_path):
     pids = tmp_path / "pids"
+    # started the way a shell starts a command: SIGINT at its default (a test worker may ignore
+    # it, and an ignored signal is inherited, and kept ignored by the runner)
     proc = subprocess.Popen([sys.executable, "-c", RUNNER, CHILD, str(pids), str(tmp_path / "run" / "train.log")],
-                            cwd=tmp_path)
+                            cwd=tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while not pids.exists():
         assert proc.poll() is None, "the runner ended before its command started"
