@@ -32,6 +32,7 @@ Writes summary.{md,csv,json} (model, sentences, mean D_Y, D^l per layer), per_se
 every token of sentence --sentence, default the lowest analysed id), aif_dependency.png
 (Fig. 4.7: (a) D_Y per model, (b) D^l per layer) and tokens.png (Fig. 4.8: D_yt per token).
 """
+import argparse
 import contextlib
 import copy
 import os
@@ -240,8 +241,8 @@ def plot_tokens(tokens: List[dict], path: str):
     return fig
 
 
-def main(argv=None):
-    common.setup_cli()
+def build_parser() -> argparse.ArgumentParser:
+    """This command's options (the report reads them to give it only what it takes)."""
     ap = common.analysis_parser(__doc__)
     ap.add_argument("--max-sentences", type=int, help="analyse the sentences with the lowest ids")
     ap.add_argument("--sentence", type=int, help="sentence id for the per-token figure (default: lowest analysed)")
@@ -249,6 +250,12 @@ def main(argv=None):
                     help="how the Z query rows of KL(A^m_h || A^ind_h) are combined (Eq. 4.6)")
     ap.add_argument("--max-len-a", type=float, default=0.0, help="greedy output length limit a * |x| + b")
     ap.add_argument("--max-len-b", type=int, default=200)
+    return ap
+
+
+def main(argv=None):
+    common.setup_cli()
+    ap = build_parser()
     args = ap.parse_args(argv)
     names = common.names_for(args.checkpoint, args.names)
     summary, per_sentence, per_head, tokens = [], [], [], []

@@ -580,8 +580,8 @@ def run(args) -> dict:
             "name": name}
 
 
-def main(argv=None):
-    common.setup_cli()
+def build_parser() -> argparse.ArgumentParser:
+    """This command's options (the report reads them to give it only what it takes)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", required=True, help="model checkpoint")
@@ -608,6 +608,12 @@ def main(argv=None):
                          "max 0 to the largest weight drawn (shared by the figures of one kind)")
     ap.add_argument("--out", required=True, help="output directory (PNG, JSON)")
     ap.add_argument("--cpu", action="store_true", help="run on the CPU even when a GPU is there")
+    return ap
+
+
+def main(argv=None):
+    common.setup_cli()
+    ap = build_parser()
     args = ap.parse_args(argv)
     if args.max_tokens < 1:
         raise common.AnalysisError(f"--max-tokens: expected 1 or more, not {args.max_tokens}")

@@ -31,6 +31,7 @@ per_layer.*, heatmaps_<model>.png (distance and entropy, layer x head, one colou
 quantity for every model and unit) and layers.png (per-layer means of every model, as
 Figs. 3.11-3.12).
 """
+import argparse
 import os
 import sys
 from typing import Dict, List, Optional
@@ -206,13 +207,19 @@ def layer_plot(layer_rows: List[dict], path: str, data: str = ""):
     return fig
 
 
-def main(argv=None):
-    common.setup_cli()
+def build_parser() -> argparse.ArgumentParser:
+    """This command's options (the report reads them to give it only what it takes)."""
     ap = common.analysis_parser(__doc__)
     ap.add_argument("--max-sentences", type=int, help="only the sentences with the lowest ids (e.g. 1500)")
     ap.add_argument("--span", default="all", choices=SPANS,
                     help="the keys of the sums: all (default, d = |i - j|) or left (j <= i, d = i - j, the "
                          "equations as printed)")
+    return ap
+
+
+def main(argv=None):
+    common.setup_cli()
+    ap = build_parser()
     args = ap.parse_args(argv)
     names = common.names_for(args.checkpoint, args.names)
     rows = []

@@ -15,6 +15,7 @@ f = 2..8) give Fig. 5.4a (dv_l per layer, one series each) and 5.4b (Ed per mode
     python -m fairseq_ext.analysis.dc_divergence --checkpoint dc-f2/checkpoint_best.pt dc-f3/checkpoint_best.pt \\
         --names f=2 f=3 --data data-bin/wmt14.en-de --out analysis/dc --max-sentences 1500
 """
+import argparse
 import os
 import sys
 
@@ -73,11 +74,17 @@ def layer_divergences(model, task, split, heads="max", max_sentences=None, cpu=F
     return {layer: sums[layer] / counts[layer] for layer in sorted(sums)}
 
 
-def main(argv=None):
-    common.setup_cli()
+def build_parser() -> argparse.ArgumentParser:
+    """This command's options (the report reads them to give it only what it takes)."""
     ap = common.analysis_parser(__doc__)
     ap.add_argument("--heads", default="max", choices=["max", "mean", "each"])
     ap.add_argument("--max-sentences", type=int)
+    return ap
+
+
+def main(argv=None):
+    common.setup_cli()
+    ap = build_parser()
     args = ap.parse_args(argv)
     names = common.names_for(args.checkpoint, args.names)
     rows, summary = [], []

@@ -9,6 +9,7 @@ main decoder.
 Writes decoders.{md,csv,json} (model, decoder, reads encoder layer, BLEU, delta, p, mark) and
 decoders.png (BLEU per decoder); decodings in OUT/<model>/<decoder>.
 """
+import argparse
 import os
 import shlex
 import sys
@@ -63,14 +64,20 @@ def plot(rows, path):
     return fig
 
 
-def main(argv=None):
-    common.setup_cli()
+def build_parser() -> argparse.ArgumentParser:
+    """This command's options (the report reads them to give it only what it takes)."""
     ap = common.analysis_parser(__doc__)
     ap.add_argument("--generate-args", default="")
     ap.add_argument("--flavour")
     ap.add_argument("--samples", type=int, default=1000)
     ap.add_argument("--marks", default="thesis")
     common.language_arguments(ap)
+    return ap
+
+
+def main(argv=None):
+    common.setup_cli()
+    ap = build_parser()
     args = ap.parse_args(argv)
     rows = []
     for name, ckpt in zip(common.names_for(args.checkpoint, args.names), args.checkpoint):

@@ -11,6 +11,7 @@ Writes masking.{md,csv,json} (model, layer, BLEU, delta, p, mark; one row per ma
 and masking.png (delta per masked layer, one series per model); the decodings stay in
 OUT/<model>/full and OUT/<model>/mask<i> (evaluate.sh directories).
 """
+import argparse
 import os
 import shlex
 import sys
@@ -69,14 +70,20 @@ def plot(rows, path):
     return fig
 
 
-def main(argv=None):
-    common.setup_cli()
+def build_parser() -> argparse.ArgumentParser:
+    """This command's options (the report reads them to give it only what it takes)."""
     ap = common.analysis_parser(__doc__)
     ap.add_argument("--generate-args", default="", help="fairseq-generate flags, e.g. '--beam 4 --lenpen 0.6'")
     ap.add_argument("--flavour", help="BLEU flavour (default: the one evaluate.sh reports for the data)")
     ap.add_argument("--samples", type=int, default=1000, help="paired bootstrap samples")
     ap.add_argument("--marks", default="thesis", help="significance marks: thesis, mma or wt")
     common.language_arguments(ap)
+    return ap
+
+
+def main(argv=None):
+    common.setup_cli()
+    ap = build_parser()
     args = ap.parse_args(argv)
     rows = []
     for name, ckpt in zip(common.names_for(args.checkpoint, args.names), args.checkpoint):

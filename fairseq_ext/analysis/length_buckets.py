@@ -157,8 +157,8 @@ def plot(rows: List[dict], systems: Sequence[str], flavour: str, path: str,
     return fig
 
 
-def main(argv=None):
-    common.setup_cli()
+def build_parser() -> argparse.ArgumentParser:
+    """This command's options (the report reads them to give it only what it takes)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group(required=True)
@@ -177,6 +177,12 @@ def main(argv=None):
                     help="a bucket with fewer sentences is noted in the table and drawn hatched and pale "
                          f"(default {DEFAULT_MIN_SENTENCES}: below it the sample alone moves a bucket's BLEU by "
                          "more than 4 points)")
+    return ap
+
+
+def main(argv=None):
+    common.setup_cli()
+    ap = build_parser()
     args = ap.parse_args(argv)
     if args.min_bucket_sentences < 1:
         raise common.AnalysisError(f"--min-bucket-sentences: expected 1 or more, not {args.min_bucket_sentences}")

@@ -47,6 +47,7 @@ Writes probing.{md,csv,json} (category, task, labels, train/test sizes, the majo
 accuracy, one column per model and layer; #AVG rows per category as the thesis' tables) and
 probing.png (accuracy per task and model; per layer when several layers are probed).
 """
+import argparse
 import collections
 import math
 import os
@@ -529,8 +530,8 @@ def plot(rows: List[dict], columns: List[str], layer_columns: Dict[str, List[Tup
     return fig
 
 
-def main(argv=None):
-    common.setup_cli()
+def build_parser() -> argparse.ArgumentParser:
+    """This command's options (the report reads them to give it only what it takes)."""
     ap = common.analysis_parser(__doc__)
     g = ap.add_argument_group("tasks")
     g.add_argument("--senteval", help="SentEval's data/probing directory (any of its ten files)")
@@ -555,6 +556,12 @@ def main(argv=None):
     g.add_argument("--max-epoch", type=int, default=100)
     g.add_argument("--patience", type=int, help="stop after N epochs without a better validation accuracy "
                    "(default: all --max-epoch epochs; the best validation epoch is kept either way)")
+    return ap
+
+
+def main(argv=None):
+    common.setup_cli()
+    ap = build_parser()
     args = ap.parse_args(argv)
     report = {"test": "te", "te": "te", "valid": "va", "va": "va"}.get(args.split)
     if report is None:

@@ -178,30 +178,14 @@ def write_page(sections: List[str], titles: List[Tuple[str, str]], path: str, he
     return path
 
 
-class _ParserBuilt(Exception):
-    def __init__(self, parser: argparse.ArgumentParser):
-        super().__init__()
-        self.parser = parser
-
-
 @functools.lru_cache(maxsize=None)
 def parser_of(name: str) -> argparse.ArgumentParser:
-    """The command-line parser of analysis ``name``: its ``main`` runs until it parses (then it
-    is stopped), so the options are the command's own, not a list kept here."""
+    """The command-line parser of analysis ``name`` (its ``build_parser``), so the options are
+    the command's own, not a list kept here."""
     module = importlib.import_module(f"fairseq_ext.analysis.{name}")
-
-    def stop(parser, args=None, namespace=None):
-        raise _ParserBuilt(parser)
-
-    parse = argparse.ArgumentParser.parse_known_args
-    argparse.ArgumentParser.parse_known_args = stop
-    try:
-        module.main([])
-    except _ParserBuilt as built:
-        return built.parser
-    finally:
-        argparse.ArgumentParser.parse_known_args = parse
-    raise AnalysisError(f"fairseq_ext.analysis.{name}: its main() parses no command line")
+    if not hasattr(module, "build_parser"):
+        raise AnalysisError(f"fairseq_ext.analysis.{name} has no build_parser()")
+    return module.build_parser()
 
 
 def analysis_options(name: str) -> Set[str]:

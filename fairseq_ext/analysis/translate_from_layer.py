@@ -25,6 +25,7 @@ Writes translate_from_layer.{md,csv,json} (Table 2 layout), translate_from_layer
 and BLEU per layer, FULL dashed) and the hypotheses of every layer, OUT/hyp.layer<l>.bpe and
 OUT/hyp.full.bpe, with OUT/ref.bpe.
 """
+import argparse
 import os
 import sys
 from typing import Dict, List, Sequence
@@ -133,13 +134,19 @@ def plot(rows: List[dict], path: str):
     return fig
 
 
-def main(argv=None):
-    common.setup_cli()
+def build_parser() -> argparse.ArgumentParser:
+    """This command's options (the report reads them to give it only what it takes)."""
     ap = common.analysis_parser(__doc__, several=False)
     ap.add_argument("--projections", help="projections.pt written by word_translation (default: train them here)")
     ap.add_argument("--beam", type=int, default=4, help="beam of the FULL row (0: no FULL row)")
     ap.add_argument("--lenpen", type=float, default=1.0)
     add_training_arguments(ap)
+    return ap
+
+
+def main(argv=None):
+    common.setup_cli()
+    ap = build_parser()
     args = ap.parse_args(argv)
     if args.projections:
         model, task = common.load_model(args.checkpoint, args.data, split=args.split, cpu=args.cpu)

@@ -39,6 +39,7 @@ checkpoint reported alone) and word_order.png (BLEU per system, with and without
 positions); the decodings stay in OUT/<system>/pos and OUT/<system>/nopos (evaluate.sh
 directories).
 """
+import argparse
 import logging
 import os
 import re
@@ -319,8 +320,8 @@ def plot(rows: List[dict], path: str):
     return fig
 
 
-def main(argv=None):
-    common.setup_cli()
+def build_parser() -> argparse.ArgumentParser:
+    """This command's options (the report reads them to give it only what it takes)."""
     ap = common.analysis_parser(__doc__)
     ap.add_argument("--generate-args", default="", help="fairseq-generate flags, e.g. '--beam 5'")
     ap.add_argument("--flavour", help="BLEU flavour (default: the one evaluate.sh reports for the data)")
@@ -331,6 +332,12 @@ def main(argv=None):
                          "with encoder positions, then the one trained without (default: pairs of checkpoints that "
                          "share a --names name, then of the same architecture by their configurations)")
     common.language_arguments(ap)
+    return ap
+
+
+def main(argv=None):
+    common.setup_cli()
+    ap = build_parser()
     args = ap.parse_args(argv)
     systems = pair_checkpoints(args.checkpoint, args.names, args.pairs)
     for system, sides in systems.items():

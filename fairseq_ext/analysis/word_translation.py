@@ -42,6 +42,7 @@ accuracy), word_translation.png (accuracy per layer: encoder, decoder, -self, -c
 projections.pt (every trained projection and w; ``translate_from_layer --projections``
 reads it).
 """
+import argparse
 import contextlib
 import os
 import sys
@@ -458,12 +459,18 @@ def plot(rows: List[dict], model_accuracy: float, path: str):
     return fig
 
 
-def main(argv=None):
-    common.setup_cli()
+def build_parser() -> argparse.ArgumentParser:
+    """This command's options (the report reads them to give it only what it takes)."""
     ap = common.analysis_parser(__doc__, several=False)
     ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS),
                     help="encoder layers, decoder layers, decoder layers without self- / cross-attention")
     add_training_arguments(ap)
+    return ap
+
+
+def main(argv=None):
+    common.setup_cli()
+    ap = build_parser()
     args = ap.parse_args(argv)
     model, task = load_for_training(args)
     num_enc, num_dec = len(primary_encoder(model).layers), len(decoder_layers(model))
