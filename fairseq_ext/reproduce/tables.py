@@ -25,6 +25,7 @@ import yaml
 
 from fairseq_ext.errors import FairseqExtError
 
+from fairseq_ext.resources import CONFIG_DIR as SHIPPED_CONFIG_DIR
 from fairseq_ext.resources import TABLE_DIR as CONFIG_DIR
 
 
@@ -355,10 +356,33 @@ def _check_rows(table: Table, path: str) -> None:
                                    "(a column of ours only: 'printed: false')")
 
 
+def shipped_table_file(path: str) -> str:
+    """A table file by path; ``configs/...`` (as docs write it, e.g. configs/benchmarks/cpu-multi30k.yaml)
+    is also found in the installed package when there is no such file here."""
+    if os.path.exists(path):
+        return path
+    parts = os.path.normpath(path).split(os.sep)
+    if parts[0] == "configs" and len(parts) > 1:
+        shipped = os.path.join(SHIPPED_CONFIG_DIR, *parts[1:])
+        if os.path.exists(shipped):
+            return shipped
+    raise TableConfigError(f"no table file {path} (a path, or configs/... of the package: "
+                           f"{', '.join(_shipped_files())})")
+
+
+def _shipped_files() -> List[str]:
+    out = []
+    for sub in sorted(os.listdir(SHIPPED_CONFIG_DIR)):
+        full = os.path.join(SHIPPED_CONFIG_DIR, sub)
+        if os.path.isdir(full) and sub != "tables":
+            out += [f"configs/{sub}/{f}" for f in sorted(os.listdir(full)) if f.endswith(".yaml")]
+    return out
+
+
 def load_table(table_id: str, config_dir: str = CONFIG_DIR, setups: Optional[dict] = None) -> Table:
     """A table of configs/tables by id, or any table file by path (e.g. configs/benchmarks/*.yaml)."""
-    if table_id.endswith(".yaml") and os.path.exists(table_id):
-        path = table_id
+    if table_id.endswith(".yaml"):
+        path = shipped_table_file(table_id)
         table_id = os.path.basename(table_id)[:-5]
     else:
         path = os.path.join(config_dir, f"{table_id}.yaml")
