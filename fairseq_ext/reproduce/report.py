@@ -273,6 +273,14 @@ def _probing(col, params, run, ref):
     return _analysis_value(run, "probing", "probing.json", pick, task)
 
 
+def _at_layer(layer, key):
+    """A reader of an analysis' rows: ``key`` of the row of ``layer`` (None when there is none)."""
+    def pick(rows):
+        row = next((r for r in rows if r.get("layer") == layer), None)
+        return _value(row.get(key)) if row is not None else None
+    return pick
+
+
 def _word_translation(col, params, run, ref):
     part = params["part"]
     if part in ("last layer", "model"):
@@ -281,26 +289,13 @@ def _word_translation(col, params, run, ref):
 
         return _analysis_value(run, "word_translation", "last_layer.json", pick, part)
     layer = params.get("layer")
-
-    def pick(rows):
-        for r in rows:
-            if r.get("layer") == layer:
-                return _value(r.get(part))
-        return None
-
-    return _analysis_value(run, "word_translation", "word_translation.json", pick, f"layer {layer}")
+    return _analysis_value(run, "word_translation", "word_translation.json", _at_layer(layer, part), f"layer {layer}")
 
 
 def _translate_from_layer(col, params, run, ref):
     layer, metric = params["layer"], params["metric"]
-
-    def pick(rows):
-        for r in rows:
-            if r.get("layer") == layer:
-                return _value(r.get(metric))
-        return None
-
-    return _analysis_value(run, "translate_from_layer", "translate_from_layer.json", pick, f"layer {layer}")
+    return _analysis_value(run, "translate_from_layer", "translate_from_layer.json", _at_layer(layer, metric),
+                           f"layer {layer}")
 
 
 # column source -> (column, its parameters for the row, the run, the reference row's run) -> value
