@@ -5,6 +5,7 @@
     scripts/reproduce.sh thesis-3.2 --dry-run           # the exact commands, row by row
     scripts/reproduce.sh thesis-3.2 --rows transformer,m-10 --nproc 8     # at paper scale on 8 GPUs
     scripts/reproduce.sh thesis-4.6 --smoke --budget 200                  # CPU smoke run
+    scripts/reproduce.sh thesis-3.5 --cpu-scale --rows s-agg,iter-s-agg   # models that translate, on a CPU
     scripts/reproduce.sh thesis-3.2 --report                              # only the side-by-side table
     scripts/reproduce.sh thesis-3.2 --smoke --seeds 1,2,3                 # each row once per seed: mean ± sd
 
@@ -96,8 +97,12 @@ def main(argv=None):
     ap.add_argument("--rows", help="comma list of row ids or labels (default: all the paper's own rows; "
                                    "the baseline is always added)")
     ap.add_argument("--datasets", help="comma list of the table's data sets (default: all)")
-    ap.add_argument("--smoke", action="store_true", help="CPU smoke scale: substitute data (3000 pairs), "
-                                                          "narrow models of the same depth and technique")
+    scale = ap.add_mutually_exclusive_group()
+    scale.add_argument("--smoke", action="store_true", help="CPU smoke scale: substitute data (3000 pairs), "
+                                                             "narrow models of the same depth and technique")
+    scale.add_argument("--cpu-scale", action="store_true",
+                       help="CPU scale: the substitute data in full, models of the paper's depth and technique "
+                            "at the quickstart's width (d 128), the quickstart's schedule, 800 updates a row")
     ap.add_argument("--substitute", action="store_true", help="use each data set's substitute (setups.yaml)")
     ap.add_argument("--budget", help="training budget per row: updates (300) or time (20m, 2h)")
     ap.add_argument("--work-dir", default="runs", help="where runs and tables go (default runs/)")
@@ -135,14 +140,15 @@ def main(argv=None):
         list_rows(table, setups)
         return 0
     opts = runner.Options(work_dir=os.path.abspath(args.work_dir), data_root=os.path.abspath(args.data_root),
-                          smoke=args.smoke, budget=args.budget, nproc=args.nproc, nnodes=args.nnodes,
+                          smoke=args.smoke, cpu_scale=args.cpu_scale, budget=args.budget, nproc=args.nproc,
+                          nnodes=args.nnodes,
                           node_rank=args.node_rank, master_addr=args.master_addr, master_port=args.master_port,
                           seed=seeds[0], cpu=args.cpu, data_from=parse_from(args.data_from),
                           extra_train=shlex.split(args.train_args), extra_generate=shlex.split(args.generate_args),
                           substitute=args.substitute,
                           senteval=os.path.abspath(args.senteval) if args.senteval else None)
-    if opts.smoke and not opts.budget:
-        opts.budget = str(setups["smoke"].get("budget", "200"))
+    if runner.scale_name(opts) and not opts.budget:
+        opts.budget = str(runner.scale_settings(setups, opts).get("budget", "200"))
     runner.budget_flags(opts.budget)  # check it before anything runs
     rows = table.select(args.rows)
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()] if args.datasets else None
@@ -258,7 +264,8 @@ def subset(table, args) -> (str, str):
 def output_name(table, args, opts, partial: bool = False, seeds=None) -> str:
     """The table's file name: the scale (smoke, substitute, budget), the seeds when several,
     the subset, partial."""
-    tag = ".".join(p for p in ("smoke" if opts.smoke else "", "substitute" if opts.substitute and not opts.smoke else "",
+    tag = ".".join(p for p in (runner.scale_name(opts),
+                                "substitute" if opts.substitute and not runner.scale_name(opts) else "",
                                 opts.budget or "") if p)
     return report.table_name(tag, *subset(table, args), partial=partial,
                              seeds=seeds if seeds and len(seeds) > 1 else None)

@@ -677,6 +677,7 @@ def scale(table: Table, plans: List[RunPlan], records: Optional[List[dict]] = No
             "bleu": first.bleu,
             "signature": signature,
             "smoke": first.smoke,
+            "scale": first.scale,
         }
     return out
 
@@ -713,6 +714,10 @@ def scale_lines(s: dict) -> List[str]:
     if s["smoke"]:
         lines.append("smoke scale: a check that every step runs end to end, on small substitute data and "
                      "narrow models; no number here is evidence for or against the paper")
+    elif s.get("scale") == "cpu":
+        lines.append("CPU scale (--cpu-scale): the paper's depth and technique at the quickstart's width and "
+                     "schedule, on the substitute data in full; the models translate, but they are small and "
+                     "short-trained, so a difference here is a first look, not a test of the paper's number")
     return lines
 
 
@@ -729,7 +734,9 @@ def scale_summary(s: dict) -> str:
              f"{s['test_sentences']:,} test sentences" if s["test_sentences"] else "test set not prepared",
              "; ".join(s["models"]), s["budget"] + " per row",
              _seeds_text(s) if len(s.get("seeds") or []) > 1 else "", s["decoding"], f"BLEU {s['bleu']}"]
-    return ", ".join(p for p in parts if p) + (". Smoke scale: a pipeline check, not evidence." if s["smoke"] else ".")
+    return ", ".join(p for p in parts if p) + (". Smoke scale: a pipeline check, not evidence." if s["smoke"] else
+                                               ". CPU scale: small, short-trained models." if s.get("scale") == "cpu"
+                                               else ".")
 
 
 # ---- Markdown ----------------------------------------------------------------------------

@@ -5,7 +5,7 @@ table's columns read beyond that (the analysis commands, ``python -m fairseq_ext
 and METEOR), and test the BLEU of every row against its reference row (sacreBLEU's paired
 bootstrap).
 
-A run's directory is ``WORK/<table>/<row>/<data set>[.smoke][.budget][.seedN]`` (the row that
+A run's directory is ``WORK/<table>/<row>/<data set>[.smoke|.cpu][.budget][.seedN]`` (the row that
 trains the model: rows that report on another row's model share that row's run; ``.seedN``: a
 seed other than 1 of a table trained with several seeds, ``--seeds``); it holds
 ``plan.json`` (the commands), the logs, ``eval-test/`` and, when the run finished,
@@ -46,6 +46,7 @@ class Options:
     work_dir: str = "runs"
     data_root: str = "data-bin"
     smoke: bool = False
+    cpu_scale: bool = False  # setups.yaml's cpu block: the substitute in full, quickstart width, the paper's depth
     budget: Optional[str] = None  # "N" updates, "Nm" / "Nh" of training time
     nproc: int = 1
     nnodes: int = 1
@@ -81,6 +82,7 @@ class RunPlan:
     budget: str
     adversarial: List[List[str]] = field(default_factory=list)  # evaluations with one source shuffled
     smoke: bool = False
+    scale: str = ""  # "smoke", "cpu" (a reduced scale of setups.yaml) or "" (the paper's models)
     cpu: bool = False
     generate: List[str] = field(default_factory=list)  # the decoding flags (evaluation and analyses)
     model_flags: List[str] = field(default_factory=list)  # the flags that shape the model (row, size preset, smoke)
@@ -143,15 +145,27 @@ def local_copy(key: str, setups: dict, opts: Options) -> Optional[str]:
     return local
 
 
+def scale_name(opts: Options) -> str:
+    """The reduced scale of setups.yaml the run uses: "smoke", "cpu", or "" (the paper's models)."""
+    return "smoke" if opts.smoke else ("cpu" if opts.cpu_scale else "")
+
+
+def scale_settings(setups: dict, opts: Options) -> dict:
+    """setups.yaml's block of that scale (flags, generate, budget, analysis_args), or {}."""
+    name = scale_name(opts)
+    return setups[name] if name else {}
+
+
 def resolve_data(key: str, setups: dict, opts: Options) -> (str, str, Optional[str]):
     """(data set used, why it is a substitute or "", local directory to read or None)."""
     datasets = setups["datasets"]
     wanted = key
     reason = ""
-    if opts.smoke or opts.substitute:
+    if opts.smoke or opts.cpu_scale or opts.substitute:
         sub = datasets[key].get("substitute")
         if sub:
-            reason = f"{sub} in place of {key} ({'--smoke' if opts.smoke else '--substitute'})"
+            flag = "--smoke" if opts.smoke else ("--cpu-scale" if opts.cpu_scale else "--substitute")
+            reason = f"{sub} in place of {key} ({flag})"
             key = sub
     if datasets[key].get("recipe") is None:
         sub = datasets[key]["substitute"]
@@ -167,9 +181,10 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options) 
     if ds.get("data") and not reason:
         reason = f"{data_key} for {dataset}" + (f" ({ds['data_note']})" if ds.get("data_note") else "")
     data_cfg = setups["datasets"][data_key]
-    suffix = ".smoke" if opts.smoke else ""
+    suffix = ".smoke" if opts.smoke else ""  # the smoke cut is its own data; the cpu scale reads all of it
     data_dir = os.path.join(opts.data_root, "reproduce", data_key + suffix)
-    tag = dataset + (f".{data_key}" if data_key != dataset else "") + suffix + (f".{opts.budget}" if opts.budget else "")
+    tag = dataset + (f".{data_key}" if data_key != dataset else "") + suffix + (".cpu" if opts.cpu_scale else "") \
+        + (f".{opts.budget}" if opts.budget else "")
     if opts.seed_in_path and opts.seed != 1:  # seed 1 keeps the one-seed directory: its runs are reused
         tag += f".seed{opts.seed}"
     run_dir = os.path.join(opts.work_dir, table.id, row.id, tag)
@@ -195,7 +210,8 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options) 
             generate_task_flags = task
         else:
             generate_task_flags = ["--task", "translation"]  # the first source only
-    smoke_flags = shlex.split(setups["smoke"]["flags"]) if opts.smoke else []
+    reduced = scale_settings(setups, opts)
+    smoke_flags = shlex.split(reduced.get("flags", "")) if reduced else []
     checkpoints = os.path.join(run_dir, "checkpoints")
     train = ["fairseq-ext", "train", data_dir, checkpoints, "--config", training["config"]]
     if opts.nproc != 1 or opts.nnodes != 1:
@@ -213,11 +229,11 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options) 
     average = None
     checkpoint = os.path.join(checkpoints, "checkpoint_best.pt")
     n_avg = int(training.get("average_last") or 0)
-    if n_avg > 1 and not opts.smoke and not opts.budget:
+    if n_avg > 1 and not reduced and not opts.budget:
         checkpoint = os.path.join(checkpoints, f"checkpoint_avg{n_avg}.pt")
         average = ["fairseq-ext", "average-checkpoints", "--inputs", checkpoints,
                    "--num-update-checkpoints", str(n_avg), "--output", checkpoint]
-    generate = shlex.split(setups["smoke"]["generate"]) if opts.smoke else shlex.split(training["generate"])
+    generate = shlex.split(reduced["generate"]) if reduced else shlex.split(training["generate"])
     evaluate = ["fairseq-ext", "evaluate", "--checkpoint", checkpoint,
                 "--data", data_dir, "--split", "test", "--out", os.path.join(run_dir, "eval-test"),
                 "--headline", ds["bleu"], *generate, *generate_task_flags, *opts.extra_generate]
@@ -230,11 +246,11 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options) 
             cmd = list(evaluate)
             cmd[cmd.index("--out") + 1] = os.path.join(run_dir, f"eval-test-shuffle-{lang}")
             adversarial.append(cmd + ["--shuffle-source", lang])
-    budget = opts.budget or ("smoke" if opts.smoke else "paper")
+    budget = opts.budget or (scale_name(opts) or "paper")
     return RunPlan(table=table.id, row=row.id, label=row.label, dataset=dataset, data_key=data_key,
                    substitution=reason, bleu=ds["bleu"], data_dir=data_dir, run_dir=run_dir, prepare=prepare,
                    train=train, average=average, evaluate=evaluate, checkpoint=checkpoint, budget=budget,
-                   adversarial=adversarial, smoke=opts.smoke, cpu=cpu, generate=generate + opts.extra_generate,
+                   adversarial=adversarial, smoke=opts.smoke, scale=scale_name(opts), cpu=cpu, generate=generate + opts.extra_generate,
                    model_flags=[*training_flags, *flags, *smoke_flags])
 
 
@@ -381,8 +397,8 @@ def plan_analyses(table: Table, plans: List[RunPlan], setups: dict, opts: Option
             directory = analysis_dir(plan, name)
             cmd, why = ANALYSIS_COMMANDS[name](name, table, plan, directory, setups, opts, samples)
             if cmd is not None:
-                smoke = (setups["smoke"].get("analysis_args") or {}).get(name, "") if opts.smoke else ""
-                cmd += shlex.split(smoke) + shlex.split(table.analysis_args.get(name, ""))
+                reduced = (scale_settings(setups, opts).get("analysis_args") or {}).get(name, "")
+                cmd += shlex.split(reduced) + shlex.split(table.analysis_args.get(name, ""))
             out.append(AnalysisPlan(name, plan, directory, cmd, why))
     return out
 

@@ -208,7 +208,7 @@ def _read_yaml(path):
 
 def load_setups(config_dir: str = CONFIG_DIR) -> dict:
     setups = _read_yaml(os.path.join(config_dir, "setups.yaml"))
-    for key in ("datasets", "trainings", "smoke"):
+    for key in ("datasets", "trainings", "smoke", "cpu"):
         if key not in setups:
             raise TableConfigError(f"{config_dir}/setups.yaml: no '{key}' section")
     for name, ds in setups["datasets"].items():

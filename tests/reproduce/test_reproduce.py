@@ -213,6 +213,47 @@ def test_a_finished_run_is_reused_and_other_settings_are_refused(tmp_path):
         runner.execute(other)
 
 
+def test_the_cpu_scale_keeps_depth_and_technique_reads_the_substitute_in_full(tmp_path):
+    """--cpu-scale: the paper's arch and joint attention, the quickstart's width and schedule
+    (after the row's flags, so they win), beam 5, 800 updates; the substitute's full data (no
+    --max-lines, the same directory as --substitute); runs and table named .cpu, the scale said
+    on the page."""
+    table, setups = load_table("thesis-3.5"), load_setups()
+    opts = runner.Options(work_dir=str(tmp_path / "runs"), data_root=str(tmp_path / "d"), cpu_scale=True, budget="800")
+    plan = runner.plan_table(table, table.select("iter-s-agg"), setups, opts)[0]
+    assert plan.scale == "cpu" and not plan.smoke and plan.data_key == "multi30k-en-de"
+    assert "(--cpu-scale)" in plan.substitution
+    assert plan.data_dir == str(tmp_path / "d" / "reproduce" / "multi30k-en-de")
+    assert "--max-lines" not in plan.prepare
+    assert os.path.basename(plan.run_dir) == "wmt14-en-de.multi30k-en-de.cpu.800"
+    train = plan.train
+
+    def last(flag):
+        return train[len(train) - 1 - train[::-1].index(flag) + 1]
+    assert last("--arch") == "multilayer_transformer_wmt_en_de" and last("--joint-attention") == "iter-s-agg"
+    assert last("--encoder-embed-dim") == "128" and last("--encoder-ffn-embed-dim") == "512"
+    assert last("--lr-scheduler") == "inverse_sqrt" and last("--max-update") == "800"
+    assert plan.generate[:2] == ["--beam", "5"] and plan.average is None
+    substitute = runner.plan_table(table, table.select("iter-s-agg"), setups,
+                                   runner.Options(work_dir=str(tmp_path / "runs"), data_root=str(tmp_path / "d"),
+                                                  substitute=True))[0]
+    assert substitute.data_dir == plan.data_dir and substitute.run_dir != plan.run_dir
+    lines = report.scale_lines(report.scale(table, [plan])["wmt14-en-de"])
+    assert any(line.startswith("CPU scale (--cpu-scale)") for line in lines)
+    assert not any("smoke" in line for line in lines)
+
+
+def test_the_cpu_scale_on_the_command_line(tmp_path, capsys):
+    assert cli.main(["thesis-4.7", "--cpu-scale", "--rows", "ms-1", "--datasets", "iwslt14-de-en", "--dry-run",
+                     "--work-dir", str(tmp_path / "runs"), "--data-root", str(tmp_path / "d")]) == 0
+    out = capsys.readouterr().out
+    assert "multi30k-de-en-lc in place of iwslt14-de-en (--cpu-scale)" in out and "budget 800" in out
+    assert "table.cpu.800.rows-ms-1.datasets-iwslt14-de-en" in out
+    with pytest.raises(SystemExit):
+        cli.main(["thesis-4.7", "--cpu-scale", "--smoke", "--dry-run"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_one_table_end_to_end_at_a_tiny_budget(tmp_path):
     """thesis-4.6 (#Params, training and decoding speed, BLEU) with the baseline and MS-1+AIF
