@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from fairseq_ext.analysis import attention_maps, attention_stats, common, word_order
+from fixed_decodings import fixed_decodings
 from model_utils import make_tiny_parallel_data, train_tiny
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -328,15 +329,7 @@ def test_word_order_table_with_known_bleu(tiny_models, tmp_path, monkeypatch):
                ckpts["hier_nopos"]: [r.replace("sat", "stood") if i % 2 else r for i, r in enumerate(refs)],
                ckpts["mma"]: [r.replace("mat", "rug") if i % 3 else r for i, r in enumerate(refs)]}
 
-    def fake_evaluate(checkpoint, data, split, out, overrides=None, generate_args=(), cpu=False, src=None, tgt=None):
-        os.makedirs(out, exist_ok=True)
-        for name, lines in (("ref.detok", refs), ("hyp.detok", outputs[checkpoint])):
-            with open(os.path.join(out, name), "w") as f:
-                f.write("\n".join(lines) + "\n")
-        score = bleu_metric("detok-cased").corpus_score(outputs[checkpoint], [refs]).score
-        return {"dir": out, "bleu": {"detok-cased": score}, "headline": "detok-cased"}
-
-    monkeypatch.setattr(common, "evaluate", fake_evaluate)
+    monkeypatch.setattr(common, "evaluate", fixed_decodings(outputs, refs, "detok-cased"))
     systems = word_order.pair_checkpoints([ckpts["hier"], ckpts["hier_nopos"], ckpts["mma"]], ["base", "base", "mma"])
     rows = word_order.word_order_rows(systems, bin_dir, "test", str(tmp_path), samples=100)
     assert [(r["model"], r["encoder positions"]) for r in rows] == [("base", "sinusoidal"), ("base", "none"),

@@ -9,6 +9,7 @@ import pytest
 
 from fairseq_ext.analysis import common, word_order
 from fairseq_ext.model_builder import parse_model_args
+from fixed_decodings import fixed_decodings
 
 MMA = ("--encoder-attention-heads", "4", "--encoder-self-attention", "mma", "--mma-heads", "G,L,F,B")
 FLAGS = {
@@ -105,17 +106,7 @@ def test_a_checkpoint_alone_is_noted_and_drawn_hollow(tmp_path, monkeypatch):
     outputs = {"a": refs, "a0": [r.replace("cat", "dog") if i % 2 else r for i, r in enumerate(refs)],
                "b": [r.replace("mat", "rug") for r in refs]}
 
-    def fake_evaluate(checkpoint, data, split, out, overrides=None, generate_args=(), cpu=False, src=None, tgt=None):
-        from fairseq_ext.tools.significance import bleu_metric
-
-        os.makedirs(out, exist_ok=True)
-        for name, lines in (("ref.detok", refs), ("hyp.detok", outputs[checkpoint])):
-            with open(os.path.join(out, name), "w") as f:
-                f.write("\n".join(lines) + "\n")
-        score = bleu_metric("detok-lc").corpus_score(outputs[checkpoint], [refs]).score
-        return {"dir": out, "bleu": {"detok-lc": score}, "headline": "detok-lc"}
-
-    monkeypatch.setattr(common, "evaluate", fake_evaluate)
+    monkeypatch.setattr(common, "evaluate", fixed_decodings(outputs, refs, "detok-lc"))
     systems = {"A": {"pos": {"checkpoint": "a", "positions": "sinusoidal"}, "nopos": {"checkpoint": "a0",
                                                                                         "positions": "none"}},
                "B": {"pos": {"checkpoint": "b", "positions": "learned"}}}
