@@ -17,7 +17,11 @@ command a user would type) with ``--out OUT/NAME``; the ones that read one check
 options its own parser accepts (``--names`` and ``--cpu`` are left out where it takes
 none). ``word_order`` gets every checkpoint with its name and pairs each model with its
 counterpart trained without encoder positions from their configurations (``--args
-word_order='--pairs base:base-nopos'`` names the pairs instead). An analysis that fails is
+word_order='--pairs base:base-nopos'`` names the pairs instead). An analysis that needs a
+technique runs on the models that have it, read from their checkpoints' configurations:
+``layer_dependency`` on joint attention over several layers, ``decoders`` on auxiliary
+decoders, ``aif_dependency`` on AIF, ``dc_divergence`` on Dual Contextual layers; its
+section names the models left out and why (none left: a failure). An analysis that fails is
 reported on the page with its error and the others still run (the exit status is then 1).
 The page holds every table an analysis wrote (its ``NAME.json`` rows), every PNG (base64,
 so the one file can be sent on), the command that produced each directory
@@ -67,7 +71,7 @@ th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: right; }
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
 pre { background: #f6f6f6; padding: .6em; overflow-x: auto; font-size: .85em; white-space: pre-wrap; }
 img { max-width: 100%; border: 1px solid #eee; margin: .3em 0 1em; }
-.failed { color: #a00; } .ref { color: #666; font-size: .9em; } nav a { margin-right: 1em; }
+.failed { color: #a00; } .ref { color: #666; font-size: .9em; } .note { color: #555; font-style: italic; } nav a { margin-right: 1em; }
 """
 
 
@@ -125,10 +129,12 @@ def collect(directory: str) -> dict:
 
 
 def section_html(anchor: str, title: str, reference: str, directory: str, found: dict,
-                 error: Optional[str] = None) -> str:
+                 error: Optional[str] = None, note: str = "") -> str:
     parts = [f'<h2 id="{html.escape(anchor)}">{html.escape(title)}</h2>']
     if reference:
         parts.append(f'<p class="ref">{html.escape(reference)} · <code>{html.escape(directory)}</code></p>')
+    if note:
+        parts.append(f'<p class="note">{html.escape(note)}</p>')
     for command in found["commands"]:
         parts.append(f"<pre>{html.escape(command)}</pre>")
     if error:
@@ -221,6 +227,41 @@ def analysis_commands(name: str, checkpoints: Sequence[str], names: Sequence[str
     return [(base + ["--checkpoint", *checkpoints, *given("--names", *names), "--out", target] + tail, target)]
 
 
+# What an analysis needs of a model, read from the configuration saved in its checkpoint:
+# (test of the model configuration, what the model lacks when the test fails). The analyses
+# not named here analyse every model.
+NEEDS = {
+    "layer_dependency": (lambda c: getattr(c, "joint_attention", "none") not in (None, "none") and (
+        getattr(c, "joint_attention", "") == "transparent" or int(getattr(c, "joint_attention_layers", 1) or 1) > 1),
+                         "its decoder reads one encoder layer (no --joint-attention over several layers)"),
+    "decoders": (lambda c: bool(str(getattr(c, "aux_decoder_layers", "") or "").strip()),
+                 "it has no auxiliary decoder (--aux-decoder-layers)"),
+    "aif_dependency": (lambda c: bool(getattr(c, "aux_fusion", False)),
+                       "it has no Auxiliary Information Fusion (--aux-fusion)"),
+    "dc_divergence": (lambda c: "dc" in str(getattr(c, "encoder_self_attention", "") or "").replace(",", " ").split(),
+                      "its encoder has no Dual Contextual layer (--encoder-self-attention dc)"),
+}
+
+
+def applicable(name: str, checkpoints: Sequence[str], names: Sequence[str]) -> Tuple[List[str], List[str], str]:
+    """(checkpoints, names) of the models ``name`` can analyse, and a sentence naming the
+    others and what they lack ("" when it analyses all of them). A report over a baseline and
+    the techniques runs layer masking on the joint-attention models only, the auxiliary
+    decoders' analyses on the MS models only, and says so on the page."""
+    if name not in NEEDS:
+        return list(checkpoints), list(names), ""
+    test, lack = NEEDS[name]
+    kept, kept_names, left = [], [], []
+    for checkpoint, n in zip(checkpoints, names):
+        if test(common.checkpoint_config(checkpoint, "model")):
+            kept.append(checkpoint)
+            kept_names.append(n)
+        else:
+            left.append(n)
+    note = f"not run on {', '.join(left)}: {lack}" if left else ""
+    return kept, kept_names, note
+
+
 def run_analysis(argv: List[str], out: str) -> Optional[str]:
     """Run one analysis command; its output goes to OUT/log.txt. The error tail, or None."""
     os.makedirs(out, exist_ok=True)
@@ -277,24 +318,30 @@ def main(argv=None):
 
     sections, titles, failed = [], [], 0
 
-    def add(out: str, title: str, reference: str, error: Optional[str]):
+    def add(out: str, title: str, reference: str, error: Optional[str], note: str = ""):
         anchor = os.path.relpath(out, args.out).replace(os.sep, "-")
-        sections.append(section_html(anchor, title, reference, os.path.relpath(out, args.out), collect(out), error))
+        sections.append(section_html(anchor, title, reference, os.path.relpath(out, args.out), collect(out), error,
+                                     note))
         titles.append((anchor, title))
 
     for name in args.run or []:
         title, reference = ANALYSES[name]
         try:
-            commands = analysis_commands(name, args.checkpoint, names, args.data, args.split, args.out, args.cpu,
+            checkpoints, chosen, note = applicable(name, args.checkpoint, names)
+            if not checkpoints:
+                raise AnalysisError(f"no model to analyse: {note}")
+            commands = analysis_commands(name, checkpoints, chosen, args.data, args.split, args.out, args.cpu,
                                          extra.get(name, []))
         except AnalysisError as e:  # on the page like an analysis that failed; the others still run
             failed += 1
             add(os.path.join(args.out, name), title, reference, str(e))
             continue
+        if note:
+            print(f"{name}: {note}", flush=True)
         for command, out in commands:
             error = run_analysis(command, out)
             failed += error is not None
-            add(out, title + (f": {os.path.basename(out)}" if name in SINGLE else ""), reference, error)
+            add(out, title + (f": {os.path.basename(out)}" if name in SINGLE else ""), reference, error, note)
     for d in args.from_dirs:
         found = collect(d)
         module = next((n for n in ANALYSES if any(f"fairseq_ext.analysis.{n} " in c + " " for c in found["commands"])),

@@ -66,6 +66,41 @@ def test_single_checkpoint_analyses_run_once_per_checkpoint():
     assert argv[argv.index("--checkpoint") + 1: argv.index("--checkpoint") + 3] == ["a.pt", "b.pt"]
 
 
+def test_each_analysis_runs_on_the_models_it_can_analyse(tmp_path, monkeypatch):
+    """A report over a baseline, M-00, MS-1+AIF and MMA: layer masking runs on M-00 only, the
+    auxiliary decoders and the AIF dependency on MS-1+AIF only, each page section naming the
+    models left out and what they lack; attention statistics run on all four; an analysis no
+    model can take is a failure on the page, and the others still run."""
+    from argparse import Namespace
+
+    configs = {"base.pt": Namespace(joint_attention="none", joint_attention_layers=1, aux_decoder_layers="",
+                                    aux_fusion=False, encoder_self_attention="standard"),
+               "m00.pt": Namespace(joint_attention="m-00", joint_attention_layers=3, aux_decoder_layers="",
+                                   aux_fusion=False, encoder_self_attention="standard"),
+               "ms.pt": Namespace(joint_attention="none", joint_attention_layers=1, aux_decoder_layers="1",
+                                  aux_fusion=True, encoder_self_attention="standard"),
+               "mma.pt": Namespace(joint_attention="none", joint_attention_layers=1, aux_decoder_layers="",
+                                   aux_fusion=False, encoder_self_attention="mma")}
+    monkeypatch.setattr(common, "checkpoint_config", lambda checkpoint, part="model": configs[checkpoint])
+    ran = []
+
+    def run_analysis(argv, out):
+        ran.append((argv[2].rsplit(".", 1)[1], argv[argv.index("--checkpoint") + 1:argv.index("--names")]))
+        os.makedirs(out, exist_ok=True)
+        return None
+    monkeypatch.setattr(report, "run_analysis", run_analysis)
+    code = report.main(["--run", "layer_dependency", "decoders", "aif_dependency", "dc_divergence", "attention_stats",
+                        "--checkpoint", *configs, "--names", "base", "M-00", "MS-1+AIF", "MMA", "--data", "bin",
+                        "--out", str(tmp_path)])
+    assert code == 1  # dc_divergence: no model has a Dual Contextual layer
+    assert ran == [("layer_dependency", ["m00.pt"]), ("decoders", ["ms.pt"]), ("aif_dependency", ["ms.pt"]),
+                   ("attention_stats", list(configs))]
+    page = (tmp_path / "report.html").read_text()
+    assert "not run on base, MS-1+AIF, MMA: its decoder reads one encoder layer" in page
+    assert "not run on base, M-00, MMA: it has no auxiliary decoder (--aux-decoder-layers)" in page
+    assert "no model to analyse: not run on base, M-00, MS-1+AIF, MMA: its encoder has no Dual Contextual" in page
+
+
 @pytest.mark.parametrize("name", list(report.ANALYSES))
 def test_every_analysis_parses_the_command_the_report_gives_it(name):
     """Each command the report builds is parsed by the analysis's own parser (argparse exits
