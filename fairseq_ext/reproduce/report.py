@@ -361,7 +361,7 @@ def _digits(table: Table, col: Column) -> int:
     if col.source == "delta":
         return _digits(table, table.column(col.params["of"]))
     found = [_decimals(cells.get(col.name)) for r in table.rows for cells in r.paper.values()]
-    least = 1 if col.source in ("params", "decode_time") else 2
+    least = 1 if col.source in ("params", "decode_time") and has_paper_numbers(table, col) else 2
     return max([d for d in found if d is not None] + [least])
 
 
@@ -573,6 +573,8 @@ def _combine_cell(table: Table, col: Column, cells: Dict[int, dict], ref_cells: 
                  "missing": None})
     if values:
         cell["ours"], cell["sd"] = stats.mean_sd(list(values.values()))
+        if col.source == "params" and cell["sd"] == 0:  # the same model at every seed: one count, no spread
+            cell["sd"] = None
         digits = _digits(table, col)
         if col.source == "train_time":
             cell["ours_text"] = format_duration(cell["ours"]) + (
@@ -747,19 +749,27 @@ def _layout(table: Table, records: List[dict]) -> List[tuple]:
     with_ref = any(r["reference"] for r in records)
     out = []
     for col in table.columns:
-        out += [(col, "paper"), (col, "ours")]
+        paper = has_paper_numbers(table, col)  # none printed (a benchmark of ours): no paper sub-columns
+        out += ([(col, "paper")] if paper else []) + [(col, "ours")]
         if with_ref and shows_delta(table, col):
-            out += [(col, "delta_paper"), (col, "delta_ours")]
+            out += ([(col, "delta_paper")] if paper else []) + [(col, "delta_ours")]
         if has_test(col):
             out.append((col, "sig"))
         if with_ref and shows_ratio(col):
-            out += [(col, "ratio_paper"), (col, "ratio_ours")]
+            out += ([(col, "ratio_paper")] if paper else []) + [(col, "ratio_ours")]
     return out
 
 
-def _header(col: Column, kind: str, smoke: bool) -> str:
+def has_paper_numbers(table: Table, col: Column) -> bool:
+    """Whether any row of the table prints a number in this column."""
+    return col.printed and any(printed_text(cells.get(col.name)) not in ("", "–")
+                               for r in table.rows for cells in r.paper.values())
+
+
+def _header(col: Column, kind: str, smoke: bool, table: Optional[Table] = None) -> str:
     name = col.name + ("" if col.printed else " [not in the paper's table]")
-    return {"paper": f"{name}: paper", "ours": "ours", "delta_paper": "Δ paper", "delta_ours": "Δ ours",
+    alone = table is not None and not has_paper_numbers(table, col)
+    return {"paper": f"{name}: paper", "ours": f"{name}: ours" if alone else "ours", "delta_paper": "Δ paper", "delta_ours": "Δ ours",
             "sig": "sig. (pipeline check)" if smoke else "sig.", "ratio_paper": "ratio paper",
             "ratio_ours": "ratio ours"}[kind]
 
@@ -816,7 +826,7 @@ def markdown(table: Table, records: List[dict], scales: Optional[Dict[str, dict]
         layout = _layout(table, rows)
         with_ref = any(r["reference"] for r in rows)
         several = any("seeds" in r for r in rows)
-        head = ["row"] + (["vs"] if with_ref else []) + (["n"] if several else []) + [_header(c, k, smoke)
+        head = ["row"] + (["vs"] if with_ref else []) + (["n"] if several else []) + [_header(c, k, smoke, table)
                                                                                      for c, k in layout]
         align = (["---"] + (["---"] if with_ref else []) + ([":-:"] if several else [])
                  + [":-:" if k == "sig" else "---:" for _, k in layout])
@@ -854,9 +864,14 @@ def legend(table: Table, records: List[dict], smoke: bool = False) -> List[str]:
     marks = MARKS.get(table.id.split("-")[0], MARKS["thesis"])
     marks_text = ", ".join(f"{m} p < {p}" for p, m in sorted(marks, key=lambda x: -x[0]))
     samples = next((r["samples"] for r in records if r.get("samples")), 1000)
-    lines = ["paper: the cell as the paper prints it (its marks: " + (table.paper_significance or "as printed")
-             + "); ours: our run; –: not printed / not measured."]
-    if any(r["reference"] for r in records):
+    if any(has_paper_numbers(table, c) for c in table.columns):
+        lines = ["paper: the cell as the paper prints it (its marks: " + (table.paper_significance or "as printed")
+                 + "); ours: our run; –: not printed / not measured."]
+    else:
+        lines = ["No paper prints these numbers: every column is ours (–: not measured)."]
+    if any(r["reference"] for r in records) and not any(has_paper_numbers(table, c) for c in table.columns):
+        lines.append("vs: the row's reference row; Δ ours and ratio ours are against that row's run.")
+    elif any(r["reference"] for r in records):
         lines.append("vs: the row's reference row (the paper's own comparison); Δ ours and ratio ours are "
                      "against that row's run; Δ paper and ratio paper are computed from the paper's printed "
                      "numbers; a difference column the paper prints is shown as printed, ours beside it against "

@@ -164,3 +164,30 @@ def test_a_missing_seed_is_reported_not_averaged(tmp_path, capsys):
     assert record["seeds_done"] == [1, 3] and "seed 2: not run" in record["missing"]
     assert "| + MMA | Transformer | 2 of 3 |" in out
     assert "Incomplete: + MMA (iwslt14-de-en): seed 2: not run" in out
+
+
+def test_a_table_no_paper_prints_shows_only_ours_and_one_parameter_count(tmp_path, capsys):
+    """configs/benchmarks/cpu-multi30k.yaml (a benchmark of ours, no printed numbers) with two
+    seeds: no "paper" sub-columns, each column's name heads ours; #Params, the same at every
+    seed, once with 2 decimals (2.41, not "2.4 ± 0.0"); BLEU as mean ± sd."""
+    table = load_table("configs/benchmarks/cpu-multi30k.yaml")
+    opts = options(tmp_path)
+    by_seed = runner.plan_seeds(table, table.select("mma"), load_setups(), opts, [1, 2])
+    bleu = {("baseline", 1): 28.0, ("baseline", 2): 28.5, ("mma", 1): 30.0, ("mma", 2): 29.0}
+    for seed, plans in by_seed.items():
+        for p in plans:
+            os.makedirs(p.run_dir, exist_ok=True)
+            os.makedirs(p.data_dir, exist_ok=True)
+            with open(os.path.join(p.data_dir, "prep.env"), "w") as f:
+                f.write(PREP_ENV)
+            with open(os.path.join(p.run_dir, "result.json"), "w") as f:
+                json.dump({"plan": runner._plan_key(p), "model": SMOKE_MODEL, "updates": 60, "planned_updates": 60,
+                           "bleu": bleu[p.row, seed], "params": 2_412_800}, f)
+    assert report_cli(tmp_path, "configs/benchmarks/cpu-multi30k.yaml", "--rows", "mma", "--budget", "60",
+                      "--seeds", "1,2") == 0
+    out = capsys.readouterr().out
+    assert ": paper |" not in out and "| BLEU: ours | Δ ours | sig. | #Params (M): ours |" in out
+    assert "| MMA (G,L,F,B) | Transformer (no option) | 2 | 29.50 ± 0.71 | +1.25 ± 1.06 |" in out
+    assert "| 2.41 |" in out and "± 0.00" not in out
+    assert "No paper prints these numbers: every column is ours" in out
+    assert "vs: the row's reference row; Δ ours and ratio ours are against that row's run." in out
