@@ -102,7 +102,7 @@ def main(argv=None):
                                                              "narrow models of the same depth and technique")
     scale.add_argument("--cpu-scale", action="store_true",
                        help="CPU scale: the substitute data in full, models of the paper's depth and technique "
-                            "at the quickstart's width (d 128), the quickstart's schedule, 800 updates a row")
+                            "at the quickstart's width (d 128), the quickstart's schedule, 1600 updates a row")
     ap.add_argument("--substitute", action="store_true", help="use each data set's substitute (setups.yaml)")
     ap.add_argument("--budget", help="training budget per row: updates (300) or time (20m, 2h)")
     ap.add_argument("--work-dir", default="runs", help="where runs and tables go (default runs/)")

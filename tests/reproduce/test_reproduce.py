@@ -232,7 +232,7 @@ def test_the_cpu_scale_keeps_depth_and_technique_reads_the_substitute_in_full(tm
         return train[len(train) - 1 - train[::-1].index(flag) + 1]
     assert last("--arch") == "multilayer_transformer_wmt_en_de" and last("--joint-attention") == "iter-s-agg"
     assert last("--encoder-embed-dim") == "128" and last("--encoder-ffn-embed-dim") == "512"
-    assert last("--lr-scheduler") == "inverse_sqrt" and last("--max-update") == "800"
+    assert last("--lr-scheduler") == "inverse_sqrt" and last("--max-update") == "800" and last("--lr") == "1e-3"
     assert plan.generate[:2] == ["--beam", "5"] and plan.average is None
     substitute = runner.plan_table(table, table.select("iter-s-agg"), setups,
                                    runner.Options(work_dir=str(tmp_path / "runs"), data_root=str(tmp_path / "d"),
@@ -247,8 +247,8 @@ def test_the_cpu_scale_on_the_command_line(tmp_path, capsys):
     assert cli.main(["thesis-4.7", "--cpu-scale", "--rows", "ms-1", "--datasets", "iwslt14-de-en", "--dry-run",
                      "--work-dir", str(tmp_path / "runs"), "--data-root", str(tmp_path / "d")]) == 0
     out = capsys.readouterr().out
-    assert "multi30k-de-en-lc in place of iwslt14-de-en (--cpu-scale)" in out and "budget 800" in out
-    assert "table.cpu.800.rows-ms-1.datasets-iwslt14-de-en" in out
+    assert "multi30k-de-en-lc in place of iwslt14-de-en (--cpu-scale)" in out and "budget 1600" in out
+    assert "table.cpu.1600.rows-ms-1.datasets-iwslt14-de-en" in out
     with pytest.raises(SystemExit):
         cli.main(["thesis-4.7", "--cpu-scale", "--smoke", "--dry-run"])
     assert "not allowed with argument" in capsys.readouterr().err
