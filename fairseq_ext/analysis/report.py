@@ -172,16 +172,74 @@ def environment() -> List[Tuple[str, str]]:
                                                           *sys.argv[1:]]))]
 
 
-def write_page(sections: List[str], titles: List[Tuple[str, str]], path: str, heading: str) -> str:
+def write_page(sections: List[str], titles: List[Tuple[str, str]], path: str, heading: str,
+               models: str = "") -> str:
     env = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in environment())
     nav = "".join(f'<a href="#{html.escape(a)}">{html.escape(t)}</a>' for a, t in titles)
     page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(heading)}</title>"
             f"<style>{STYLE}</style></head><body>\n<h1>{html.escape(heading)}</h1>\n<nav>{nav}</nav>\n"
-            f"<table>{env}</table>\n" + "\n".join(sections) + "\n</body></html>\n")
+            f"<table>{env}</table>\n" + (models + "\n" if models else "") + "\n".join(sections)
+            + "\n</body></html>\n")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         f.write(page)
     return path
+
+
+def describe_model(checkpoint: str) -> Dict[str, str]:
+    """What a reader needs to weigh a model's numbers, from its checkpoint: layers, widths,
+    heads, the techniques, the parameters (a tied embedding once) and the updates trained."""
+    import fairseq_ext  # noqa: F401  (the safe loader)
+    from fairseq import checkpoint_utils
+
+    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
+    cfg = state["cfg"]["model"] if state.get("cfg") is not None else state.get("args")
+    seen, params = set(), 0
+    for tensor in state.get("model", {}).values():
+        if hasattr(tensor, "data_ptr") and tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            params += tensor.numel()
+    techniques = []
+    if getattr(cfg, "joint_attention", "none") not in (None, "none"):
+        techniques.append(f"joint attention {cfg.joint_attention}")
+    if getattr(cfg, "encoder_self_attention", "standard") not in (None, "standard"):
+        techniques.append(f"encoder self-attention {cfg.encoder_self_attention}")
+    if str(getattr(cfg, "aux_decoder_layers", "") or "").strip():
+        techniques.append(f"auxiliary decoders on layers {cfg.aux_decoder_layers}"
+                          + (" with AIF" if getattr(cfg, "aux_fusion", False) else ""))
+    if getattr(cfg, "no_encoder_positional_embeddings", False):
+        techniques.append("no encoder positions")
+    history = state.get("optimizer_history") or [{}]
+    updates = history[-1].get("num_updates")
+    g = lambda k: getattr(cfg, k, None)  # noqa: E731
+    return {"layers": f"{g('encoder_layers')}+{g('decoder_layers')}", "d_model": str(g("encoder_embed_dim")),
+            "FFN": str(g("encoder_ffn_embed_dim")), "heads": str(g("encoder_attention_heads")),
+            "technique": ", ".join(techniques) or "none (Transformer)",
+            "parameters": f"{params / 1e6:.2f}M", "updates": f"{updates:,}" if updates is not None else "–"}
+
+
+def models_html(checkpoints: Sequence[str], names: Sequence[str], data: str, split: str) -> str:
+    """The page's account of what was analysed: one row per model (its shape, technique,
+    parameters, updates) and the data (the test set, its size, the training pairs)."""
+    rows = []
+    for checkpoint, name in zip(checkpoints, names):
+        try:
+            about = describe_model(checkpoint)
+        except Exception as e:  # a checkpoint that cannot be read fails its analyses; the page still says which
+            about = {"layers": f"unreadable: {e}"}
+        rows.append({"model": name, **about, "checkpoint": checkpoint})
+    env = common.read_prep_env(data) if data else {}
+    said = [os.path.basename(os.path.normpath(data)) + f", split {split}"]
+    if env.get("test_set") and split == "test":
+        said.append(f"test set {env['test_set']}" + (f" ({int(env['test_pairs']):,} sentences)"
+                                                         if env.get("test_pairs", "").isdigit() else ""))
+    if env.get("train_pairs", "").isdigit():
+        said.append(f"{int(env['train_pairs']):,} training pairs")
+    if env.get("src") and env.get("tgt"):
+        said.append(f"{env['src']}→{env['tgt']}")
+    return ('<h2 id="models">The models</h2>\n'
+            f'<p>Data: {html.escape("; ".join(said))}. Each section shows the command that made it, with '
+            'its decoding settings and BLEU flavour.</p>\n' + html_table(rows))
 
 
 @functools.lru_cache(maxsize=None)
@@ -350,7 +408,8 @@ def main(argv=None):
         anchor = f"from-{len(titles)}"
         sections.append(section_html(anchor, title, reference, d, found))
         titles.append((anchor, title))
-    path = write_page(sections, titles, os.path.join(args.out, "report.html"), args.title)
+    models = models_html(args.checkpoint, names, args.data, args.split) if args.run else ""
+    path = write_page(sections, titles, os.path.join(args.out, "report.html"), args.title, models)
     print(f"written: {path}" + (f" ({failed} analysis run(s) failed: see the page)" if failed else ""))
     return 1 if failed else 0
 

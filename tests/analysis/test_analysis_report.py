@@ -101,6 +101,33 @@ def test_each_analysis_runs_on_the_models_it_can_analyse(tmp_path, monkeypatch):
     assert "no model to analyse: not run on base, M-00, MS-1+AIF, MMA: its encoder has no Dual Contextual" in page
 
 
+def test_the_page_says_what_each_model_is():
+    """The models' table of the page, from each checkpoint: shape, technique, parameters (a
+    tied embedding counted once: the model's own parameters()) and updates."""
+    from types import SimpleNamespace
+
+    from fairseq import checkpoint_utils
+
+    from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
+    from model_utils import FIXTURES, make_dictionary
+
+    path = os.path.join(FIXTURES, "checkpoints_v0_1", "mlmha_m10_aux_aif.pt")
+    dictionary = make_dictionary()
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    task.build_model = lambda cfg, from_checkpoint=False: MultilayerTransformerModel.build_model(cfg, task)
+    (model,), _ = checkpoint_utils.load_model_ensemble([path], task=task)
+    state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    cfg = state["cfg"]["model"]
+    about = report.describe_model(path)
+    assert about["parameters"] == f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M"
+    assert about["layers"] == f"{cfg.encoder_layers}+{cfg.decoder_layers}"
+    assert about["d_model"] == str(cfg.encoder_embed_dim) and about["heads"] == str(cfg.encoder_attention_heads)
+    assert "joint attention m-10" in about["technique"] and "with AIF" in about["technique"]
+    assert about["updates"] == f"{state['optimizer_history'][-1]['num_updates']:,}"
+    page = report.models_html([path], ["M-10+AIF"], "", "test")
+    assert "<td>M-10+AIF</td>" in page and about["parameters"] in page
+
+
 @pytest.mark.parametrize("name", list(report.ANALYSES))
 def test_every_analysis_parses_the_command_the_report_gives_it(name):
     """Each command the report builds is parsed by the analysis's own parser (argparse exits
