@@ -582,8 +582,8 @@ def run(args) -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     """This command's options (the report reads them to give it only what it takes)."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = common.AnalysisParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", required=True, help="model checkpoint")
     ap.add_argument("--names", metavar="NAME",
                     help="the checkpoint's name in figure titles and file names (default: its file stem; for "

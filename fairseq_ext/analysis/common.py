@@ -29,6 +29,7 @@ API:
 import argparse
 import contextlib
 import csv
+import functools
 import json
 import logging
 import os
@@ -68,12 +69,82 @@ def language_arguments(parser):
     return parser
 
 
+class AnalysisParser(argparse.ArgumentParser):
+    """An analysis command's parser: what it parses is also what its figures say they were
+    made from (:func:`note_scale`), so that every figure names its models, data and decoding."""
+
+    def parse_args(self, args=None, namespace=None):
+        parsed = super().parse_args(args, namespace)
+        note_scale(parsed)
+        return parsed
+
+
 def analysis_parser(doc: str, several: bool = True) -> argparse.ArgumentParser:
     """The parser of an analysis command: its module docstring's first paragraph as the
     description, the rest as the epilog, and the arguments every analysis shares."""
-    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0], epilog=doc.split("\n\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = AnalysisParser(description=doc.split("\n\n")[0], epilog=doc.split("\n\n", 1)[1],
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     return common_arguments(parser, several)
+
+
+# What this command's figures were made from: its checkpoints and their names, the data and
+# split, the decoding flags and BLEU flavour (note_scale, from the parsed arguments);
+# save_figure adds it to every figure's caption.
+_SCALE: Dict[str, object] = {}
+
+
+def note_scale(args) -> None:
+    _SCALE.clear()
+    _SCALE.update({k: getattr(args, k, None) for k in ("checkpoint", "names", "data", "split", "generate_args",
+                                                        "flavour")})
+
+
+@functools.lru_cache(maxsize=None)
+def model_summary(checkpoint: str) -> str:
+    """"3+3 layers, d_model 128, FFN 512, 4 heads, 800 updates": a model's size and training
+    as its checkpoint records them."""
+    import fairseq_ext  # noqa: F401  (the safe loader)
+    from fairseq import checkpoint_utils
+
+    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
+    cfg = state["cfg"]["model"] if state.get("cfg") is not None else state.get("args")
+    updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates")
+    g = lambda k: getattr(cfg, k, "?")  # noqa: E731
+    return (f"{g('encoder_layers')}+{g('decoder_layers')} layers, d_model {g('encoder_embed_dim')}, "
+            f"FFN {g('encoder_ffn_embed_dim')}, {g('encoder_attention_heads')} heads"
+            + (f", {updates:,} updates" if updates is not None else ""))
+
+
+def scale_note() -> str:
+    """The sentence save_figure adds to a figure: the models (name: size, updates), the data
+    (directory, split, test set and its size from DATA/prep.env), the decoding and the BLEU
+    flavour where the command has them; "" when no command's arguments were noted."""
+    if not _SCALE.get("checkpoint"):
+        return ""
+    checkpoints = _SCALE["checkpoint"]
+    checkpoints = [checkpoints] if isinstance(checkpoints, str) else list(checkpoints)
+    names = _SCALE.get("names")
+    names = names_for(checkpoints, [names] if isinstance(names, str) else names)
+    models = []
+    for checkpoint, name in zip(checkpoints, names):
+        try:
+            models.append(f"{name} ({model_summary(checkpoint)})")
+        except Exception:  # noqa: BLE001 (a note on a figure never stops the analysis)
+            models.append(name)
+    parts = [("Model: " if len(models) == 1 else "Models: ") + "; ".join(models)]
+    data = _SCALE.get("data")
+    if data:
+        env = read_prep_env(str(data))
+        where = data_description(str(data), _SCALE.get("split"))
+        if env.get("test_set") and _SCALE.get("split") == "test":
+            where += f" ({env['test_set']}" + (f", {int(env['test_pairs']):,} sentences" if
+                                               env.get("test_pairs", "").isdigit() else "") + ")"
+        parts.append(f"data: {where}")
+    if _SCALE.get("generate_args"):
+        parts.append(f"decoding: {_SCALE['generate_args']}")
+    if _SCALE.get("flavour"):
+        parts.append(f"BLEU {_SCALE['flavour']}")
+    return ". ".join(parts) + "."
 
 
 def integer_ticks(axis) -> None:
@@ -332,7 +403,20 @@ def record_command(out_dir: str) -> Optional[str]:
 
 
 def save_figure(fig, path: str) -> str:
+    """Write ``fig`` as PNG, its caption followed by the command's :func:`scale_note` (the
+    models, data and decoding it was made from)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    try:
+        note = scale_note()
+    except Exception:  # noqa: BLE001 (a note on a figure never stops the analysis)
+        note = ""
+    if note:
+        caption = next((t for t in fig.texts if t.get_gid() == "caption"), None)
+        if caption is None:
+            add_caption(fig, note)
+        elif note not in caption.get_text().replace("\n", " "):
+            text, width = caption.unwrapped
+            caption.set_text(wrap_text(text + " " + note, width, caption.get_fontsize()))
     fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")
     import matplotlib.pyplot as plt
@@ -389,8 +473,9 @@ def add_caption(fig, text: str, fontsize: float = 8.0, width: Optional[float] = 
     """A caption below the axes of ``fig``, wrapped to the figure's width (or ``width``
     inches): what the figure shows, on which data, and which reading of the numbers
     (save_figure keeps it in the PNG)."""
-    fig.text(0.0, 0.0, wrap_text(text, width or fig.get_figwidth(), fontsize), ha="left", va="top",
-             fontsize=fontsize, transform=fig.transFigure)
+    caption = fig.text(0.0, 0.0, wrap_text(text, width or fig.get_figwidth(), fontsize), ha="left", va="top",
+                       fontsize=fontsize, transform=fig.transFigure, gid="caption")
+    caption.unwrapped = (text, width or fig.get_figwidth())  # what save_figure adds the scale note to
 
 
 def add_title(fig, text: str, fontsize: float = 11.0) -> None:

@@ -159,8 +159,8 @@ def plot(rows: List[dict], systems: Sequence[str], flavour: str, path: str,
 
 def build_parser() -> argparse.ArgumentParser:
     """This command's options (the report reads them to give it only what it takes)."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = common.AnalysisParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--eval", nargs="+", help="evaluate.sh output directories")
     src.add_argument("--checkpoint", nargs="+")

@@ -289,3 +289,39 @@ def test_cut_note_says_what_max_tokens_left_out():
     # target rows cut: each row drawn still holds all its weight
     assert attention_maps.cut_note(20, 40, 32) == (" Only the first 32 of the 40 target tokens are drawn "
                                                    "(--max-tokens 32).")
+
+
+def test_every_figure_says_which_models_data_and_decoding_made_it(tmp_path):
+    """An analysis command's figures end their caption (or get one) with its models (size and
+    updates, from each checkpoint), the data (test set and size, from prep.env), the decoding
+    and the BLEU flavour: what was parsed from its command line."""
+    from fairseq import checkpoint_utils
+
+    from fairseq_ext.analysis import common, layer_dependency
+    from model_utils import FIXTURES
+
+    path = os.path.join(FIXTURES, "checkpoints_v0_1", "mlmha_m10_aux_aif.pt")
+    state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    cfg, updates = state["cfg"]["model"], state["optimizer_history"][-1]["num_updates"]
+    data = tmp_path / "multi30k-en-de"
+    data.mkdir()
+    (data / "prep.env").write_text("src=en\ntgt=de\ntest_set=test_2016_flickr\ntest_pairs=1000\n")
+    layer_dependency.build_parser().parse_args(["--checkpoint", path, "--names", "M-10", "--data", str(data),
+                                                "--out", str(tmp_path / "o"), "--generate-args", "--beam 5",
+                                                "--flavour", "detok-cased"])
+    expected = (f"Model: M-10 ({cfg.encoder_layers}+{cfg.decoder_layers} layers, d_model {cfg.encoder_embed_dim}, "
+                f"FFN {cfg.encoder_ffn_embed_dim}, {cfg.encoder_attention_heads} heads, {updates:,} updates). "
+                "data: multi30k-en-de, test (test_2016_flickr, 1,000 sentences). decoding: --beam 5. BLEU detok-cased.")
+    assert common.scale_note() == expected
+    plt = common.pyplot()
+    for caption in ("What the figure shows.", None):
+        fig, ax = plt.subplots()
+        ax.plot([1, 2], [3, 4])
+        if caption:
+            common.add_caption(fig, caption)
+        texts = []
+        fig.savefig = lambda *a, **k: texts.extend(t.get_text().replace("\n", " ") for t in fig.texts)
+        common.save_figure(fig, str(tmp_path / "f.png"))
+        (text,) = texts
+        assert text.startswith(caption or "Model: M-10") and text.endswith("BLEU detok-cased.")
+        assert " ".join(expected.split()) in " ".join(text.split())
