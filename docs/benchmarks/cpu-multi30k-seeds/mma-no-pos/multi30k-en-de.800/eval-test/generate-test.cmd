@@ -1,0 +1,1 @@
+fairseq-generate /tmp/seeds-data/reproduce/multi30k-en-de --user-dir /work/main/fairseq_ext --path /tmp/seeds-runs/cpu-multi30k/mma-no-pos/multi30k-en-de.800/checkpoints/checkpoint_best.pt --gen-subset test --source-lang en --target-lang de --remove-bpe --batch-size 128 --beam 5 --max-len-a 1.2 --max-len-b 10 --cpu 
