@@ -352,7 +352,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", nargs="+", choices=list(ANALYSES), help="analyses to run (page order: as listed)")
-    ap.add_argument("--checkpoint", nargs="+", help="checkpoint(s) for --run")
+    ap.add_argument("--checkpoint", nargs="+",
+                    help="checkpoint(s) for --run (with --from alone: the models the page describes)")
     ap.add_argument("--names", nargs="+", help="a name per checkpoint")
     ap.add_argument("--data", help="binarized data directory for --run")
     ap.add_argument("--split", default="test")
@@ -372,7 +373,7 @@ def main(argv=None):
         if not os.path.isdir(d):
             raise AnalysisError(f"--from {d}: not a directory")
     extra = parse_extra(args.args)
-    names = common.names_for(args.checkpoint, args.names) if args.run else []
+    names = common.names_for(args.checkpoint, args.names) if args.checkpoint else []
 
     sections, titles, failed = [], [], 0
 
@@ -408,7 +409,8 @@ def main(argv=None):
         anchor = f"from-{len(titles)}"
         sections.append(section_html(anchor, title, reference, d, found))
         titles.append((anchor, title))
-    models = models_html(args.checkpoint, names, args.data, args.split) if args.run else ""
+    # the models' table: of the checkpoints analysed here, or named beside --from alone
+    models = models_html(args.checkpoint, names, args.data, args.split) if args.checkpoint else ""
     path = write_page(sections, titles, os.path.join(args.out, "report.html"), args.title, models)
     print(f"written: {path}" + (f" ({failed} analysis run(s) failed: see the page)" if failed else ""))
     return 1 if failed else 0

@@ -128,6 +128,21 @@ def test_the_page_says_what_each_model_is():
     assert "<td>M-10+AIF</td>" in page and about["parameters"] in page
 
 
+def test_a_page_of_earlier_analyses_describes_the_models_named_beside_them(tmp_path):
+    from model_utils import FIXTURES
+
+    path = os.path.join(FIXTURES, "checkpoints_v0_1", "s_agg.pt")
+    earlier = tmp_path / "earlier"
+    common.write_table([{"model": "S-Agg", "BLEU": 1.0}], str(earlier), "t", "A table")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "prep.env").write_text("src=en\ntgt=de\ntest_set=t16\ntest_pairs=1000\ntrain_pairs=29000\n")
+    assert report.main(["--from", str(earlier), "--checkpoint", path, "--names", "S-Agg", "--data",
+                        str(tmp_path / "bin"), "--out", str(tmp_path / "page")]) == 0
+    page = (tmp_path / "page" / "report.html").read_text()
+    assert '<h2 id="models">The models</h2>' in page and "<td>S-Agg</td>" in page
+    assert "test set t16 (1,000 sentences); 29,000 training pairs; en→de" in page
+
+
 @pytest.mark.parametrize("name", list(report.ANALYSES))
 def test_every_analysis_parses_the_command_the_report_gives_it(name):
     """Each command the report builds is parsed by the analysis's own parser (argparse exits
