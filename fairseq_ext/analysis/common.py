@@ -96,7 +96,7 @@ _SCALE: Dict[str, object] = {}
 def note_scale(args) -> None:
     _SCALE.clear()
     _SCALE.update({k: getattr(args, k, None) for k in ("checkpoint", "names", "data", "split", "generate_args",
-                                                        "flavour")})
+                                                        "flavour", "max_sentences")})
 
 
 @functools.lru_cache(maxsize=None)
@@ -137,8 +137,12 @@ def scale_note() -> str:
         env = read_prep_env(str(data))
         where = data_description(str(data), _SCALE.get("split"))
         if env.get("test_set") and _SCALE.get("split") == "test":
-            where += f" ({env['test_set']}" + (f", {int(env['test_pairs']):,} sentences" if
-                                               env.get("test_pairs", "").isdigit() else "") + ")"
+            total = int(env["test_pairs"]) if env.get("test_pairs", "").isdigit() else None
+            limit = _SCALE.get("max_sentences")
+            if total and isinstance(limit, int) and 0 < limit < total:
+                where += f" ({env['test_set']}, {limit:,} of its {total:,} sentences)"
+            else:
+                where += f" ({env['test_set']}" + (f", {total:,} sentences" if total else "") + ")"
         parts.append(f"data: {where}")
     if _SCALE.get("generate_args"):
         parts.append(f"decoding: {_SCALE['generate_args']}")

@@ -295,6 +295,8 @@ def test_every_figure_says_which_models_data_and_decoding_made_it(tmp_path):
     """An analysis command's figures end their caption (or get one) with its models (size and
     updates, from each checkpoint), the data (test set and size, from prep.env), the decoding
     and the BLEU flavour: what was parsed from its command line."""
+    from types import SimpleNamespace
+
     from fairseq import checkpoint_utils
 
     from fairseq_ext.analysis import common, layer_dependency
@@ -325,3 +327,7 @@ def test_every_figure_says_which_models_data_and_decoding_made_it(tmp_path):
         (text,) = texts
         assert text.startswith(caption or "Model: M-10") and text.endswith("BLEU detok-cased.")
         assert " ".join(expected.split()) in " ".join(text.split())
+    # an analysis of part of the split says how much of it
+    common.note_scale(SimpleNamespace(checkpoint=path, names=["M-10"], data=str(data), split="test",
+                                      max_sentences=500))
+    assert "data: multi30k-en-de, test (test_2016_flickr, 500 of its 1,000 sentences)." in common.scale_note()
