@@ -1,0 +1,1 @@
+fairseq-generate /tmp/seeds-data/reproduce/multi30k-de-en-lc --user-dir /work/main/fairseq_ext --path /tmp/cs-runs/thesis-4.7/ms-1/iwslt14-de-en.multi30k-de-en-lc.cpu.1600/checkpoints/checkpoint_best.pt --gen-subset test --source-lang de --target-lang en --remove-bpe --batch-size 128 --beam 5 --max-len-a 1.2 --max-len-b 10 --cpu 
