@@ -406,6 +406,8 @@ def main(argv=None):
         module = next((n for n in ANALYSES if any(f"fairseq_ext.analysis.{n} " in c + " " for c in found["commands"])),
                       None)
         title, reference = ANALYSES[module] if module else (os.path.basename(os.path.abspath(d)), "")
+        if module in SINGLE:  # one directory per model: the title names it, as for --run
+            title += f": {os.path.basename(os.path.abspath(d))}"
         anchor = f"from-{len(titles)}"
         sections.append(section_html(anchor, title, reference, d, found))
         titles.append((anchor, title))

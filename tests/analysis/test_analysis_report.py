@@ -140,6 +140,12 @@ def test_a_page_of_earlier_analyses_describes_the_models_named_beside_them(tmp_p
                         str(tmp_path / "bin"), "--out", str(tmp_path / "page")]) == 0
     page = (tmp_path / "page" / "report.html").read_text()
     assert '<h2 id="models">The models</h2>' in page and "<td>S-Agg</td>" in page
+    # an analysis of one model per directory is titled with its directory, as under --run
+    single = tmp_path / "wt" / "MMA"
+    common.write_table([{"layer": 0, "encoder": 1.0}], str(single), "word_translation", "Accuracy")
+    (single / "command.txt").write_text("python -m fairseq_ext.analysis.word_translation --out wt/MMA\n")
+    assert report.main(["--from", str(single), "--out", str(tmp_path / "page2")]) == 0
+    assert "Word-translation accuracy per layer: MMA</h2>" in (tmp_path / "page2" / "report.html").read_text()
     assert "test set t16 (1,000 sentences); 29,000 training pairs; en→de" in page
 
 
