@@ -93,10 +93,13 @@ def analysis_parser(doc: str, several: bool = True) -> argparse.ArgumentParser:
 _SCALE: Dict[str, object] = {}
 
 
-def note_scale(args) -> None:
+def note_scale(args, data_text: Optional[str] = None) -> None:
+    """Note what the figures were made from; ``data_text`` says what was analysed where it
+    is not the split of --data (probing: its tasks)."""
     _SCALE.clear()
     _SCALE.update({k: getattr(args, k, None) for k in ("checkpoint", "names", "data", "split", "generate_args",
                                                         "flavour", "max_sentences")})
+    _SCALE["data_text"] = data_text
 
 
 @functools.lru_cache(maxsize=None)
@@ -133,7 +136,9 @@ def scale_note() -> str:
             models.append(name)
     parts = [("Model: " if len(models) == 1 else "Models: ") + "; ".join(models)]
     data = _SCALE.get("data")
-    if data:
+    if _SCALE.get("data_text"):
+        parts.append(f"data: {_SCALE['data_text']}")
+    elif data:
         env = read_prep_env(str(data))
         where = data_description(str(data), _SCALE.get("split"))
         if env.get("test_set") and _SCALE.get("split") == "test":

@@ -567,6 +567,9 @@ def main(argv=None):
     if report is None:
         raise AnalysisError(f"--split {args.split}: probing reports on the tasks' test (te) or valid (va) sentences")
     tasks = load_tasks(args, args.out)
+    common.note_scale(args, "the probing tasks " + ", ".join(
+        f"{t} ({len(d['tr']):,}/{len(d['va']):,}/{len(d['te']):,})" for t, d in tasks.items())
+        + f", reported on {report}")
     names = common.names_for(args.checkpoint, args.names)
     results: Dict[str, Dict[str, dict]] = {}
     layer_columns: Dict[str, List[Tuple[int, str]]] = {}

@@ -223,7 +223,7 @@ def test_report_runs_analyses_and_writes_one_self_contained_page(tmp_path):
     bin_dir = make_tiny_parallel_data(str(tmp_path), num_train=61)
     ckpt = train_tiny(bin_dir, tmp_path / "std", max_update=3, lr=None)
     out = tmp_path / "report"
-    # attention_stats works on any encoder; dc_divergence refuses one without DC layers
+    # attention_stats works on any encoder; dc_divergence has no model to analyse (no DC layer)
     proc = subprocess.run([sys.executable, "-m", "fairseq_ext.analysis.report", "--checkpoint", ckpt, "--names",
                            "std", "--data", bin_dir, "--split", "valid", "--cpu", "--out", str(out),
                            "--run", "attention_stats", "dc_divergence",
@@ -231,7 +231,8 @@ def test_report_runs_analyses_and_writes_one_self_contained_page(tmp_path):
                           env=clean_env(), cwd=str(tmp_path))
     assert proc.returncode == 1, proc.stdout + proc.stderr  # one analysis failed
     page = (out / "report.html").read_text(encoding="utf-8")
-    assert "the encoder has no Dual Contextual layer" in page and 'class="failed"' in page
+    assert "no model to analyse: not run on std: its encoder has no Dual Contextual layer" in page
+    assert 'class="failed"' in page
     # every table attention_stats wrote, with its numbers, and every figure, byte for byte
     per_layer = json.loads((out / "attention_stats" / "per_layer.json").read_text())
     assert len(per_layer) == 2 and f"{per_layer[0]['entropy']:.2f}" in page

@@ -331,3 +331,7 @@ def test_every_figure_says_which_models_data_and_decoding_made_it(tmp_path):
     common.note_scale(SimpleNamespace(checkpoint=path, names=["M-10"], data=str(data), split="test",
                                       max_sentences=500))
     assert "data: multi30k-en-de, test (test_2016_flickr, 500 of its 1,000 sentences)." in common.scale_note()
+    # an analysis of other text than the split (probing's tasks) names that text instead
+    common.note_scale(SimpleNamespace(checkpoint=path, names=["M-10"], data=str(data), split="test"),
+                      "the probing tasks SentLen (870/84/84), reported on te")
+    assert common.scale_note().endswith("data: the probing tasks SentLen (870/84/84), reported on te.")
