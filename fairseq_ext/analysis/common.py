@@ -102,20 +102,12 @@ def note_scale(args, data_text: Optional[str] = None) -> None:
     _SCALE["data_text"] = data_text
 
 
-@functools.lru_cache(maxsize=None)
 def model_summary(checkpoint: str) -> str:
     """"3+3 layers, d_model 128, FFN 512, 4 heads, 800 updates": a model's size and training
-    as its checkpoint records them."""
-    import fairseq_ext  # noqa: F401  (the safe loader)
-    from fairseq import checkpoint_utils
-
-    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
-    cfg = state["cfg"]["model"] if state.get("cfg") is not None else state.get("args")
-    updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates")
-    g = lambda k: getattr(cfg, k, "?")  # noqa: E731
-    return (f"{g('encoder_layers')}+{g('decoder_layers')} layers, d_model {g('encoder_embed_dim')}, "
-            f"FFN {g('encoder_ffn_embed_dim')}, {g('encoder_attention_heads')} heads"
-            + (f", {updates:,} updates" if updates is not None else ""))
+    as its checkpoint records them (:func:`describe_checkpoint`)."""
+    about = describe_checkpoint(checkpoint)
+    return (f"{about['layers']} layers, d_model {about['d_model']}, FFN {about['FFN']}, {about['heads']} heads"
+            + (f", {about['updates']} updates" if about["updates"] != "–" else ""))
 
 
 def scale_note() -> str:
@@ -263,21 +255,59 @@ def read_prep_env(data: str) -> Dict[str, str]:
     return read(data)
 
 
-def checkpoint_config(checkpoint: str, part: str = "model"):
-    """One part (``model``, ``task``, ...) of the configuration saved in ``checkpoint``
-    (loaded through the plugin's safe loader); the whole ``args`` namespace of a checkpoint
-    saved before fairseq's dataclass configs."""
+def _load_checkpoint(checkpoint: str) -> dict:
+    """The state saved in ``checkpoint``, loaded through the plugin's safe loader."""
     import fairseq_ext  # noqa: F401  (the safe loader)
     from fairseq import checkpoint_utils
 
     if not os.path.exists(checkpoint):
         raise AnalysisError(f"--checkpoint {checkpoint}: no such file")
-    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
+    return checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
+
+
+def _saved_config(state: dict, checkpoint: str, part: str):
     cfg = state.get("cfg")
     config = cfg.get(part) if cfg is not None else state.get("args")
     if config is None:
         raise AnalysisError(f"--checkpoint {checkpoint}: no {part} configuration in the checkpoint")
     return config
+
+
+def checkpoint_config(checkpoint: str, part: str = "model"):
+    """One part (``model``, ``task``, ...) of the configuration saved in ``checkpoint``
+    (loaded through the plugin's safe loader); the whole ``args`` namespace of a checkpoint
+    saved before fairseq's dataclass configs."""
+    return _saved_config(_load_checkpoint(checkpoint), checkpoint, part)
+
+
+@functools.lru_cache(maxsize=None)
+def describe_checkpoint(checkpoint: str) -> Dict[str, str]:
+    """What a reader needs to weigh a model's numbers, from its checkpoint: layers, widths,
+    heads, the techniques, the parameters (a tied embedding once) and the updates trained
+    (the report's table of the models, the figures' notes)."""
+    state = _load_checkpoint(checkpoint)
+    cfg = _saved_config(state, checkpoint, "model")
+    seen, params = set(), 0
+    for tensor in state.get("model", {}).values():
+        if hasattr(tensor, "data_ptr") and tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            params += tensor.numel()
+    techniques = []
+    if getattr(cfg, "joint_attention", "none") not in (None, "none"):
+        techniques.append(f"joint attention {cfg.joint_attention}")
+    if getattr(cfg, "encoder_self_attention", "standard") not in (None, "standard"):
+        techniques.append(f"encoder self-attention {cfg.encoder_self_attention}")
+    if str(getattr(cfg, "aux_decoder_layers", "") or "").strip():
+        techniques.append(f"auxiliary decoders on layers {cfg.aux_decoder_layers}"
+                          + (" with AIF" if getattr(cfg, "aux_fusion", False) else ""))
+    if getattr(cfg, "no_encoder_positional_embeddings", False):
+        techniques.append("no encoder positions")
+    updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates")
+    g = lambda k: getattr(cfg, k, None)  # noqa: E731
+    return {"layers": f"{g('encoder_layers')}+{g('decoder_layers')}", "d_model": str(g("encoder_embed_dim")),
+            "FFN": str(g("encoder_ffn_embed_dim")), "heads": str(g("encoder_attention_heads")),
+            "technique": ", ".join(techniques) or "none (Transformer)",
+            "parameters": f"{params / 1e6:.2f}M", "updates": f"{updates:,}" if updates is not None else "–"}
 
 
 def languages(checkpoint: str, data: str, split: str = "test", src: Optional[str] = None,

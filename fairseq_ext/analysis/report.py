@@ -39,7 +39,7 @@ import os
 import shlex
 import subprocess
 import sys
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from fairseq_ext.analysis import common
 from fairseq_ext.analysis.common import AnalysisError
@@ -71,7 +71,8 @@ th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: right; }
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
 pre { background: #f6f6f6; padding: .6em; overflow-x: auto; font-size: .85em; white-space: pre-wrap; }
 img { max-width: 100%; border: 1px solid #eee; margin: .3em 0 1em; }
-.failed { color: #a00; } .ref { color: #666; font-size: .9em; } .note { color: #555; font-style: italic; } nav a { margin-right: 1em; }
+.failed { color: #a00; } .ref { color: #666; font-size: .9em; } .note { color: #555; font-style: italic; }
+nav a { margin-right: 1em; }
 """
 
 
@@ -186,45 +187,13 @@ def write_page(sections: List[str], titles: List[Tuple[str, str]], path: str, he
     return path
 
 
-def describe_model(checkpoint: str) -> Dict[str, str]:
-    """What a reader needs to weigh a model's numbers, from its checkpoint: layers, widths,
-    heads, the techniques, the parameters (a tied embedding once) and the updates trained."""
-    import fairseq_ext  # noqa: F401  (the safe loader)
-    from fairseq import checkpoint_utils
-
-    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
-    cfg = state["cfg"]["model"] if state.get("cfg") is not None else state.get("args")
-    seen, params = set(), 0
-    for tensor in state.get("model", {}).values():
-        if hasattr(tensor, "data_ptr") and tensor.data_ptr() not in seen:
-            seen.add(tensor.data_ptr())
-            params += tensor.numel()
-    techniques = []
-    if getattr(cfg, "joint_attention", "none") not in (None, "none"):
-        techniques.append(f"joint attention {cfg.joint_attention}")
-    if getattr(cfg, "encoder_self_attention", "standard") not in (None, "standard"):
-        techniques.append(f"encoder self-attention {cfg.encoder_self_attention}")
-    if str(getattr(cfg, "aux_decoder_layers", "") or "").strip():
-        techniques.append(f"auxiliary decoders on layers {cfg.aux_decoder_layers}"
-                          + (" with AIF" if getattr(cfg, "aux_fusion", False) else ""))
-    if getattr(cfg, "no_encoder_positional_embeddings", False):
-        techniques.append("no encoder positions")
-    history = state.get("optimizer_history") or [{}]
-    updates = history[-1].get("num_updates")
-    g = lambda k: getattr(cfg, k, None)  # noqa: E731
-    return {"layers": f"{g('encoder_layers')}+{g('decoder_layers')}", "d_model": str(g("encoder_embed_dim")),
-            "FFN": str(g("encoder_ffn_embed_dim")), "heads": str(g("encoder_attention_heads")),
-            "technique": ", ".join(techniques) or "none (Transformer)",
-            "parameters": f"{params / 1e6:.2f}M", "updates": f"{updates:,}" if updates is not None else "–"}
-
-
 def models_html(checkpoints: Sequence[str], names: Sequence[str], data: str, split: str) -> str:
     """The page's account of what was analysed: one row per model (its shape, technique,
     parameters, updates) and the data (the test set, its size, the training pairs)."""
     rows = []
     for checkpoint, name in zip(checkpoints, names):
         try:
-            about = describe_model(checkpoint)
+            about = common.describe_checkpoint(checkpoint)
         except Exception as e:  # a checkpoint that cannot be read fails its analyses; the page still says which
             about = {"layers": f"unreadable: {e}"}
         rows.append({"model": name, **about, "checkpoint": checkpoint})
@@ -301,17 +270,20 @@ NEEDS = {
 }
 
 
-def applicable(name: str, checkpoints: Sequence[str], names: Sequence[str]) -> Tuple[List[str], List[str], str]:
+def applicable(name: str, checkpoints: Sequence[str], names: Sequence[str],
+               config_of: Optional[Callable[[str], object]] = None) -> Tuple[List[str], List[str], str]:
     """(checkpoints, names) of the models ``name`` can analyse, and a sentence naming the
     others and what they lack ("" when it analyses all of them). A report over a baseline and
     the techniques runs layer masking on the joint-attention models only, the auxiliary
-    decoders' analyses on the MS models only, and says so on the page."""
+    decoders' analyses on the MS models only, and says so on the page. ``config_of``: a
+    checkpoint's model configuration (default: read from the file)."""
     if name not in NEEDS:
         return list(checkpoints), list(names), ""
     test, lack = NEEDS[name]
+    config_of = config_of or (lambda c: common.checkpoint_config(c, "model"))
     kept, kept_names, left = [], [], []
     for checkpoint, n in zip(checkpoints, names):
-        if test(common.checkpoint_config(checkpoint, "model")):
+        if test(config_of(checkpoint)):
             kept.append(checkpoint)
             kept_names.append(n)
         else:
@@ -376,6 +348,8 @@ def main(argv=None):
     names = common.names_for(args.checkpoint, args.names) if args.checkpoint else []
 
     sections, titles, failed = [], [], 0
+    # each checkpoint read once for all the analyses that ask what it has
+    config_of = functools.lru_cache(maxsize=None)(lambda c: common.checkpoint_config(c, "model"))
 
     def add(out: str, title: str, reference: str, error: Optional[str], note: str = ""):
         anchor = os.path.relpath(out, args.out).replace(os.sep, "-")
@@ -386,7 +360,7 @@ def main(argv=None):
     for name in args.run or []:
         title, reference = ANALYSES[name]
         try:
-            checkpoints, chosen, note = applicable(name, args.checkpoint, names)
+            checkpoints, chosen, note = applicable(name, args.checkpoint, names, config_of)
             if not checkpoints:
                 raise AnalysisError(f"no model to analyse: {note}")
             commands = analysis_commands(name, checkpoints, chosen, args.data, args.split, args.out, args.cpu,

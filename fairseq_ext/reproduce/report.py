@@ -769,8 +769,8 @@ def has_paper_numbers(table: Table, col: Column) -> bool:
 def _header(col: Column, kind: str, smoke: bool, table: Optional[Table] = None) -> str:
     name = col.name + ("" if col.printed else " [not in the paper's table]")
     alone = table is not None and not has_paper_numbers(table, col)
-    return {"paper": f"{name}: paper", "ours": f"{name}: ours" if alone else "ours", "delta_paper": "Δ paper", "delta_ours": "Δ ours",
-            "sig": "sig. (pipeline check)" if smoke else "sig.", "ratio_paper": "ratio paper",
+    return {"paper": f"{name}: paper", "ours": f"{name}: ours" if alone else "ours", "delta_paper": "Δ paper",
+            "delta_ours": "Δ ours", "sig": "sig. (pipeline check)" if smoke else "sig.", "ratio_paper": "ratio paper",
             "ratio_ours": "ratio ours"}[kind]
 
 
@@ -864,12 +864,13 @@ def legend(table: Table, records: List[dict], smoke: bool = False) -> List[str]:
     marks = MARKS.get(table.id.split("-")[0], MARKS["thesis"])
     marks_text = ", ".join(f"{m} p < {p}" for p, m in sorted(marks, key=lambda x: -x[0]))
     samples = next((r["samples"] for r in records if r.get("samples")), 1000)
-    if any(has_paper_numbers(table, c) for c in table.columns):
+    printed = any(has_paper_numbers(table, c) for c in table.columns)
+    if printed:
         lines = ["paper: the cell as the paper prints it (its marks: " + (table.paper_significance or "as printed")
                  + "); ours: our run; –: not printed / not measured."]
     else:
         lines = ["No paper prints these numbers: every column is ours (–: not measured)."]
-    if any(r["reference"] for r in records) and not any(has_paper_numbers(table, c) for c in table.columns):
+    if any(r["reference"] for r in records) and not printed:
         lines.append("vs: the row's reference row; Δ ours and ratio ours are against that row's run.")
     elif any(r["reference"] for r in records):
         lines.append("vs: the row's reference row (the paper's own comparison); Δ ours and ratio ours are "

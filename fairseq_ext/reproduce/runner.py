@@ -81,11 +81,14 @@ class RunPlan:
     checkpoint: str
     budget: str
     adversarial: List[List[str]] = field(default_factory=list)  # evaluations with one source shuffled
-    smoke: bool = False
     scale: str = ""  # "smoke", "cpu" (a reduced scale of setups.yaml) or "" (the paper's models)
     cpu: bool = False
     generate: List[str] = field(default_factory=list)  # the decoding flags (evaluation and analyses)
-    model_flags: List[str] = field(default_factory=list)  # the flags that shape the model (row, size preset, smoke)
+    model_flags: List[str] = field(default_factory=list)  # the flags that shape the model (row, size preset, scale)
+
+    @property
+    def smoke(self) -> bool:
+        return self.scale == "smoke"
 
     def commands(self) -> List[List[str]]:
         return [c for c in (self.prepare, self.train, self.average, self.evaluate) if c] + self.adversarial
@@ -211,7 +214,7 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options) 
         else:
             generate_task_flags = ["--task", "translation"]  # the first source only
     reduced = scale_settings(setups, opts)
-    smoke_flags = shlex.split(reduced.get("flags", "")) if reduced else []
+    scale_flags = shlex.split(reduced.get("flags", "")) if reduced else []
     checkpoints = os.path.join(run_dir, "checkpoints")
     train = ["fairseq-ext", "train", data_dir, checkpoints, "--config", training["config"]]
     if opts.nproc != 1 or opts.nnodes != 1:
@@ -223,7 +226,7 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options) 
     if ds.get("arch"):  # the table's data set names the size preset (e.g. mma-3: small De-En, base Ja-En)
         flags[flags.index("--arch") + 1] = ds["arch"]
     training_flags = shlex.split(training.get("flags", "") or "")
-    train += ["--", *training_flags, *flags, *extra_data_flags, *smoke_flags, *budget_flags(opts.budget),
+    train += ["--", *training_flags, *flags, *extra_data_flags, *scale_flags, *budget_flags(opts.budget),
               "--seed", str(opts.seed), *opts.extra_train]
 
     average = None
@@ -250,8 +253,8 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options) 
     return RunPlan(table=table.id, row=row.id, label=row.label, dataset=dataset, data_key=data_key,
                    substitution=reason, bleu=ds["bleu"], data_dir=data_dir, run_dir=run_dir, prepare=prepare,
                    train=train, average=average, evaluate=evaluate, checkpoint=checkpoint, budget=budget,
-                   adversarial=adversarial, smoke=opts.smoke, scale=scale_name(opts), cpu=cpu, generate=generate + opts.extra_generate,
-                   model_flags=[*training_flags, *flags, *smoke_flags])
+                   adversarial=adversarial, scale=scale_name(opts), cpu=cpu, generate=generate + opts.extra_generate,
+                   model_flags=[*training_flags, *flags, *scale_flags])
 
 
 def row_datasets(table: Table, rows: List[Row], keys: List[str]) -> Dict[str, Set[str]]:

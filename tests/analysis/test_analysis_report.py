@@ -118,7 +118,7 @@ def test_the_page_says_what_each_model_is():
     (model,), _ = checkpoint_utils.load_model_ensemble([path], task=task)
     state = checkpoint_utils.load_checkpoint_to_cpu(path)
     cfg = state["cfg"]["model"]
-    about = report.describe_model(path)
+    about = common.describe_checkpoint(path)
     assert about["parameters"] == f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M"
     assert about["layers"] == f"{cfg.encoder_layers}+{cfg.decoder_layers}"
     assert about["d_model"] == str(cfg.encoder_embed_dim) and about["heads"] == str(cfg.encoder_attention_heads)

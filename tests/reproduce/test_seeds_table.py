@@ -37,10 +37,9 @@ def options(tmp_path):
                           budget="60", cpu=True)
 
 
-def make_seed_runs(tmp_path, table_id="mma-4", seeds=SEEDS):
-    """Finished runs of mma-4 at smoke scale for every seed: result.json and significance.json."""
-    table = load_table(table_id)
-    by_seed = runner.plan_seeds(table, table.select(None), load_setups(), options(tmp_path), seeds)
+def write_seed_runs(by_seed, bleu, **result):
+    """A finished run (prep.env, result.json with ``bleu(row, seed)`` and ``result``) for every
+    planned run of every seed."""
     for seed, plans in by_seed.items():
         for p in plans:
             os.makedirs(p.run_dir, exist_ok=True)
@@ -49,7 +48,16 @@ def make_seed_runs(tmp_path, table_id="mma-4", seeds=SEEDS):
                 f.write(PREP_ENV)
             with open(os.path.join(p.run_dir, "result.json"), "w") as f:
                 json.dump({"plan": runner._plan_key(p), "model": SMOKE_MODEL, "updates": 60, "planned_updates": 60,
-                           "bleu": BLEU[p.row][seed]}, f)
+                           "bleu": bleu(p.row, seed), **result}, f)
+
+
+def make_seed_runs(tmp_path, table_id="mma-4", seeds=SEEDS):
+    """Finished runs of mma-4 at smoke scale for every seed: result.json and significance.json."""
+    table = load_table(table_id)
+    by_seed = runner.plan_seeds(table, table.select(None), load_setups(), options(tmp_path), seeds)
+    write_seed_runs(by_seed, lambda row, seed: BLEU[row][seed])
+    for seed, plans in by_seed.items():
+        for p in plans:
             if p.row in SIG:
                 p_value, mark = SIG[p.row][seed]
                 with open(os.path.join(p.run_dir, "significance.json"), "w") as f:
@@ -174,15 +182,7 @@ def test_a_table_no_paper_prints_shows_only_ours_and_one_parameter_count(tmp_pat
     opts = options(tmp_path)
     by_seed = runner.plan_seeds(table, table.select("mma"), load_setups(), opts, [1, 2])
     bleu = {("baseline", 1): 28.0, ("baseline", 2): 28.5, ("mma", 1): 30.0, ("mma", 2): 29.0}
-    for seed, plans in by_seed.items():
-        for p in plans:
-            os.makedirs(p.run_dir, exist_ok=True)
-            os.makedirs(p.data_dir, exist_ok=True)
-            with open(os.path.join(p.data_dir, "prep.env"), "w") as f:
-                f.write(PREP_ENV)
-            with open(os.path.join(p.run_dir, "result.json"), "w") as f:
-                json.dump({"plan": runner._plan_key(p), "model": SMOKE_MODEL, "updates": 60, "planned_updates": 60,
-                           "bleu": bleu[p.row, seed], "params": 2_412_800}, f)
+    write_seed_runs(by_seed, lambda row, seed: bleu[row, seed], params=2_412_800)
     assert report_cli(tmp_path, "configs/benchmarks/cpu-multi30k.yaml", "--rows", "mma", "--budget", "60",
                       "--seeds", "1,2") == 0
     out = capsys.readouterr().out
