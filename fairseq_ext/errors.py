@@ -31,9 +31,24 @@ class ResumeError(FairseqExtError):
     """A checkpoint to resume from is missing or unreadable."""
 
 
-def install() -> None:
-    """Print errors of the plugin as one line (the excepthook of
-    :mod:`fairseq_ext.guards.one_line_errors`); a no-op once installed."""
-    from fairseq_ext.guards import one_line_errors
+class CheckpointError(FairseqExtError):
+    """A checkpoint that is missing, unreadable or lacks what a command needs from it."""
 
-    one_line_errors.install()
+
+class DataError(FairseqExtError):
+    """A data directory or text file that is missing or does not hold what a command needs."""
+
+
+class CommandError(FairseqExtError):
+    """A command that cannot run or failed; the message is its one-line error. ``usage``: the
+    command's usage goes with it (a required option is missing)."""
+
+    def __init__(self, message: str, usage: bool = False):
+        super().__init__(message)
+        self.usage = usage
+
+
+def error_line(prog: str, message: str) -> str:
+    """The one format of an error line of the package's commands, argparse's own:
+    ``PROG: error: MESSAGE``."""
+    return f"{prog}: error: {message}"

@@ -42,6 +42,8 @@ from typing import Dict, List, Optional
 
 import torch
 
+from fairseq_ext.common import checkpoints
+from fairseq_ext.common.cli import setup_cli
 from fairseq_ext.analysis import common
 from fairseq_ext.modules.auxiliary_information_fusion import AuxiliaryInformationFusion
 
@@ -159,7 +161,7 @@ def analyse(model, task, split: str, max_sentences: Optional[int] = None, rows: 
             max_len_a: float = 0.0, max_len_b: int = 200, cpu: bool = False) -> List[dict]:
     """:func:`compare` over the sentences of ``split`` (the lowest ids with ``max_sentences``)."""
     ind = ind_decoder(model)
-    dev = common.device(cpu)
+    dev = checkpoints.device(cpu)
     results = []
     for sample in common.batches(task, split, max_sentences=max_sentences):
         sample = common.to_device(sample, dev)
@@ -172,7 +174,7 @@ def one_sentence(model, task, split: str, sentence: int, rows: str = "mean", max
     dataset = task.dataset(split)
     if not 0 <= sentence < len(dataset):
         raise common.AnalysisError(f"--sentence {sentence}: the {split} split has {len(dataset)} sentences")
-    sample = common.to_device(dataset.collater([dataset[sentence]]), common.device(cpu))
+    sample = common.to_device(dataset.collater([dataset[sentence]]), checkpoints.device(cpu))
     return compare(model, ind_decoder(model), sample, greedy_decode(model, sample, max_len_a, max_len_b), rows)[0]
 
 
@@ -254,14 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None):
-    common.setup_cli()
+    setup_cli()
     ap = build_parser()
     args = ap.parse_args(argv)
     names = common.names_for(args.checkpoint, args.names)
     summary, per_sentence, per_head, tokens = [], [], [], []
     decoding = dict(rows=args.attention_rows, max_len_a=args.max_len_a, max_len_b=args.max_len_b, cpu=args.cpu)
     for name, ckpt in zip(names, args.checkpoint):
-        model, task = common.load_model(ckpt, args.data, split=args.split, overrides={"decode_from": "main"},
+        model, task = checkpoints.load_model(ckpt, args.data, split=args.split, overrides={"decode_from": "main"},
                                         cpu=args.cpu)
         check_aif(model, ckpt)
         results = analyse(model, task, args.split, args.max_sentences, **decoding)

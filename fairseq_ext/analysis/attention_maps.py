@@ -58,6 +58,8 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
+from fairseq_ext.common import checkpoints
+from fairseq_ext.common.cli import setup_cli
 from fairseq_ext.analysis import common
 
 MMA_NAMES = {"G": "global", "L": "local", "F": "forward", "B": "backward"}
@@ -523,7 +525,7 @@ def run(args) -> dict:
     name = display_name(args.checkpoint, getattr(args, "names", None))
     limit = getattr(args, "max_tokens", DEFAULT_MAX_TOKENS)
     scale = getattr(args, "scale", "unit")
-    model, task = common.load_model(args.checkpoint, args.data, split=None if args.source else args.split,
+    model, task = checkpoints.load_model(args.checkpoint, args.data, split=None if args.source else args.split,
                                     cpu=args.cpu)
     sentence = args.sentence
     if args.source is None and sentence is None:
@@ -532,7 +534,7 @@ def run(args) -> dict:
         print(f"sentence {sentence} of '{args.split}' (no --sentence or --source: the first one with {low}-{high} "
               f"source tokens, or the closest length)")
     sample = sentence_sample(task, args.split, sentence, args.source)
-    sample = common.to_device(sample, common.device(args.cpu))
+    sample = common.to_device(sample, checkpoints.device(args.cpu))
     tgt_dict = task.target_dictionary
     if args.hypothesis is not None:
         target = tgt_dict.encode_line(args.hypothesis, add_if_not_exist=False, append_eos=True).long()
@@ -612,7 +614,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None):
-    common.setup_cli()
+    setup_cli()
     ap = build_parser()
     args = ap.parse_args(argv)
     if args.max_tokens < 1:

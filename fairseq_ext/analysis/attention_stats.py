@@ -38,6 +38,8 @@ from typing import Dict, List, Optional
 
 import torch
 
+from fairseq_ext.common import checkpoints
+from fairseq_ext.common.cli import setup_cli
 from fairseq_ext.analysis import common
 
 SPANS = ("all", "left")
@@ -75,7 +77,7 @@ def head_statistics(weights: torch.Tensor, pad: torch.Tensor, span: str = "all")
 
 def collect(model, task, split: str, max_sentences=None, span: str = "all", cpu: bool = False):
     """{unit: {layer: per-head sums}} over the split, from the model's own forward."""
-    dev = common.device(cpu)
+    dev = checkpoints.device(cpu)
     totals: Dict[str, Dict[int, Dict[str, torch.Tensor]]] = {}
     pad_idx = task.source_dictionary.pad()
     with torch.no_grad(), common.capture_self_attention(model) as records:
@@ -218,14 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None):
-    common.setup_cli()
+    setup_cli()
     ap = build_parser()
     args = ap.parse_args(argv)
     names = common.names_for(args.checkpoint, args.names)
     rows = []
     sentences = 0
     for name, ckpt in zip(names, args.checkpoint):
-        model, task = common.load_model(ckpt, args.data, split=args.split, cpu=args.cpu)
+        model, task = checkpoints.load_model(ckpt, args.data, split=args.split, cpu=args.cpu)
         rows += summarise(name, collect(model, task, args.split, args.max_sentences, args.span, args.cpu), args.span,
                           head_types(model))
         sentences = len(task.dataset(args.split))

@@ -40,6 +40,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
+from fairseq_ext.common import checkpoints, data_text
 from fairseq_ext.errors import FairseqExtError
 
 logger = logging.getLogger(__name__)
@@ -102,14 +103,6 @@ def note_scale(args, data_text: Optional[str] = None) -> None:
     _SCALE["data_text"] = data_text
 
 
-def model_summary(checkpoint: str) -> str:
-    """"3+3 layers, d_model 128, FFN 512, 4 heads, 800 updates": a model's size and training
-    as its checkpoint records them (:func:`describe_checkpoint`)."""
-    about = describe_checkpoint(checkpoint)
-    return (f"{about['layers']} layers, d_model {about['d_model']}, FFN {about['FFN']}, {about['heads']} heads"
-            + (f", {about['updates']} updates" if about["updates"] != "–" else ""))
-
-
 def scale_note() -> str:
     """The sentence save_figure adds to a figure: the models (name: size, updates), the data
     (directory, split, test set and its size from DATA/prep.env), the decoding and the BLEU
@@ -123,7 +116,7 @@ def scale_note() -> str:
     models = []
     for checkpoint, name in zip(checkpoints, names):
         try:
-            models.append(f"{name} ({model_summary(checkpoint)})")
+            models.append(f"{name} ({checkpoints.summary(checkpoint)})")
         except Exception:  # noqa: BLE001 (a note on a figure never stops the analysis)
             models.append(name)
     parts = [("Model: " if len(models) == 1 else "Models: ") + "; ".join(models)]
@@ -131,7 +124,7 @@ def scale_note() -> str:
     if _SCALE.get("data_text"):
         parts.append(f"data: {_SCALE['data_text']}")
     elif data:
-        env = read_prep_env(str(data))
+        env = data_text.read_prep_env(str(data))
         where = data_description(str(data), _SCALE.get("split"))
         if env.get("test_set") and _SCALE.get("split") == "test":
             total = int(env["test_pairs"]) if env.get("test_pairs", "").isdigit() else None
@@ -162,31 +155,6 @@ def names_for(checkpoints: Sequence[str], names: Optional[Sequence[str]]) -> Lis
         return list(names)
     out = [os.path.basename(os.path.dirname(os.path.abspath(c))) or os.path.basename(c) for c in checkpoints]
     return out if len(set(out)) == len(out) else [f"{n}-{i}" for i, n in enumerate(out, 1)]
-
-
-def device(cpu: bool) -> torch.device:
-    return torch.device("cuda") if torch.cuda.is_available() and not cpu else torch.device("cpu")
-
-
-def load_model(checkpoint: str, data: str, split: Optional[str] = None, overrides: Optional[dict] = None,
-               cpu: bool = False):
-    """(model, task) from ``checkpoint`` with the task's data at ``data`` (split loaded if
-    given), on the GPU unless ``cpu``. Loading goes through fairseq's checkpoint_utils, which
-    the plugin guards (weights_only, literal configuration values)."""
-    import fairseq_ext  # noqa: F401  (registers the plugin and its safe loader)
-    from fairseq import checkpoint_utils
-
-    if not os.path.exists(checkpoint):
-        raise AnalysisError(f"--checkpoint {checkpoint}: no such file")
-    if not os.path.isdir(data):
-        raise AnalysisError(f"--data {data}: no such directory")
-    arg_overrides = {"data": os.path.abspath(data)}
-    arg_overrides.update(overrides or {})
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=arg_overrides)
-    model = models[0].eval().to(device(cpu))
-    if split is not None:
-        task.load_dataset(split)
-    return model, task
 
 
 def batches(task, split: str, max_tokens: int = 4000, max_sentences: Optional[int] = None) -> Iterator[dict]:
@@ -247,128 +215,6 @@ def capture_self_attention(model):
         yield records
 
 
-def read_prep_env(data: str) -> Dict[str, str]:
-    """DATA/prep.env, the key=value lines a data recipe writes (src, tgt, bpe, recipe, ...);
-    {} for a directory the recipes did not write. The one reader, evaluation's."""
-    from fairseq_ext.tools.evaluate import read_prep_env as read
-
-    return read(data)
-
-
-def _load_checkpoint(checkpoint: str) -> dict:
-    """The state saved in ``checkpoint``, loaded through the plugin's safe loader."""
-    import fairseq_ext  # noqa: F401  (the safe loader)
-    from fairseq import checkpoint_utils
-
-    if not os.path.exists(checkpoint):
-        raise AnalysisError(f"--checkpoint {checkpoint}: no such file")
-    return checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
-
-
-def _saved_config(state: dict, checkpoint: str, part: str):
-    cfg = state.get("cfg")
-    config = cfg.get(part) if cfg is not None else state.get("args")
-    if config is None:
-        raise AnalysisError(f"--checkpoint {checkpoint}: no {part} configuration in the checkpoint")
-    return config
-
-
-def checkpoint_config(checkpoint: str, part: str = "model"):
-    """One part (``model``, ``task``, ...) of the configuration saved in ``checkpoint``
-    (loaded through the plugin's safe loader); the whole ``args`` namespace of a checkpoint
-    saved before fairseq's dataclass configs."""
-    return _saved_config(_load_checkpoint(checkpoint), checkpoint, part)
-
-
-@functools.lru_cache(maxsize=None)
-def describe_checkpoint(checkpoint: str) -> Dict[str, str]:
-    """What a reader needs to weigh a model's numbers, from its checkpoint: layers, widths,
-    heads, the techniques, the parameters (a tied embedding once) and the updates trained
-    (the report's table of the models, the figures' notes)."""
-    state = _load_checkpoint(checkpoint)
-    cfg = _saved_config(state, checkpoint, "model")
-    seen, params = set(), 0
-    for tensor in state.get("model", {}).values():
-        if hasattr(tensor, "data_ptr") and tensor.data_ptr() not in seen:
-            seen.add(tensor.data_ptr())
-            params += tensor.numel()
-    techniques = []
-    if getattr(cfg, "joint_attention", "none") not in (None, "none"):
-        techniques.append(f"joint attention {cfg.joint_attention}")
-    if getattr(cfg, "encoder_self_attention", "standard") not in (None, "standard"):
-        techniques.append(f"encoder self-attention {cfg.encoder_self_attention}")
-    if str(getattr(cfg, "aux_decoder_layers", "") or "").strip():
-        techniques.append(f"auxiliary decoders on layers {cfg.aux_decoder_layers}"
-                          + (" with AIF" if getattr(cfg, "aux_fusion", False) else ""))
-    if getattr(cfg, "no_encoder_positional_embeddings", False):
-        techniques.append("no encoder positions")
-    updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates")
-    g = lambda k: getattr(cfg, k, None)  # noqa: E731
-    return {"layers": f"{g('encoder_layers')}+{g('decoder_layers')}", "d_model": str(g("encoder_embed_dim")),
-            "FFN": str(g("encoder_ffn_embed_dim")), "heads": str(g("encoder_attention_heads")),
-            "technique": ", ".join(techniques) or "none (Transformer)",
-            "parameters": f"{params / 1e6:.2f}M", "updates": f"{updates:,}" if updates is not None else "–"}
-
-
-def languages(checkpoint: str, data: str, split: str = "test", src: Optional[str] = None,
-              tgt: Optional[str] = None) -> Tuple[str, str]:
-    """(source, target) language of ``checkpoint`` translating ``split`` of ``data``: ``src`` /
-    ``tgt`` when given, else DATA/prep.env (a recipe's output), else the checkpoint's task
-    configuration (``--source-lang/--target-lang`` of its training), else the one language
-    pair of the binarized split (fairseq-preprocess names it SPLIT.SRC-TGT.LANG.idx)."""
-    if src and tgt:
-        return src, tgt
-    env = read_prep_env(data)
-    found = env.get("src"), env.get("tgt")
-    if not all(found):
-        task = checkpoint_config(checkpoint, "task")
-        found = getattr(task, "source_lang", None), getattr(task, "target_lang", None)
-    if not all(found):
-        pattern = re.compile(rf"{re.escape(split)}\.([^.-]+)-([^.-]+)\.([^.]+)\.idx")
-        pairs = set()
-        for name in os.listdir(data) if os.path.isdir(data) else []:
-            m = pattern.fullmatch(name)
-            if m and m.group(3) in m.group(1, 2):
-                pairs.add(m.group(1, 2))
-        if len(pairs) == 1:
-            found = pairs.pop()
-        else:
-            held = ("the language pairs " + ", ".join("-".join(p) for p in sorted(pairs))) if pairs \
-                else "no language pair"
-            raise AnalysisError(f"cannot tell the languages of {checkpoint} on {data}: no prep.env, none in the "
-                                f"checkpoint's task configuration, and split '{split}' has {held}; "
-                                "pass --src L --tgt L")
-    return src or found[0], tgt or found[1]
-
-
-def subword_kind(data: str, tgt: str) -> str:
-    """The subword segmentation of a data directory without prep.env, as evaluate.sh's
-    ``--bpe`` names it: the recipes' model file when there is one (DATA/code: subword_nmt,
-    DATA/spm.model: sentencepiece), else what the target dictionary holds (units ending in
-    "@@": subword_nmt; starting with "▁": sentencepiece; neither: none).
-
-    evaluate.sh alone would assume subword_nmt: its "@@ " removal is applied by
-    fairseq-generate to the hypotheses and to the T- lines (the reference without text/)
-    alike, so on word-level data it changes only tokens that end in "@@"; but SentencePiece
-    pieces would stay split, so the dictionary decides."""
-    if os.path.exists(os.path.join(data, "code")):
-        return "subword_nmt"
-    if os.path.exists(os.path.join(data, "spm.model")):
-        return "sentencepiece"
-    words = []
-    path = os.path.join(data, f"dict.{tgt}.txt")
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            words = [line.split(" ", 1)[0] for line in f]
-    # a BPE dictionary holds thousands of such units; a word list may hold a stray one
-    least = max(1, len(words) // 100)
-    if sum(w.endswith("@@") for w in words) >= least:
-        return "subword_nmt"
-    if sum(w.startswith("\u2581") for w in words) >= least:
-        return "sentencepiece"
-    return "none"
-
-
 def evaluate(checkpoint: str, data: str, split: str, out: str, overrides: Optional[dict] = None,
              generate_args: Sequence[str] = (), cpu: bool = False, src: Optional[str] = None,
              tgt: Optional[str] = None) -> dict:
@@ -381,8 +227,8 @@ def evaluate(checkpoint: str, data: str, split: str, out: str, overrides: Option
     from fairseq_ext.tools.evaluate import EvaluationError
     from fairseq_ext.tools.evaluate import evaluate as run_evaluation
 
-    src, tgt = languages(checkpoint, data, split, src, tgt)
-    bpe = None if os.path.exists(os.path.join(data, "prep.env")) else subword_kind(data, tgt)
+    src, tgt = checkpoints.languages(checkpoint, data, split, src, tgt)
+    bpe = None if os.path.exists(os.path.join(data, "prep.env")) else checkpoints.subword_kind(data, tgt)
     try:
         result = run_evaluation(checkpoint, data, split=split, out=out, src=src, tgt=tgt, bpe=bpe,
                                 generate_args=generate_args, model_overrides=overrides,
@@ -390,12 +236,6 @@ def evaluate(checkpoint: str, data: str, split: str, out: str, overrides: Option
     except EvaluationError as e:
         raise AnalysisError(f"evaluation failed for {checkpoint} {overrides or ''}: {e}") from None
     return {"dir": out, "bleu": result["bleu"], "headline": result["headline"]}
-
-
-def read_lines(path: str) -> List[str]:
-    from fairseq_ext.tools.corpus import read_lines as _read
-
-    return list(_read(path))
 
 
 def write_table(rows: List[dict], out_dir: str, name: str, title: str = "", floatfmt: str = ".2f") -> str:
@@ -471,15 +311,6 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def setup_cli():
-    from fairseq_ext.errors import install
-
-    install()
-    logging.basicConfig(level=logging.WARNING)
-    logging.getLogger().setLevel(logging.WARNING)
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
 
 
 # ---- figures a report or a paper can show --------------------------------------------------------

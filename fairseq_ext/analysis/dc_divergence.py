@@ -21,6 +21,8 @@ import sys
 
 import torch
 
+from fairseq_ext.common import checkpoints
+from fairseq_ext.common.cli import setup_cli
 from fairseq_ext.analysis import common
 
 
@@ -47,7 +49,7 @@ def combine_heads(weights: torch.Tensor, how: str) -> torch.Tensor:
 
 def layer_divergences(model, task, split, heads="max", max_sentences=None, cpu=False):
     """{layer (1-based): mean JS over the query tokens of the split} for the DC layers."""
-    dev = common.device(cpu)
+    dev = checkpoints.device(cpu)
     sums, counts = {}, {}
     pad_idx = task.source_dictionary.pad()
     with torch.no_grad(), common.capture_self_attention(model) as records:
@@ -83,13 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None):
-    common.setup_cli()
+    setup_cli()
     ap = build_parser()
     args = ap.parse_args(argv)
     names = common.names_for(args.checkpoint, args.names)
     rows, summary = [], []
     for name, ckpt in zip(names, args.checkpoint):
-        model, task = common.load_model(ckpt, args.data, split=args.split, cpu=args.cpu)
+        model, task = checkpoints.load_model(ckpt, args.data, split=args.split, cpu=args.cpu)
         dv = layer_divergences(model, task, args.split, args.heads, args.max_sentences, args.cpu)
         rows += [{"model": name, "layer": layer, "JS": round(v, 5)} for layer, v in dv.items()]
         summary.append({"model": name, "Ed": round(sum(dv.values()) / len(dv), 5), "DC layers": len(dv)})

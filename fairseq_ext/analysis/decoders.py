@@ -14,6 +14,8 @@ import os
 import shlex
 import sys
 
+from fairseq_ext.common import data_text
+from fairseq_ext.common.cli import setup_cli
 from fairseq_ext.analysis import common
 from fairseq_ext.analysis.layer_dependency import model_options
 
@@ -33,9 +35,9 @@ def decoder_rows(name, checkpoint, data, split, out, generate_args, flavour, sam
                                   src=src, tgt=tgt)
            for layer in options.aux_layers}
     level = "tok" if flavour.startswith("tok") else "detok"
-    refs = common.read_lines(os.path.join(main["dir"], f"ref.{level}"))
-    sig = paired_significance(refs, common.read_lines(os.path.join(main["dir"], f"hyp.{level}")),
-                              {f"aux{l}": common.read_lines(os.path.join(r["dir"], f"hyp.{level}"))
+    refs = data_text.read_lines(os.path.join(main["dir"], f"ref.{level}"))
+    sig = paired_significance(refs, data_text.read_lines(os.path.join(main["dir"], f"hyp.{level}")),
+                              {f"aux{l}": data_text.read_lines(os.path.join(r["dir"], f"hyp.{level}"))
                                for l, r in aux.items()}, flavour=flavour, n_samples=samples, marks=marks)
     n_layers = options.encoder_self_attention and len(options.encoder_self_attention)
     rows = [{"model": name, "decoder": "main", "reads encoder layer": n_layers, "BLEU": sig["baseline"]["bleu"],
@@ -76,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None):
-    common.setup_cli()
+    setup_cli()
     ap = build_parser()
     args = ap.parse_args(argv)
     rows = []

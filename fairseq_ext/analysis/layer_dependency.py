@@ -16,11 +16,13 @@ import os
 import shlex
 import sys
 
+from fairseq_ext.common import checkpoints, data_text
+from fairseq_ext.common.cli import setup_cli
 from fairseq_ext.analysis import common
 
 
 def model_options(checkpoint: str, data: str):
-    model, _ = common.load_model(checkpoint, data, cpu=True)
+    model, _ = checkpoints.load_model(checkpoint, data, cpu=True)
     return model.decoder.options
 
 
@@ -41,9 +43,9 @@ def masking_rows(name: str, checkpoint: str, data: str, split: str, out: str, ge
                                  src=src, tgt=tgt)
               for i in range(1, n + 1)}
     level = "tok" if flavour.startswith("tok") else "detok"
-    refs = common.read_lines(os.path.join(full["dir"], f"ref.{level}"))
-    systems = {f"mask{i}": common.read_lines(os.path.join(r["dir"], f"hyp.{level}")) for i, r in masked.items()}
-    sig = paired_significance(refs, common.read_lines(os.path.join(full["dir"], f"hyp.{level}")), systems,
+    refs = data_text.read_lines(os.path.join(full["dir"], f"ref.{level}"))
+    systems = {f"mask{i}": data_text.read_lines(os.path.join(r["dir"], f"hyp.{level}")) for i, r in masked.items()}
+    sig = paired_significance(refs, data_text.read_lines(os.path.join(full["dir"], f"hyp.{level}")), systems,
                               flavour=flavour, n_samples=samples, marks=marks)
     rows = [{"model": name, "masked layer": "none", "BLEU": sig["baseline"]["bleu"], "delta": None, "p": None,
              "mark": "", "flavour": flavour}]
@@ -82,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None):
-    common.setup_cli()
+    setup_cli()
     ap = build_parser()
     args = ap.parse_args(argv)
     rows = []

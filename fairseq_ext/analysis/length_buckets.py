@@ -31,6 +31,8 @@ import shlex
 import sys
 from typing import Dict, List, Optional, Sequence
 
+from fairseq_ext.common import data_text
+from fairseq_ext.common.cli import setup_cli
 from fairseq_ext.analysis import common
 
 DEFAULT_EDGES = (10, 20, 30, 40, 50)
@@ -181,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None):
-    common.setup_cli()
+    setup_cli()
     ap = build_parser()
     args = ap.parse_args(argv)
     if args.min_bucket_sentences < 1:
@@ -209,14 +211,14 @@ def main(argv=None):
     with open(os.path.join(dirs[0], "bleu.json"), encoding="utf-8") as f:
         flavour = args.flavour or json.load(f).get("headline", "detok-cased")
     level = "tok" if flavour.startswith("tok") else "detok"
-    sources = common.read_lines(os.path.join(dirs[0], "src.tok"))
-    refs = common.read_lines(os.path.join(dirs[0], f"ref.{level}"))
+    sources = data_text.read_lines(os.path.join(dirs[0], "src.tok"))
+    refs = data_text.read_lines(os.path.join(dirs[0], f"ref.{level}"))
     systems = {}
     for name, d in zip(names, dirs):
-        if common.read_lines(os.path.join(d, f"ref.{level}")) != refs:
+        if data_text.read_lines(os.path.join(d, f"ref.{level}")) != refs:
             raise common.AnalysisError(f"{d} was scored against another reference than {dirs[0]}")
-        systems[name] = common.read_lines(os.path.join(d, f"hyp.{level}"))
-    from fairseq_ext.tools.outputs import read_evaluation_complete
+        systems[name] = data_text.read_lines(os.path.join(d, f"hyp.{level}"))
+    from fairseq_ext.recipes.helpers.outputs import read_evaluation_complete
 
     evaluated = read_evaluation_complete(dirs[0])
     data = common.data_description(evaluated.get("data") or args.data, evaluated.get("split") or args.split)

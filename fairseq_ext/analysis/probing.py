@@ -59,8 +59,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
+from fairseq_ext.common import checkpoints, data_text
+from fairseq_ext.common.data_text import TextPipeline, recipe_tokenizer, unescape_moses
+from fairseq_ext.common.cli import setup_cli
 from fairseq_ext.analysis import common
-from fairseq_ext.analysis.common import AnalysisError, read_prep_env  # noqa: F401  (read_prep_env: here too)
+from fairseq_ext.analysis.common import AnalysisError
 
 # (thesis name, SentEval file, category), in the order of thesis Tables 4.8 / 5.5
 TASKS = [
@@ -79,13 +82,6 @@ CATEGORY = {name: cat for name, _, cat in TASKS}
 GENERATED = ("SentLen", "WC", "BShift")
 PARTITIONS = ("tr", "va", "te")
 SENTLEN_BINS = [(5, 8), (9, 12), (13, 16), (17, 20), (21, 25), (26, 28)]
-# the XML escapes of the Moses tokenizer, undone before tokenizing (a corpus released
-# tokenized, such as IWSLT'15, carries them; tokenizing again would escape them twice)
-MOSES_ESCAPES = [("&bar;", "|"), ("&#124;", "|"), ("&lt;", "<"), ("&gt;", ">"), ("&bra;", "["), ("&ket;", "]"),
-                 ("&#91;", "["), ("&#93;", "]"), ("&quot;", '"'), ("&apos;", "'"), ("&amp;", "&")]
-# the recipes' Moses options beyond the defaults (scripts/prepare-*.sh)
-RECIPE_TOKENIZER = {"wmt14-en-de": {"normalize": True, "aggressive": True}}
-
 Split = Dict[str, List[Tuple[str, str]]]  # partition -> [(label, sentence)]
 
 
@@ -96,7 +92,7 @@ Split = Dict[str, List[Tuple[str, str]]]  # partition -> [(label, sentence)]
 def read_senteval(path: str) -> Split:
     """A SentEval probing file: ``partition <TAB> label <TAB> ... <TAB> sentence``."""
     data: Split = {p: [] for p in PARTITIONS}
-    for number, line in enumerate(common.read_lines(path), start=1):
+    for number, line in enumerate(data_text.read_lines(path), start=1):
         if not line.strip():
             continue
         fields = line.split("\t")
@@ -228,73 +224,6 @@ def generate_tasks(sentences: Sequence[List[str]], tasks: Sequence[str], sizes: 
 # ---------------------------------------------------------------------------------------
 # the model's text pipeline and the frozen encoder
 # ---------------------------------------------------------------------------------------
-
-def unescape_moses(text: str) -> str:
-    for entity, char in MOSES_ESCAPES:
-        text = text.replace(entity, char)
-    return text
-
-
-def moses_tokenizer(lang: str, escape: bool, lowercase: bool = False, normalize: bool = False,
-                    aggressive: bool = False):
-    """The recipes' tokenizer (:func:`fairseq_ext.tools.corpus.moses_tokenizer`) as a function."""
-    from fairseq_ext.tools.corpus import moses_tokenizer as recipe_tokenizer
-
-    tok = recipe_tokenizer(lang, aggressive, escape, lowercase, normalize)
-    return lambda line: tok(unescape_moses(line))
-
-
-def within_positions(ids: torch.Tensor, max_positions: Optional[int]) -> torch.Tensor:
-    """A sentence's token ids (ending in </s>) cut to the model's ``max_positions``: the first
-    ``max_positions - 1`` tokens, then </s>."""
-    if max_positions is not None and ids.numel() > max_positions:
-        ids = torch.cat([ids[: max_positions - 1], ids[-1:]])
-    return ids
-
-
-class TextPipeline:
-    """Raw or tokenized text -> the model's source token ids, as the recipe in DATA/prep.env
-    made the training data: Moses tokenization (the recipe's options, lower-casing when it
-    lower-cased), then subword-nmt BPE (DATA/code) or SentencePiece (DATA/spm.model), then
-    the dictionary. Without prep.env the text is taken as the model's tokens."""
-
-    def __init__(self, data: str, dictionary, max_positions: Optional[int] = None):
-        self.dictionary, self.max_positions = dictionary, max_positions
-        env = read_prep_env(data)
-        self.description = "whitespace tokens (no DATA/prep.env)"
-        self.tokenize = lambda line: line.strip()
-        self.subword = lambda line: line
-        if not env:
-            return
-        lang = env.get("src", "en")
-        options = RECIPE_TOKENIZER.get(env.get("recipe", ""), {})
-        self.tokenize = moses_tokenizer(lang, escape=True, lowercase=env.get("lowercase") == "1", **options)
-        bpe = env.get("bpe", "subword_nmt")
-        if bpe in ("subword_nmt", "subword-nmt"):
-            codes = os.path.join(data, "code")
-            if not os.path.exists(codes):
-                raise AnalysisError(f"--data {data}: prep.env says bpe={bpe} but {codes} is missing")
-            from subword_nmt.apply_bpe import BPE
-
-            with open(codes, encoding="utf-8") as f:
-                applier = BPE(f)
-            self.subword = lambda line: applier.process_line(line)
-        elif bpe == "sentencepiece":
-            path = os.path.join(data, "spm.model")
-            if not os.path.exists(path):
-                raise AnalysisError(f"--data {data}: prep.env says bpe=sentencepiece but {path} is missing")
-            import sentencepiece as spm
-
-            sp = spm.SentencePieceProcessor(model_file=path)
-            self.subword = lambda line: " ".join(sp.encode(line, out_type=str))
-        self.description = f"Moses ({lang}{', ' + ', '.join(options) if options else ''}" \
-                           f"{', lowercased' if env.get('lowercase') == '1' else ''}) + {bpe}"
-
-    def __call__(self, sentence: str) -> torch.Tensor:
-        line = self.subword(self.tokenize(sentence))
-        ids = self.dictionary.encode_line(line, add_if_not_exist=False, append_eos=True).long()
-        return within_positions(ids, self.max_positions)
-
 
 def primary_encoder(model):
     """The encoder of the (first) source sentence."""
@@ -457,12 +386,12 @@ def load_tasks(args, out: str) -> Dict[str, Split]:
         if not os.path.exists(args.corpus):
             raise AnalysisError(f"--corpus {args.corpus}: no such file")
         try:  # the source language's Moses rules (English when nothing tells the language)
-            lang = common.languages(args.checkpoint[0], args.data, args.split)[0]
+            lang = checkpoints.languages(args.checkpoint[0], args.data, args.split)[0]
         except AnalysisError:
             lang = "en"
         tok = (lambda line: unescape_moses(line).split()) if args.corpus_tokenized else \
-            (lambda line, t=moses_tokenizer(lang, escape=False): t(line).split())
-        lines = common.read_lines(args.corpus)
+            (lambda line, t=recipe_tokenizer(lang, escape=False): t(line).split())
+        lines = data_text.read_lines(args.corpus)
         if args.corpus_lines:
             lines = lines[: args.corpus_lines]
         sentences = [tok(line) for line in lines]
@@ -560,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None):
-    common.setup_cli()
+    setup_cli()
     ap = build_parser()
     args = ap.parse_args(argv)
     report = {"test": "te", "te": "te", "valid": "va", "va": "va"}.get(args.split)
@@ -576,7 +505,7 @@ def main(argv=None):
     train_args = dict(hidden=args.hidden, dropout=args.dropout, l2=args.l2, lr=args.lr, batch_size=args.batch_size,
                       max_epochs=args.max_epoch, patience=args.patience, seed=args.seed)
     for name, ckpt in zip(names, args.checkpoint):
-        model, task = common.load_model(ckpt, args.data, cpu=args.cpu)
+        model, task = checkpoints.load_model(ckpt, args.data, cpu=args.cpu)
         encoder = primary_encoder(model)
         pipeline = TextPipeline(args.data, task.source_dictionary, encoder.max_positions())
         layers = sorted({resolve_layer(l, len(encoder.layers)) for l in args.layer})

@@ -41,6 +41,8 @@ import subprocess
 import sys
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
+from fairseq_ext.common import checkpoints, data_text
+from fairseq_ext.common.cli import setup_cli
 from fairseq_ext.analysis import common
 from fairseq_ext.analysis.common import AnalysisError
 
@@ -193,11 +195,11 @@ def models_html(checkpoints: Sequence[str], names: Sequence[str], data: str, spl
     rows = []
     for checkpoint, name in zip(checkpoints, names):
         try:
-            about = common.describe_checkpoint(checkpoint)
+            about = checkpoints.describe_row(checkpoint)
         except Exception as e:  # a checkpoint that cannot be read fails its analyses; the page still says which
             about = {"layers": f"unreadable: {e}"}
         rows.append({"model": name, **about, "checkpoint": checkpoint})
-    env = common.read_prep_env(data) if data else {}
+    env = data_text.read_prep_env(data) if data else {}
     said = [os.path.basename(os.path.normpath(data)) + f", split {split}"]
     if env.get("test_set") and split == "test":
         said.append(f"test set {env['test_set']}" + (f" ({int(env['test_pairs']):,} sentences)"
@@ -280,7 +282,7 @@ def applicable(name: str, checkpoints: Sequence[str], names: Sequence[str],
     if name not in NEEDS:
         return list(checkpoints), list(names), ""
     test, lack = NEEDS[name]
-    config_of = config_of or (lambda c: common.checkpoint_config(c, "model"))
+    config_of = config_of or (lambda c: checkpoints.checkpoint_config(c, "model"))
     kept, kept_names, left = [], [], []
     for checkpoint, n in zip(checkpoints, names):
         if test(config_of(checkpoint)):
@@ -320,7 +322,7 @@ def parse_extra(values: Sequence[str]) -> Dict[str, List[str]]:
 
 
 def main(argv=None):
-    common.setup_cli()
+    setup_cli()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", nargs="+", choices=list(ANALYSES), help="analyses to run (page order: as listed)")
@@ -349,7 +351,7 @@ def main(argv=None):
 
     sections, titles, failed = [], [], 0
     # each checkpoint read once for all the analyses that ask what it has
-    config_of = functools.lru_cache(maxsize=None)(lambda c: common.checkpoint_config(c, "model"))
+    config_of = functools.lru_cache(maxsize=None)(lambda c: checkpoints.checkpoint_config(c, "model"))
 
     def add(out: str, title: str, reference: str, error: Optional[str], note: str = ""):
         anchor = os.path.relpath(out, args.out).replace(os.sep, "-")

@@ -33,6 +33,8 @@ from typing import Dict, List, Sequence
 import torch
 from fairseq import utils
 
+from fairseq_ext.common import checkpoints
+from fairseq_ext.common.cli import setup_cli
 from fairseq_ext.analysis import common
 from fairseq_ext.analysis.probing import encoder_layers, primary_encoder
 from fairseq_ext.analysis.word_translation import (
@@ -145,11 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None):
-    common.setup_cli()
+    setup_cli()
     ap = build_parser()
     args = ap.parse_args(argv)
     if args.projections:
-        model, task = common.load_model(args.checkpoint, args.data, split=args.split, cpu=args.cpu)
+        model, task = checkpoints.load_model(args.checkpoint, args.data, split=args.split, cpu=args.cpu)
     else:
         model, task = load_for_training(args)
     num_layers = len(primary_encoder(model).layers)

@@ -47,6 +47,8 @@ import shlex
 import sys
 from typing import Dict, List, Optional
 
+from fairseq_ext.common import checkpoints, data_text
+from fairseq_ext.common.cli import setup_cli
 from fairseq_ext.analysis import common
 
 logger = logging.getLogger(__name__)
@@ -55,7 +57,7 @@ logger = logging.getLogger(__name__)
 def checkpoint_config(checkpoint: str):
     """The model configuration saved in ``checkpoint`` (loaded through the plugin's safe
     loader)."""
-    return common.checkpoint_config(checkpoint, "model")
+    return checkpoints.checkpoint_config(checkpoint, "model")
 
 
 def encoder_positions(model_cfg) -> str:
@@ -242,8 +244,8 @@ def word_order_rows(systems: Dict[str, Dict[str, dict]], data: str, split: str, 
     flavour = flavour or next(iter(evals.values()))["headline"]
     level = "tok" if flavour.startswith("tok") else "detok"
     first = next(iter(evals.values()))
-    refs = common.read_lines(os.path.join(first["dir"], f"ref.{level}"))
-    hyps = {key: common.read_lines(os.path.join(e["dir"], f"hyp.{level}")) for key, e in evals.items()}
+    refs = data_text.read_lines(os.path.join(first["dir"], f"ref.{level}"))
+    hyps = {key: data_text.read_lines(os.path.join(e["dir"], f"hyp.{level}")) for key, e in evals.items()}
 
     def compare(base_key, other_key):
         sig = paired_significance(refs, hyps[base_key], {"other": hyps[other_key]}, flavour=flavour,
@@ -336,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None):
-    common.setup_cli()
+    setup_cli()
     ap = build_parser()
     args = ap.parse_args(argv)
     systems = pair_checkpoints(args.checkpoint, args.names, args.pairs)

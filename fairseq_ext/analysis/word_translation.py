@@ -52,6 +52,8 @@ from typing import Dict, Iterator, List, Optional, Sequence
 import torch
 import torch.nn as nn
 
+from fairseq_ext.common import checkpoints
+from fairseq_ext.common.cli import setup_cli
 from fairseq_ext.analysis import common
 from fairseq_ext.analysis.common import AnalysisError
 from fairseq_ext.analysis.probing import encoder_layers, primary_encoder
@@ -374,7 +376,7 @@ def add_training_arguments(ap):
 
 
 def load_for_training(args):
-    model, task = common.load_model(args.checkpoint, args.data, cpu=args.cpu)
+    model, task = checkpoints.load_model(args.checkpoint, args.data, cpu=args.cpu)
     for split in {args.train_split, args.valid_split, args.split}:
         task.load_dataset(split)
     return model, task
@@ -469,7 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None):
-    common.setup_cli()
+    setup_cli()
     ap = build_parser()
     args = ap.parse_args(argv)
     model, task = load_for_training(args)

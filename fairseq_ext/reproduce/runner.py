@@ -575,9 +575,9 @@ def read_bleu(eval_dir: str, flavour: str) -> Optional[float]:
 
 
 def read_lines(path: str) -> List[str]:
-    """Lines as every tool reads them (:func:`fairseq_ext.tools.corpus.read_lines`: UTF-8
+    """Lines as every tool reads them (:func:`fairseq_ext.recipes.helpers.corpus.read_lines`: UTF-8
     checked, BOM and CRs removed, lines as wc -l counts them)."""
-    from fairseq_ext.tools.corpus import read_lines as _read_lines
+    from fairseq_ext.recipes.helpers.corpus import read_lines as _read_lines
 
     return list(_read_lines(path))
 

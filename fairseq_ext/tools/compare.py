@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
-from . import corpus, outputs
+from fairseq_ext.recipes.helpers import corpus, outputs
 from .significance import paired_significance, table_lines
 
 # the name significance writes and speaks under (markers, log lines, errors)

@@ -51,26 +51,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
-from . import bleu, corpus, outputs
+from fairseq_ext.common.data_text import FLAVOURS, REMOVE_BPE, headline_for, read_prep_env
+from fairseq_ext.recipes.helpers import bleu, corpus, outputs
 
 # the name evaluation writes and speaks under (markers, log lines, errors): directories written
 # by scripts/evaluate.sh stay its own
 PROG = outputs.EVALUATE
-
-# which BLEU the papers report for each task: (recipe, "src-tgt" or None for any) -> (flavour, note)
-HEADLINES = (
-    (("iwslt14", "de-en"), ("tok-lc", "IWSLT'14 De-En: lowercased, tokenized")),
-    (("iwslt14", "en-de"), ("tok-lc", "IWSLT'14 De-En: lowercased, tokenized")),
-    (("iwslt14", None), ("tok-cased", "IWSLT Es/Fr/Ro: multi-bleu style, tokenized")),
-    (("iwslt-fr-ro", None), ("tok-cased", "IWSLT Es/Fr/Ro: multi-bleu style, tokenized")),
-    (("iwslt15-en-vi", None), ("detok-cased", "IWSLT'15 En-Vi: sacreBLEU case-sensitive")),
-    (("wmt14-en-de", None), ("detok-cased", "WMT'14: detokenized, case-sensitive, 13a")),
-)
-DEFAULT_HEADLINE = ("detok-cased", "detokenized, case-sensitive, 13a")
-FLAVOURS = ("detok-cased", "detok-lc", "tok-cased", "tok-lc")
-# --bpe -> fairseq-generate's --remove-bpe
-REMOVE_BPE = {"subword_nmt": ["--remove-bpe"], "subword-nmt": ["--remove-bpe"],
-              "sentencepiece": ["--remove-bpe", "sentencepiece"], "none": []}
 
 USAGE = """Usage: {prog} --checkpoint CKPT --data DATA_BIN [--split test] [--out DIR] [options] [fairseq-generate options]
 
@@ -169,30 +155,6 @@ def generate_value(args: Sequence[str], name: str) -> str:
 
 def has_option(args: Sequence[str], name: str) -> bool:
     return any(a == name or a.startswith(name + "=") for a in args)
-
-
-def read_prep_env(data: str) -> Dict[str, str]:
-    """DATA/prep.env: the key=value lines written by the data recipes (parsed, never run)."""
-    prep = {}
-    path = os.path.join(data, "prep.env")
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.rstrip("\n").partition("=")
-                if key and not key.startswith("#"):
-                    prep[key] = value
-    return prep
-
-
-def headline_for(recipe: str, src: str, tgt: str, lowercase: bool = False):
-    """(flavour, note): the BLEU the papers report for ``recipe``'s data in this direction; on
-    data the recipe lowercased (``lowercase=1`` in prep.env) its lowercased form, since a
-    lowercase system scored against cased references says nothing about the system."""
-    flavour, note = next((chosen for (r, pair), chosen in HEADLINES
-                          if r == recipe and (pair is None or pair == f"{src}-{tgt}")), DEFAULT_HEADLINE)
-    if lowercase and flavour.endswith("-cased"):
-        flavour, note = flavour[: -len("cased")] + "lc", note + "; lowercased data (prep.env), so lowercased BLEU"
-    return flavour, note
 
 
 @dataclass

@@ -23,7 +23,7 @@ the version goes into every result), and keeps from METEOR 1.5 what needs no dat
               match counts as much as an exact one.
   tokens      the hypotheses and references are detokenized text; each line is
               Moses-tokenized for the language (sacremoses, no XML escapes, as
-              ``fairseq_ext.tools.corpus`` tokenizes) and lowercased by nltk.
+              ``fairseq_ext.recipes.helpers.corpus`` tokenizes) and lowercased by nltk.
   corpus      the mean of nltk's sentence scores, times 100. (METEOR 1.5 sums matches,
               chunks and lengths over the corpus and applies the formula once.)
 
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from fairseq_ext.errors import FairseqExtError
-from fairseq_ext.tools.corpus import moses_tokenizer, read_lines
+from fairseq_ext.recipes.helpers.corpus import moses_tokenizer, read_lines
 from fairseq_ext.tools.translate import InputError
 
 NLTK_PIN = "nltk==3.10.4"  # the Makefile's pin, named in the error when nltk is missing

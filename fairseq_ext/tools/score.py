@@ -9,7 +9,7 @@ The source is translated as ``fairseq-ext translate`` translates it (the data di
 prep.env: tokenization, lowercasing, BPE), with its warnings and its summary line: a source
 line that is not UTF-8 is skipped and scored as an empty hypothesis (--strict: an error), a
 line longer than the model's positions is cut. Then sacreBLEU in the four flavours of
-``fairseq-ext evaluate`` (fairseq_ext/tools/bleu.py), each with its signature:
+``fairseq-ext evaluate`` (fairseq_ext/recipes/helpers/bleu.py), each with its signature:
 
   detok-cased, detok-lc  the detokenized translations against the raw reference (13a)
   tok-cased, tok-lc      the tokenized translations against the reference Moses-tokenized
@@ -31,7 +31,8 @@ import tempfile
 from typing import Dict, List, Tuple
 
 from fairseq_ext.tools import translate
-from fairseq_ext.tools.evaluate import FLAVOURS, headline_for, read_prep_env
+from fairseq_ext.common.cli import setup_cli
+from fairseq_ext.common.data_text import FLAVOURS, env_headline, read_prep_env, side_tokenizer
 from fairseq_ext.tools.translate import InputError, logger
 
 PROG = "fairseq-ext score"
@@ -58,26 +59,19 @@ def choose_headline(env: Dict[str, str], headline: str = "") -> Tuple[str, str]:
     evaluate`` reports for the recipe and direction in prep.env (lowercased on lowercased data)."""
     if headline:
         return headline, ""
-    return headline_for(env.get("recipe", ""), env.get("src", ""), env.get("tgt", ""),
-                        lowercase=env.get("lowercase") == "1")
+    return env_headline(env)
 
 
 def reference_tokenizer(env: Dict[str, str]):
     """The recipe's Moses tokenization of the target side (its options, lowercasing where it
     lowercased), as DATA/text/*.tok.TGT was made; the reference as given without prep.env."""
-    from fairseq_ext.analysis.probing import RECIPE_TOKENIZER
-    from fairseq_ext.tools.corpus import moses_tokenizer
-
-    if not env:
-        return lambda line: line
-    options = RECIPE_TOKENIZER.get(env.get("recipe", ""), {})
-    return moses_tokenizer(env.get("tgt", "en"), escape=True, lowercase=env.get("lowercase") == "1", **options)
+    return side_tokenizer(env, "tgt") or (lambda line: line)
 
 
 def score_lines(hyp_detok: List[str], ref_detok: List[str], hyp_tok: List[str], ref_tok: List[str]) -> dict:
     """bleu.score on the four texts (written to a temporary directory, as evaluation reads files)."""
-    from fairseq_ext.tools import bleu
-    from fairseq_ext.tools.corpus import open_text
+    from fairseq_ext.recipes.helpers import bleu
+    from fairseq_ext.recipes.helpers.corpus import open_text
 
     with tempfile.TemporaryDirectory(prefix="fairseq-ext-score.") as tmp:
         paths = []
@@ -90,9 +84,8 @@ def score_lines(hyp_detok: List[str], ref_detok: List[str], hyp_tok: List[str], 
 
 
 def main(argv=None):
-    from fairseq_ext.analysis.common import setup_cli
-    from fairseq_ext.tools import bleu
-    from fairseq_ext.tools.corpus import open_text
+    from fairseq_ext.recipes.helpers import bleu
+    from fairseq_ext.recipes.helpers.corpus import open_text
 
     setup_cli()
     translate.setup_logging(PROG)

@@ -130,7 +130,7 @@ def _opt(value):
 
 
 def _read(path: str) -> List[str]:
-    from fairseq_ext.tools.corpus import read_lines  # the one reader: UTF-8 checked, BOM/CR cleaned
+    from fairseq_ext.recipes.helpers.corpus import read_lines  # the one reader: UTF-8 checked, BOM/CR cleaned
 
     return list(read_lines(path))
 

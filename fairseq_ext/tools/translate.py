@@ -36,7 +36,11 @@ from typing import Callable, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 
+from fairseq_ext.common import checkpoints
+from fairseq_ext.common.cli import setup_cli
+from fairseq_ext.common.data_text import POSTPROCESS, TextPipeline, read_prep_env, within_positions
 from fairseq_ext.errors import FairseqExtError
+from fairseq_ext.recipes.helpers.corpus import clean_line, moses_detokenizer
 
 logger = logging.getLogger("fairseq_ext.translate")
 
@@ -53,7 +57,6 @@ class InputError(FairseqExtError):
 def decode_line(raw: bytes, name: str, number: int) -> Tuple[Optional[str], str]:
     """(text, "") for one line of ``name`` as every tool reads it (corpus.clean_line: BOM and
     CRs removed), or (None, the problem in clean_line's words) when it is not UTF-8."""
-    from fairseq_ext.tools.corpus import clean_line
 
     try:
         raw.decode("utf-8")
@@ -128,12 +131,7 @@ class Translator:
 
     def __init__(self, checkpoint: str, data: str, beam: int = 5, lenpen: float = 1.0, max_len_a: float = 1.2,
                  max_len_b: int = 10, cpu: bool = False):
-        from fairseq_ext.analysis import common
-        from fairseq_ext.analysis.probing import TextPipeline
-        from fairseq_ext.tools.corpus import moses_detokenizer
-        from fairseq_ext.tools.evaluate import read_prep_env
-
-        self.model, self.task = common.load_model(checkpoint, data, cpu=cpu)
+        self.model, self.task = checkpoints.load_model(checkpoint, data, cpu=cpu)
         if getattr(self.task.cfg, "extra_source_langs", None):
             raise FairseqExtError("--checkpoint: a multi-source model reads several sources; "
                                   "translate it with fairseq-ext evaluate on a prepared split")
@@ -151,8 +149,6 @@ class Translator:
         self._detokenizer = moses_detokenizer(self.env.get("tgt", "en")) if self.env else None
 
     def encode(self, number: int, line: str, tally: Optional[Tally] = None) -> torch.Tensor:
-        from fairseq_ext.analysis.probing import within_positions
-
         ids = self.pipeline(line)
         if self.max_source is not None and ids.numel() > self.max_source:
             logger.warning(f"line {number}: {ids.numel()} source tokens, more than the model's "
@@ -164,9 +160,7 @@ class Translator:
     def decode(self, tokens: torch.Tensor) -> str:
         """A hypothesis as tokenized text: subword units joined, not detokenized (the recipe's
         tokenization, as in DATA/text/*.tok.*)."""
-        post = {"subword_nmt": "subword_nmt", "subword-nmt": "subword_nmt",
-                "sentencepiece": "sentencepiece"}.get(self.bpe)
-        return self.tgt_dict.string(tokens.int().cpu(), post)
+        return self.tgt_dict.string(tokens.int().cpu(), POSTPROCESS.get(self.bpe))
 
     def detokenize(self, text: str) -> str:
         """Tokenized output as plain text (Moses detokenizer; as it is without prep.env)."""
@@ -307,7 +301,6 @@ def refuse_overwriting(output: Optional[str], **inputs: Optional[str]) -> None:
 
 
 def main(argv=None):
-    from fairseq_ext.analysis.common import setup_cli
 
     setup_cli()
     setup_logging(PROG)

@@ -7,6 +7,7 @@ import os
 import pytest
 import torch
 
+from fairseq_ext.common import checkpoints
 from fairseq_ext.analysis import attention_stats, common, decoders, layer_dependency, length_buckets
 from model_utils import make_tiny_parallel_data, train_tiny
 
@@ -60,7 +61,7 @@ def test_captured_weights_are_the_models_own_attention(tiny_models, name):
     """The weights the analysis reads are those the encoder layer computes: recomputed here by
     calling each layer's self-attention on that layer's input, with every head."""
     bin_dir, ckpts = tiny_models
-    model, task = common.load_model(ckpts[name], bin_dir, split="valid", cpu=True)
+    model, task = checkpoints.load_model(ckpts[name], bin_dir, split="valid", cpu=True)
     inputs = {}
     hooks = [layer.register_forward_pre_hook(lambda m, a, k, i=i: inputs.__setitem__(i, (a, k)), with_kwargs=True)
              for i, layer in enumerate(model.encoder.layers)]
@@ -110,7 +111,7 @@ def test_attention_stats_command(tiny_models, tmp_path):
         assert "over all keys j, d = |i - j|: bin, valid (30 sentences)" in (tmp_path / f"{table}.md").read_text()
     assert len([r for r in per_head if r["model"] == "std"]) == 2 * 2  # 2 layers x 2 heads
     # the command's numbers equal a direct computation over the whole split
-    model, task = common.load_model(ckpts["std"], bin_dir, split="valid", cpu=True)
+    model, task = checkpoints.load_model(ckpts["std"], bin_dir, split="valid", cpu=True)
     totals = attention_stats.collect(model, task, "valid", span="all", cpu=True)
     layer0 = totals["global"][0]
     expected = (layer0["distance"] / layer0["weight"])[1].item()
@@ -204,7 +205,7 @@ def test_dc_divergence_command_equals_a_direct_computation(tiny_models, tmp_path
                         "--out", str(tmp_path), "--cpu", "--heads", "mean"])
     rows = json.loads((tmp_path / "per_layer.json").read_text())
     assert [r["layer"] for r in rows] == [1, 2]
-    model, task = common.load_model(ckpts["dc"], bin_dir, split="valid", cpu=True)
+    model, task = checkpoints.load_model(ckpts["dc"], bin_dir, split="valid", cpu=True)
     total, count = 0.0, 0
     with torch.no_grad(), common.capture_self_attention(model) as records:
         for sample in common.batches(task, "valid"):

@@ -7,6 +7,7 @@ import os
 import pytest
 import torch
 
+from fairseq_ext.common import checkpoints
 from fairseq_ext.analysis import aif_dependency, common
 from model_utils import SMALL, build, make_tiny_parallel_data, random_batch, train_tiny
 
@@ -187,7 +188,7 @@ def test_command_end_to_end(trained, tmp_path):
         assert len(heads) == 2 and aif[f"D^{layer}"] == pytest.approx(sum(heads) / 2, rel=1e-9)
     assert aif["mean D^l"] == pytest.approx((aif["D^1"] + aif["D^2"]) / 2, rel=1e-9)
     # sentence 7 (outside the analysed 5) decoded alone equals its values within a batch
-    model, task = common.load_model(ckpt, bin_dir, split="test", cpu=True)
+    model, task = checkpoints.load_model(ckpt, bin_dir, split="test", cpu=True)
     batch = aif_dependency.analyse(model, task, "test", max_sentences=8, max_len_b=12, cpu=True)[7]
     got = [r for r in tokens if r["model"] == "aif"]
     assert [r["sentence"] for r in got] == [7] * len(batch["tokens"])

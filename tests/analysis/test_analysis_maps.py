@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from fairseq_ext.common import checkpoints
 from fairseq_ext.analysis import attention_maps, attention_stats, common, word_order
 from fixed_decodings import fixed_decodings
 from model_utils import make_tiny_parallel_data, train_tiny
@@ -34,7 +35,7 @@ def tiny_models(tmp_path_factory):
 
 
 def one_sentence(ckpt, bin_dir, sentence=3):
-    model, task = common.load_model(ckpt, bin_dir, split="test", cpu=True)
+    model, task = checkpoints.load_model(ckpt, bin_dir, split="test", cpu=True)
     sample = attention_maps.sentence_sample(task, "test", sentence, None)
     target = attention_maps.translate(model, task, sample, beam=2, max_len_a=1.2, max_len_b=10)
     return model, task, sample, target
@@ -80,7 +81,7 @@ def test_hierarchical_cross_attention_on_a_padded_batch(tiny_models):
     1 over the sources; the combined map is sum_i beta_i * map_i (multi-source paper App. A);
     capturing leaves the model's output unchanged."""
     bin_dir, ckpts = tiny_models
-    model, task = common.load_model(ckpts["hier"], bin_dir, split="valid", cpu=True)
+    model, task = checkpoints.load_model(ckpts["hier"], bin_dir, split="valid", cpu=True)
     sample = next(iter(common.batches(task, "valid")))
     net = sample["net_input"]
     pad = net["src_tokens"].eq(task.source_dictionary.pad())
@@ -252,7 +253,7 @@ def test_mma_heads_are_labelled_by_their_type_in_maps_and_statistics(tiny_models
     """The letters come from the model's own head assignment (--mma-heads G,L,F,B); over all
     keys the forward head spans a distance, read as printed (j <= i) it has none."""
     bin_dir, ckpts = tiny_models
-    model, task = common.load_model(ckpts["mma"], bin_dir, split="valid", cpu=True)
+    model, task = checkpoints.load_model(ckpts["mma"], bin_dir, split="valid", cpu=True)
     assert [attention_maps.head_types(layer) for layer in model.encoder.layers] == [["G", "L", "F", "B"]] * 2
     types = attention_stats.head_types(model)
     default = attention_stats.summarise("mma", attention_stats.collect(model, task, "valid", cpu=True), "all", types)
@@ -289,7 +290,7 @@ def test_a_long_sentence_is_cut_to_max_tokens_with_a_note(tiny_models, tmp_path)
                     "mma_encoder_self_attention_L1.png", "mma_encoder_self_attention_L2.png"]
     assert all(png_width(tmp_path / p) <= 1100 for p in pngs)
     # the same figure, built again: 21 of the 30 tokens drawn, and the caption says so
-    model, task = common.load_model(ckpts["mma"], bin_dir, cpu=True)
+    model, task = checkpoints.load_model(ckpts["mma"], bin_dir, cpu=True)
     sample = attention_maps.sentence_sample(task, None, None, words)
     maps = attention_maps.attention_maps(model, task, sample, sample["net_input"]["src_tokens"][0])
     about = {"name": "mma", "stem": "mma", "data": "bin", "sentence": "the given --source sentence",

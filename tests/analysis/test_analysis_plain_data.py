@@ -10,8 +10,9 @@ import sys
 import pytest
 
 from fairseq_ext.analysis import attention_maps, common
+from fairseq_ext.common import checkpoints, data_text
+from fairseq_ext.errors import DataError
 from model_utils import clean_env, make_tiny_parallel_data, train_tiny
-
 
 def _touch(path, text=""):
     with open(path, "w", encoding="utf-8") as f:
@@ -24,33 +25,33 @@ def test_languages_prep_env_then_checkpoint_then_file_names(tmp_path, monkeypatc
     for name in ("test.de-en.de.idx", "test.de-en.en.idx", "valid.fr-en.fr.idx", "dict.en.txt"):
         _touch(data / name)
     task = {"source_lang": "it", "target_lang": "es"}
-    monkeypatch.setattr(common, "checkpoint_config", lambda checkpoint, part: type("Task", (), task)())
-    assert common.languages("ck.pt", str(data), "test") == ("it", "es")  # the checkpoint's task
+    monkeypatch.setattr(checkpoints, "checkpoint_config", lambda checkpoint, part: type("Task", (), task)())
+    assert checkpoints.languages("ck.pt", str(data), "test") == ("it", "es")  # the checkpoint's task
     _touch(data / "prep.env", "recipe=x\nsrc=ro\ntgt=fr\nbpe=none\n")
-    assert common.languages("ck.pt", str(data), "test") == ("ro", "fr")  # prep.env first
-    assert common.languages("ck.pt", str(data), "test", "a", "b") == ("a", "b")  # the options win
+    assert checkpoints.languages("ck.pt", str(data), "test") == ("ro", "fr")  # prep.env first
+    assert checkpoints.languages("ck.pt", str(data), "test", "a", "b") == ("a", "b")  # the options win
     os.remove(data / "prep.env")
     task.update(source_lang=None, target_lang=None)
-    assert common.languages("ck.pt", str(data), "test") == ("de", "en")  # the split's files
-    assert common.languages("ck.pt", str(data), "valid") == ("fr", "en")
+    assert checkpoints.languages("ck.pt", str(data), "test") == ("de", "en")  # the split's files
+    assert checkpoints.languages("ck.pt", str(data), "valid") == ("fr", "en")
     _touch(data / "test.fr-en.fr.idx")
-    with pytest.raises(common.AnalysisError, match=r"split 'test' has the language pairs de-en, fr-en; "
+    with pytest.raises(DataError, match=r"split 'test' has the language pairs de-en, fr-en; "
                                                    r"pass --src L --tgt L$"):
-        common.languages("ck.pt", str(data), "test")
-    with pytest.raises(common.AnalysisError, match="split 'train' has no language pair"):
-        common.languages("ck.pt", str(data), "train")
+        checkpoints.languages("ck.pt", str(data), "test")
+    with pytest.raises(DataError, match="split 'train' has no language pair"):
+        checkpoints.languages("ck.pt", str(data), "train")
 
 
 def test_subword_kind_from_the_model_file_or_the_dictionary(tmp_path):
     words = [f"w{i} 5" for i in range(300)]
     _touch(tmp_path / "dict.de.txt", "\n".join(words + ["stray@@ 1"]) + "\n")
-    assert common.subword_kind(str(tmp_path), "de") == "none"  # one "@@" word in 301: not BPE
+    assert checkpoints.subword_kind(str(tmp_path), "de") == "none"  # one "@@" word in 301: not BPE
     _touch(tmp_path / "dict.de.txt", "\n".join(words + [f"w{i}@@ 3" for i in range(50)]) + "\n")
-    assert common.subword_kind(str(tmp_path), "de") == "subword_nmt"
+    assert checkpoints.subword_kind(str(tmp_path), "de") == "subword_nmt"
     _touch(tmp_path / "dict.de.txt", "\n".join(f"\u2581w{i} 5" for i in range(30)) + "\n")
-    assert common.subword_kind(str(tmp_path), "de") == "sentencepiece"
+    assert checkpoints.subword_kind(str(tmp_path), "de") == "sentencepiece"
     _touch(tmp_path / "code")
-    assert common.subword_kind(str(tmp_path), "de") == "subword_nmt"
+    assert checkpoints.subword_kind(str(tmp_path), "de") == "subword_nmt"
 
 
 def test_attention_maps_picks_the_first_sentence_of_readable_length():
@@ -112,4 +113,4 @@ def test_report_on_plain_fairseq_preprocess_output(tmp_path):
     assert "--source-lang src --target-lang tgt" in generate and "--remove-bpe" not in generate
     with open(os.path.join(str(tmp_path), "raw", "test.tgt"), encoding="utf-8") as f:
         targets = sorted(f.read().splitlines())
-    assert sorted(common.read_lines(str(evaluation / "ref.tok"))) == targets
+    assert sorted(data_text.read_lines(str(evaluation / "ref.tok"))) == targets

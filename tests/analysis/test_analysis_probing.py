@@ -9,6 +9,7 @@ import random
 import pytest
 import torch
 
+from fairseq_ext.common import checkpoints, data_text
 from fairseq_ext.analysis import common, probing
 from fairseq_ext.analysis.common import AnalysisError
 from model_utils import make_tiny_parallel_data, train_tiny
@@ -22,8 +23,8 @@ def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("probing")
     bin_dir = make_tiny_parallel_data(str(root), num_train=121)
     ckpt = train_tiny(bin_dir, root / "std")
-    model, task = common.load_model(ckpt, bin_dir, cpu=True)
-    pipeline = probing.TextPipeline(bin_dir, task.source_dictionary, model.encoder.max_positions())
+    model, task = checkpoints.load_model(ckpt, bin_dir, cpu=True)
+    pipeline = data_text.TextPipeline(bin_dir, task.source_dictionary, model.encoder.max_positions())
     return {"root": root, "bin": bin_dir, "ckpt": ckpt, "model": model, "pipeline": pipeline}
 
 

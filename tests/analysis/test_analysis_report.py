@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from fairseq_ext.common import checkpoints
 from fairseq_ext.analysis import common, report
 from model_utils import clean_env, make_tiny_parallel_data, train_tiny
 from test_analysis_maps import tiny_models  # noqa: F401  (the fixture: hier, hier_nopos, mma)
@@ -81,7 +82,7 @@ def test_each_analysis_runs_on_the_models_it_can_analyse(tmp_path, monkeypatch):
                                   aux_fusion=True, encoder_self_attention="standard"),
                "mma.pt": Namespace(joint_attention="none", joint_attention_layers=1, aux_decoder_layers="",
                                    aux_fusion=False, encoder_self_attention="mma")}
-    monkeypatch.setattr(common, "checkpoint_config", lambda checkpoint, part="model": configs[checkpoint])
+    monkeypatch.setattr(checkpoints, "checkpoint_config", lambda checkpoint, part="model": configs[checkpoint])
     ran = []
 
     def run_analysis(argv, out):
@@ -118,7 +119,7 @@ def test_the_page_says_what_each_model_is():
     (model,), _ = checkpoint_utils.load_model_ensemble([path], task=task)
     state = checkpoint_utils.load_checkpoint_to_cpu(path)
     cfg = state["cfg"]["model"]
-    about = common.describe_checkpoint(path)
+    about = checkpoints.describe_row(path)
     assert about["parameters"] == f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M"
     assert about["layers"] == f"{cfg.encoder_layers}+{cfg.decoder_layers}"
     assert about["d_model"] == str(cfg.encoder_embed_dim) and about["heads"] == str(cfg.encoder_attention_heads)

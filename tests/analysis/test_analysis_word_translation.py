@@ -10,6 +10,7 @@ import os
 import pytest
 import torch
 
+from fairseq_ext.common import checkpoints
 from fairseq_ext.analysis import common, translate_from_layer, word_translation
 from model_utils import make_tiny_parallel_data, train_tiny
 
@@ -23,7 +24,7 @@ def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("word_translation")
     bin_dir = make_tiny_parallel_data(str(root), num_train=121)
     ckpt = train_tiny(bin_dir, root / "std", max_update=8)
-    model, task = common.load_model(ckpt, bin_dir, cpu=True)
+    model, task = checkpoints.load_model(ckpt, bin_dir, cpu=True)
     for split in ("train", "valid", "test"):
         task.load_dataset(split)
     return {"root": root, "bin": bin_dir, "ckpt": ckpt, "model": model, "task": task}
@@ -269,7 +270,7 @@ def test_word_translation_and_translate_from_layer_commands(tiny, tmp_path):
     for name in ("word_translation.md", "word_translation.csv", "last_layer.md", "projections.pt"):
         assert (wt / name).exists()
     # the table's numbers are the saved projections evaluated on the split
-    model, task = common.load_model(ckpt, bin_dir, split="test", cpu=True)
+    model, task = checkpoints.load_model(ckpt, bin_dir, split="test", cpu=True)
     names = word_translation.probe_names(2, 2, word_translation.PARTS)
     probes = word_translation.load_projections(model, str(wt / "projections.pt"), names)
     scores = word_translation.evaluate_probes(model, task, "test", probes)

@@ -1,4 +1,4 @@
-"""The CPU thread default of training (fairseq_ext/tools/cpu.py): the cores idle at the
+"""The CPU thread default of training (fairseq_ext/recipes/helpers/cpu.py): the cores idle at the
 start, never fewer than one thread per process."""
 import subprocess
 import sys

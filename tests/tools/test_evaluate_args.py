@@ -3,6 +3,7 @@
 fairseq-generate or the comparison would run."""
 import pytest
 
+from fairseq_ext.common import data_text
 from fairseq_ext.tools import compare, evaluate
 from fairseq_ext.tools.evaluate import EvaluationError, generate_command, parse_args, plan
 
@@ -64,7 +65,7 @@ def test_defaults_come_from_prep_env(data):
                                               ("iwslt15-en-vi", "en-vi", "detok-cased"),
                                               ("wmt14-en-de", "en-de", "detok-cased"), ("", "en-de", "detok-cased")])
 def test_the_reported_flavour_follows_the_recipe(recipe, pair, want):
-    assert evaluate.headline_for(recipe, *pair.split("-"))[0] == want
+    assert data_text.headline_for(recipe, *pair.split("-"))[0] == want
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -134,7 +135,7 @@ def test_the_command_file_quotes_as_bash_printf_q():
 def test_lowercased_data_gets_a_lowercased_flavour_by_default(recipe, pair, want):
     """A lowercase system against cased references (1.95 where tok-lc says 4.18 on the same
     hypotheses) is not the score of the system: prep.env's lowercase=1 lowercases the default."""
-    flavour, note = evaluate.headline_for(recipe, *pair.split("-"), lowercase=True)
+    flavour, note = data_text.headline_for(recipe, *pair.split("-"), lowercase=True)
     assert flavour == want and "lowercased" in note
 
 

@@ -1,5 +1,5 @@
 """The output-directory rules (docs/trust.md, "Output directories"), called directly from
-Python (fairseq_ext/tools/outputs.py), one test per rule; and the bash side (common.sh),
+Python (fairseq_ext/recipes/helpers/outputs.py), one test per rule; and the bash side (common.sh),
 which calls the same file, giving the same messages. ``mark`` with entries writes a legacy
 marker (names or globs of the top level, as written before the manifest); ``manifest`` the
 exact manifest every script writes now."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fairseq_ext.tools import outputs
-from fairseq_ext.tools.outputs import OutputError, check_replaceable
+from fairseq_ext.recipes.helpers.outputs import OutputError, check_replaceable
 
 TOOLS = Path(outputs.__file__).resolve().parent
 COMMON = TOOLS.parent / "recipes" / "lib" / "common.sh"

@@ -93,7 +93,7 @@ def test_score_bleu_uses_the_same_flavours(tmp_path):
     refs, base, better, _ = corpus(seed=9)
     (tmp_path / "ref").write_text("\n".join(refs) + "\n")
     (tmp_path / "hyp").write_text("\n".join(better) + "\n")
-    subprocess.run([sys.executable, os.path.join(REPO, "fairseq_ext", "tools", "bleu.py"), "--hyp-detok",
+    subprocess.run([sys.executable, os.path.join(REPO, "fairseq_ext", "recipes", "helpers", "bleu.py"), "--hyp-detok",
                     str(tmp_path / "hyp"), "--ref-detok", str(tmp_path / "ref"), "--hyp-tok", str(tmp_path / "hyp"),
                     "--ref-tok", str(tmp_path / "ref"), "--json", str(tmp_path / "s.json")], check=True,
                    capture_output=True)

@@ -19,8 +19,8 @@ from sacrebleu.metrics import BLEU
 
 if __package__:
     from .corpus import die, read_lines
-else:  # run as a file by the recipes (no package import: it would load fairseq and torch)
-    from corpus import die, read_lines  # one reader: UTF-8 checked, BOM/CR cleaned  (one reader: UTF-8 checked, BOM/CR cleaned)
+else:  # run as a file (no package import: it would load fairseq and torch)
+    from corpus import die, read_lines  # one reader: UTF-8 checked, BOM/CR cleaned
 
 
 def read(path):

@@ -17,7 +17,7 @@ import sys
 if __package__:
     from .corpus import die, stdin_lines
 else:  # run as a file by the recipes (no package import: it would load fairseq and torch)
-    from corpus import die, stdin_lines  # one-line errors; lines as wc -l counts them  (one-line errors; lines as wc -l counts them)
+    from corpus import die, stdin_lines  # one-line errors; lines as wc -l counts them
 
 
 def main():

@@ -65,7 +65,7 @@ QUICKSTART_ENTRIES = ("checkpoint*", "train.log", "quickstart.settings", "eval-t
 FAIRSEQ_CHECKPOINT = re.compile(r"checkpoint(\d+|_\d+_\d+|_best|_last|\.best_\w+_-?\d+(\.\d+)?)\.pt")
 NARROWED = {"checkpoint*": FAIRSEQ_CHECKPOINT}
 # the directory that holds the package (a checkout or site-packages): never replaced
-INSTALL_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+INSTALL_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 class OutputError(Exception):

@@ -1,0 +1,196 @@
+"""Checkpoints as the package's commands read them: loading a model with its task, the saved
+configuration, one description (size, technique, parameters, updates) with one counting rule,
+and the languages and subword kind of a model on a data directory.
+
+Every load goes through fairseq's checkpoint_utils, which the plugin guards
+(:mod:`fairseq_ext.guards.checkpoint_safety`: ``weights_only`` and literal configuration values).
+"""
+import functools
+import os
+import re
+from typing import Dict, Optional, Tuple
+
+import torch
+
+from fairseq_ext.common.data_text import read_prep_env
+from fairseq_ext.errors import CheckpointError, DataError
+
+# the model configuration fields that give a model's size
+SHAPE_KEYS = ("encoder_layers", "decoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim",
+              "encoder_attention_heads")
+
+
+def device(cpu: bool) -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() and not cpu else torch.device("cpu")
+
+
+def _exists(checkpoint: str) -> None:
+    if not os.path.exists(checkpoint):
+        raise CheckpointError(f"--checkpoint {checkpoint}: no such file")
+
+
+def load_model(checkpoint: str, data: str, split: Optional[str] = None, overrides: Optional[dict] = None,
+               cpu: bool = False):
+    """(model in eval mode, task) from ``checkpoint`` with the task's data at ``data`` (split
+    loaded if given; overrides as fairseq-generate's --model-overrides), on the GPU unless ``cpu``."""
+    from fairseq import checkpoint_utils
+
+    _exists(checkpoint)
+    if not os.path.isdir(data):
+        raise DataError(f"--data {data}: no such directory")
+    arg_overrides = {"data": os.path.abspath(data)}
+    arg_overrides.update(overrides or {})
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=arg_overrides)
+    model = models[0].eval().to(device(cpu))
+    if split is not None:
+        task.load_dataset(split)
+    return model, task
+
+
+def load_state(checkpoint: str) -> dict:
+    """The state saved in ``checkpoint`` (fairseq's upgrade of old checkpoints applied)."""
+    from fairseq import checkpoint_utils
+
+    _exists(checkpoint)
+    return checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
+
+
+def saved_config(state: dict, checkpoint: str, part: str = "model"):
+    """One part (``model``, ``task``, ...) of the configuration in a loaded ``state``; the
+    whole ``args`` namespace of a checkpoint saved before fairseq's dataclass configs."""
+    cfg = state.get("cfg")
+    config = cfg.get(part) if cfg is not None else state.get("args")
+    if config is None:
+        raise CheckpointError(f"--checkpoint {checkpoint}: no {part} configuration in the checkpoint")
+    return config
+
+
+def checkpoint_config(checkpoint: str, part: str = "model"):
+    """:func:`saved_config` of the checkpoint file ``checkpoint``."""
+    return saved_config(load_state(checkpoint), checkpoint, part)
+
+
+def count_parameters(state: dict) -> int:
+    """Trainable parameters of a loaded checkpoint ``state``, as the papers count them: a
+    tensor shared between modules (a tied embedding) once, buffers (positional tables,
+    version counters) and integer tensors not at all."""
+    seen, total = set(), 0
+    for name, tensor in state.get("model", {}).items():
+        if not torch.is_tensor(tensor):
+            continue
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key in seen or not tensor.is_floating_point() or name.endswith("_float_tensor") \
+                or name.endswith(".version"):
+            continue
+        seen.add(key)
+        total += tensor.numel()
+    return total
+
+
+def _value(cfg, name: str):
+    value = cfg.get(name) if isinstance(cfg, dict) else getattr(cfg, name, None)
+    return value if isinstance(value, (int, float, str)) else None
+
+
+def _techniques(cfg) -> str:
+    get = functools.partial(_value, cfg)
+    techniques = []
+    if get("joint_attention") not in (None, "none"):
+        techniques.append(f"joint attention {get('joint_attention')}")
+    if get("encoder_self_attention") not in (None, "standard"):
+        techniques.append(f"encoder self-attention {get('encoder_self_attention')}")
+    if str(get("aux_decoder_layers") or "").strip():
+        techniques.append(f"auxiliary decoders on layers {get('aux_decoder_layers')}"
+                          + (" with AIF" if get("aux_fusion") else ""))
+    if get("no_encoder_positional_embeddings"):
+        techniques.append("no encoder positions")
+    return ", ".join(techniques) or "none (Transformer)"
+
+
+@functools.lru_cache(maxsize=None)
+def describe(checkpoint: str) -> Dict[str, object]:
+    """What a reader needs to weigh a model's numbers, from its checkpoint: ``shape`` (the
+    :data:`SHAPE_KEYS` fields), ``params`` (:func:`count_parameters`), ``updates`` (None when
+    not recorded) and ``technique`` (the plugin's options that are on, in words)."""
+    state = load_state(checkpoint)
+    cfg = saved_config(state, checkpoint, "model")
+    updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates")
+    return {"shape": {k: _value(cfg, k) for k in SHAPE_KEYS}, "params": count_parameters(state),
+            "updates": updates, "technique": _techniques(cfg)}
+
+
+def describe_row(checkpoint: str) -> Dict[str, str]:
+    """:func:`describe` as the cells of a table of models: layers, d_model, FFN, heads,
+    technique, parameters (millions), updates."""
+    about = describe(checkpoint)
+    shape, updates = about["shape"], about["updates"]
+    return {"layers": f"{shape['encoder_layers']}+{shape['decoder_layers']}",
+            "d_model": str(shape["encoder_embed_dim"]), "FFN": str(shape["encoder_ffn_embed_dim"]),
+            "heads": str(shape["encoder_attention_heads"]), "technique": about["technique"],
+            "parameters": f"{about['params'] / 1e6:.2f}M", "updates": f"{updates:,}" if updates is not None else "–"}
+
+
+def summary(checkpoint: str) -> str:
+    """"3+3 layers, d_model 128, FFN 512, 4 heads, 800 updates": a model's size and training."""
+    row = describe_row(checkpoint)
+    return (f"{row['layers']} layers, d_model {row['d_model']}, FFN {row['FFN']}, {row['heads']} heads"
+            + (f", {row['updates']} updates" if row["updates"] != "–" else ""))
+
+
+def languages(checkpoint: str, data: str, split: str = "test", src: Optional[str] = None,
+              tgt: Optional[str] = None) -> Tuple[str, str]:
+    """(source, target) language of ``checkpoint`` translating ``split`` of ``data``: ``src`` /
+    ``tgt`` when given, else DATA/prep.env (a recipe's output), else the checkpoint's task
+    configuration (``--source-lang/--target-lang`` of its training), else the one language
+    pair of the binarized split (fairseq-preprocess names it SPLIT.SRC-TGT.LANG.idx)."""
+    if src and tgt:
+        return src, tgt
+    env = read_prep_env(data)
+    found = env.get("src"), env.get("tgt")
+    if not all(found):
+        task = checkpoint_config(checkpoint, "task")
+        found = getattr(task, "source_lang", None), getattr(task, "target_lang", None)
+    if not all(found):
+        pattern = re.compile(rf"{re.escape(split)}\.([^.-]+)-([^.-]+)\.([^.]+)\.idx")
+        pairs = set()
+        for name in os.listdir(data) if os.path.isdir(data) else []:
+            m = pattern.fullmatch(name)
+            if m and m.group(3) in m.group(1, 2):
+                pairs.add(m.group(1, 2))
+        if len(pairs) == 1:
+            found = pairs.pop()
+        else:
+            held = ("the language pairs " + ", ".join("-".join(p) for p in sorted(pairs))) if pairs \
+                else "no language pair"
+            raise DataError(f"cannot tell the languages of {checkpoint} on {data}: no prep.env, none in the "
+                            f"checkpoint's task configuration, and split '{split}' has {held}; "
+                            "pass --src L --tgt L")
+    return src or found[0], tgt or found[1]
+
+
+def subword_kind(data: str, tgt: str) -> str:
+    """The subword segmentation of a data directory without prep.env, as evaluation's
+    ``--bpe`` names it: the recipes' model file when there is one (DATA/code: subword_nmt,
+    DATA/spm.model: sentencepiece), else what the target dictionary holds (units ending in
+    "@@": subword_nmt; starting with "▁": sentencepiece; neither: none).
+
+    Evaluation alone would assume subword_nmt: its "@@ " removal is applied by
+    fairseq-generate to the hypotheses and to the T- lines (the reference without text/)
+    alike, so on word-level data it changes only tokens that end in "@@"; but SentencePiece
+    pieces would stay split, so the dictionary decides."""
+    if os.path.exists(os.path.join(data, "code")):
+        return "subword_nmt"
+    if os.path.exists(os.path.join(data, "spm.model")):
+        return "sentencepiece"
+    words = []
+    path = os.path.join(data, f"dict.{tgt}.txt")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            words = [line.split(" ", 1)[0] for line in f]
+    # a BPE dictionary holds thousands of such units; a word list may hold a stray one
+    least = max(1, len(words) // 100)
+    if sum(w.endswith("@@") for w in words) >= least:
+        return "subword_nmt"
+    if sum(w.startswith("\u2581") for w in words) >= least:
+        return "sentencepiece"
+    return "none"

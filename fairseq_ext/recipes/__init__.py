@@ -1,0 +1,1 @@
+"""The data and training recipes (bash, shipped as package data) and the Python helpers they run."""
