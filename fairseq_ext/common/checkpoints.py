@@ -70,6 +70,14 @@ def checkpoint_config(checkpoint: str, part: str = "model"):
     return saved_config(load_state(checkpoint), checkpoint, part)
 
 
+def options(checkpoint: str):
+    """The plugin's typed options (:class:`fairseq_ext.models.multilayer_transformer_config.
+    MultilayerOptions`) of the model saved in ``checkpoint``, parsed as the model was built."""
+    from fairseq_ext.models.multilayer_transformer_config import parse_options
+
+    return parse_options(checkpoint_config(checkpoint, "model"))
+
+
 def count_parameters(state: dict) -> int:
     """Trainable parameters of a loaded checkpoint ``state``, as the papers count them: a
     tensor shared between modules (a tied embedding) once, buffers (positional tables,
