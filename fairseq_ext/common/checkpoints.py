@@ -75,7 +75,8 @@ def options(checkpoint: str):
     MultilayerOptions`) of the model saved in ``checkpoint``, parsed as the model was built."""
     from fairseq_ext.models.multilayer_transformer_config import parse_options
 
-    return parse_options(checkpoint_config(checkpoint, "model"))
+    cfg = checkpoint_config(checkpoint, "model")
+    return parse_options(cfg, getattr(cfg, "num_source_sentences", 1) or 1)
 
 
 def count_parameters(state: dict) -> int:
