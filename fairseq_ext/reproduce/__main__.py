@@ -27,7 +27,6 @@ import os
 import sys
 
 from fairseq_ext.errors import FairseqExtError
-from fairseq_ext.errors import install as install_excepthook
 from fairseq_ext.reproduce import report, runner
 from fairseq_ext.reproduce.tables import load_setups, load_table, load_tables
 
@@ -85,7 +84,6 @@ def parse_from(values):
 
 
 def main(argv=None):
-    install_excepthook()
     import shlex
 
     ap = argparse.ArgumentParser(prog="reproduce.sh", description=__doc__.split("\n\n")[0],
