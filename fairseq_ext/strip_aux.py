@@ -11,7 +11,6 @@ import argparse
 import os
 import sys
 
-import fairseq_ext  # noqa: F401  (checkpoint allowlist)
 from fairseq_ext.guards.checkpoint_safety import load_checkpoint_state, save_atomically
 from fairseq_ext.errors import FairseqExtError
 

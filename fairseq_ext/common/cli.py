@@ -1,8 +1,45 @@
-"""What every Python command of the package does at start: logging at WARNING (fairseq's INFO
-lines and matplotlib's chatter kept out of a command's own output). Errors of the package print
-as one line (``PROG: error: ...``, :func:`fairseq_ext.errors.error_line`) through the guard the
-plugin installs when it is imported (:mod:`fairseq_ext.guards.one_line_errors`)."""
+"""What every Python command of the package shares: its parser and its one error line.
+
+- :class:`CommandParser`: argparse without abbreviations whose errors are raised as
+  :class:`~fairseq_ext.errors.CommandError` (the caller decides: a command prints one line, a
+  library call gets the exception);
+- :func:`fail`: the one error line, ``PROG: error: MESSAGE`` (:func:`fairseq_ext.errors.error_line`),
+  with the usage first where the error asks for it;
+- :func:`setup_cli`: logging at WARNING (fairseq's INFO lines and matplotlib's chatter kept
+  out of a command's own output).
+
+Errors that escape a command print as the same one line through the guard the plugin installs
+when it is imported (:mod:`fairseq_ext.guards.one_line_errors`).
+"""
+import argparse
 import logging
+import sys
+from typing import Optional
+
+from fairseq_ext.errors import CommandError, error_line
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser: the description and epilog printed as written, no abbreviated
+    options (an option fairseq-generate takes must never be read as a prefix of ours), and
+    errors raised as :class:`CommandError` with the usage attached."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        raise CommandError(message, usage=True)
+
+
+def fail(prog: str, error: Exception, usage: Optional[str] = None) -> int:
+    """Print ``error`` as the command's one error line (the usage before it when the error
+    says so); the exit status 1."""
+    if usage and getattr(error, "usage", False):
+        print(usage, file=sys.stderr)
+    print(error_line(prog, str(error)), file=sys.stderr, flush=True)
+    return 1
 
 
 def setup_cli() -> None:

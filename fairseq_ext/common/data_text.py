@@ -78,7 +78,10 @@ def env_headline(env: Dict[str, str]):
 def read_lines(path: str) -> List[str]:
     """The lines of a plain or gzipped text file as every tool reads them: UTF-8 checked
     (an invalid line is an error naming the file and line), BOM and CRs cleaned."""
-    return list(corpus.read_lines(path))
+    try:
+        return list(corpus.read_lines(path))
+    except corpus.TextError as e:
+        raise DataError(str(e)) from None
 
 
 def unescape_moses(text: str) -> str:

@@ -14,7 +14,7 @@ By default the Moses-tokenized files of an evaluation are compared (hyp.tok / re
 multi-bleu style, sacreBLEU --tokenize none); --level detok uses the detokenized ones (13a).
 Writes DIR/significance.{txt,json} (sacreBLEU), DIR/report.txt (compare-mt's text report) and
 DIR/index.html (+ figures), all at once when both succeeded (an existing DIR is replaced only
-when significance wrote it: outputs.StagedOutput). With --eval-*, only directories that hold a
+when significance wrote it: staging.StagedOutput). With --eval-*, only directories that hold a
 complete evaluation (.evaluation-complete) are read. compare-mt runs through
 compare_mt_shim.py, which works around compare-mt 0.2.10's undeclared dependency on `six`.
 """
@@ -27,88 +27,64 @@ import sys
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
-from fairseq_ext.recipes.helpers import corpus, outputs
-from .significance import paired_significance, table_lines
+import argparse
+import filecmp
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import List, Optional, Sequence
 
-# the name significance writes and speaks under (markers, log lines, errors)
+from fairseq_ext.common.cli import CommandParser, fail
+from fairseq_ext.errors import CommandError
+from fairseq_ext.recipes.helpers import compare_mt_shim, corpus, evaluations, outputs, staging
+from fairseq_ext.tools.significance import paired_significance, table_lines
+
+# the name significance writes under (the markers of its directories)
 PROG = outputs.SIGNIFICANCE
-SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compare_mt_shim.py")
-
-USAGE = """Usage: {prog} (--eval-a DIR --eval-b DIR | --ref REF --sys-a HYP --sys-b HYP) --out DIR [options]
-
-  --eval-a/--eval-b DIR  output directories of fairseq-ext evaluate (same data and split)
-  --ref FILE             reference; --sys-a/--sys-b FILE the two systems' outputs
-  --src FILE             source sentences (optional; enables source-side analyses)
-  --level tok|detok      with --eval-*: compare tokenized (default) or detokenized text
-  --names "A B"          system names in the report (default "A B")
-  --samples N            bootstrap samples (default 1000)
-  --seed N               random seed (default 1)
-  --lc                   case-insensitive BLEU (e.g. IWSLT'14 De-En)
-  --paired-ar            approximate randomization instead of the paired bootstrap
-  --out DIR              report directory (created; significance.txt/.json, index.html, report.txt)
-Further arguments after -- go to compare-mt unchanged."""
-
-VALUE_OPTIONS = {"--ref": "ref", "--sys-a": "sys_a", "--sys-b": "sys_b", "--src": "src", "--eval-a": "eval_a",
-                 "--eval-b": "eval_b", "--level": "level", "--names": "names", "--samples": "samples",
-                 "--seed": "seed", "--out": "out"}
+COMMAND = "fairseq-ext significance"
+SHIM = os.path.abspath(compare_mt_shim.__file__)
 
 
-class CompareError(Exception):
+class CompareError(CommandError):
     """A comparison that cannot run or failed; the message is the one-line error."""
 
-    def __init__(self, message: str, usage: bool = False):
-        super().__init__(message)
-        self.usage = usage
+
+def build_parser() -> CommandParser:
+    parser = CommandParser(
+        prog=COMMAND, usage=f"{COMMAND} (--eval-a DIR --eval-b DIR | --ref REF --sys-a HYP --sys-b HYP) --out DIR "
+                            "[options] [-- compare-mt options]",
+        description=__doc__.split("\n\n")[0], epilog="Further arguments after -- go to compare-mt unchanged.")
+    add = parser.add_argument
+    add("--eval-a", default="", metavar="DIR", help="output directory of fairseq-ext evaluate (system A)")
+    add("--eval-b", default="", metavar="DIR", help="the same for system B (same data and split)")
+    add("--ref", default="", metavar="FILE", help="reference")
+    add("--sys-a", default="", metavar="FILE", help="system A's output")
+    add("--sys-b", default="", metavar="FILE", help="system B's output")
+    add("--src", default="", metavar="FILE", help="source sentences (optional; enables source-side analyses)")
+    add("--level", default="tok", help="with --eval-*: compare tokenized (tok, default) or detokenized (detok) text")
+    add("--names", default="A B", help='system names in the report (default "A B")')
+    add("--samples", default="1000", help="bootstrap samples (default 1000)")
+    add("--seed", default="1", help="random seed (default 1)")
+    add("--lc", action="store_true", help="case-insensitive BLEU (e.g. IWSLT'14 De-En)")
+    add("--paired-ar", dest="method", action="store_const", const="ar", default="bs",
+        help="approximate randomization instead of the paired bootstrap")
+    add("--paired-bs", dest="method", action="store_const", const="bs", help="the paired bootstrap (default)")
+    add("--out", default="", metavar="DIR",
+        help="report directory (created; significance.txt/.json, index.html, report.txt)")
+    return parser
 
 
-@dataclass
-class Options:
-    ref: str = ""
-    sys_a: str = ""
-    sys_b: str = ""
-    src: str = ""
-    eval_a: str = ""
-    eval_b: str = ""
-    level: str = "tok"
-    names: str = "A B"
-    samples: str = "1000"
-    seed: str = "1"
-    lc: bool = False
-    method: str = "bs"
-    out: str = ""
-    compare_mt_args: List[str] = field(default_factory=list)
-    help: bool = False
-
-
-def parse_args(argv: Sequence[str]) -> Options:
-    opts = Options()
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     argv = list(argv)
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg in VALUE_OPTIONS:
-            if i + 1 >= len(argv):
-                raise CompareError(f"{arg} needs a value")
-            setattr(opts, VALUE_OPTIONS[arg], argv[i + 1])
-            i += 2
-            continue
-        if arg == "--lc":
-            opts.lc = True
-        elif arg in ("--paired-ar", "--paired-bs"):
-            opts.method = arg[-2:]
-        elif arg in ("-h", "--help"):
-            opts.help = True
-            return opts
-        elif arg == "--":
-            opts.compare_mt_args = argv[i + 1:]
-            break
-        else:
-            raise CompareError(f"unknown option: {arg}", usage=True)
-        i += 1
+    ours, theirs = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    opts = build_parser().parse_args(ours)
+    opts.compare_mt_args = theirs
     return opts
 
 
-def check(opts: Options) -> Options:
+def check(opts: argparse.Namespace) -> argparse.Namespace:
     """The options checked, and with --eval-*, the files of the evaluations filled in."""
     if not opts.out:
         raise CompareError("--out DIR is required", usage=True)
@@ -127,7 +103,7 @@ def check(opts: Options) -> Options:
             raise CompareError("use either --eval-a/--eval-b or --sys-a/--sys-b, not both")
         for directory in (opts.eval_a, opts.eval_b):
             try:
-                outputs.check_evaluation(directory)
+                evaluations.check_evaluation(directory)
             except outputs.OutputError as e:
                 raise CompareError(str(e)) from None
         opts.sys_a = os.path.join(opts.eval_a, f"hyp.{opts.level}")
@@ -145,7 +121,7 @@ def check(opts: Options) -> Options:
 
 
 def _log(message: str) -> None:
-    print(f"[{PROG}] {message}", file=sys.stderr, flush=True)
+    print(f"[{COMMAND}] {message}", file=sys.stderr, flush=True)
 
 
 def _tail(path: str, n: int) -> None:
@@ -153,14 +129,14 @@ def _tail(path: str, n: int) -> None:
         sys.stderr.write("".join(f.readlines()[-n:]))
 
 
-def run(opts: Options, log=_log) -> dict:
+def run(opts: argparse.Namespace, log=_log) -> dict:
     """Compare, and move the report into ``opts.out``; returns significance.json's content."""
     name_a, name_b = opts.names.split()
     samples, seed = int(opts.samples), int(opts.seed)
     # --out: a directory significance wrote (or a new or empty one), replaced when the report
     # is complete; never one that holds the compared files
     inputs = [opts.ref, opts.sys_a, opts.sys_b, opts.src, opts.eval_a, opts.eval_b]
-    staged = outputs.StagedOutput(opts.out, prog=PROG, inputs=inputs, force=True, log=log,
+    staged = staging.StagedOutput(opts.out, prog=PROG, inputs=inputs, force=True, log=log,
                                   keep_on_failure=["compare-mt.log", "sacrebleu.log"])
     with staged:
         names = ["ref", "sys-a", "sys-b"]
@@ -233,28 +209,13 @@ def _last_line(path: str) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = USAGE.format(prog=PROG)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    old = os.environ.get("FSX_PROG")
-    os.environ["FSX_PROG"] = PROG  # the text helpers' one-line errors: "[significance.sh] error: ..."
     try:
-        opts = parse_args(argv)
-        if opts.help:
-            print(usage)
-            return 0
-        run(check(opts))
-    except (CompareError, outputs.OutputError) as e:
-        if getattr(e, "usage", False):
-            print(usage, file=sys.stderr)
-        print(f"[{PROG}] error: {e}", file=sys.stderr, flush=True)
-        return 1
+        run(check(parse_args(argv)))
+    except (CommandError, outputs.OutputError, corpus.TextError) as e:
+        return fail(COMMAND, e, build_parser().format_usage())
     except KeyboardInterrupt:
         return 130
-    finally:
-        if old is None:
-            os.environ.pop("FSX_PROG", None)
-        else:
-            os.environ["FSX_PROG"] = old
     return 0
 
 

@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from fairseq_ext.errors import FairseqExtError
-from fairseq_ext.recipes.helpers.corpus import moses_tokenizer, read_lines
+from fairseq_ext.common.data_text import read_lines
+from fairseq_ext.recipes.helpers.corpus import moses_tokenizer
 from fairseq_ext.tools.translate import InputError
 
 NLTK_PIN = "nltk==3.10.4"  # the Makefile's pin, named in the error when nltk is missing
@@ -155,7 +156,7 @@ def main(argv=None):
     p.add_argument("--ref", required=True, help="references, detokenized, one per line")
     p.add_argument("--lang", required=True, help="target language: " + ", ".join(sorted(LANGUAGES)))
     args = p.parse_args(argv)
-    result = corpus_score(list(read_lines(args.hyp)), list(read_lines(args.ref)), args.lang)
+    result = corpus_score(read_lines(args.hyp), read_lines(args.ref), args.lang)
     print(f"METEOR = {result['score']:.2f} ({result['sentences']} sentences, {args.lang})")
     print(result["implementation"])
 

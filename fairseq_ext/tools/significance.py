@@ -9,12 +9,14 @@ samples, what the papers ran through compare-mt) or approximate randomization
     python -m fairseq_ext.tools.significance --ref REF --baseline HYP_A --system B=HYP_B [--system C=HYP_C] \\
         [--flavour detok-cased] [--method bs|ar] [--samples 1000] [--seed 12345] [--marks thesis] [--json OUT]
 """
-import argparse
 import json
 import logging
 import os
 import sys
 from typing import Dict, List, Sequence
+
+from fairseq_ext.common.cli import CommandParser
+from fairseq_ext.common.data_text import read_lines
 
 # BLEU flavours: name -> sacreBLEU settings. detok: detokenized text, 13a tokenization (WMT'14,
 # IWSLT'15 En-Vi, Multi30k); tok: Moses-tokenized text scored as is (multi-bleu.perl style:
@@ -129,18 +131,9 @@ def _opt(value):
     return None if value is None else round(float(value), 2)
 
 
-def _read(path: str) -> List[str]:
-    from fairseq_ext.recipes.helpers.corpus import read_lines  # the one reader: UTF-8 checked, BOM/CR cleaned
-
-    return list(read_lines(path))
-
-
 def main(argv=None):
-    from fairseq_ext.errors import install
-
-    install()
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    ap = CommandParser(prog="python -m fairseq_ext.tools.significance", description=__doc__.split("\n\n")[0],
+                       epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--ref", required=True)
     ap.add_argument("--baseline", required=True, help="the baseline system's output")
     ap.add_argument("--baseline-name", default="baseline", help="its name in the printed table")
@@ -159,8 +152,8 @@ def main(argv=None):
         name, sep, path = spec.partition("=")
         if not sep:
             ap.error(f"--system: expected NAME=FILE, not {spec!r}")
-        systems[name] = _read(path)
-    result = paired_significance(_read(args.ref), _read(args.baseline), systems, flavour=args.flavour,
+        systems[name] = read_lines(path)
+    result = paired_significance(read_lines(args.ref), read_lines(args.baseline), systems, flavour=args.flavour,
                                  method=args.method, n_samples=args.samples, seed=args.seed, marks=args.marks)
     for line in table_lines(result, method=args.method, n_samples=args.samples, flavour=args.flavour,
                             baseline_name=args.baseline_name):

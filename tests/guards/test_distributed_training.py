@@ -88,7 +88,7 @@ def test_train_sh_rejects_missing_data(tmp_path):
 def test_train_sh_names_the_option_it_refuses(tmp_path, flags, message):
     result = subprocess.run(["bash", TRAIN, str(tmp_path), str(tmp_path / "ckpt"), *flags, "--", "--arch", "x"],
                             capture_output=True, text=True)
-    assert result.returncode == 1 and f"[train.sh] error: {message}" in result.stderr, result.stderr
+    assert result.returncode == 1 and f"train.sh: error: {message}" in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # the message alone, no bash noise
 
 
@@ -97,7 +97,7 @@ def test_train_sh_names_a_bad_master_port_from_the_environment(tmp_path):
     result = subprocess.run(["bash", TRAIN, str(tmp_path), str(tmp_path / "ckpt"), "--", "--arch", "x"],
                             capture_output=True, text=True, env=env)
     assert result.returncode == 1
-    assert "[train.sh] error: MASTER_PORT (from the environment) must be a port number (1-65535), not 'abc'" in \
+    assert "train.sh: error: MASTER_PORT (from the environment) must be a port number (1-65535), not 'abc'" in \
         result.stderr
     # --master-port wins over the environment
     result = subprocess.run(["bash", TRAIN, str(tmp_path / "nope"), str(tmp_path / "ckpt"), "--nproc", "08",

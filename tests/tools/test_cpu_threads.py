@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from fairseq_ext.tools import cpu
+from fairseq_ext.recipes.helpers import cpu
 
 
 @pytest.mark.parametrize("idle,cores,processes,want", [

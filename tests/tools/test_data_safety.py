@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from script_utils import M30K_SMALL, REPO, SCRIPTS, TOOLS, needs_multi30k, run
+from script_utils import M30K_SMALL, PACKAGE, REPO, SCRIPTS, TOOLS, needs_multi30k, run
 
-from fairseq_ext.tools import outputs
+from fairseq_ext.recipes.helpers import outputs
 
 
 def mark(directory, prog, *entries):
@@ -67,7 +67,7 @@ def test_force_keeps_a_note_saved_inside_the_recipes_text_folder(m30k_small, tmp
     res = prepare(m30k_small, out, "--force")
     assert res.returncode != 0
     assert [line for line in res.stderr.splitlines() if "error" in line] == [
-        f"[prepare-multi30k.sh] error: refusing to replace {out}: it holds text/note.txt, which prepare-multi30k.sh "
+        f"prepare-multi30k.sh: error: refusing to replace {out}: it holds text/note.txt, which prepare-multi30k.sh "
         f"did not write there; move it elsewhere, or remove {out} yourself"], res.stderr
     assert (out / "text" / "note.txt").read_text() == "which references I checked by hand"
     assert (out / "text" / "valid.tok.en").is_file() and not list(tmp_path.glob(".bin.tmp.*"))
@@ -267,7 +267,7 @@ def test_recipe_non_utf8_input_is_one_line_naming_file_and_line(m30k_small, tmp_
     out = tmp_path / "bin"
     res = prepare(m30k_small, out)
     assert res.returncode != 0 and not out.exists()
-    assert error_lines(res.stderr) == [f"[prepare-multi30k.sh] error: {m30k_small / 'val.de.gz'}: line 14 is not "
+    assert error_lines(res.stderr) == [f"prepare-multi30k.sh: error: {m30k_small / 'val.de.gz'}: line 14 is not "
                                        "valid UTF-8 (byte 0xe9 at column 4)"], res.stderr
 
 
@@ -358,7 +358,7 @@ def test_significance_reads_clean_lines_and_names_bad_input(tmp_path):
     (tmp_path / "b").write_bytes(b"ok\n" * 6 + b"\xff\n" + b"ok\n" * 6)
     res = run([*sig, "--out", tmp_path / "sig2"])
     assert res.returncode != 0 and not (tmp_path / "sig2").exists()
-    assert error_lines(res.stderr) == [f"[significance.sh] error: {tmp_path / 'b'}: line 7 is not valid UTF-8 "
+    assert error_lines(res.stderr) == [f"fairseq-ext significance: error: {tmp_path / 'b'}: line 7 is not valid UTF-8 "
                                        "(byte 0xff at column 1)"], res.stderr
 
 
@@ -407,7 +407,7 @@ def test_force_never_replaces_home_the_checkout_or_a_git_repository(tmp_path, wh
         env = {"HOME": str(victim)}
         out = victim
     elif where == "root_of_checkout":  # a copy of the package: the directory holding it is victim
-        shutil.copytree(TOOLS.parent, victim / "fairseq_ext", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(PACKAGE, victim / "fairseq_ext", ignore=shutil.ignore_patterns("__pycache__"))
         script, out = victim / "fairseq_ext" / "recipes" / "prepare-multi30k.sh", victim
     else:  # a git repository five levels down
         (victim / "a" / "b" / "c" / "d" / "e" / ".git").mkdir(parents=True)
@@ -465,7 +465,7 @@ def fake_evaluation(directory, lines, checksums=True):
     for f in ("hyp.tok", "hyp.detok", "ref.tok", "ref.detok", "src.tok"):
         (directory / f).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     if checksums:
-        res = subprocess.run(["bash", "-c", f'source {TOOLS.parent}/recipes/lib/common.sh; fsx_write_evaluation_complete '
+        res = subprocess.run(["bash", "-c", f'source {PACKAGE}/recipes/lib/common.sh; fsx_write_evaluation_complete '
                               f'"$1" sentences={len(lines)}', "x", directory], capture_output=True, text=True)
         assert res.returncode == 0, res.stderr
     else:  # the marker of the first version, without checksums
@@ -501,7 +501,7 @@ def test_evaluate_non_utf8_reference_names_file_and_line(fake_eval_inputs, tmp_p
     ref.write_bytes(b"gut\n" * 4 + b"Stra\xdfe\n" + b"gut\n" * 8)
     res = evaluate(data, ckpt, tmp_path / "eval", "--ref-tok", ref)
     assert res.returncode != 0 and "fairseq-generate" not in res.stderr  # before the decoding
-    assert error_lines(res.stderr) == [f"[evaluate.sh] error: {ref}: line 5 is not valid UTF-8 (byte 0xdf at "
+    assert error_lines(res.stderr) == [f"fairseq-ext evaluate: error: {ref}: line 5 is not valid UTF-8 (byte 0xdf at "
                                        "column 5)"], res.stderr
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_ext.tools import outputs
+from fairseq_ext.recipes.helpers import evaluations, outputs, staging
 from fairseq_ext.recipes.helpers.outputs import OutputError, check_replaceable
 
 TOOLS = Path(outputs.__file__).resolve().parent
-COMMON = TOOLS.parent / "recipes" / "lib" / "common.sh"
+COMMON = TOOLS.parent / "lib" / "common.sh"
 
 
 def mark(directory, prog, *entries):
@@ -199,7 +199,7 @@ def test_a_nested_output_is_owned_when_listed_and_its_own_check_passes(tmp_path)
             f"move it elsewhere, or remove {d} yourself")
     assert refused(d, prog="quickstart.sh") == want
     res = bash('fsx_check_replaceable "$1"', d)
-    assert res.returncode == 1 and res.stderr == f"[quickstart.sh] error: {want}\n", res.stderr
+    assert res.returncode == 1 and res.stderr == f"quickstart.sh: error: {want}\n", res.stderr
     # the nested output lost its marker: no longer known as a script's output
     (d / "eval-mine" / outputs.MARKER).unlink()
     assert refused(d, prog="quickstart.sh").endswith("it holds eval-mine, which quickstart.sh did not write there; "
@@ -306,52 +306,52 @@ def test_directories_written_before_the_marker_are_known_by_their_files(tmp_path
 
 def evaluation(directory, n=3):
     directory.mkdir()
-    for f in outputs.EVAL_FILES:
+    for f in evaluations.EVAL_FILES:
         (directory / f).write_text("line\n" * n)
 
 
 def test_evaluation_complete_records_checksums_and_check_evaluation_reads_them(tmp_path):
     d = tmp_path / "eval"
     with pytest.raises(OutputError) as e:
-        outputs.check_evaluation(str(d))
+        evaluations.check_evaluation(str(d))
     assert str(e.value) == (f"{d} holds no complete evaluation (no .evaluation-complete: evaluate.sh did not "
                             "finish there); rerun scripts/evaluate.sh into it")
     evaluation(d)
-    outputs.write_evaluation_complete(str(d), ["checkpoint=x.pt", "sentences=3"])
+    evaluations.write_evaluation_complete(str(d), ["checkpoint=x.pt", "sentences=3"])
     lines = (d / ".evaluation-complete").read_text().splitlines()
     assert lines[:2] == ["checkpoint=x.pt", "sentences=3"]
-    assert [line.split("=")[0] for line in lines[2:]] == [f"sha256.{f}" for f in outputs.EVAL_FILES]
-    outputs.check_evaluation(str(d))
+    assert [line.split("=")[0] for line in lines[2:]] == [f"sha256.{f}" for f in evaluations.EVAL_FILES]
+    evaluations.check_evaluation(str(d))
     (d / "hyp.tok").write_text("changed\n" * 3)
     with pytest.raises(OutputError, match="hyp.tok is not the file evaluate.sh wrote \\(changed since\\); rerun"):
-        outputs.check_evaluation(str(d))
+        evaluations.check_evaluation(str(d))
     (d / "hyp.tok").unlink()
     with pytest.raises(OutputError, match="holds no complete evaluation: hyp.tok is missing; rerun"):
-        outputs.check_evaluation(str(d))
+        evaluations.check_evaluation(str(d))
 
 
 def test_evaluation_without_checksums_is_checked_by_its_line_counts(tmp_path):
     d = tmp_path / "eval"
     evaluation(d)
     (d / ".evaluation-complete").write_text("checkpoint=x.pt\nsentences=3\n")
-    outputs.check_evaluation(str(d))
+    evaluations.check_evaluation(str(d))
     (d / "ref.detok").write_text("one line\n")
     with pytest.raises(OutputError) as e:
-        outputs.check_evaluation(str(d))
+        evaluations.check_evaluation(str(d))
     assert str(e.value) == (f"{d} holds no complete evaluation: ref.detok has 1 lines, but evaluate.sh translated "
                             "3 sentences; rerun scripts/evaluate.sh into it")
 
 
 def test_staged_output_replaces_on_success_and_keeps_only_the_logs_on_failure(tmp_path):
     out = tmp_path / "eval"
-    with outputs.StagedOutput(str(out), prog="evaluate.sh", log=lambda m: None) as staged:
+    with staging.StagedOutput(str(out), prog="evaluate.sh", log=lambda m: None) as staged:
         (Path(staged.stage) / "hyp.tok").write_text("new\n")
         staged.finish()
     assert sorted(p.name for p in out.iterdir()) == [".fairseq_ext-output", "hyp.tok"]
     assert (out / ".fairseq_ext-output").read_text().startswith("# written by evaluate.sh (fairseq_ext)")
     # a failure after the old output was discarded: only the logs, under a marker
     with pytest.raises(RuntimeError):
-        with outputs.StagedOutput(str(out), prog="evaluate.sh", keep_on_failure=["generate-test.log"],
+        with staging.StagedOutput(str(out), prog="evaluate.sh", keep_on_failure=["generate-test.log"],
                                   log=lambda m: None) as staged:
             staged.discard_old()
             (Path(staged.stage) / "generate-test.log").write_text("it failed")
@@ -362,21 +362,21 @@ def test_staged_output_replaces_on_success_and_keeps_only_the_logs_on_failure(tm
     assert not list(tmp_path.glob(".eval.tmp.*"))
     allowed(out, prog="evaluate.sh")
     # a failure with the old output still there: it stays untouched, no log mixed into it
-    with outputs.StagedOutput(str(out), prog="evaluate.sh", log=lambda m: None) as staged:
+    with staging.StagedOutput(str(out), prog="evaluate.sh", log=lambda m: None) as staged:
         (Path(staged.stage) / "hyp.tok").write_text("old\n")
         staged.finish()
     with pytest.raises(RuntimeError):
-        with outputs.StagedOutput(str(out), prog="evaluate.sh", keep_on_failure=["generate-test.log"],
+        with staging.StagedOutput(str(out), prog="evaluate.sh", keep_on_failure=["generate-test.log"],
                                   log=lambda m: None) as staged:
             (Path(staged.stage) / "generate-test.log").write_text("it failed")
             raise RuntimeError("failed")
     assert (out / "hyp.tok").read_text() == "old\n" and not (out / "generate-test.log").exists()
     with pytest.raises(OutputError, match="already exists \\(use --force to replace it\\)"):
-        outputs.StagedOutput(str(out), prog="evaluate.sh", force=False).__enter__()
+        staging.StagedOutput(str(out), prog="evaluate.sh", force=False).__enter__()
 
 
 def test_bash_and_python_give_the_same_message(tmp_path):
-    """common.sh's fsx_check_replaceable is a call of outputs.py: the same rule, the same line."""
+    """common.sh's fsx_check_replaceable is a call of outputs_command.py: the same rule, the same line."""
     d = tmp_path / "qs"
     mark(d, "quickstart.sh", "checkpoint*")
     (d / "run1").mkdir()
@@ -385,10 +385,10 @@ def test_bash_and_python_give_the_same_message(tmp_path):
                          d], capture_output=True, text=True, env=env)
     want = (f"refusing to replace {d}: it holds run1, which quickstart.sh did not write there; move it elsewhere, "
             f"or remove {d} yourself")
-    assert res.returncode == 1 and res.stderr == f"[quickstart.sh] error: {want}\n", res.stderr
+    assert res.returncode == 1 and res.stderr == f"quickstart.sh: error: {want}\n", res.stderr
     assert refused(d, prog="quickstart.sh") == want
     # as a plain file, without the package
-    res = subprocess.run([sys.executable, "-S", TOOLS / "outputs.py", "writer", d], capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-S", TOOLS / "outputs_command.py", "writer", d], capture_output=True, text=True)
     assert res.returncode == 0 and res.stdout == "quickstart.sh\n", res.stderr
 
 

@@ -117,7 +117,7 @@ def test_compare_mt_bleu_can_name_the_other_winner():
     """Why the marks come from sacreBLEU: compare-mt's BLEU treats a zero n-gram precision as 1.
     A has no matching 4-gram (as undertrained systems often do): compare-mt scores it 38.88 and
     ranks it first; its true BLEU (sacreBLEU) is 16.10, below C's 22.84."""
-    from fairseq_ext.tools import compare_mt_shim
+    from fairseq_ext.recipes.helpers import compare_mt_shim
 
     compare_mt_shim._install_six_stub()
     from compare_mt import scorers

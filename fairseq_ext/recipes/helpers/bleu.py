@@ -18,9 +18,9 @@ import sys
 from sacrebleu.metrics import BLEU
 
 if __package__:
-    from .corpus import die, read_lines
+    from .corpus import TextError, die, read_lines
 else:  # run as a file (no package import: it would load fairseq and torch)
-    from corpus import die, read_lines  # one reader: UTF-8 checked, BOM/CR cleaned
+    from corpus import TextError, die, read_lines  # one reader: UTF-8 checked, BOM/CR cleaned
 
 
 def read(path):
@@ -38,7 +38,7 @@ def score(hyp_detok, ref_detok, hyp_tok=None, ref_tok=None):
     for name, hyp_path, ref_path, tok, lc in jobs:
         hyps, refs = read(hyp_path), read(ref_path)
         if len(hyps) != len(refs):
-            die(f"{hyp_path} has {len(hyps)} lines but {ref_path} has {len(refs)}")
+            raise TextError(f"{hyp_path} has {len(hyps)} lines but {ref_path} has {len(refs)}")
         # force: the tok flavours are tokenized on purpose (no "forgot to detokenize" nag)
         bleu = BLEU(tokenize=tok, lowercase=lc, force=(tok == "none"))
         corpus = bleu.corpus_score(hyps, [refs])
@@ -71,7 +71,10 @@ def main():
     p.add_argument("--headline-note", default="")
     args = p.parse_args()
 
-    results = score(args.hyp_detok, args.ref_detok, args.hyp_tok, args.ref_tok)
+    try:
+        results = score(args.hyp_detok, args.ref_detok, args.hyp_tok, args.ref_tok)
+    except TextError as e:
+        die(str(e))
     for line in report(results, args.headline, args.headline_note):
         print(line)
     if args.json:

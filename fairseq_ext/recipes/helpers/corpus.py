@@ -19,8 +19,9 @@ Each subcommand is a small filter; files ending in .gz are read transparently.
   head N IN OUT              first N lines (N <= 0: all lines)
   extract-gen GEN OUT_DIR    fairseq-generate output -> hyp/ref/src files in input order
 
-Every error goes to stderr as one line, "[PROG] error: ..." (PROG: $FSX_PROG, the script
-that called; "error: ..." without it), and exits non-zero.
+Every error goes to stderr as one line, "PROG: error: ..." (PROG: $FSX_PROG, the script
+that called; "error: ..." without it), and exits non-zero. Called from Python, the readers
+raise :class:`TextError` instead, for the caller to report.
 """
 import argparse
 import gzip
@@ -32,9 +33,14 @@ import re
 import sys
 
 
+class TextError(Exception):
+    """A text file that cannot be read as the recipes need it; the message names the file
+    (and the line)."""
+
+
 def die(msg):
     prog = os.environ.get("FSX_PROG")
-    print(f"[{prog}] error: {msg}" if prog else f"error: {msg}", file=sys.stderr)
+    print(f"{prog}: error: {msg}" if prog else f"error: {msg}", file=sys.stderr)
     sys.exit(1)
 
 
@@ -55,7 +61,7 @@ def clean_line(raw: bytes, path: str, number: int) -> str:
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        die(f"{path}: line {number} is not valid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})")
+        raise TextError(f"{path}: line {number} is not valid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})")
     if number == 1 and line.startswith("\ufeff"):
         line = line[1:]
     line = line.rstrip("\n")
@@ -67,14 +73,14 @@ def clean_line(raw: bytes, path: str, number: int) -> str:
 def read_lines(path: str):
     """The lines of a plain or gzipped corpus file, cleaned by clean_line."""
     if not os.path.exists(path):
-        die(f"missing file: {path}")
+        raise TextError(f"missing file: {path}")
     opener = gzip.open if path.endswith(".gz") else open
     try:
         with opener(path, "rb") as f:
             for number, raw in enumerate(f, start=1):  # binary: split on \n only, as wc -l
                 yield clean_line(raw, path, number)
     except (OSError, EOFError, gzip.BadGzipFile) as e:
-        die(f"cannot read {path}: {e}")
+        raise TextError(f"cannot read {path}: {e}")
 
 
 def cmd_cat(args):
@@ -106,10 +112,10 @@ def check_parallel(paths):
     counts = [count_lines(p) for p in paths]
     for path, n in zip(paths, counts):
         if n == 0:
-            die(f"empty corpus: {path} has no lines")
+            raise TextError(f"empty corpus: {path} has no lines")
     if len(set(counts)) != 1:
         detail = ", ".join(f"{p} has {n}" for p, n in zip(paths, counts))
-        die(f"mismatched line counts between the sides of a parallel corpus: {detail}")
+        raise TextError(f"mismatched line counts between the sides of a parallel corpus: {detail}")
     return counts[0]
 
 
@@ -297,10 +303,10 @@ def parse_generate(path):
         else:
             srcs[idx] = rest
     if not hyps:
-        die(f"no hypotheses (H- lines) in {path}: did fairseq-generate fail?")
+        raise TextError(f"no hypotheses (H- lines) in {path}: did fairseq-generate fail?")
     ids = sorted(hyps)
     if ids != list(range(len(ids))):
-        die(f"{path}: hypotheses for sentence ids {sorted(set(range(max(ids) + 1)) - set(ids))[:5]}"
+        raise TextError(f"{path}: hypotheses for sentence ids {sorted(set(range(max(ids) + 1)) - set(ids))[:5]}"
             " are missing")
     return {name: [table.get(i, "") for i in ids] for name, table in (("hyp", hyps), ("ref", refs), ("src", srcs))}
 
@@ -388,6 +394,8 @@ def main():
     args = p.parse_args()
     try:
         args.fn(args)
+    except TextError as e:
+        die(str(e))
     except BrokenPipeError:
         sys.exit(1)
 

@@ -1,34 +1,22 @@
 #!/usr/bin/env python3
 """The output-directory protocol: the one implementation of the rules by which every command
 of this package writes a directory (the data recipes, quickstart.sh, ``fairseq-ext evaluate``,
-``fairseq-ext significance``), and of the evaluation-complete file. docs/trust.md
-("Output directories") states the rules; the bash recipes call this file
-(recipes/lib/common.sh), the Python tools import it.
-
-  check-replaceable DIR [INPUT...]   exit 1 with one line unless an existing DIR may be replaced
-  writer DIR                         the script that wrote DIR (exit 1: none of this package)
-  owned-entries DIR WRITER           the entries WRITER wrote into DIR (its marker's lines)
-  entries WRITER                     what WRITER writes, for a directory marked before the manifest
-  mark DIR [ENTRY...]                write the marker into DIR: the exact manifest of what DIR holds
-                                     (ENTRY...: a legacy marker listing these names or globs)
-  add-entries DIR ENTRY...           add entries to DIR's marker (SUB/: a nested output)
-  write-evaluation-complete DIR KEY=VALUE...
-  check-evaluation DIR               exit 1 with one line unless DIR holds a complete evaluation
+``fairseq-ext significance``): the marker with the exact manifest of what a script wrote, and
+the check that a directory may be replaced. docs/trust.md ("Output directories") states the
+rules. The evaluation-complete file is :mod:`evaluations`, the atomic writing of a directory
+:mod:`staging`, the command line the bash recipes run :mod:`outputs_command`.
 
 What the bash side knows comes in the environment: FSX_PROG (the running script: the name in
 markers and messages), FSX_REPLACES (a glob over the writers whose directories it may replace;
 default FSX_PROG), FSX_CALLER_PWD (the directory the user started in), FSX_INSTALL_DIR (the
-directory holding the package). Runs as a plain file (no package import: it would load fairseq
-and torch).
+directory holding the package).
 """
 import fnmatch
-import hashlib
 import os
 import re
 import shlex
 import shutil
 import sys
-import tempfile
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 # Every directory a script of this package writes holds this file. Its first line says which
@@ -41,10 +29,8 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 MARKER = ".fairseq_ext-output"
 MANIFEST = "# manifest: exact paths"
 # evaluation writes this file into its output last; significance reads only such directories
-# (check_evaluation). It records what was evaluated and the checksum of each of EVAL_FILES, so
-# that a file replaced or changed afterwards is noticed.
+# (evaluations.check_evaluation).
 EVAL_COMPLETE = ".evaluation-complete"
-EVAL_FILES = ("hyp.tok", "hyp.detok", "ref.tok", "ref.detok", "src.tok")
 # the name evaluation writes under (markers, messages): directories written by evaluate.sh stay
 # its own
 EVALUATE = "evaluate.sh"
@@ -369,196 +355,3 @@ def check_replaceable(directory: str, inputs: Iterable[str] = (), *, prog: Optio
         raise OutputError(f"refusing to replace {d}: it was written by {writer}, and {prog} replaces only its own "
                           "output; remove it yourself or choose another directory")
     _check_owned(d, "", writer)
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def write_evaluation_complete(directory: str, fields: Sequence[str]) -> None:
-    """Evaluation's last file, in ``directory``: the KEY=VALUE ``fields``, then the checksum
-    of each of EVAL_FILES."""
-    tmp = os.path.join(directory, EVAL_COMPLETE + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        f.writelines(field + "\n" for field in fields)
-        f.writelines(f"sha256.{name}={_sha256(os.path.join(directory, name))}\n" for name in EVAL_FILES)
-    os.replace(tmp, os.path.join(directory, EVAL_COMPLETE))
-
-
-def read_evaluation_complete(directory: str) -> dict:
-    """The KEY=VALUE lines of ``directory``'s evaluation-complete file (the first of each key)."""
-    fields = {}
-    with open(os.path.join(directory, EVAL_COMPLETE), encoding="utf-8", errors="replace") as f:
-        for line in f:
-            key, sep, value = line.rstrip("\n").partition("=")
-            if sep and key not in fields:
-                fields[key] = value
-    return fields
-
-
-def count_lines(path: str) -> int:
-    """Lines as wc -l counts them (LF bytes)."""
-    with open(path, "rb") as f:
-        return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
-
-
-def check_evaluation(directory: str) -> None:
-    """Raise OutputError unless ``directory`` holds one complete evaluation: its
-    evaluation-complete file, and each of EVAL_FILES as evaluation wrote it (the checksum it
-    recorded; for a file without checksums, as many lines as sentences were translated)."""
-    why = "holds no complete evaluation"
-    fix = "rerun scripts/evaluate.sh into it"
-    if not os.path.isfile(os.path.join(directory, EVAL_COMPLETE)):
-        raise OutputError(f"{directory} {why} (no {EVAL_COMPLETE}: evaluate.sh did not finish there); {fix}")
-    fields = read_evaluation_complete(directory)
-    n = fields.get("sentences", "")
-    for name in EVAL_FILES:
-        path = os.path.join(directory, name)
-        if not os.path.isfile(path):
-            raise OutputError(f"{directory} {why}: {name} is missing; {fix}")
-        want = fields.get(f"sha256.{name}", "")
-        if want:
-            if _sha256(path) != want:
-                raise OutputError(f"{directory} {why}: {name} is not the file evaluate.sh wrote (changed since); {fix}")
-        elif n:
-            m = count_lines(path)
-            if str(m) != n:
-                raise OutputError(f"{directory} {why}: {name} has {m} lines, but evaluate.sh translated {n} sentences; "
-                                  f"{fix}")
-
-
-class StagedOutput:
-    """Write a directory atomically, the Python twin of common.sh's fsx_begin_output /
-    fsx_finish_output::
-
-        with StagedOutput(out, prog="evaluate.sh", inputs=[data, ckpt]) as staged:
-            staged.discard_old()             # optional: the old output goes at once
-            ... write into staged.stage (the future ``out``), scratch in staged.work ...
-            staged.finish()                  # the marker, then ``out`` replaced by renames
-
-    ``out`` must be absent, or replaceable by ``prog`` (check_replaceable; without ``force`` an
-    existing one is an error). Everything is written under a temporary directory beside
-    ``out``; leaving the block without finish() (an error, an interrupt) removes it, and moves
-    the ``keep_on_failure`` files of the stage into ``out`` when no ``out`` is there."""
-
-    def __init__(self, out: str, *, prog: str, inputs: Iterable[str] = (), force: bool = True,
-                 keep_on_failure: Sequence[str] = (), keep_tmp: bool = False, log=None):
-        self.out = os.path.realpath(out)
-        self.prog = prog
-        self.inputs = [str(p) for p in inputs if p]
-        self.force = force
-        self.keep_on_failure = list(keep_on_failure)
-        self.keep_tmp = keep_tmp
-        self.log = log or (lambda message: print(f"[{prog}] {message}", file=sys.stderr, flush=True))
-        self.tmp = self.work = self.stage = None
-        self.done = False
-
-    def _check(self):
-        check_replaceable(self.out, self.inputs, prog=self.prog, replaces=self.prog)
-
-    def __enter__(self) -> "StagedOutput":
-        if os.path.lexists(self.out) and not self.force:
-            raise OutputError(f"output directory {self.out} already exists (use --force to replace it)")
-        self._check()
-        parent, base = os.path.split(self.out)
-        os.makedirs(parent, exist_ok=True)
-        self.tmp = tempfile.mkdtemp(prefix=f".{base}.tmp.", dir=parent)
-        self.work = os.path.join(self.tmp, "work")
-        self.stage = os.path.join(self.tmp, "out")
-        os.makedirs(self.work)
-        os.makedirs(self.stage)
-        self.log(f"working in {self.tmp}")
-        return self
-
-    def discard_old(self) -> None:
-        """Remove the previous output now rather than at the end (evaluation: from its start
-        until it succeeds, ``out`` holds no result, so no stale result passes for the new one)."""
-        if os.path.lexists(self.out):
-            os.rename(self.out, os.path.join(self.tmp, "old"))
-            shutil.rmtree(os.path.join(self.tmp, "old"))
-
-    def finish(self) -> None:
-        shutil.rmtree(self.work, ignore_errors=True)
-        mark_output(self.stage, prog=self.prog)  # the exact manifest of what it wrote
-        if os.path.lexists(self.out):
-            self._check()  # again: the user may have put something into it meanwhile
-            os.rename(self.out, os.path.join(self.tmp, "old"))
-        os.rename(self.stage, self.out)
-        self.done = True
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        self.log(f"done: {self.out}")
-
-    def __exit__(self, *exc) -> bool:
-        if self.done or not self.tmp or not os.path.isdir(self.tmp):
-            return False
-        if self.keep_tmp:
-            self.log(f"failed; intermediate files kept in {self.tmp}")
-            return False
-        # the logs of a failed run, where no output is (never mixed into an old one): gathered
-        # and marked beside it, then renamed into place
-        kept = [name for name in self.keep_on_failure if os.path.isfile(os.path.join(self.stage, name))]
-        if kept and not os.path.lexists(self.out):
-            failed = os.path.join(self.tmp, "failed")
-            os.makedirs(failed)
-            for name in kept:
-                os.rename(os.path.join(self.stage, name), os.path.join(failed, name))
-            mark_output(failed, prog=self.prog)
-            try:
-                os.rename(failed, self.out)
-            except OSError:  # an output appeared meanwhile: it stays as it is
-                pass
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        return False
-
-
-# ----------------------------------------------------------------------------- command line
-def _die(message: str) -> "NoReturn":  # noqa: F821
-    prog = os.environ.get("FSX_PROG")
-    print(f"[{prog}] error: {message}" if prog else f"error: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    usage = __doc__.split("\n\n")[1]
-    if not argv or argv[0] in ("-h", "--help"):
-        print(usage)
-        return 0 if argv else 2
-    command, rest = argv[0], argv[1:]
-    need = {"check-replaceable": 1, "writer": 1, "owned-entries": 2, "entries": 1, "mark": 1, "add-entries": 2,
-            "write-evaluation-complete": 1, "check-evaluation": 1}
-    if command not in need:
-        _die(f"outputs.py: unknown command {command!r}\n{usage}")
-    if len(rest) < need[command]:
-        _die(f"outputs.py {command}: missing arguments\n{usage}")
-    try:
-        if command == "check-replaceable":
-            check_replaceable(rest[0], rest[1:])
-        elif command == "writer":
-            writer = dir_writer(rest[0])
-            if writer is None:
-                return 1
-            print(writer)
-        elif command == "owned-entries":
-            print("".join(e + "\n" for e in owned_entries(rest[0], rest[1])), end="")
-        elif command == "entries":
-            print("".join(e + "\n" for e in default_entries(rest[0])), end="")
-        elif command == "mark":
-            mark_output(rest[0], rest[1:])
-        elif command == "add-entries":
-            add_output_entries(rest[0], rest[1:])
-        elif command == "write-evaluation-complete":
-            write_evaluation_complete(rest[0], rest[1:])
-        else:
-            check_evaluation(rest[0])
-    except OutputError as e:
-        _die(str(e))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -29,7 +29,7 @@ export FSX_CALLER_PWD
 fsx_log() { printf '[%s] %s\n' "$FSX_PROG" "$*" >&2; }
 fsx_warn() { printf '[%s] WARNING: %s\n' "$FSX_PROG" "$*" >&2; }
 fsx_die() {
-    printf '[%s] error: %s\n' "$FSX_PROG" "$*" >&2
+    printf '%s: error: %s\n' "$FSX_PROG" "$*" >&2
     exit 1
 }
 
@@ -239,7 +239,7 @@ FSX_MARK_ENTRIES=()     # empty (every script now): the marker is the exact mani
                         # holds; names or globs here write a legacy marker (outputs.py mark_output)
 
 # The rules themselves (what may be replaced, the marker .fairseq_ext-output, the
-# .evaluation-complete file and its checksums) are fairseq_ext/recipes/helpers/outputs.py, run as a file;
+# .evaluation-complete file and its checksums) are fairseq_ext/recipes/helpers/outputs_command.py, run as a file;
 # what it needs to know of the running script comes in the environment.
 # Which scripts' directories the running script may replace (a glob over fsx_dir_writer's
 # names): only its own, so that a recipe never replaces quickstart's checkpoints or another
@@ -247,7 +247,7 @@ FSX_MARK_ENTRIES=()     # empty (every script now): the marker is the exact mani
 FSX_REPLACES="$FSX_PROG"
 fsx_outputs() {
     FSX_REPLACES="$FSX_REPLACES" FSX_INSTALL_DIR="$FSX_INSTALL_DIR" \
-        "${FSX_PY:-python3}" "$FSX_USER_DIR/recipes/helpers/outputs.py" "$@"
+        "${FSX_PY:-python3}" "$FSX_USER_DIR/recipes/helpers/outputs_command.py" "$@"
 }
 
 fsx_cleanup() {
