@@ -14,6 +14,7 @@ import torch
 
 from fairseq_ext.common.data_text import read_prep_env
 from fairseq_ext.errors import CheckpointError, DataError
+from fairseq_ext.models.multilayer_transformer_config import parse_options
 
 # the model configuration fields that give a model's size
 SHAPE_KEYS = ("encoder_layers", "decoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim",
@@ -73,8 +74,6 @@ def checkpoint_config(checkpoint: str, part: str = "model"):
 def options(checkpoint: str):
     """The plugin's typed options (:class:`fairseq_ext.models.multilayer_transformer_config.
     MultilayerOptions`) of the model saved in ``checkpoint``, parsed as the model was built."""
-    from fairseq_ext.models.multilayer_transformer_config import parse_options
-
     cfg = checkpoint_config(checkpoint, "model")
     return parse_options(cfg, getattr(cfg, "num_source_sentences", 1) or 1)
 

@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 import torch
 
 from fairseq_ext.errors import DataError
-from fairseq_ext.recipes.helpers import corpus
+from fairseq_ext.recipes.helpers import corpus, moses
 
 # which BLEU the papers report for each task: (recipe, "src-tgt" or None for any) -> (flavour, note)
 HEADLINES = (
@@ -92,9 +92,9 @@ def unescape_moses(text: str) -> str:
 
 def recipe_tokenizer(lang: str, escape: bool, lowercase: bool = False, normalize: bool = False,
                      aggressive: bool = False):
-    """The recipes' Moses tokenizer (:func:`fairseq_ext.recipes.helpers.corpus.moses_tokenizer`)
+    """The recipes' Moses tokenizer (:func:`fairseq_ext.recipes.helpers.moses.moses_tokenizer`)
     as a function of a line, with the XML escapes of already tokenized text undone first."""
-    tok = corpus.moses_tokenizer(lang, aggressive, escape, lowercase, normalize)
+    tok = moses.moses_tokenizer(lang, aggressive, escape, lowercase, normalize)
     return lambda line: tok(unescape_moses(line))
 
 
@@ -104,7 +104,7 @@ def side_tokenizer(env: Dict[str, str], side: str = "src"):
     if not env:
         return None
     options = RECIPE_TOKENIZER.get(env.get("recipe", ""), {})
-    return corpus.moses_tokenizer(env.get(side, "en"), escape=True, lowercase=env.get("lowercase") == "1",
+    return moses.moses_tokenizer(env.get(side, "en"), escape=True, lowercase=env.get("lowercase") == "1",
                                   **options)
 
 

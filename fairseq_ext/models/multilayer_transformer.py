@@ -26,6 +26,9 @@ from fairseq.models import ARCH_MODEL_REGISTRY, register_model
 from fairseq.models.transformer import TransformerModel
 from torch import Tensor
 
+from fairseq_ext.criterions.multi_output_label_smoothed_cross_entropy import (
+    MultiOutputLabelSmoothedCrossEntropyCriterion,
+)
 from fairseq_ext import keys
 from fairseq_ext.guards.checkpoint_safety import register_config_upgrade
 from fairseq_ext.errors import OptionError
@@ -84,10 +87,6 @@ class MultilayerTransformerModel(TransformerModel):
         """Called when fairseq-train starts (fairseq_ext/guards/training_checks.py): auxiliary
         decoders are trained only by the multi-output loss; with any other criterion they
         would run every step, get no gradient and log nothing."""
-        from fairseq_ext.criterions.multi_output_label_smoothed_cross_entropy import (
-            MultiOutputLabelSmoothedCrossEntropyCriterion,
-        )
-
         aux_layers = getattr(self.decoder, "aux_layers", [])
         if aux_layers and not isinstance(criterion, MultiOutputLabelSmoothedCrossEntropyCriterion):
             name = getattr(cfg.criterion, "_name", None) or type(criterion).__name__

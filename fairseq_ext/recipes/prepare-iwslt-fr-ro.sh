@@ -56,14 +56,8 @@ case "$PAIR" in
 esac
 SRC="${PAIR%-*}"
 TGT="${PAIR#*-}"
-FSX_LOWERCASE=$LOWERCASE
 
-fsx_start_output
-iwslt_open_release "$REL" "$URL"
-
-W="$FSX_WORK"
-lc=()
-[[ "$LOWERCASE" == 1 ]] && lc=(--lowercase)
+iwslt_begin "$REL" "$URL"
 
 if [[ "$REL" == ro-en ]]; then
     DEVSETS=(dev2010 tst2010 tst2011 tst2012)

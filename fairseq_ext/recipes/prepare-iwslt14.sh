@@ -58,14 +58,8 @@ esac
 SRC="${PAIR%-*}"
 TGT="${PAIR#*-}"
 REL="$F-en" # the release's own pair name
-FSX_LOWERCASE=$LOWERCASE
 
-fsx_start_output
-iwslt_open_release "$REL" "$URL"
-
-W="$FSX_WORK"
-lc=()
-[[ "$LOWERCASE" == 1 ]] && lc=(--lowercase)
+iwslt_begin "$REL" "$URL"
 DEVSETS=(dev2010 tst2010 tst2011 tst2012)
 iwslt_need_sets "$REL" "$F" en "${DEVSETS[@]}"
 iwslt_train "$REL" "$F" en "${lc[@]}"

@@ -52,7 +52,7 @@ from fairseq_ext import resources
 from fairseq_ext.common.cli import CommandParser, fail
 from fairseq_ext.common.data_text import FLAVOURS, read_lines
 from fairseq_ext.errors import DataError
-from fairseq_ext.recipes.helpers import bleu, corpus, evaluations, outputs, staging
+from fairseq_ext.recipes.helpers import bleu, corpus, evaluations, moses, outputs, staging
 from fairseq_ext.tools.evaluation_plan import EvaluationError, Options, Plan, has_option, plan
 
 # the name evaluation writes under (the markers of its directories): directories written by
@@ -201,7 +201,7 @@ def run(p: Plan, log: Callable[[str], None] = _log, echo: Callable[[str], None] 
         n = len(lines["hyp"])
         _write_lines(os.path.join(out, "hyp.tok"), lines["hyp"])
         _write_lines(os.path.join(out, "src.tok"), lines["src"])
-        detok = corpus.moses_detokenizer(tgt)
+        detok = moses.moses_detokenizer(tgt)
         _write_lines(os.path.join(out, "hyp.detok"), [detok(h) for h in lines["hyp"]])
         if not os.path.isfile(os.path.join(out, "ref.tok")):
             _warn(f"no {ref_tok}: using fairseq's target lines as the tokenized reference (their <unk>s count as errors)")

@@ -43,7 +43,7 @@ from typing import Dict, List, Optional
 
 from fairseq_ext.errors import FairseqExtError
 from fairseq_ext.common.data_text import read_lines
-from fairseq_ext.recipes.helpers.corpus import moses_tokenizer
+from fairseq_ext.recipes.helpers.moses import moses_tokenizer
 from fairseq_ext.tools.translate import InputError
 
 NLTK_PIN = "nltk==3.10.4"  # the Makefile's pin, named in the error when nltk is missing

@@ -30,9 +30,11 @@ import sys
 import tempfile
 from typing import Dict, List, Tuple
 
-from fairseq_ext.tools import translate
 from fairseq_ext.common.cli import setup_cli
 from fairseq_ext.common.data_text import FLAVOURS, env_headline, read_prep_env, side_tokenizer
+from fairseq_ext.recipes.helpers import bleu
+from fairseq_ext.recipes.helpers.corpus import open_text
+from fairseq_ext.tools import translate
 from fairseq_ext.tools.translate import InputError, logger
 
 PROG = "fairseq-ext score"
@@ -70,9 +72,6 @@ def reference_tokenizer(env: Dict[str, str]):
 
 def score_lines(hyp_detok: List[str], ref_detok: List[str], hyp_tok: List[str], ref_tok: List[str]) -> dict:
     """bleu.score on the four texts (written to a temporary directory, as evaluation reads files)."""
-    from fairseq_ext.recipes.helpers import bleu
-    from fairseq_ext.recipes.helpers.corpus import open_text
-
     with tempfile.TemporaryDirectory(prefix="fairseq-ext-score.") as tmp:
         paths = []
         for name, lines in (("hyp.detok", hyp_detok), ("ref.detok", ref_detok), ("hyp.tok", hyp_tok),
@@ -84,9 +83,6 @@ def score_lines(hyp_detok: List[str], ref_detok: List[str], hyp_tok: List[str], 
 
 
 def main(argv=None):
-    from fairseq_ext.recipes.helpers import bleu
-    from fairseq_ext.recipes.helpers.corpus import open_text
-
     setup_cli()
     translate.setup_logging(PROG)
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],

@@ -40,7 +40,8 @@ from fairseq_ext.common import checkpoints
 from fairseq_ext.common.cli import setup_cli
 from fairseq_ext.common.data_text import POSTPROCESS, TextPipeline, read_prep_env, within_positions
 from fairseq_ext.errors import FairseqExtError
-from fairseq_ext.recipes.helpers.corpus import clean_line, moses_detokenizer
+from fairseq_ext.recipes.helpers.corpus import clean_line
+from fairseq_ext.recipes.helpers.moses import moses_detokenizer
 
 logger = logging.getLogger("fairseq_ext.translate")
 

@@ -26,11 +26,15 @@ raise :class:`TextError` instead, for the caller to report.
 import argparse
 import gzip
 import io
-import multiprocessing
 import os
 import random
 import re
 import sys
+
+if __package__:
+    from .moses import moses_detokenizer, tokenize_lines
+else:  # run as a file by the recipes (no package import: it would load fairseq and torch)
+    from moses import moses_detokenizer, tokenize_lines
 
 
 class TextError(Exception):
@@ -125,68 +129,12 @@ def cmd_check_parallel(args):
         print(n)
 
 
-# ----------------------------------------------------------------------------- moses
-_TOK = None
-
-
-def moses_tokenizer(lang, aggressive=False, escape=True, lowercase=False, normalize=False):
-    """The recipes' Moses tokenization of one line, as a function (``tokenize`` below)."""
-    from sacremoses import MosesPunctNormalizer, MosesTokenizer
-
-    tok = MosesTokenizer(lang=lang)
-    # normalize-punctuation.perl + remove-non-printing-char.perl, as fairseq's WMT recipes
-    norm = MosesPunctNormalizer(lang=lang, post_remove_control_chars=True) if normalize else None
-
-    def run(line):
-        if norm is not None:
-            line = norm.normalize(line)
-        out = tok.tokenize(line, aggressive_dash_splits=aggressive, return_str=True, escape=escape)
-        out = " ".join(out.split())
-        return out.lower() if lowercase else out
-
-    return run
-
-
-def _init_tok(lang, aggressive, escape, lowercase, normalize):
-    global _TOK
-    _TOK = moses_tokenizer(lang, aggressive, escape, lowercase, normalize)
-
-
-def _tok_chunk(lines):
-    return [_TOK(line) for line in lines]
-
-
-def _chunks(it, size):
-    buf = []
-    for x in it:
-        buf.append(x)
-        if len(buf) >= size:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
-
-
 def cmd_tokenize(args):
-    init = (args.lang, args.aggressive, not args.no_escape, args.lowercase, args.normalize)
+    options = (args.lang, args.aggressive, not args.no_escape, args.lowercase, args.normalize)
     out = stdout()
-    if args.workers > 1:
-        with multiprocessing.Pool(args.workers, initializer=_init_tok, initargs=init) as pool:
-            for res in pool.imap(_tok_chunk, _chunks(stdin_lines(), 2000)):
-                out.write("".join(x + "\n" for x in res))
-    else:
-        _init_tok(*init)
-        for line in stdin_lines():
-            out.write(_TOK(line) + "\n")
+    for line in tokenize_lines(stdin_lines(), options, args.workers):
+        out.write(line + "\n")
     out.flush()
-
-
-def moses_detokenizer(lang):
-    """The Moses detokenization of one line (XML escapes undone), as a function."""
-    from sacremoses import MosesDetokenizer
-
-    detok = MosesDetokenizer(lang=lang)
-    return lambda line: detok.detokenize(line.split(), return_str=True, unescape=True)
 
 
 def cmd_detokenize(args):

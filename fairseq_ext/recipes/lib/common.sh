@@ -353,10 +353,10 @@ fsx_finish_output() {
 # ---------------------------------------------------------------------------- inputs
 # fsx_cat FILE: print a plain or gzipped corpus file as clean text: UTF-8 checked (an
 # invalid line is an error naming the file and line), a leading BOM dropped, CR LF and a
-# lone CR inside a line turned into \n and a space, a final newline (corpus_tools.py cat).
+# lone CR inside a line turned into \n and a space, a final newline (corpus.py cat).
 fsx_cat() {
     [[ -f "$1" ]] || fsx_die "missing file: $1"
-    fsx_tools cat "$1" || exit 1 # corpus_tools.py said why, in one line
+    fsx_tools cat "$1" || exit 1 # corpus.py said why, in one line
 }
 
 # fsx_find DIR NAME: path of NAME or NAME.gz under DIR (at most 3 levels deep), or "".
@@ -421,7 +421,7 @@ fsx_extract() {
 
 # fsx_check_parallel A B: both exist, non-empty, equal line counts (clear error otherwise).
 fsx_check_parallel() {
-    fsx_tools check-parallel "$@" || exit 1 # corpus_tools.py said why, in one line
+    fsx_tools check-parallel "$@" || exit 1 # corpus.py said why, in one line
 }
 
 # fsx_take_train SRC_FILE TGT_FILE OUT_SRC OUT_TGT: copy (gunzipped), honouring --max-lines.

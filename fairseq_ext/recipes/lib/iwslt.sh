@@ -6,6 +6,18 @@
 # Test sets released later (tst2014, tst2015) are looked up anywhere under the input
 # directory, so they can simply be put next to the unpacked release.
 
+# iwslt_begin REL URL: the recipe's output started and the release REL opened (--from, else
+# downloaded from URL); W is the work directory, lc the tokenizer's flags (--lowercase when
+# LOWERCASE=1)
+iwslt_begin() {
+    FSX_LOWERCASE=$LOWERCASE
+    fsx_start_output
+    iwslt_open_release "$1" "$2"
+    W="$FSX_WORK"
+    lc=()
+    [[ "$LOWERCASE" == 1 ]] && lc=(--lowercase)
+}
+
 # iwslt_open_release REL URL: sets IWSLT_IN to a directory holding the unpacked release
 # (downloads URL unless --from; unpacks REL.tgz when only the archive is there).
 iwslt_open_release() {
@@ -36,7 +48,7 @@ iwslt_xml() {
     local f
     f="$(fsx_find "$IWSLT_IN" "IWSLT*.TED.$1.$2.$3.xml")"
     [[ -n "$f" ]] || return 1
-    fsx_tools extract-segs "$f" >"$4" || exit 1 # corpus_tools.py said why
+    fsx_tools extract-segs "$f" >"$4" || exit 1 # corpus.py said why
 }
 
 # iwslt_need_sets REL L1 L2 SET...: extract every SET into $FSX_WORK/SET.raw.{L1,L2};
