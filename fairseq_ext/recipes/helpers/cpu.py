@@ -21,6 +21,7 @@ second, on the cores this process may use), at least one thread per process:
 OMP_NUM_THREADS, when set, wins (the callers check it). Runs as a plain file (no package
 import: it would load fairseq and torch).
 """
+import argparse
 import os
 import sys
 import time
@@ -82,11 +83,12 @@ def threads_per_process(processes: int = 1, seconds: float = 0.5) -> Tuple[int, 
 
 
 def main(argv: Sequence[str]) -> int:
-    if not argv or argv[0] != "threads" or len(argv) > 2:
-        print("usage: cpu.py threads [PROCESSES]", file=sys.stderr)
-        return 2
-    processes = int(argv[1]) if len(argv) > 1 else 1
-    threads, why = threads_per_process(processes)
+    parser = argparse.ArgumentParser(prog="cpu.py", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("threads", help="the thread count per process, then the reason (2 lines)").add_argument(
+        "processes", nargs="?", type=int, default=1)
+    args = parser.parse_args(argv)
+    threads, why = threads_per_process(args.processes)
     print(threads)
     print(why)
     return 0

@@ -15,6 +15,7 @@ file (no package import: it would load fairseq and torch):
 The rules are :mod:`outputs` (markers, replacing) and :mod:`evaluations`; the environment it
 reads is described there.
 """
+import argparse
 import os
 import sys
 from typing import List, Optional
@@ -35,39 +36,42 @@ def _die(message: str) -> "NoReturn":  # noqa: F821
     sys.exit(1)
 
 
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="outputs_command.py", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, args in (("check-replaceable", ("dir", "inputs*")), ("writer", ("dir",)),
+                       ("owned-entries", ("dir", "writer")), ("entries", ("writer",)), ("mark", ("dir", "entries*")),
+                       ("add-entries", ("dir", "entries+")), ("write-evaluation-complete", ("dir", "fields*")),
+                       ("check-evaluation", ("dir",))):
+        command = sub.add_parser(name)
+        for arg in args:
+            command.add_argument(arg.rstrip("*+"), nargs={"*": "*", "+": "+"}.get(arg[-1]))
+    return parser
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    usage = __doc__.split("\n\n")[1]
-    if not argv or argv[0] in ("-h", "--help"):
-        print(usage)
-        return 0 if argv else 2
-    command, rest = argv[0], argv[1:]
-    need = {"check-replaceable": 1, "writer": 1, "owned-entries": 2, "entries": 1, "mark": 1, "add-entries": 2,
-            "write-evaluation-complete": 1, "check-evaluation": 1}
-    if command not in need:
-        _die(f"outputs_command.py: unknown command {command!r}\n{usage}")
-    if len(rest) < need[command]:
-        _die(f"outputs_command.py {command}: missing arguments\n{usage}")
+    args = build_parser().parse_args(argv)
     try:
-        if command == "check-replaceable":
-            check_replaceable(rest[0], rest[1:])
-        elif command == "writer":
-            writer = dir_writer(rest[0])
+        if args.command == "check-replaceable":
+            check_replaceable(args.dir, args.inputs)
+        elif args.command == "writer":
+            writer = dir_writer(args.dir)
             if writer is None:
                 return 1
             print(writer)
-        elif command == "owned-entries":
-            print("".join(e + "\n" for e in owned_entries(rest[0], rest[1])), end="")
-        elif command == "entries":
-            print("".join(e + "\n" for e in default_entries(rest[0])), end="")
-        elif command == "mark":
-            mark_output(rest[0], rest[1:])
-        elif command == "add-entries":
-            add_output_entries(rest[0], rest[1:])
-        elif command == "write-evaluation-complete":
-            write_evaluation_complete(rest[0], rest[1:])
+        elif args.command == "owned-entries":
+            print("".join(e + "\n" for e in owned_entries(args.dir, args.writer)), end="")
+        elif args.command == "entries":
+            print("".join(e + "\n" for e in default_entries(args.writer)), end="")
+        elif args.command == "mark":
+            mark_output(args.dir, args.entries)
+        elif args.command == "add-entries":
+            add_output_entries(args.dir, args.entries)
+        elif args.command == "write-evaluation-complete":
+            write_evaluation_complete(args.dir, args.fields)
         else:
-            check_evaluation(rest[0])
+            check_evaluation(args.dir)
     except OutputError as e:
         _die(str(e))
     return 0
