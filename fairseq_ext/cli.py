@@ -24,9 +24,8 @@ import os
 import sys
 from typing import List, Optional
 
-ANALYSES = ("aif_dependency", "attention_maps", "attention_stats", "dc_divergence", "decoders",
-            "layer_dependency", "length_buckets", "probing", "translate_from_layer", "word_order",
-            "word_translation")
+from fairseq_ext.analysis import registry
+
 RECIPES = {"train": "train.sh"}
 PYTHON_COMMANDS = {  # subcommand -> module with main(argv)
     "evaluate": "fairseq_ext.tools.evaluate",
@@ -95,12 +94,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     if command in RECIPES:
         run_recipe(RECIPES[command], resolve_train_config(rest) if command == "train" else rest)
     if command == "analyze":
+        names = sorted(registry.analyses())
         if not rest or rest[0] in ("-h", "--help"):
-            print("usage: fairseq-ext analyze NAME [options]   (NAME --help: its options)\n  NAME: " + ", ".join(ANALYSES))
+            print("usage: fairseq-ext analyze NAME [options]   (NAME --help: its options)\n  NAME: " + ", ".join(names))
             return 0 if rest else 2
-        if rest[0] not in ANALYSES:
-            return _fail(f"analyze: unknown analysis {rest[0]!r} (choose from {', '.join(ANALYSES)})")
-        module, rest = f"fairseq_ext.analysis.{rest[0]}", rest[1:]
+        if rest[0] not in names:
+            return _fail(f"analyze: unknown analysis {rest[0]!r} (choose from {', '.join(names)})")
+        module, rest = registry.get(rest[0]).module, rest[1:]
         sys.argv[0] = f"fairseq-ext analyze {argv[1]}"
         return importlib.import_module(module).main(rest) or 0
     if command in PYTHON_COMMANDS:

@@ -32,8 +32,6 @@ Writes summary.{md,csv,json} (model, sentences, mean D_Y, D^l per layer), per_se
 every token of sentence --sentence, default the lowest analysed id), aif_dependency.png
 (Fig. 4.7: (a) D_Y per model, (b) D^l per layer) and tokens.png (Fig. 4.8: D_yt per token).
 """
-import argparse
-import contextlib
 import copy
 import os
 import sys
@@ -41,11 +39,23 @@ import textwrap
 from typing import Dict, List, Optional
 
 import torch
+from fairseq.data import data_utils
+from fairseq.sequence_generator import SequenceGenerator
 
+from fairseq_ext.analysis import AnalysisError, command
+from fairseq_ext.analysis.batches import batches, to_device
+from fairseq_ext.analysis.capture import capture_cross_attention
+from fairseq_ext.analysis.figures import FigureContext, layer_axes, names_for, pyplot, save_figure
+from fairseq_ext.analysis.registry import Analysis
+from fairseq_ext.analysis.tables import write_table
 from fairseq_ext.common import checkpoints
-from fairseq_ext.common.cli import setup_cli
-from fairseq_ext.analysis import common
 from fairseq_ext.modules.auxiliary_information_fusion import AuxiliaryInformationFusion
+
+ANALYSIS = Analysis("aif_dependency", "AIF dependency", "thesis 4.5.5 (Eq. 4.4-4.7)", single=True, order=50,
+                    needs=lambda options: options.aux_fusion,
+                    lacks="it has no Auxiliary Information Fusion (--aux-fusion)")
+# the cross-attention maps are compared layer by layer: every layer must have one
+NO_CROSS_ATTENTION = "the decoder has no cross-attention (--no-cross-attention)"
 
 
 def kl_divergence(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
@@ -62,10 +72,10 @@ def aif_modules(model) -> List[AuxiliaryInformationFusion]:
 
 def check_aif(model, what: str = "the model") -> None:
     if getattr(model.decoder, "decode_from", None) is not None:
-        raise common.AnalysisError(f"{what} decodes from an auxiliary decoder (--decode-from); "
-                                   "the analysis needs the main decoder")
+        raise AnalysisError(f"{what} decodes from an auxiliary decoder (--decode-from); "
+                            "the analysis needs the main decoder")
     if not getattr(model.decoder, "aux_fusion", False) or not aif_modules(model):
-        raise common.AnalysisError(
+        raise AnalysisError(
             f"{what} has no Auxiliary Information Fusion: the AIF dependency needs a model trained with "
             "--aux-decoder-layers L --aux-fusion")
 
@@ -82,43 +92,9 @@ def ind_decoder(model):
     return ind
 
 
-@contextlib.contextmanager
-def capture_cross_attention(model):
-    """Record, during the model's own forward, the per-head cross-attention weights of every
-    main-decoder layer: ``records[l]`` (l = 0..L-1) gets one B x H x Z x J tensor per call.
-    fairseq's decoder layer asks its ``encoder_attn`` for weights only at the alignment
-    layer; a pre-hook asks every layer for every head."""
-    layers = model.decoder.layers
-    records: Dict[int, List[torch.Tensor]] = {i: [] for i in range(len(layers))}
-
-    def pre_hook(module, args, kwargs):
-        kwargs["need_weights"] = True
-        kwargs["need_head_weights"] = True
-        return args, kwargs
-
-    def post_hook(index):
-        def hook(module, args, kwargs, output):
-            records[index].append(output[1].detach().transpose(0, 1).double().cpu())  # H x B -> B x H
-        return hook
-
-    handles = []
-    for i, layer in enumerate(layers):
-        if getattr(layer, "encoder_attn", None) is None:
-            raise common.AnalysisError("the decoder has no cross-attention (--no-cross-attention)")
-        handles.append(layer.encoder_attn.register_forward_pre_hook(pre_hook, with_kwargs=True))
-        handles.append(layer.encoder_attn.register_forward_hook(post_hook(i), with_kwargs=True))
-    try:
-        yield records
-    finally:
-        for h in handles:
-            h.remove()
-
-
 def greedy_decode(model, sample, max_len_a: float = 0.0, max_len_b: int = 200) -> List[torch.Tensor]:
     """The main decoder's greedy translation of every sentence (fairseq's SequenceGenerator
     with beam 1, the model's own incremental decoding): token ids ending with EOS."""
-    from fairseq.sequence_generator import SequenceGenerator
-
     generator = SequenceGenerator([model], model.decoder.dictionary, beam_size=1, max_len_a=max_len_a,
                                   max_len_b=max_len_b)
     with torch.no_grad():
@@ -129,8 +105,6 @@ def greedy_decode(model, sample, max_len_a: float = 0.0, max_len_b: int = 200) -
 def compare(model, ind, sample, hypotheses: List[torch.Tensor], rows: str = "mean") -> List[dict]:
     """Teacher-force both models on the main decoder's translations; per sentence: its id,
     tokens, ``D_yt`` (|Y|, Eq. 4.4), ``D_Y`` (Eq. 4.5) and ``attention`` (L x H, Eq. 4.6)."""
-    from fairseq.data import data_utils
-
     dictionary = model.decoder.dictionary
     pad, eos = dictionary.pad(), dictionary.eos()
     dev = next(model.parameters()).device
@@ -140,10 +114,11 @@ def compare(model, ind, sample, hypotheses: List[torch.Tensor], rows: str = "mea
     lprobs, attention = [], []
     with torch.no_grad():
         for m in (model, ind):
-            with capture_cross_attention(m) as records:
+            with capture_cross_attention(m, missing=NO_CROSS_ATTENTION) as records:
                 out = m(**inputs, prev_output_tokens=prev)
             lprobs.append(m.get_normalized_probs(out, log_probs=True).double().cpu())  # B x Z x V
-            attention.append(torch.stack([records[i][0] for i in sorted(records)], dim=1))  # B x L x H x Z x J
+            attention.append(torch.stack([records[i]["attention"].double().cpu() for i in sorted(records)],
+                                         dim=1))  # B x L x H x Z x J
     d_tokens = kl_divergence(lprobs[0], lprobs[1])  # B x Z
     d_rows = kl_divergence(torch.log(attention[0]), torch.log(attention[1]))  # B x L x H x Z
     real = target.ne(pad)
@@ -163,8 +138,8 @@ def analyse(model, task, split: str, max_sentences: Optional[int] = None, rows: 
     ind = ind_decoder(model)
     dev = checkpoints.device(cpu)
     results = []
-    for sample in common.batches(task, split, max_sentences=max_sentences):
-        sample = common.to_device(sample, dev)
+    for sample in batches(task, split, max_sentences=max_sentences):
+        sample = to_device(sample, dev)
         results += compare(model, ind, sample, greedy_decode(model, sample, max_len_a, max_len_b), rows)
     return sorted(results, key=lambda r: r["id"])
 
@@ -173,8 +148,8 @@ def one_sentence(model, task, split: str, sentence: int, rows: str = "mean", max
                  max_len_b: int = 200, cpu: bool = False) -> dict:
     dataset = task.dataset(split)
     if not 0 <= sentence < len(dataset):
-        raise common.AnalysisError(f"--sentence {sentence}: the {split} split has {len(dataset)} sentences")
-    sample = common.to_device(dataset.collater([dataset[sentence]]), checkpoints.device(cpu))
+        raise AnalysisError(f"--sentence {sentence}: the {split} split has {len(dataset)} sentences")
+    sample = to_device(dataset.collater([dataset[sentence]]), checkpoints.device(cpu))
     return compare(model, ind_decoder(model), sample, greedy_decode(model, sample, max_len_a, max_len_b), rows)[0]
 
 
@@ -197,10 +172,11 @@ def token_rows(name: str, result: dict, dictionary, source: str = "") -> List[di
             for t, (tok, d) in enumerate(zip(result["tokens"], result["D_yt"]))]
 
 
-def plot_dependency(summary: List[dict], per_sentence: List[dict], per_head: List[dict], path: str):
+def plot_dependency(summary: List[dict], per_sentence: List[dict], per_head: List[dict], path: str,
+                    context: Optional[FigureContext] = None):
     """Fig. 4.7: (a) D_Y of every sentence per model (box) with its mean; (b) D^l per layer,
     one line per model, with its heads' D^l_h as dots."""
-    plt = common.pyplot()
+    plt = pyplot()
     names = [s["model"] for s in summary]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     a.boxplot([[r["D_Y"] for r in per_sentence if r["model"] == n] for n in names], showmeans=True)
@@ -213,18 +189,15 @@ def plot_dependency(summary: List[dict], per_sentence: List[dict], per_head: Lis
         heads = [r for r in per_head if r["model"] == s["model"]]
         b.scatter([r["layer"] for r in heads], [r["D^l_h"] for r in heads], s=10, color=f"C{i}", alpha=0.4)
         b.set_xticks(layers)
-    b.set_xlabel("decoder layer")
-    common.integer_ticks(b.xaxis)
-    b.set_ylabel("D^l (KL, nats)")
     b.set_title("(b) cross-attention: D^l (Eq. 4.7), dots: heads")
-    b.legend()
-    common.save_figure(fig, path)
+    layer_axes(b, "decoder layer", "D^l (KL, nats)")
+    save_figure(fig, path, context)
     return fig
 
 
-def plot_tokens(tokens: List[dict], path: str):
+def plot_tokens(tokens: List[dict], path: str, context: Optional[FigureContext] = None):
     """Fig. 4.8: D_yt of every token of one sentence, one panel per model."""
-    plt = common.pyplot()
+    plt = pyplot()
     names = list(dict.fromkeys(r["model"] for r in tokens))
     fig, axes = plt.subplots(len(names), 1, figsize=(max(6, 0.45 * max(len(tokens), 1) / len(names)),
                                                        2.6 * len(names)), squeeze=False, sharey=True)
@@ -239,36 +212,31 @@ def plot_tokens(tokens: List[dict], path: str):
             ax.set_title(textwrap.fill(f"{name}, sentence {sel[0]['sentence']}: {source}", width), fontsize=9)
         else:
             ax.set_title(name)
-    common.save_figure(fig, path)
+    save_figure(fig, path, context)
     return fig
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser():
     """This command's options (the report reads them to give it only what it takes)."""
-    ap = common.analysis_parser(__doc__)
-    ap.add_argument("--max-sentences", type=int, help="analyse the sentences with the lowest ids")
+    ap = command.parser(__doc__, max_sentences=True)
     ap.add_argument("--sentence", type=int, help="sentence id for the per-token figure (default: lowest analysed)")
     ap.add_argument("--attention-rows", default="mean", choices=["mean", "sum"],
                     help="how the Z query rows of KL(A^m_h || A^ind_h) are combined (Eq. 4.6)")
-    ap.add_argument("--max-len-a", type=float, default=0.0, help="greedy output length limit a * |x| + b")
-    ap.add_argument("--max-len-b", type=int, default=200)
+    command.search_arguments(ap, max_len=(0.0, 200), max_len_help="greedy output length limit a * |x| + b")
     return ap
 
 
-def main(argv=None):
-    setup_cli()
-    ap = build_parser()
-    args = ap.parse_args(argv)
-    names = common.names_for(args.checkpoint, args.names)
+def execute(args, figures: FigureContext):
+    names = names_for(args.checkpoint, args.names)
     summary, per_sentence, per_head, tokens = [], [], [], []
     decoding = dict(rows=args.attention_rows, max_len_a=args.max_len_a, max_len_b=args.max_len_b, cpu=args.cpu)
     for name, ckpt in zip(names, args.checkpoint):
         model, task = checkpoints.load_model(ckpt, args.data, split=args.split, overrides={"decode_from": "main"},
-                                        cpu=args.cpu)
+                                             cpu=args.cpu)
         check_aif(model, ckpt)
         results = analyse(model, task, args.split, args.max_sentences, **decoding)
         if not results:
-            raise common.AnalysisError(f"no sentence of {args.split} analysed (--max-sentences {args.max_sentences})")
+            raise AnalysisError(f"no sentence of {args.split} analysed (--max-sentences {args.max_sentences})")
         dictionary = task.target_dictionary
         tables = summarise(name, results, dictionary)
         summary += tables["summary"]
@@ -279,13 +247,16 @@ def main(argv=None):
             or one_sentence(model, task, args.split, sentence, **decoding)
         source = task.source_dictionary.string(task.dataset(args.split)[chosen["id"]]["source"])
         tokens += token_rows(name, chosen, dictionary, source)
-    common.write_table(summary, args.out, "summary", "AIF dependency: mean D_Y (Eq. 4.5) and D^l (Eq. 4.7)", ".4f")
-    common.write_table(per_head, args.out, "per_head", "D^l_h per decoder layer and head (Eq. 4.6)", ".4f")
-    common.write_table(tokens, args.out, "tokens", "D_yt per token (Eq. 4.4)", ".4f")
-    common.write_table(per_sentence, args.out, "per_sentence", "D_Y per sentence (Eq. 4.5)", ".4f")
-    plot_dependency(summary, per_sentence, per_head, os.path.join(args.out, "aif_dependency.png"))
-    plot_tokens(tokens, os.path.join(args.out, "tokens.png"))
-    return 0
+    write_table(summary, args.out, "summary", "AIF dependency: mean D_Y (Eq. 4.5) and D^l (Eq. 4.7)", ".4f")
+    write_table(per_head, args.out, "per_head", "D^l_h per decoder layer and head (Eq. 4.6)", ".4f")
+    write_table(tokens, args.out, "tokens", "D_yt per token (Eq. 4.4)", ".4f")
+    write_table(per_sentence, args.out, "per_sentence", "D_Y per sentence (Eq. 4.5)", ".4f")
+    plot_dependency(summary, per_sentence, per_head, os.path.join(args.out, "aif_dependency.png"), figures)
+    plot_tokens(tokens, os.path.join(args.out, "tokens.png"), figures)
+
+
+def main(argv=None):
+    return command.run(build_parser, execute, argv)
 
 
 if __name__ == "__main__":

@@ -31,17 +31,23 @@ per_layer.*, heatmaps_<model>.png (distance and entropy, layer x head, one colou
 quantity for every model and unit) and layers.png (per-layer means of every model, as
 Figs. 3.11-3.12).
 """
-import argparse
 import os
 import sys
 from typing import Dict, List, Optional
 
 import torch
 
+from fairseq_ext.analysis import AnalysisError, command
+from fairseq_ext.analysis.attention_layers import encoder_head_types, mma_legend
+from fairseq_ext.analysis.capture import encoder_self_attention
+from fairseq_ext.analysis.figures import (FIGURE_WIDTH, FigureContext, add_caption, add_title, data_description,
+                                          file_stem, layer_axes, names_for, pyplot, save_figure)
+from fairseq_ext.analysis.registry import Analysis
+from fairseq_ext.analysis.tables import write_table
 from fairseq_ext.common import checkpoints
-from fairseq_ext.common.cli import setup_cli
-from fairseq_ext.analysis import common
 
+ANALYSIS = Analysis("attention_stats", "Encoder self-attention distance and entropy",
+                    "thesis 3.5.3, MLMHA 7.3 (Eq. 13-16)", order=20)
 SPANS = ("all", "left")
 # how the tables and figures name each reading
 READING = {"all": "over all keys j, d = |i - j|",
@@ -77,34 +83,16 @@ def head_statistics(weights: torch.Tensor, pad: torch.Tensor, span: str = "all")
 
 def collect(model, task, split: str, max_sentences=None, span: str = "all", cpu: bool = False):
     """{unit: {layer: per-head sums}} over the split, from the model's own forward."""
-    dev = checkpoints.device(cpu)
     totals: Dict[str, Dict[int, Dict[str, torch.Tensor]]] = {}
-    pad_idx = task.source_dictionary.pad()
-    with torch.no_grad(), common.capture_self_attention(model) as records:
-        for sample in common.batches(task, split, max_sentences=max_sentences):
-            sample = common.to_device(sample, dev)
-            net = sample["net_input"]
-            for layer in records.values():
-                layer["global"].clear()
-                layer["local"].clear()
-            model.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
-            pad = net["src_tokens"].eq(pad_idx).cpu()
-            for index, layer in records.items():
-                for unit in ("global", "local"):
-                    if not layer[unit]:
-                        continue
-                    stats = head_statistics(layer[unit][0], pad, span)
-                    slot = totals.setdefault(unit, {}).setdefault(index, {})
-                    for k, v in stats.items():
-                        slot[k] = slot.get(k, 0) + v
+    for pad, layers in encoder_self_attention(model, task, split, max_sentences, cpu):
+        for index, layer in layers.items():
+            for unit, weights in layer.items():
+                if weights is None:
+                    continue
+                slot = totals.setdefault(unit, {}).setdefault(index, {})
+                for k, v in head_statistics(weights, pad, span).items():
+                    slot[k] = slot.get(k, 0) + v
     return totals
-
-
-def head_types(model) -> Dict[int, Optional[List[str]]]:
-    """{layer index: the MMA type letter of each head, or None} of the model's encoder."""
-    from fairseq_ext.analysis import attention_maps
-
-    return {i: attention_maps.head_types(layer) for i, layer in enumerate(attention_maps.encoder_layers(model))}
 
 
 def summarise(name: str, totals, span: str = "all", types: Optional[Dict[int, Optional[List[str]]]] = None
@@ -137,26 +125,24 @@ def per_layer(rows: List[dict]) -> List[dict]:
 def span_of(rows: List[dict]) -> str:
     spans = {r.get("span", "all") for r in rows}
     if len(spans) != 1:
-        raise common.AnalysisError(f"rows of several spans ({', '.join(sorted(spans))}) in one figure")
+        raise AnalysisError(f"rows of several spans ({', '.join(sorted(spans))}) in one figure")
     return spans.pop()
 
 
 def type_legend(rows: List[dict]) -> str:
     """The caption's key to the MMA head-type letters found in ``rows`` ("" without any)."""
-    from fairseq_ext.analysis.attention_maps import mma_legend
-
     return mma_legend({r["type"] for r in rows if r.get("type")})
 
 
-def heatmaps(rows: List[dict], name: str, path: str, data: str = ""):
+def heatmaps(rows: List[dict], name: str, path: str, data: str = "", context: Optional[FigureContext] = None):
     """Distance and entropy of every head of ``name``, layer x head, per unit (global, and
     DC's local FI unit); each quantity on one colour scale shared by every model and unit of
     ``rows``, so the models' files compare. MMA heads are labelled with their type."""
-    plt = common.pyplot()
+    plt = pyplot()
     span = span_of(rows)
     units = sorted({r["unit"] for r in rows if r["model"] == name})
     limits = {m: (min(r[m] for r in rows), max(r[m] for r in rows)) for m in ("distance", "entropy")}
-    fig, axes = plt.subplots(len(units), 2, figsize=(common.FIGURE_WIDTH, 3.4 * len(units) + 0.4), squeeze=False)
+    fig, axes = plt.subplots(len(units), 2, figsize=(FIGURE_WIDTH, 3.4 * len(units) + 0.4), squeeze=False)
     for u, unit in enumerate(units):
         sel = [r for r in rows if r["model"] == name and r["unit"] == unit]
         layers, heads = max(r["layer"] for r in sel), max(r["head"] for r in sel)
@@ -177,19 +163,19 @@ def heatmaps(rows: List[dict], name: str, path: str, data: str = ""):
             ax.set_title(f"{unit_name}mean attention {metric}", fontsize=10)
             bar = fig.colorbar(im, ax=ax)
             bar.set_label(UNITS[metric])
-    common.add_title(fig, f"{name}: encoder self-attention per head" + (f", {data}" if data else ""))
-    common.add_caption(fig, f"Mean attention distance (Eq. 13, in source tokens) and entropy (Eq. 15, in nats) of "
-                            f"every head, {READING[span]} (--span {span}); one colour scale per quantity for every "
-                            f"model compared. {type_legend([r for r in rows if r['model'] == name])}".strip())
-    common.save_figure(fig, path)
+    add_title(fig, f"{name}: encoder self-attention per head" + (f", {data}" if data else ""))
+    add_caption(fig, f"Mean attention distance (Eq. 13, in source tokens) and entropy (Eq. 15, in nats) of "
+                     f"every head, {READING[span]} (--span {span}); one colour scale per quantity for every "
+                     f"model compared. {type_legend([r for r in rows if r['model'] == name])}".strip())
+    save_figure(fig, path, context)
     return fig
 
 
-def layer_plot(layer_rows: List[dict], path: str, data: str = ""):
+def layer_plot(layer_rows: List[dict], path: str, data: str = "", context: Optional[FigureContext] = None):
     """Per-layer means (Eq. 14, 16) of every model and unit, as thesis Figs. 3.11-3.12."""
-    plt = common.pyplot()
+    plt = pyplot()
     span = span_of(layer_rows)
-    fig, axes = plt.subplots(1, 2, figsize=(common.FIGURE_WIDTH, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(FIGURE_WIDTH, 3.6))
     pairs = sorted({(r["model"], r["unit"]) for r in layer_rows})
     for (model, unit) in pairs:
         sel = sorted((r for r in layer_rows if r["model"] == model and r["unit"] == unit), key=lambda r: r["layer"])
@@ -198,52 +184,47 @@ def layer_plot(layer_rows: List[dict], path: str, data: str = ""):
         for ax, metric in zip(axes, ("distance", "entropy")):
             ax.plot([r["layer"] for r in sel], [r[metric] for r in sel], marker="o", label=label)
     for ax, metric in zip(axes, ("distance", "entropy")):
-        ax.set_xlabel("encoder layer")
-        ax.set_ylabel(f"mean attention {metric} ({UNITS[metric]})")
-        common.integer_ticks(ax.xaxis)
-        ax.legend(fontsize=8)
-    common.add_title(fig, "Encoder self-attention per layer" + (f", {data}" if data else ""))
-    common.add_caption(fig, f"Mean over the heads of each layer (Eq. 14, 16) of the attention distance (in source "
-                            f"tokens) and entropy (in nats), {READING[span]} (--span {span}).")
-    common.save_figure(fig, path)
+        layer_axes(ax, "encoder layer", f"mean attention {metric} ({UNITS[metric]})", legend=8)
+    add_title(fig, "Encoder self-attention per layer" + (f", {data}" if data else ""))
+    add_caption(fig, f"Mean over the heads of each layer (Eq. 14, 16) of the attention distance (in source "
+                     f"tokens) and entropy (in nats), {READING[span]} (--span {span}).")
+    save_figure(fig, path, context)
     return fig
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser():
     """This command's options (the report reads them to give it only what it takes)."""
-    ap = common.analysis_parser(__doc__)
-    ap.add_argument("--max-sentences", type=int, help="only the sentences with the lowest ids (e.g. 1500)")
+    ap = command.parser(__doc__, max_sentences=True)
     ap.add_argument("--span", default="all", choices=SPANS,
                     help="the keys of the sums: all (default, d = |i - j|) or left (j <= i, d = i - j, the "
                          "equations as printed)")
     return ap
 
 
-def main(argv=None):
-    setup_cli()
-    ap = build_parser()
-    args = ap.parse_args(argv)
-    names = common.names_for(args.checkpoint, args.names)
+def execute(args, figures: FigureContext):
+    names = names_for(args.checkpoint, args.names)
     rows = []
     sentences = 0
     for name, ckpt in zip(names, args.checkpoint):
         model, task = checkpoints.load_model(ckpt, args.data, split=args.split, cpu=args.cpu)
         rows += summarise(name, collect(model, task, args.split, args.max_sentences, args.span, args.cpu), args.span,
-                          head_types(model))
+                          encoder_head_types(model))
         sentences = len(task.dataset(args.split))
     if args.max_sentences is not None:
         sentences = min(sentences, args.max_sentences)
-    data = f"{common.data_description(args.data, args.split)} ({sentences} sentences)"
-    common.write_table(rows, args.out, "per_head", f"Encoder self-attention per head, {READING[args.span]}: {data}",
-                       ".4f")
+    data = f"{data_description(args.data, args.split)} ({sentences} sentences)"
+    write_table(rows, args.out, "per_head", f"Encoder self-attention per head, {READING[args.span]}: {data}", ".4f")
     layers = per_layer(rows)
-    common.write_table(layers, args.out, "per_layer", f"Per encoder layer (mean over heads), {READING[args.span]}: "
-                                                      f"{data}", ".4f")
+    write_table(layers, args.out, "per_layer", f"Per encoder layer (mean over heads), {READING[args.span]}: {data}",
+                ".4f")
     for name in names:
-        heatmaps(rows, name, os.path.join(args.out, f"heatmaps_{common.file_stem(name)}.png"), data)
-    layer_plot(layers, os.path.join(args.out, "layers.png"), data)
+        heatmaps(rows, name, os.path.join(args.out, f"heatmaps_{file_stem(name)}.png"), data, figures)
+    layer_plot(layers, os.path.join(args.out, "layers.png"), data, figures)
     print(f"written: {args.out}/per_head.*, per_layer.*, heatmaps_*.png, layers.png ({READING[args.span]})")
-    return 0
+
+
+def main(argv=None):
+    return command.run(build_parser, execute, argv)
 
 
 if __name__ == "__main__":

@@ -15,15 +15,22 @@ f = 2..8) give Fig. 5.4a (dv_l per layer, one series each) and 5.4b (Ed per mode
     python -m fairseq_ext.analysis.dc_divergence --checkpoint dc-f2/checkpoint_best.pt dc-f3/checkpoint_best.pt \\
         --names f=2 f=3 --data data-bin/wmt14.en-de --out analysis/dc --max-sentences 1500
 """
-import argparse
 import os
 import sys
+from typing import Optional
 
 import torch
 
+from fairseq_ext.analysis import AnalysisError, command
+from fairseq_ext.analysis.capture import encoder_self_attention
+from fairseq_ext.analysis.figures import FigureContext, layer_axes, names_for, pyplot, save_figure
+from fairseq_ext.analysis.registry import Analysis
+from fairseq_ext.analysis.tables import write_table
 from fairseq_ext.common import checkpoints
-from fairseq_ext.common.cli import setup_cli
-from fairseq_ext.analysis import common
+
+ANALYSIS = Analysis("dc_divergence", "DC divergence", "thesis 5.6.2 (Fig. 5.4)", order=60,
+                    needs=lambda options: "dc" in options.encoder_self_attention,
+                    lacks="its encoder has no Dual Contextual layer (--encoder-self-attention dc)")
 
 
 def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -49,68 +56,61 @@ def combine_heads(weights: torch.Tensor, how: str) -> torch.Tensor:
 
 def layer_divergences(model, task, split, heads="max", max_sentences=None, cpu=False):
     """{layer (1-based): mean JS over the query tokens of the split} for the DC layers."""
-    dev = checkpoints.device(cpu)
     sums, counts = {}, {}
-    pad_idx = task.source_dictionary.pad()
-    with torch.no_grad(), common.capture_self_attention(model) as records:
-        for sample in common.batches(task, split, max_sentences=max_sentences):
-            sample = common.to_device(sample, dev)
-            for r in records.values():
-                r["global"].clear()
-                r["local"].clear()
-            net = sample["net_input"]
-            model.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
-            queries = net["src_tokens"].ne(pad_idx).cpu()  # B x T
-            for index, r in records.items():
-                if not r["local"]:
-                    continue
-                g, l = r["global"][0], r["local"][0]
-                if heads == "each":
-                    js = js_divergence(g, l).mean(1)  # B x T
-                else:
-                    js = js_divergence(combine_heads(g, heads), combine_heads(l, heads))
-                sums[index + 1] = sums.get(index + 1, 0.0) + js[queries].sum().item()
-                counts[index + 1] = counts.get(index + 1, 0) + int(queries.sum())
+    for pad, layers in encoder_self_attention(model, task, split, max_sentences, cpu):
+        queries = ~pad  # B x T
+        for index, layer in layers.items():
+            g, l = layer["global"], layer["local"]
+            if l is None:
+                continue
+            if heads == "each":
+                js = js_divergence(g, l).mean(1)  # B x T
+            else:
+                js = js_divergence(combine_heads(g, heads), combine_heads(l, heads))
+            sums[index + 1] = sums.get(index + 1, 0.0) + js[queries].sum().item()
+            counts[index + 1] = counts.get(index + 1, 0) + int(queries.sum())
     if not sums:
-        raise common.AnalysisError("the encoder has no Dual Contextual layer (--encoder-self-attention dc)")
+        raise AnalysisError("the encoder has no Dual Contextual layer (--encoder-self-attention dc)")
     return {layer: sums[layer] / counts[layer] for layer in sorted(sums)}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser():
     """This command's options (the report reads them to give it only what it takes)."""
-    ap = common.analysis_parser(__doc__)
+    ap = command.parser(__doc__, max_sentences=True)
     ap.add_argument("--heads", default="max", choices=["max", "mean", "each"])
-    ap.add_argument("--max-sentences", type=int)
     return ap
 
 
-def main(argv=None):
-    setup_cli()
-    ap = build_parser()
-    args = ap.parse_args(argv)
-    names = common.names_for(args.checkpoint, args.names)
+def plot(rows, summary, names, path: str, context: Optional[FigureContext] = None):
+    """Fig. 5.4: (a) JS per DC layer, one series per model; (b) Ed per model."""
+    plt = pyplot()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.5))
+    for name in names:
+        sel = [r for r in rows if r["model"] == name]
+        a.plot([r["layer"] for r in sel], [r["JS"] for r in sel], marker="o", label=name)
+    layer_axes(a, "encoder layer", "JS divergence")
+    b.bar(range(len(summary)), [s["Ed"] for s in summary])
+    b.set_xticks(range(len(summary)), [s["model"] for s in summary])
+    b.set_ylabel("Ed")
+    save_figure(fig, path, context)
+    return fig
+
+
+def execute(args, figures: FigureContext):
+    names = names_for(args.checkpoint, args.names)
     rows, summary = [], []
     for name, ckpt in zip(names, args.checkpoint):
         model, task = checkpoints.load_model(ckpt, args.data, split=args.split, cpu=args.cpu)
         dv = layer_divergences(model, task, args.split, args.heads, args.max_sentences, args.cpu)
         rows += [{"model": name, "layer": layer, "JS": round(v, 5)} for layer, v in dv.items()]
         summary.append({"model": name, "Ed": round(sum(dv.values()) / len(dv), 5), "DC layers": len(dv)})
-    common.write_table(rows, args.out, "per_layer", f"JS(global || local) per DC layer (heads: {args.heads})", ".5f")
-    common.write_table(summary, args.out, "summary", "Ed: mean over the DC layers", ".5f")
-    plt = common.pyplot()
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.5))
-    for name in names:
-        sel = [r for r in rows if r["model"] == name]
-        a.plot([r["layer"] for r in sel], [r["JS"] for r in sel], marker="o", label=name)
-    a.set_xlabel("encoder layer")
-    common.integer_ticks(a.xaxis)
-    a.set_ylabel("JS divergence")
-    a.legend()
-    b.bar(range(len(summary)), [s["Ed"] for s in summary])
-    b.set_xticks(range(len(summary)), [s["model"] for s in summary])
-    b.set_ylabel("Ed")
-    common.save_figure(fig, os.path.join(args.out, "dc_divergence.png"))
-    return 0
+    write_table(rows, args.out, "per_layer", f"JS(global || local) per DC layer (heads: {args.heads})", ".5f")
+    write_table(summary, args.out, "summary", "Ed: mean over the DC layers", ".5f")
+    plot(rows, summary, names, os.path.join(args.out, "dc_divergence.png"), figures)
+
+
+def main(argv=None):
+    return command.run(build_parser, execute, argv)
 
 
 if __name__ == "__main__":

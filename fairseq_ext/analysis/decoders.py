@@ -9,49 +9,37 @@ main decoder.
 Writes decoders.{md,csv,json} (model, decoder, reads encoder layer, BLEU, delta, p, mark) and
 decoders.png (BLEU per decoder); decodings in OUT/<model>/<decoder>.
 """
-import argparse
 import os
-import shlex
 import sys
+from typing import Optional
 
-from fairseq_ext.common import data_text
-from fairseq_ext.common.cli import setup_cli
-from fairseq_ext.analysis import common
-from fairseq_ext.analysis.layer_dependency import model_options
+from fairseq_ext.analysis import AnalysisError
+from fairseq_ext.analysis.decoding import compare_decodings, comparison_command, significance_rows
+from fairseq_ext.analysis.figures import FigureContext, pyplot, save_figure
+from fairseq_ext.analysis.registry import Analysis
+from fairseq_ext.common import checkpoints
+
+ANALYSIS = Analysis("decoders", "Main and auxiliary decoders", "thesis Table 4.7", order=40,
+                    needs=lambda options: bool(options.aux_layers),
+                    lacks="it has no auxiliary decoder (--aux-decoder-layers)")
 
 
 def decoder_rows(name, checkpoint, data, split, out, generate_args, flavour, samples, cpu=False, marks="thesis",
                  src=None, tgt=None):
-    from fairseq_ext.tools.significance import paired_significance
-
-    options = model_options(checkpoint, data)
+    options = checkpoints.options(checkpoint)
     if not options.aux_layers:
-        raise common.AnalysisError(f"{checkpoint}: no auxiliary decoder (--aux-decoder-layers is empty)")
-    main = common.evaluate(checkpoint, data, split, os.path.join(out, name, "main"), generate_args=generate_args,
-                           overrides={"decode_from": "main"}, cpu=cpu, src=src, tgt=tgt)
-    flavour = flavour or main["headline"]
-    aux = {layer: common.evaluate(checkpoint, data, split, os.path.join(out, name, f"aux{layer}"),
-                                  overrides={"decode_from": f"aux{layer}"}, generate_args=generate_args, cpu=cpu,
-                                  src=src, tgt=tgt)
-           for layer in options.aux_layers}
-    level = "tok" if flavour.startswith("tok") else "detok"
-    refs = data_text.read_lines(os.path.join(main["dir"], f"ref.{level}"))
-    sig = paired_significance(refs, data_text.read_lines(os.path.join(main["dir"], f"hyp.{level}")),
-                              {f"aux{l}": data_text.read_lines(os.path.join(r["dir"], f"hyp.{level}"))
-                               for l, r in aux.items()}, flavour=flavour, n_samples=samples, marks=marks)
+        raise AnalysisError(f"{checkpoint}: no auxiliary decoder (--aux-decoder-layers is empty)")
+    runs = {"main": {"decode_from": "main"}, **{f"aux{l}": {"decode_from": f"aux{l}"} for l in options.aux_layers}}
+    flavour, sig = compare_decodings(checkpoint, data, split, os.path.join(out, name), runs, generate_args, flavour,
+                                     samples, cpu, marks, src, tgt)
     n_layers = options.encoder_self_attention and len(options.encoder_self_attention)
-    rows = [{"model": name, "decoder": "main", "reads encoder layer": n_layers, "BLEU": sig["baseline"]["bleu"],
-             "delta": None, "p": None, "mark": "", "flavour": flavour}]
-    for layer in options.aux_layers:
-        s = sig[f"aux{layer}"]
-        rows.append({"model": name, "decoder": f"aux{layer}", "reads encoder layer": layer, "BLEU": s["bleu"],
-                     "delta": round(s["bleu"] - sig["baseline"]["bleu"], 2), "p": s["p_value"], "mark": s["mark"],
-                     "flavour": flavour})
-    return rows
+    return significance_rows(sig, flavour, {
+        "main": {"model": name, "decoder": "main", "reads encoder layer": n_layers},
+        **{f"aux{l}": {"model": name, "decoder": f"aux{l}", "reads encoder layer": l} for l in options.aux_layers}})
 
 
-def plot(rows, path):
-    plt = common.pyplot()
+def plot(rows, path, context: Optional[FigureContext] = None):
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
     labels = [f"{r['model']}:{r['decoder']}" for r in rows]
     bars = ax.bar(range(len(rows)), [r["BLEU"] for r in rows],
@@ -62,32 +50,11 @@ def plot(rows, path):
     ax.margins(y=0.15)
     ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right")
     ax.set_ylabel(f"BLEU ({rows[0]['flavour']})")
-    common.save_figure(fig, path)
+    save_figure(fig, path, context)
     return fig
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """This command's options (the report reads them to give it only what it takes)."""
-    ap = common.analysis_parser(__doc__)
-    ap.add_argument("--generate-args", default="")
-    ap.add_argument("--flavour")
-    ap.add_argument("--samples", type=int, default=1000)
-    ap.add_argument("--marks", default="thesis")
-    common.language_arguments(ap)
-    return ap
-
-
-def main(argv=None):
-    setup_cli()
-    ap = build_parser()
-    args = ap.parse_args(argv)
-    rows = []
-    for name, ckpt in zip(common.names_for(args.checkpoint, args.names), args.checkpoint):
-        rows += decoder_rows(name, ckpt, args.data, args.split, args.out, shlex.split(args.generate_args),
-                             args.flavour, args.samples, args.cpu, args.marks, args.src, args.tgt)
-    common.write_table(rows, args.out, "decoders", "BLEU of every decoder")
-    plot(rows, os.path.join(args.out, "decoders.png"))
-    return 0
+build_parser, main = comparison_command(__doc__, decoder_rows, "decoders", "BLEU of every decoder", plot)
 
 
 if __name__ == "__main__":

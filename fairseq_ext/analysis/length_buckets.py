@@ -24,17 +24,25 @@ the sample alone moves a bucket's BLEU by more than the 1-2 points that separate
 the papers compare. An empty bucket is written "0 sentences" in the figure and has no BLEU
 ("–") in the table.
 """
-import argparse
 import glob
+import json
 import os
 import shlex
 import sys
 from typing import Dict, List, Optional, Sequence
 
+from fairseq_ext.analysis import AnalysisError, command
+from fairseq_ext.analysis.decoding import evaluate
+from fairseq_ext.analysis.figures import (FIGURE_WIDTH, FigureContext, add_caption, data_description, names_for,
+                                          pyplot, save_figure)
+from fairseq_ext.analysis.registry import Analysis
+from fairseq_ext.analysis.tables import write_table
 from fairseq_ext.common import data_text
-from fairseq_ext.common.cli import setup_cli
-from fairseq_ext.analysis import common
+from fairseq_ext.recipes.helpers.evaluations import read_evaluation_complete
+from fairseq_ext.tools.significance import bleu_metric
 
+ANALYSIS = Analysis("length_buckets", "BLEU by source length", "thesis 3.5.1 / 4.5.1 / 5.6.4, MLMHA 7.1, MMA 5.2",
+                    order=10)
 DEFAULT_EDGES = (10, 20, 30, 40, 50)
 # a bucket with fewer sentences is noted and drawn pale (see the module docstring)
 DEFAULT_MIN_SENTENCES = 30
@@ -65,11 +73,9 @@ def bucket_bleu(sources: List[str], refs: List[str], systems: Dict[str, List[str
                 edges: Sequence[int] = DEFAULT_EDGES, min_sentences: int = DEFAULT_MIN_SENTENCES) -> List[dict]:
     """A row per bucket: its name, how many sentences it holds, the corpus BLEU of each
     system on them (None for an empty bucket) and :func:`bucket_note`."""
-    from fairseq_ext.tools.significance import bleu_metric
-
     taken = {"bucket", "sentences", "note"} & set(systems)
     if taken:
-        raise common.AnalysisError(f"--names: {', '.join(sorted(taken))} names a column of the table; choose another")
+        raise AnalysisError(f"--names: {', '.join(sorted(taken))} names a column of the table; choose another")
     groups: Dict[int, List[int]] = {}
     for i, src in enumerate(sources):
         groups.setdefault(bucket_of(len(src.split()), edges), []).append(i)
@@ -100,14 +106,15 @@ def length_unit(eval_dir: str) -> str:
 
 
 def plot(rows: List[dict], systems: Sequence[str], flavour: str, path: str,
-         min_sentences: int = DEFAULT_MIN_SENTENCES, unit: str = "tokens", data: str = ""):
+         min_sentences: int = DEFAULT_MIN_SENTENCES, unit: str = "tokens", data: str = "",
+         context: Optional[FigureContext] = None):
     """BLEU per bucket and system (buckets with fewer than ``min_sentences`` hatched and
     pale, an empty one written "0 sentences", every bar's BLEU above it), and below the
     sentences per bucket with their counts."""
     from matplotlib.patches import Patch
 
-    plt = common.pyplot()
-    fig, (ax, hist) = plt.subplots(2, 1, figsize=(common.FIGURE_WIDTH, 6.4), sharex=True,
+    plt = pyplot()
+    fig, (ax, hist) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH, 6.4), sharex=True,
                                    gridspec_kw={"height_ratios": [2.2, 1]})
     x = list(range(len(rows)))
     width = 0.8 / max(1, len(systems))
@@ -149,31 +156,25 @@ def plot(rows: List[dict], systems: Sequence[str], flavour: str, path: str,
     hist.set_ylabel("sentences")
     hist.set_xticks(x, [r["bucket"] for r in rows])
     hist.set_xlabel(f"source length ({unit})")
-    common.add_caption(fig, f"Corpus BLEU (sacreBLEU, {flavour}) of the sentences of each source-length bucket, per "
-                            f"system ({', '.join(systems)}); below, the sentences in each bucket. Source length counts "
-                            f"the whitespace-separated units of the evaluated source (src.tok: {unit}). Hatched, "
-                            "pale: buckets with "
-                            f"fewer than {min_sentences} sentences (--min-bucket-sentences), too few for their BLEU "
-                            "to be compared.")
-    common.save_figure(fig, path)
+    add_caption(fig, f"Corpus BLEU (sacreBLEU, {flavour}) of the sentences of each source-length bucket, per "
+                     f"system ({', '.join(systems)}); below, the sentences in each bucket. Source length counts "
+                     f"the whitespace-separated units of the evaluated source (src.tok: {unit}). Hatched, "
+                     "pale: buckets with "
+                     f"fewer than {min_sentences} sentences (--min-bucket-sentences), too few for their BLEU "
+                     "to be compared.")
+    save_figure(fig, path, context)
     return fig
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser():
     """This command's options (the report reads them to give it only what it takes)."""
-    ap = common.AnalysisParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--eval", nargs="+", help="evaluate.sh output directories")
-    src.add_argument("--checkpoint", nargs="+")
-    ap.add_argument("--names", nargs="+")
-    ap.add_argument("--data")
-    ap.add_argument("--split", default="test")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--cpu", action="store_true")
-    ap.add_argument("--generate-args", default="")
-    ap.add_argument("--flavour", help="BLEU flavour (default: the one evaluate.sh reported)")
-    common.language_arguments(ap)
+    ap = command.AnalysisParser(__doc__)
+    systems = ap.add_mutually_exclusive_group(required=True)
+    systems.add_argument("--eval", nargs="+", help="evaluate.sh output directories")
+    command.common_arguments(ap, checkpoint_group=systems, overrides={
+        "--checkpoint": dict(required=False, help="checkpoints to evaluate first"),
+        "--data": dict(required=False, help="binarized data directory of --checkpoint")})
+    command.evaluation_arguments(ap, significance=False)
     ap.add_argument("--edges", default=",".join(map(str, DEFAULT_EDGES)), help="bucket edges (default 10,20,30,40,50)")
     ap.add_argument("--min-bucket-sentences", type=int, default=DEFAULT_MIN_SENTENCES, metavar="N",
                     help="a bucket with fewer sentences is noted in the table and drawn hatched and pale "
@@ -182,32 +183,37 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv=None):
-    setup_cli()
-    ap = build_parser()
-    args = ap.parse_args(argv)
-    if args.min_bucket_sentences < 1:
-        raise common.AnalysisError(f"--min-bucket-sentences: expected 1 or more, not {args.min_bucket_sentences}")
+def parse_edges(edges: str) -> List[int]:
     try:
-        edges = [int(e) for e in args.edges.split(",")]
+        parsed = [int(e) for e in edges.split(",")]
     except ValueError:
-        raise common.AnalysisError(f"--edges: expected increasing integers such as 10,20,30, not {args.edges!r}")
-    if edges != sorted(set(edges)):
-        raise common.AnalysisError(f"--edges: expected increasing integers such as 10,20,30, not {args.edges!r}")
+        parsed = None
+    if parsed is None or parsed != sorted(set(parsed)):
+        raise AnalysisError(f"--edges: expected increasing integers such as 10,20,30, not {edges!r}")
+    return parsed
+
+
+def evaluated(args):
+    """(names, evaluation directories) of the systems: --eval as given, or --checkpoint
+    evaluated first into OUT/NAME."""
     if args.checkpoint:
         if not args.data:
-            raise common.AnalysisError("--checkpoint needs --data")
-        names = common.names_for(args.checkpoint, args.names)
-        dirs = [common.evaluate(c, args.data, args.split, os.path.join(args.out, n), cpu=args.cpu,
+            raise AnalysisError("--checkpoint needs --data")
+        names = names_for(args.checkpoint, args.names)
+        return names, [evaluate(c, args.data, args.split, os.path.join(args.out, n), cpu=args.cpu,
                                 generate_args=shlex.split(args.generate_args), src=args.src, tgt=args.tgt)["dir"]
-                for n, c in zip(names, args.checkpoint)]
-    else:
-        names, dirs = common.names_for(args.eval, args.names), args.eval
-        for d in dirs:
-            if not os.path.exists(os.path.join(d, ".evaluation-complete")):
-                raise common.AnalysisError(f"--eval {d}: not a complete evaluate.sh output")
-    import json
+                       for n, c in zip(names, args.checkpoint)]
+    for d in args.eval:
+        if not os.path.exists(os.path.join(d, ".evaluation-complete")):
+            raise AnalysisError(f"--eval {d}: not a complete evaluate.sh output")
+    return names_for(args.eval, args.names), args.eval
 
+
+def execute(args, figures: FigureContext):
+    if args.min_bucket_sentences < 1:
+        raise AnalysisError(f"--min-bucket-sentences: expected 1 or more, not {args.min_bucket_sentences}")
+    edges = parse_edges(args.edges)
+    names, dirs = evaluated(args)
     with open(os.path.join(dirs[0], "bleu.json"), encoding="utf-8") as f:
         flavour = args.flavour or json.load(f).get("headline", "detok-cased")
     level = "tok" if flavour.startswith("tok") else "detok"
@@ -216,17 +222,18 @@ def main(argv=None):
     systems = {}
     for name, d in zip(names, dirs):
         if data_text.read_lines(os.path.join(d, f"ref.{level}")) != refs:
-            raise common.AnalysisError(f"{d} was scored against another reference than {dirs[0]}")
+            raise AnalysisError(f"{d} was scored against another reference than {dirs[0]}")
         systems[name] = data_text.read_lines(os.path.join(d, f"hyp.{level}"))
-    from fairseq_ext.recipes.helpers.outputs import read_evaluation_complete
-
-    evaluated = read_evaluation_complete(dirs[0])
-    data = common.data_description(evaluated.get("data") or args.data, evaluated.get("split") or args.split)
+    done = read_evaluation_complete(dirs[0])
+    data = data_description(done.get("data") or args.data, done.get("split") or args.split)
     unit = length_unit(dirs[0])
     rows = bucket_bleu(sources, refs, systems, flavour, edges, args.min_bucket_sentences)
-    common.write_table(rows, args.out, "buckets", f"BLEU ({flavour}) by source length ({unit}): {data}")
-    plot(rows, names, flavour, os.path.join(args.out, "buckets.png"), args.min_bucket_sentences, unit, data)
-    return 0
+    write_table(rows, args.out, "buckets", f"BLEU ({flavour}) by source length ({unit}): {data}")
+    plot(rows, names, flavour, os.path.join(args.out, "buckets.png"), args.min_bucket_sentences, unit, data, figures)
+
+
+def main(argv=None):
+    return command.run(build_parser, execute, argv)
 
 
 if __name__ == "__main__":

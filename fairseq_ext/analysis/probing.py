@@ -47,364 +47,21 @@ Writes probing.{md,csv,json} (category, task, labels, train/test sizes, the majo
 accuracy, one column per model and layer; #AVG rows per category as the thesis' tables) and
 probing.png (accuracy per task and model; per layer when several layers are probed).
 """
-import argparse
-import collections
-import math
 import os
-import random
 import sys
-import unicodedata
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
-import torch
-import torch.nn as nn
+from fairseq_ext.analysis import AnalysisError, command
+from fairseq_ext.analysis.encoder_features import pooled_features, primary_encoder, resolve_layer
+from fairseq_ext.analysis.figures import FigureContext, names_for, pyplot, save_figure
+from fairseq_ext.analysis.probing_classifier import probe_task
+from fairseq_ext.analysis.probing_tasks import CATEGORY, GENERATED, PARTITIONS, Split, load_tasks
+from fairseq_ext.analysis.registry import Analysis
+from fairseq_ext.analysis.tables import write_table
+from fairseq_ext.common import checkpoints
+from fairseq_ext.common.data_text import TextPipeline
 
-from fairseq_ext.common import checkpoints, data_text
-from fairseq_ext.common.data_text import TextPipeline, recipe_tokenizer, unescape_moses
-from fairseq_ext.common.cli import setup_cli
-from fairseq_ext.analysis import common
-from fairseq_ext.analysis.common import AnalysisError
-
-# (thesis name, SentEval file, category), in the order of thesis Tables 4.8 / 5.5
-TASKS = [
-    ("SentLen", "sentence_length.txt", "Surface"),
-    ("WC", "word_content.txt", "Surface"),
-    ("TDep", "tree_depth.txt", "Syntactic"),
-    ("BShift", "bigram_shift.txt", "Syntactic"),
-    ("ToCo", "top_constituents.txt", "Syntactic"),
-    ("Tense", "past_present.txt", "Semantic"),
-    ("SubjN", "subj_number.txt", "Semantic"),
-    ("ObjN", "obj_number.txt", "Semantic"),
-    ("SoMo", "odd_man_out.txt", "Semantic"),
-    ("CoIn", "coordination_inversion.txt", "Semantic"),
-]
-CATEGORY = {name: cat for name, _, cat in TASKS}
-GENERATED = ("SentLen", "WC", "BShift")
-PARTITIONS = ("tr", "va", "te")
-SENTLEN_BINS = [(5, 8), (9, 12), (13, 16), (17, 20), (21, 25), (26, 28)]
-Split = Dict[str, List[Tuple[str, str]]]  # partition -> [(label, sentence)]
-
-
-# ---------------------------------------------------------------------------------------
-# task files and generators
-# ---------------------------------------------------------------------------------------
-
-def read_senteval(path: str) -> Split:
-    """A SentEval probing file: ``partition <TAB> label <TAB> ... <TAB> sentence``."""
-    data: Split = {p: [] for p in PARTITIONS}
-    for number, line in enumerate(data_text.read_lines(path), start=1):
-        if not line.strip():
-            continue
-        fields = line.split("\t")
-        if len(fields) < 3 or fields[0] not in data:
-            raise AnalysisError(f"{path}:{number}: expected 'tr|va|te<TAB>label<TAB>sentence'")
-        data[fields[0]].append((fields[1], fields[-1].strip()))
-    for p in PARTITIONS:  # va too: the probe is early-stopped on it
-        if not data[p]:
-            raise AnalysisError(f"{path}: no '{p}' sentences")
-    return data
-
-
-def write_senteval(data: Split, path: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for p in PARTITIONS:
-            for label, sentence in data[p]:
-                f.write(f"{p}\t{label}\t{sentence}\n")
-    os.replace(tmp, path)
-
-
-def is_punctuation(token: str) -> bool:
-    return all(unicodedata.category(c)[0] in "PS" for c in token)
-
-
-def sentlen_examples(sentences: Sequence[List[str]]) -> List[Tuple[str, str]]:
-    """(bin, sentence) for every sentence whose token count falls in a SentEval bin."""
-    out = []
-    for tokens in sentences:
-        for label, (lo, hi) in enumerate(SENTLEN_BINS):
-            if lo <= len(tokens) <= hi:
-                out.append((str(label), " ".join(tokens)))
-    return out
-
-
-def wc_targets(sentences: Sequence[List[str]], n_words: int = 1000, rank_start: int = 2000,
-               min_chars: int = 4) -> List[str]:
-    """The first ``n_words`` lower-cased words of at least ``min_chars`` characters from
-    frequency rank ``rank_start`` + 1 on (ties: the earlier first occurrence first)."""
-    counts = collections.Counter(t.lower() for tokens in sentences for t in tokens)
-    ranked = [w for w, _ in counts.most_common()]
-    return [w for w in ranked[rank_start:] if len(w) >= min_chars][:n_words]
-
-
-def wc_examples(sentences: Sequence[List[str]], targets: Sequence[str]) -> List[Tuple[str, str]]:
-    """(word, sentence) for the sentences holding exactly one target word, exactly once."""
-    wanted = set(targets)
-    out = []
-    for tokens in sentences:
-        hits = [t.lower() for t in tokens if t.lower() in wanted]
-        if len(hits) == 1:
-            out.append((hits[0], " ".join(tokens)))
-    return out
-
-
-def bshift_positions(tokens: Sequence[str]) -> List[int]:
-    """Positions i (i, i+1 swappable): not the first token, no punctuation, different tokens."""
-    return [i for i in range(1, len(tokens) - 1)
-            if not is_punctuation(tokens[i]) and not is_punctuation(tokens[i + 1]) and tokens[i] != tokens[i + 1]]
-
-
-def bshift_examples(sentences: Sequence[List[str]], rng: random.Random) -> List[Tuple[str, str]]:
-    """Half the usable sentences with one random adjacent pair swapped (I), half as they are (O)."""
-    usable = [list(t) for t in sentences if '"' not in t and bshift_positions(t)]
-    rng.shuffle(usable)
-    out = []
-    for k, tokens in enumerate(usable):
-        if k % 2 == 0:
-            i = rng.choice(bshift_positions(tokens))
-            tokens[i], tokens[i + 1] = tokens[i + 1], tokens[i]
-            out.append(("I", " ".join(tokens)))
-        else:
-            out.append(("O", " ".join(tokens)))
-    return out
-
-
-def balanced_split(examples: List[Tuple[str, str]], sizes: Sequence[int], rng: random.Random,
-                   min_per_class: int = 3) -> Split:
-    """Every label cut to the same count (the rarest label's, at most sum(sizes) / labels;
-    labels with fewer than ``min_per_class`` examples dropped), then split per label in the
-    proportions of ``sizes`` (tr, va, te), at least one va and one te example each."""
-    by_label: Dict[str, List[str]] = collections.defaultdict(list)
-    for label, sentence in examples:
-        by_label[label].append(sentence)
-    by_label = {k: v for k, v in by_label.items() if len(v) >= max(min_per_class, 3)}
-    data: Split = {p: [] for p in PARTITIONS}
-    if not by_label:
-        return data
-    per_label = min(min(len(v) for v in by_label.values()), math.ceil(sum(sizes) / len(by_label)))
-    total = sum(sizes)
-    for label in sorted(by_label):
-        sents = by_label[label]
-        rng.shuffle(sents)
-        sents = sents[:per_label]
-        n_va = max(1, round(per_label * sizes[1] / total))
-        n_te = max(1, round(per_label * sizes[2] / total))
-        data["te"] += [(label, s) for s in sents[:n_te]]
-        data["va"] += [(label, s) for s in sents[n_te:n_te + n_va]]
-        data["tr"] += [(label, s) for s in sents[n_te + n_va:]]
-    for p in PARTITIONS:
-        rng.shuffle(data[p])
-    return data
-
-
-def generate_tasks(sentences: Sequence[List[str]], tasks: Sequence[str], sizes: Sequence[int], seed: int = 1,
-                   wc_words: int = 1000, wc_rank_start: int = 2000, min_per_class: int = 10) -> Dict[str, Split]:
-    """SentLen / WC / BShift from tokenized sentences (duplicates removed first, so that no
-    sentence is in two partitions)."""
-    unique = list(dict.fromkeys(tuple(t) for t in sentences if t))
-    out = {}
-    for name in tasks:
-        rng = random.Random(f"{seed}-{name}")
-        if name == "SentLen":
-            examples = sentlen_examples(unique)
-        elif name == "WC":
-            examples = wc_examples(unique, wc_targets(unique, wc_words, wc_rank_start))
-        elif name == "BShift":
-            examples = bshift_examples(unique, rng)
-        else:
-            raise AnalysisError(f"--generate: {name} needs a parser or a language model; give its SentEval file")
-        data = balanced_split(examples, sizes, rng, min_per_class)
-        if len({label for label, _ in data["tr"]}) < 2:
-            raise AnalysisError(f"--corpus: too few sentences for {name} ({len(examples)} usable)")
-        out[name] = data
-    return out
-
-
-# ---------------------------------------------------------------------------------------
-# the model's text pipeline and the frozen encoder
-# ---------------------------------------------------------------------------------------
-
-def primary_encoder(model):
-    """The encoder of the (first) source sentence."""
-    encoder = model.encoder
-    return encoder.encoder_for(0) if hasattr(encoder, "encoder_for") else encoder
-
-
-def encoder_layers(encoder, encoder_out) -> List[torch.Tensor]:
-    """[H^0 (embeddings), H^1, ..., H^L], T x B x C each, every one as the top layer is handed
-    on: through the encoder's final LayerNorm when it has one (pre-norm), so H^L is
-    ``encoder_out``."""
-    states = list(encoder_out.get("encoder_states") or [])
-    if not states:
-        raise AnalysisError("the encoder did not return its layer outputs (encoder_states)")
-    norm = getattr(encoder, "layer_norm", None)
-    return [norm(s) if norm is not None else s for s in states]
-
-
-def resolve_layer(layer: int, num_layers: int, option: str = "--layer") -> int:
-    resolved = layer if layer >= 0 else num_layers + 1 + layer
-    if not 0 <= resolved <= num_layers:
-        raise AnalysisError(f"{option} {layer}: the encoder has layers 0 (embeddings) to {num_layers}")
-    return resolved
-
-
-@torch.no_grad()
-def pooled_features(model, pipeline: TextPipeline, sentences: Sequence[str], layers: Sequence[int],
-                    max_tokens: int = 6000) -> Dict[int, torch.Tensor]:
-    """layer -> N x C: the mean of encoder layer l over each sentence's positions."""
-    encoder = primary_encoder(model)
-    dev = next(model.parameters()).device
-    pad = pipeline.dictionary.pad()
-    ids = [pipeline(s) for s in sentences]
-    order = sorted(range(len(ids)), key=lambda i: ids[i].numel())
-    out = {l: torch.zeros(len(ids), encoder.embed_tokens.embedding_dim) for l in layers}
-    from fairseq.data import data_utils
-
-    start = 0
-    while start < len(order):
-        longest, end = 0, start
-        while end < len(order) and max(longest, ids[order[end]].numel()) * (end - start + 1) <= max_tokens:
-            longest = max(longest, ids[order[end]].numel())
-            end += 1
-        end = max(end, start + 1)
-        batch = [ids[i] for i in order[start:end]]
-        tokens = data_utils.collate_tokens(batch, pad, left_pad=True).to(dev)
-        lengths = torch.tensor([b.numel() for b in batch], device=dev)
-        states = encoder_layers(encoder, encoder(tokens, src_lengths=lengths, return_all_hiddens=True))
-        keep = tokens.ne(pad).t().unsqueeze(-1).float()  # T x B x 1
-        for l in layers:
-            mean = (states[l].float() * keep).sum(0) / keep.sum(0)
-            out[l][torch.tensor(order[start:end])] = mean.cpu()
-        start = end
-    return out
-
-
-# ---------------------------------------------------------------------------------------
-# the probe
-# ---------------------------------------------------------------------------------------
-
-class MLPProbe(nn.Module):
-    """SentEval's MLP: Linear(C, hidden), dropout, sigmoid, Linear(hidden, labels);
-    ``hidden`` 0 is logistic regression."""
-
-    def __init__(self, dim: int, num_labels: int, hidden: int = 200, dropout: float = 0.0):
-        super().__init__()
-        if hidden > 0:
-            self.hidden = nn.Linear(dim, hidden)
-            self.net = nn.Sequential(self.hidden, nn.Dropout(dropout), nn.Sigmoid(), nn.Linear(hidden, num_labels))
-        else:
-            self.hidden = None
-            self.net = nn.Linear(dim, num_labels)
-
-    def forward(self, x):
-        return self.net(x)
-
-
-@torch.no_grad()
-def accuracy(probe: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 4096) -> float:
-    probe.eval()
-    if len(y) == 0:
-        return float("nan")
-    correct = sum(int((probe(x[i:i + batch_size]).argmax(-1) == y[i:i + batch_size]).sum())
-                  for i in range(0, len(y), batch_size))
-    return correct / len(y)
-
-
-def train_probe(x_tr, y_tr, x_va, y_va, num_labels: int, hidden: int = 200, dropout: float = 0.0,
-                l2: float = 1e-4, lr: float = 1e-3, batch_size: int = 512, max_epochs: int = 100,
-                patience: Optional[int] = None, seed: int = 1) -> Tuple[MLPProbe, dict]:
-    """RMSprop on cross-entropy, L2 ``l2`` on the hidden layer's weights, ``max_epochs``
-    epochs; the parameters of the epoch with the best validation accuracy are kept (early
-    stopping), and with ``patience`` training stops after that many epochs without a better
-    one."""
-    gen = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    probe = MLPProbe(x_tr.size(1), num_labels, hidden, dropout)
-    first = probe.hidden if probe.hidden is not None else probe.net
-    rest = [p for n, p in probe.named_parameters() if not any(p is q for q in first.parameters())]
-    groups = [{"params": [first.weight], "weight_decay": l2}, {"params": [first.bias] + rest, "weight_decay": 0.0}]
-    optimizer = torch.optim.RMSprop(groups, lr=lr)
-    best, best_state, best_epoch, epoch = -1.0, None, 0, 0
-    for epoch in range(1, max_epochs + 1):
-        probe.train()
-        perm = torch.randperm(len(y_tr), generator=gen)
-        for i in range(0, len(perm), batch_size):
-            idx = perm[i:i + batch_size]
-            loss = nn.functional.cross_entropy(probe(x_tr[idx]), y_tr[idx])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-        acc = accuracy(probe, x_va, y_va)
-        if acc > best:
-            best, best_epoch = acc, epoch
-            best_state = {k: v.clone() for k, v in probe.state_dict().items()}
-        elif patience and epoch - best_epoch >= patience:
-            break
-    probe.load_state_dict(best_state)
-    return probe, {"valid": best, "epochs": epoch, "best_epoch": best_epoch}
-
-
-def probe_task(features: Dict[str, torch.Tensor], data: Split, report: str = "te", **train_args) -> dict:
-    """Train on tr (labels indexed in sorted order; a label absent from tr counts as an
-    error), early-stop on va, accuracy on ``report``."""
-    labels = sorted({label for label, _ in data["tr"]})
-    index = {label: i for i, label in enumerate(labels)}
-    y = {p: torch.tensor([index.get(label, -1) for label, _ in data[p]], dtype=torch.long) for p in PARTITIONS}
-    probe, info = train_probe(features["tr"], y["tr"], features["va"], y["va"], len(labels), **train_args)
-    majority = collections.Counter(label for label, _ in data["tr"]).most_common(1)[0][0]
-    n = len(data[report])
-    return {"accuracy": accuracy(probe, features[report], y[report]), "valid": info["valid"],
-            "epochs": info["epochs"], "labels": len(labels),
-            "majority": sum(label == majority for label, _ in data[report]) / n if n else float("nan")}
-
-
-# ---------------------------------------------------------------------------------------
-# command
-# ---------------------------------------------------------------------------------------
-
-def load_tasks(args, out: str) -> Dict[str, Split]:
-    tasks: Dict[str, Split] = {}
-    if args.senteval:
-        if not os.path.isdir(args.senteval):
-            raise AnalysisError(f"--senteval {args.senteval}: no such directory")
-        for name, filename, _ in TASKS:
-            path = os.path.join(args.senteval, filename)
-            if os.path.exists(path):
-                tasks[name] = read_senteval(path)
-        if not tasks:
-            raise AnalysisError(f"--senteval {args.senteval}: none of the SentEval probing files "
-                                f"({', '.join(f for _, f, _ in TASKS)})")
-    for spec in args.task or []:
-        name, sep, path = spec.partition("=")
-        if not sep or not path:
-            raise AnalysisError(f"--task {spec}: expected NAME=FILE")
-        if not os.path.exists(path):
-            raise AnalysisError(f"--task {spec}: no such file")
-        tasks[name] = read_senteval(path)
-    if args.corpus:
-        if not os.path.exists(args.corpus):
-            raise AnalysisError(f"--corpus {args.corpus}: no such file")
-        try:  # the source language's Moses rules (English when nothing tells the language)
-            lang = checkpoints.languages(args.checkpoint[0], args.data, args.split)[0]
-        except AnalysisError:
-            lang = "en"
-        tok = (lambda line: unescape_moses(line).split()) if args.corpus_tokenized else \
-            (lambda line, t=recipe_tokenizer(lang, escape=False): t(line).split())
-        lines = data_text.read_lines(args.corpus)
-        if args.corpus_lines:
-            lines = lines[: args.corpus_lines]
-        sentences = [tok(line) for line in lines]
-        wanted = [t for t in args.generate if t not in tasks]
-        generated = generate_tasks(sentences, wanted, args.sizes, args.seed, args.wc_words, args.wc_rank_start,
-                                   args.min_per_class)
-        for name, data in generated.items():
-            write_senteval(data, os.path.join(out, "tasks", dict((n, f) for n, f, _ in TASKS)[name]))
-        tasks.update(generated)
-    if not tasks:
-        raise AnalysisError("no probing task: give --senteval DIR, --task NAME=FILE or --corpus FILE")
-    known = [n for n, _, _ in TASKS]
-    return dict(sorted(tasks.items(), key=lambda kv: known.index(kv[0]) if kv[0] in known else len(known)))
+ANALYSIS = Analysis("probing", "Linguistic probing", "thesis Tables 4.8, 5.5", order=70)
 
 
 def summary_rows(results: Dict[str, Dict[str, dict]], tasks: Dict[str, Split], columns: List[str],
@@ -432,8 +89,11 @@ def summary_rows(results: Dict[str, Dict[str, dict]], tasks: Dict[str, Split], c
     return rows
 
 
-def plot(rows: List[dict], columns: List[str], layer_columns: Dict[str, List[Tuple[int, str]]], path: str):
-    plt = common.pyplot()
+def plot(rows: List[dict], columns: List[str], layer_columns: Dict[str, List[Tuple[int, str]]], path: str,
+         context: Optional[FigureContext] = None):
+    """Accuracy per task and model (bars, the majority label marked), or per layer, one panel
+    per model, when several layers are probed."""
+    plt = pyplot()
     task_rows = [r for r in rows if r["task"] != "#AVG"]
     several_layers = any(len(v) > 1 for v in layer_columns.values())
     if several_layers:
@@ -455,13 +115,13 @@ def plot(rows: List[dict], columns: List[str], layer_columns: Dict[str, List[Tup
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(task_rows))], [r["task"] for r in task_rows])
         ax.set_ylabel("probing accuracy (%)")
         ax.legend(fontsize=7)
-    common.save_figure(fig, path)
+    save_figure(fig, path, context)
     return fig
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser():
     """This command's options (the report reads them to give it only what it takes)."""
-    ap = common.analysis_parser(__doc__)
+    ap = command.parser(__doc__)
     g = ap.add_argument_group("tasks")
     g.add_argument("--senteval", help="SentEval's data/probing directory (any of its ten files)")
     g.add_argument("--task", nargs="+", help="NAME=FILE, a file in SentEval's format")
@@ -488,18 +148,16 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv=None):
-    setup_cli()
-    ap = build_parser()
-    args = ap.parse_args(argv)
+def execute(args, figures: FigureContext):
     report = {"test": "te", "te": "te", "valid": "va", "va": "va"}.get(args.split)
     if report is None:
         raise AnalysisError(f"--split {args.split}: probing reports on the tasks' test (te) or valid (va) sentences")
     tasks = load_tasks(args, args.out)
-    common.note_scale(args, "the probing tasks " + ", ".join(
+    # its figures name the tasks, not the split of --data
+    figures = FigureContext.of(args, "the probing tasks " + ", ".join(
         f"{t} ({len(d['tr']):,}/{len(d['va']):,}/{len(d['te']):,})" for t, d in tasks.items())
         + f", reported on {report}")
-    names = common.names_for(args.checkpoint, args.names)
+    names = names_for(args.checkpoint, args.names)
     results: Dict[str, Dict[str, dict]] = {}
     layer_columns: Dict[str, List[Tuple[int, str]]] = {}
     train_args = dict(hidden=args.hidden, dropout=args.dropout, l2=args.l2, lr=args.lr, batch_size=args.batch_size,
@@ -521,10 +179,13 @@ def main(argv=None):
                       f"{res['epochs']} epochs)", file=sys.stderr)
     columns = [c for cols in layer_columns.values() for _, c in cols]
     rows = summary_rows(results, tasks, columns, report)
-    common.write_table(rows, args.out, "probing", f"Probing accuracy (%) on {report}")
-    plot(rows, columns, layer_columns, os.path.join(args.out, "probing.png"))
+    write_table(rows, args.out, "probing", f"Probing accuracy (%) on {report}")
+    plot(rows, columns, layer_columns, os.path.join(args.out, "probing.png"), figures)
     print(f"written: {args.out}/probing.{{md,csv,json,png}}" + (", tasks/" if args.corpus else ""))
-    return 0
+
+
+def main(argv=None):
+    return command.run(build_parser, execute, argv)
 
 
 if __name__ == "__main__":

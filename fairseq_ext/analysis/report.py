@@ -13,15 +13,17 @@ or collect analyses that were run before (each command's ``--out`` directory)::
 
 Every analysis runs as its own command (``python -m fairseq_ext.analysis.NAME``, the same
 command a user would type) with ``--out OUT/NAME``; the ones that read one checkpoint
-(``SINGLE``) run once per checkpoint, into ``OUT/NAME/<name>``. Each is given only the
+(their ``Analysis.single``) run once per checkpoint, into ``OUT/NAME/<name>``. Each is given only the
 options its own parser accepts (``--names`` and ``--cpu`` are left out where it takes
 none). ``word_order`` gets every checkpoint with its name and pairs each model with its
 counterpart trained without encoder positions from their configurations (``--args
 word_order='--pairs base:base-nopos'`` names the pairs instead). An analysis that needs a
-technique runs on the models that have it, read from their checkpoints' configurations:
-``layer_dependency`` on joint attention over several layers, ``decoders`` on auxiliary
-decoders, ``aif_dependency`` on AIF, ``dc_divergence`` on Dual Contextual layers; its
-section names the models left out and why (none left: a failure). An analysis that fails is
+technique (its ``Analysis.needs``) runs on the models that have it, read from their
+checkpoints' configurations: ``layer_dependency`` on joint attention over several layers,
+``decoders`` on auxiliary decoders, ``aif_dependency`` on AIF, ``dc_divergence`` on Dual
+Contextual layers; its section names the models left out and why (none left: a failure).
+The analyses, their titles and their page order come from
+:mod:`fairseq_ext.analysis.registry`. An analysis that fails is
 reported on the page with its error and the others still run (the exit status is then 1).
 The page holds every table an analysis wrote (its ``NAME.json`` rows), every PNG (base64,
 so the one file can be sent on), the command that produced each directory
@@ -29,268 +31,83 @@ so the one file can be sent on), the command that produced each directory
 (fairseq_ext version, torch, fairseq, date). Nothing on the page is loaded from elsewhere.
 """
 import argparse
-import base64
-import datetime
 import functools
-import html
-import importlib
-import json
 import os
 import shlex
 import subprocess
 import sys
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from fairseq_ext.common import checkpoints, data_text
+from fairseq_ext.analysis import AnalysisError, registry
+from fairseq_ext.analysis.figures import names_for
+from fairseq_ext.analysis.report_page import collect, models_html, section_html, write_page
+from fairseq_ext.common import checkpoints
 from fairseq_ext.common.cli import setup_cli
-from fairseq_ext.analysis import common
-from fairseq_ext.analysis.common import AnalysisError
-
-# name -> (title, where in the papers); the order is the page's order
-ANALYSES: Dict[str, Tuple[str, str]] = {
-    "length_buckets": ("BLEU by source length", "thesis 3.5.1 / 4.5.1 / 5.6.4, MLMHA 7.1, MMA 5.2"),
-    "attention_stats": ("Encoder self-attention distance and entropy", "thesis 3.5.3, MLMHA 7.3 (Eq. 13-16)"),
-    "layer_dependency": ("Encoder-layer dependency (layer masking)", "thesis Table 3.5, MLMHA Table 7"),
-    "decoders": ("Main and auxiliary decoders", "thesis Table 4.7"),
-    "aif_dependency": ("AIF dependency", "thesis 4.5.5 (Eq. 4.4-4.7)"),
-    "dc_divergence": ("DC divergence", "thesis 5.6.2 (Fig. 5.4)"),
-    "probing": ("Linguistic probing", "thesis Tables 4.8, 5.5"),
-    "word_translation": ("Word-translation accuracy per layer", "Xu et al. 2020, Sec. 2-3, Tables 1, 3, 5"),
-    "translate_from_layer": ("Translating from an encoder layer", "Xu et al. 2020, Table 2"),
-    "attention_maps": ("Attention of one sentence", "MMA Fig. 3, multi-source Fig. 2 / App. A"),
-    "word_order": ("Word-order sensitivity", "MMA Table 3"),
-}
-# analyses whose --checkpoint takes one checkpoint: run once per checkpoint
-SINGLE = {"word_translation", "translate_from_layer", "aif_dependency", "attention_maps"}
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-STYLE = """
-body { font-family: system-ui, sans-serif; max-width: 70em; margin: 2em auto; padding: 0 1em; color: #222; }
-h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
-h3 { font-size: 1.05em; margin-top: 1.5em; }
-table { border-collapse: collapse; margin: .5em 0 1em; font-size: .9em; }
-th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: right; }
-th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
-pre { background: #f6f6f6; padding: .6em; overflow-x: auto; font-size: .85em; white-space: pre-wrap; }
-img { max-width: 100%; border: 1px solid #eee; margin: .3em 0 1em; }
-.failed { color: #a00; } .ref { color: #666; font-size: .9em; } .note { color: #555; font-style: italic; }
-nav a { margin-right: 1em; }
-"""
-
-
-def _cell(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) < 1e-2 and value != 0 else f"{value:.2f}"
-    return "–" if value is None else str(value)
-
-
-def html_table(rows: List[dict]) -> str:
-    """``rows`` (a table an analysis wrote as JSON) as an HTML table, every value escaped."""
-    columns: List[str] = []
-    for row in rows:
-        columns += [c for c in row if c not in columns]
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c)))}</td>" for c in columns) + "</tr>"
-                   for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _title_of(md_path: str) -> Optional[str]:
-    try:
-        with open(md_path, encoding="utf-8") as f:
-            first = f.readline().strip()
-    except OSError:
-        return None
-    return first[4:] if first.startswith("### ") else None
-
-
-def collect(directory: str) -> dict:
-    """What an analysis wrote in ``directory`` (recursively): its tables (a ``.json`` list of
-    rows beside a ``.md`` of the same stem), its PNG figures and its command."""
-    tables, figures, commands = [], [], []
-    for root, dirs, files in os.walk(directory):
-        dirs.sort()
-        for name in sorted(files):
-            path = os.path.join(root, name)
-            rel = os.path.relpath(path, directory)
-            stem, ext = os.path.splitext(name)
-            if ext == ".json" and stem + ".md" in files:
-                with open(path, encoding="utf-8") as f:
-                    rows = json.load(f)
-                if isinstance(rows, list) and all(isinstance(r, dict) for r in rows):
-                    tables.append({"name": rel, "title": _title_of(os.path.join(root, stem + ".md")) or stem,
-                                   "rows": rows})
-            elif ext == ".png":
-                with open(path, "rb") as f:
-                    data = f.read()
-                if data.startswith(PNG_MAGIC):
-                    figures.append({"name": rel, "png": data})
-            elif name == "command.txt":
-                with open(path, encoding="utf-8") as f:
-                    commands.append(f.read().strip())
-    return {"tables": tables, "figures": figures, "commands": commands}
-
-
-def section_html(anchor: str, title: str, reference: str, directory: str, found: dict,
-                 error: Optional[str] = None, note: str = "") -> str:
-    parts = [f'<h2 id="{html.escape(anchor)}">{html.escape(title)}</h2>']
-    if reference:
-        parts.append(f'<p class="ref">{html.escape(reference)} · <code>{html.escape(directory)}</code></p>')
-    if note:
-        parts.append(f'<p class="note">{html.escape(note)}</p>')
-    for command in found["commands"]:
-        parts.append(f"<pre>{html.escape(command)}</pre>")
-    if error:
-        parts.append(f'<p class="failed">failed:</p><pre class="failed">{html.escape(error)}</pre>')
-    for table in found["tables"]:
-        parts.append(f"<h3>{html.escape(table['title'])} <span class=\"ref\">({html.escape(table['name'])})"
-                     f"</span></h3>{html_table(table['rows'])}")
-    for fig in found["figures"]:
-        data = base64.b64encode(fig["png"]).decode("ascii")
-        parts.append(f"<h3>{html.escape(fig['name'])}</h3>"
-                     f'<img alt="{html.escape(fig["name"])}" src="data:image/png;base64,{data}">')
-    if not (found["tables"] or found["figures"] or error):
-        parts.append("<p>(no table or figure in this directory)</p>")
-    return "\n".join(parts)
-
-
-def package_version() -> str:
-    """The installed fairseq_ext's version (the package, wherever it is installed), or
-    "unknown" when it runs from a directory that was never installed."""
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version("fairseq_ext")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def environment() -> List[Tuple[str, str]]:
-    import fairseq
-    import torch
-
-    return [("date", datetime.datetime.now().isoformat(timespec="seconds")), ("fairseq_ext", package_version()),
-            ("torch", torch.__version__), ("fairseq", fairseq.__version__),
-            ("command", " ".join(shlex.quote(a) for a in ["python", "-m", "fairseq_ext.analysis.report",
-                                                          *sys.argv[1:]]))]
-
-
-def write_page(sections: List[str], titles: List[Tuple[str, str]], path: str, heading: str,
-               models: str = "") -> str:
-    env = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in environment())
-    nav = "".join(f'<a href="#{html.escape(a)}">{html.escape(t)}</a>' for a, t in titles)
-    page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(heading)}</title>"
-            f"<style>{STYLE}</style></head><body>\n<h1>{html.escape(heading)}</h1>\n<nav>{nav}</nav>\n"
-            f"<table>{env}</table>\n" + (models + "\n" if models else "") + "\n".join(sections)
-            + "\n</body></html>\n")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(page)
-    return path
-
-
-def models_html(checkpoints: Sequence[str], names: Sequence[str], data: str, split: str) -> str:
-    """The page's account of what was analysed: one row per model (its shape, technique,
-    parameters, updates) and the data (the test set, its size, the training pairs)."""
-    rows = []
-    for checkpoint, name in zip(checkpoints, names):
-        try:
-            about = checkpoints.describe_row(checkpoint)
-        except Exception as e:  # a checkpoint that cannot be read fails its analyses; the page still says which
-            about = {"layers": f"unreadable: {e}"}
-        rows.append({"model": name, **about, "checkpoint": checkpoint})
-    env = data_text.read_prep_env(data) if data else {}
-    said = [os.path.basename(os.path.normpath(data)) + f", split {split}"]
-    if env.get("test_set") and split == "test":
-        said.append(f"test set {env['test_set']}" + (f" ({int(env['test_pairs']):,} sentences)"
-                                                         if env.get("test_pairs", "").isdigit() else ""))
-    if env.get("train_pairs", "").isdigit():
-        said.append(f"{int(env['train_pairs']):,} training pairs")
-    if env.get("src") and env.get("tgt"):
-        said.append(f"{env['src']}→{env['tgt']}")
-    return ('<h2 id="models">The models</h2>\n'
-            f'<p>Data: {html.escape("; ".join(said))}. Each section shows the command that made it, with '
-            'its decoding settings and BLEU flavour.</p>\n' + html_table(rows))
-
-
-@functools.lru_cache(maxsize=None)
-def parser_of(name: str) -> argparse.ArgumentParser:
-    """The command-line parser of analysis ``name`` (its ``build_parser``), so the options are
-    the command's own, not a list kept here."""
-    module = importlib.import_module(f"fairseq_ext.analysis.{name}")
-    if not hasattr(module, "build_parser"):
-        raise AnalysisError(f"fairseq_ext.analysis.{name} has no build_parser()")
-    return module.build_parser()
-
-
-def analysis_options(name: str) -> Set[str]:
-    """The option strings (``--checkpoint``, ``--names``, ...) analysis ``name`` accepts."""
-    return set(parser_of(name)._option_string_actions)
-
+from fairseq_ext.models.multilayer_transformer_config import MultilayerOptions
 
 # the report's options every analysis must take; the others (--names, --cpu) only name the
 # checkpoints or choose the device, so an analysis that takes neither still analyses the same
 REQUIRED_OPTIONS = ("--checkpoint", "--data", "--split", "--out")
 
 
-def analysis_commands(name: str, checkpoints: Sequence[str], names: Sequence[str], data: str, split: str,
+def analysis_options(name: str) -> Set[str]:
+    """The option strings (``--checkpoint``, ``--names``, ...) analysis ``name`` accepts: its
+    own parser's, not a list kept here."""
+    return registry.get(name).option_strings()
+
+
+def analysis_commands(name: str, paths: Sequence[str], names: Sequence[str], data: str, split: str,
                       out: str, cpu: bool, extra: Sequence[str]) -> List[Tuple[List[str], str]]:
-    """[(argv, output directory)] of ``name`` on the checkpoints, with only the options the
-    analysis accepts (:func:`analysis_options`): ``--names`` and ``--cpu`` are left out where
-    it takes none; one that takes no ``--checkpoint``, ``--data``, ``--split`` or ``--out``
-    is an AnalysisError."""
+    """[(argv, output directory)] of ``name`` on the checkpoints ``paths``, with only the
+    options the analysis accepts (:func:`analysis_options`): ``--names`` and ``--cpu`` are
+    left out where it takes none; one that takes no ``--checkpoint``, ``--data``, ``--split``
+    or ``--out`` is an AnalysisError."""
+    analysis = registry.get(name)
     accepted = analysis_options(name)
     missing = [o for o in REQUIRED_OPTIONS if o not in accepted]
     if missing:
-        raise AnalysisError(f"fairseq_ext.analysis.{name} takes no {', '.join(missing)}: the report cannot run it")
+        raise AnalysisError(f"{analysis.module} takes no {', '.join(missing)}: the report cannot run it")
 
     def given(option: str, *values: str) -> List[str]:
         return [option, *values] if option in accepted else []
 
-    base = [sys.executable, "-m", f"fairseq_ext.analysis.{name}"]
+    base = [sys.executable, "-m", analysis.module]
     tail = ["--data", data, "--split", split] + (given("--cpu") if cpu else []) + list(extra)
     target = os.path.join(out, name)
-    if name in SINGLE:
+    if analysis.single:
         return [(base + ["--checkpoint", c, *given("--names", n), "--out", os.path.join(target, n)] + tail,
-                 os.path.join(target, n)) for c, n in zip(checkpoints, names)]
-    return [(base + ["--checkpoint", *checkpoints, *given("--names", *names), "--out", target] + tail, target)]
+                 os.path.join(target, n)) for c, n in zip(paths, names)]
+    return [(base + ["--checkpoint", *paths, *given("--names", *names), "--out", target] + tail, target)]
 
 
-# What an analysis needs of a model, read from the configuration saved in its checkpoint:
-# (test of the model configuration, what the model lacks when the test fails). The analyses
-# not named here analyse every model.
-NEEDS = {
-    "layer_dependency": (lambda c: getattr(c, "joint_attention", "none") not in (None, "none") and (
-        getattr(c, "joint_attention", "") == "transparent" or int(getattr(c, "joint_attention_layers", 1) or 1) > 1),
-                         "its decoder reads one encoder layer (no --joint-attention over several layers)"),
-    "decoders": (lambda c: bool(str(getattr(c, "aux_decoder_layers", "") or "").strip()),
-                 "it has no auxiliary decoder (--aux-decoder-layers)"),
-    "aif_dependency": (lambda c: bool(getattr(c, "aux_fusion", False)),
-                       "it has no Auxiliary Information Fusion (--aux-fusion)"),
-    "dc_divergence": (lambda c: "dc" in str(getattr(c, "encoder_self_attention", "") or "").replace(",", " ").split(),
-                      "its encoder has no Dual Contextual layer (--encoder-self-attention dc)"),
-}
+def _has(analysis: registry.Analysis, options_of: Callable[[str], MultilayerOptions], checkpoint: str) -> bool:
+    try:
+        options = options_of(checkpoint)
+    except AttributeError:  # a model of fairseq's own architectures has none of the plugin's techniques
+        return False
+    return analysis.applies_to(options)
 
 
-def applicable(name: str, checkpoints: Sequence[str], names: Sequence[str],
-               config_of: Optional[Callable[[str], object]] = None) -> Tuple[List[str], List[str], str]:
-    """(checkpoints, names) of the models ``name`` can analyse, and a sentence naming the
-    others and what they lack ("" when it analyses all of them). A report over a baseline and
-    the techniques runs layer masking on the joint-attention models only, the auxiliary
-    decoders' analyses on the MS models only, and says so on the page. ``config_of``: a
-    checkpoint's model configuration (default: read from the file)."""
-    if name not in NEEDS:
-        return list(checkpoints), list(names), ""
-    test, lack = NEEDS[name]
-    config_of = config_of or (lambda c: checkpoints.checkpoint_config(c, "model"))
+def applicable(name: str, paths: Sequence[str], names: Sequence[str],
+               options_of: Optional[Callable[[str], MultilayerOptions]] = None) -> Tuple[List[str], List[str], str]:
+    """(checkpoints, names) of the models ``name`` can analyse (its ``Analysis.needs`` of
+    each model's typed options), and a sentence naming the others and what they lack ("" when
+    it analyses all of them). A report over a baseline and the techniques runs layer masking
+    on the joint-attention models only, the auxiliary decoders' analyses on the MS models
+    only, and says so on the page. ``options_of``: a checkpoint's options (default: read from
+    the file)."""
+    analysis = registry.get(name)
+    if analysis.needs is None:
+        return list(paths), list(names), ""
+    options_of = options_of or checkpoints.options
     kept, kept_names, left = [], [], []
-    for checkpoint, n in zip(checkpoints, names):
-        if test(config_of(checkpoint)):
+    for checkpoint, n in zip(paths, names):
+        if _has(analysis, options_of, checkpoint):
             kept.append(checkpoint)
             kept_names.append(n)
         else:
             left.append(n)
-    note = f"not run on {', '.join(left)}: {lack}" if left else ""
+    note = f"not run on {', '.join(left)}: {analysis.lacks}" if left else ""
     return kept, kept_names, note
 
 
@@ -312,20 +129,21 @@ def run_analysis(argv: List[str], out: str) -> Optional[str]:
 
 
 def parse_extra(values: Sequence[str]) -> Dict[str, List[str]]:
+    known = registry.analyses()
     extra: Dict[str, List[str]] = {}
     for value in values or []:
         name, sep, args = value.partition("=")
-        if not sep or name not in ANALYSES:
-            raise AnalysisError(f"--args {value!r}: expected NAME=ARGS with NAME one of {', '.join(ANALYSES)}")
+        if not sep or name not in known:
+            raise AnalysisError(f"--args {value!r}: expected NAME=ARGS with NAME one of {', '.join(known)}")
         extra.setdefault(name, []).extend(shlex.split(args))
     return extra
 
 
-def main(argv=None):
-    setup_cli()
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--run", nargs="+", choices=list(ANALYSES), help="analyses to run (page order: as listed)")
+    ap.add_argument("--run", nargs="+", choices=list(registry.analyses()),
+                    help="analyses to run (page order: as listed)")
     ap.add_argument("--checkpoint", nargs="+",
                     help="checkpoint(s) for --run (with --from alone: the models the page describes)")
     ap.add_argument("--names", nargs="+", help="a name per checkpoint")
@@ -338,7 +156,12 @@ def main(argv=None):
                     help="output directories of analyses run before, added to the page")
     ap.add_argument("--title", default="fairseq_ext analysis report")
     ap.add_argument("--out", required=True, help="directory of report.html (and of the analyses run here)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None):
+    setup_cli()
+    args = build_parser().parse_args(argv)
     if not args.run and not args.from_dirs:
         raise AnalysisError("nothing to report: give --run NAME... (with --checkpoint and --data) or --from DIR...")
     if args.run and (not args.checkpoint or not args.data):
@@ -347,11 +170,12 @@ def main(argv=None):
         if not os.path.isdir(d):
             raise AnalysisError(f"--from {d}: not a directory")
     extra = parse_extra(args.args)
-    names = common.names_for(args.checkpoint, args.names) if args.checkpoint else []
+    names = names_for(args.checkpoint, args.names) if args.checkpoint else []
+    known = registry.analyses()
 
     sections, titles, failed = [], [], 0
     # each checkpoint read once for all the analyses that ask what it has
-    config_of = functools.lru_cache(maxsize=None)(lambda c: checkpoints.checkpoint_config(c, "model"))
+    options_of = functools.lru_cache(maxsize=None)(lambda c: checkpoints.options(c))
 
     def add(out: str, title: str, reference: str, error: Optional[str], note: str = ""):
         anchor = os.path.relpath(out, args.out).replace(os.sep, "-")
@@ -360,29 +184,33 @@ def main(argv=None):
         titles.append((anchor, title))
 
     for name in args.run or []:
-        title, reference = ANALYSES[name]
+        analysis = known[name]
         try:
-            checkpoints, chosen, note = applicable(name, args.checkpoint, names, config_of)
-            if not checkpoints:
+            chosen, chosen_names, note = applicable(name, args.checkpoint, names, options_of)
+            if not chosen:
                 raise AnalysisError(f"no model to analyse: {note}")
-            commands = analysis_commands(name, checkpoints, chosen, args.data, args.split, args.out, args.cpu,
+            commands = analysis_commands(name, chosen, chosen_names, args.data, args.split, args.out, args.cpu,
                                          extra.get(name, []))
         except AnalysisError as e:  # on the page like an analysis that failed; the others still run
             failed += 1
-            add(os.path.join(args.out, name), title, reference, str(e))
+            add(os.path.join(args.out, name), analysis.title, analysis.reference, str(e))
             continue
         if note:
             print(f"{name}: {note}", flush=True)
         for command, out in commands:
             error = run_analysis(command, out)
             failed += error is not None
-            add(out, title + (f": {os.path.basename(out)}" if name in SINGLE else ""), reference, error, note)
+            add(out, analysis.title + (f": {os.path.basename(out)}" if analysis.single else ""), analysis.reference,
+                error, note)
     for d in args.from_dirs:
         found = collect(d)
-        module = next((n for n in ANALYSES if any(f"fairseq_ext.analysis.{n} " in c + " " for c in found["commands"])),
-                      None)
-        title, reference = ANALYSES[module] if module else (os.path.basename(os.path.abspath(d)), "")
-        if module in SINGLE:  # one directory per model: the title names it, as for --run
+        analysis = next((a for a in known.values() if any(f"{a.module} " in c + " " for c in found["commands"])),
+                        None)
+        if analysis is None:
+            title, reference = os.path.basename(os.path.abspath(d)), ""
+        else:
+            title, reference = analysis.title, analysis.reference
+        if analysis is not None and analysis.single:  # one directory per model: the title names it, as for --run
             title += f": {os.path.basename(os.path.abspath(d))}"
         anchor = f"from-{len(titles)}"
         sections.append(section_html(anchor, title, reference, d, found))

@@ -25,33 +25,32 @@ Writes translate_from_layer.{md,csv,json} (Table 2 layout), translate_from_layer
 and BLEU per layer, FULL dashed) and the hypotheses of every layer, OUT/hyp.layer<l>.bpe and
 OUT/hyp.full.bpe, with OUT/ref.bpe.
 """
-import argparse
 import os
 import sys
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 from fairseq import utils
+from fairseq.dataclass.configs import GenerationConfig
+from sacrebleu.metrics import BLEU
 
+from fairseq_ext.analysis import command
+from fairseq_ext.analysis.batches import batches, to_device
+from fairseq_ext.analysis.encoder_features import layer_outputs, primary_encoder
+from fairseq_ext.analysis.figures import FigureContext, layer_axes, pyplot, save_figure
+from fairseq_ext.analysis.registry import Analysis
+from fairseq_ext.analysis.tables import write_table
+from fairseq_ext.analysis.translation_probe_training import (add_training_arguments, load_for_training,
+                                                             load_projections, save_projections, train_from_args)
+from fairseq_ext.analysis.translation_probes import probe_names
 from fairseq_ext.common import checkpoints
-from fairseq_ext.common.cli import setup_cli
-from fairseq_ext.analysis import common
-from fairseq_ext.analysis.probing import encoder_layers, primary_encoder
-from fairseq_ext.analysis.word_translation import (
-    add_training_arguments,
-    build_probes,
-    load_for_training,
-    load_projections,
-    probe_names,
-    save_projections,
-    train_probes,
-)
+
+ANALYSIS = Analysis("translate_from_layer", "Translating from an encoder layer", "Xu et al. 2020, Table 2",
+                    single=True, order=90)
 
 
 def bleu_scores(hypotheses: Sequence[str], references: Sequence[str]) -> Dict[str, float]:
     """BLEU-1 and BLEU (sacreBLEU, no tokenization, lowercased) of BPE strings."""
-    from sacrebleu.metrics import BLEU
-
     refs = [list(references)]
     bleu1 = BLEU(tokenize="none", lowercase=True, max_ngram_order=1, force=True).corpus_score(list(hypotheses), refs)
     bleu = BLEU(tokenize="none", lowercase=True, force=True).corpus_score(list(hypotheses), refs)
@@ -74,10 +73,10 @@ def layer_translations(model, task, split: str, probes, layers: Sequence[int], m
     out["ref"] = {}
     encoder = primary_encoder(model)
     special = [tgt_dict.pad(), tgt_dict.eos(), tgt_dict.bos()]
-    for sample in common.batches(task, split, max_tokens, max_sentences):
-        sample = common.to_device(sample, dev)
+    for sample in batches(task, split, max_tokens, max_sentences):
+        sample = to_device(sample, dev)
         net = {k: v for k, v in sample["net_input"].items() if k != "prev_output_tokens"}
-        states = encoder_layers(encoder, model.encoder(**net, return_all_hiddens=True))
+        states = layer_outputs(encoder, model.encoder(**net, return_all_hiddens=True))
         src = sample["net_input"]["src_tokens"]
         source_token = src.ne(src_dict.pad()) & src.ne(src_dict.eos())  # B x S
         ids = sample["id"].tolist()
@@ -96,13 +95,11 @@ def layer_translations(model, task, split: str, probes, layers: Sequence[int], m
 def full_translations(model, task, split: str, beam: int = 4, lenpen: float = 1.0, max_tokens: int = 4000,
                       max_sentences=None) -> List[str]:
     """The whole model's beam-search hypotheses (BPE units), in sentence-id order."""
-    from fairseq.dataclass.configs import GenerationConfig
-
     generator = task.build_generator([model], GenerationConfig(beam=beam, lenpen=lenpen))
     dev = next(model.parameters()).device
     hyps: Dict[int, str] = {}
-    for sample in common.batches(task, split, max_tokens, max_sentences):
-        sample = common.to_device(sample, dev)
+    for sample in batches(task, split, max_tokens, max_sentences):
+        sample = to_device(sample, dev)
         for i, hypos in zip(sample["id"].tolist(), task.inference_step(generator, [model], sample)):
             hyps[i] = token_string(task.target_dictionary, hypos[0]["tokens"])
     return [hyps[i] for i in sorted(hyps)]
@@ -119,8 +116,8 @@ def table_rows(scores: Dict[str, Dict[str, float]], layers: Sequence[int]) -> Li
     return rows
 
 
-def plot(rows: List[dict], path: str):
-    plt = common.pyplot()
+def plot(rows: List[dict], path: str, context: Optional[FigureContext] = None):
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
     layer_rows = [r for r in rows if r["layer"] != "FULL"]
     full = [r for r in rows if r["layer"] == "FULL"]
@@ -128,28 +125,21 @@ def plot(rows: List[dict], path: str):
         ax.plot([r["layer"] for r in layer_rows], [r[key] for r in layer_rows], "o-", color=f"C{k}", label=key)
         if full:
             ax.axhline(full[0][key], color=f"C{k}", linestyle="--", label=f"{key} FULL")
-    ax.set_xlabel("encoder layer (0 = embeddings)")
-    common.integer_ticks(ax.xaxis)
-    ax.set_ylabel("score (BPE, lowercased)")
-    ax.legend(fontsize=8)
-    common.save_figure(fig, path)
+    layer_axes(ax, "encoder layer (0 = embeddings)", "score (BPE, lowercased)", legend=8)
+    save_figure(fig, path, context)
     return fig
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser():
     """This command's options (the report reads them to give it only what it takes)."""
-    ap = common.analysis_parser(__doc__, several=False)
+    ap = command.parser(__doc__, several=False, max_sentences=True)
     ap.add_argument("--projections", help="projections.pt written by word_translation (default: train them here)")
-    ap.add_argument("--beam", type=int, default=4, help="beam of the FULL row (0: no FULL row)")
-    ap.add_argument("--lenpen", type=float, default=1.0)
+    command.search_arguments(ap, beam=4, beam_help="beam of the FULL row (0: no FULL row)", lenpen=True)
     add_training_arguments(ap)
     return ap
 
 
-def main(argv=None):
-    setup_cli()
-    ap = build_parser()
-    args = ap.parse_args(argv)
+def execute(args, figures: FigureContext):
     if args.projections:
         model, task = checkpoints.load_model(args.checkpoint, args.data, split=args.split, cpu=args.cpu)
     else:
@@ -160,11 +150,7 @@ def main(argv=None):
     if args.projections:
         probes = load_projections(model, args.projections, names)
     else:
-        probes = build_probes(model, names)
-        train_probes(model, task, probes, args.train_split, args.valid_split, lr=args.lr, max_epoch=args.max_epoch,
-                     max_update=args.max_update, validate_interval=args.validate_interval,
-                     max_tokens=args.max_tokens, max_train_sentences=args.max_train_sentences,
-                     max_valid_sentences=args.max_valid_sentences, seed=args.seed)
+        probes = train_from_args(model, task, names, args)
         save_projections(probes, os.path.join(args.out, "projections.pt"), args.checkpoint)
     probes.eval()
     texts = layer_translations(model, task, args.split, probes, layers, args.max_tokens, args.max_sentences)
@@ -178,12 +164,15 @@ def main(argv=None):
             f.writelines(line + "\n" for line in lines)
     scores = {k: bleu_scores(v, texts["ref"]) for k, v in texts.items() if k != "ref"}
     rows = table_rows(scores, layers)
-    common.write_table(rows, args.out, "translate_from_layer",
-                       f"Translating from encoder layers ({args.split}, BPE, lowercased)")
-    plot(rows, os.path.join(args.out, "translate_from_layer.png"))
+    write_table(rows, args.out, "translate_from_layer",
+                f"Translating from encoder layers ({args.split}, BPE, lowercased)")
+    plot(rows, os.path.join(args.out, "translate_from_layer.png"), figures)
     print(f"written: {args.out}/translate_from_layer.{{md,csv,json,png}}, hyp.*.bpe, ref.bpe "
           f"({len(texts['ref'])} sentences)")
-    return 0
+
+
+def main(argv=None):
+    return command.run(build_parser, execute, argv)
 
 
 if __name__ == "__main__":

@@ -47,10 +47,16 @@ import shlex
 import sys
 from typing import Dict, List, Optional
 
-from fairseq_ext.common import checkpoints, data_text
-from fairseq_ext.common.cli import setup_cli
-from fairseq_ext.analysis import common
+from fairseq.models import ARCH_MODEL_REGISTRY
 
+from fairseq_ext.analysis import AnalysisError, command, decoding
+from fairseq_ext.analysis.figures import FigureContext, names_for, pyplot, save_figure
+from fairseq_ext.analysis.registry import Analysis
+from fairseq_ext.analysis.tables import write_table
+from fairseq_ext.common import checkpoints
+from fairseq_ext.tools.significance import paired_significance
+
+ANALYSIS = Analysis("word_order", "Word-order sensitivity", "MMA Table 3", order=110)
 logger = logging.getLogger(__name__)
 
 
@@ -90,15 +96,10 @@ def architecture(model_cfg) -> Dict[str, object]:
     model class's ``add_args`` defines, as the configuration holds them (training settings
     such as the learning rate or the save directory are not model options). Two checkpoints
     with equal ones are counterparts."""
-    import argparse
-
-    import fairseq_ext  # noqa: F401  (registers the plugin's models)
-    from fairseq.models import ARCH_MODEL_REGISTRY
-
     arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
     model_class = ARCH_MODEL_REGISTRY.get(arch)
     if model_class is None:
-        raise common.AnalysisError(f"architecture {arch!r} of a checkpoint is not registered with fairseq")
+        raise AnalysisError(f"architecture {arch!r} of a checkpoint is not registered with fairseq")
     parser = argparse.ArgumentParser(add_help=False)
     model_class.add_args(parser)
     options = set(vars(parser.parse_args([]))) - POSITION_OPTIONS - RUNTIME_OPTIONS
@@ -119,31 +120,31 @@ def _given_pairs(checkpoints: List[str], names: Optional[List[str]], pairs: Opti
     """The pairs the user named: --pairs WITH:WITHOUT, else checkpoints that share a --names
     name (checkpoint indices)."""
     if pairs:
-        known = common.names_for(checkpoints, names)
+        known = names_for(checkpoints, names)
         if len(set(known)) != len(known):
-            raise common.AnalysisError("--pairs refers to checkpoints by name: give each checkpoint its own "
-                                       f"--names (now: {' '.join(known)})")
+            raise AnalysisError("--pairs refers to checkpoints by name: give each checkpoint its own "
+                                f"--names (now: {' '.join(known)})")
         index = {name: i for i, name in enumerate(known)}
         groups: List[List[int]] = []
         for spec in pairs:
             with_name, sep, without_name = spec.partition(":")
             for name in (with_name, without_name) if sep else ():
                 if name not in index:
-                    raise common.AnalysisError(f"--pairs {spec}: no checkpoint is named {name!r} "
-                                               f"(the names: {', '.join(known)})")
+                    raise AnalysisError(f"--pairs {spec}: no checkpoint is named {name!r} "
+                                        f"(the names: {', '.join(known)})")
             if not sep:
-                raise common.AnalysisError(f"--pairs {spec}: expected WITH:WITHOUT, the names of a checkpoint with "
-                                           f"encoder positions and of one without (the names: {', '.join(known)})")
+                raise AnalysisError(f"--pairs {spec}: expected WITH:WITHOUT, the names of a checkpoint with "
+                                    f"encoder positions and of one without (the names: {', '.join(known)})")
             i, j = index[with_name], index[without_name]
             if sides[i] != "pos":
-                raise common.AnalysisError(f"--pairs {spec}: {with_name} ({checkpoints[i]}) has no encoder positions "
-                                           "(its configuration); name the model with positions first")
+                raise AnalysisError(f"--pairs {spec}: {with_name} ({checkpoints[i]}) has no encoder positions "
+                                    "(its configuration); name the model with positions first")
             if sides[j] != "nopos":
-                raise common.AnalysisError(f"--pairs {spec}: {without_name} ({checkpoints[j]}) has encoder positions "
-                                           "(its configuration); the second name is the model trained without")
+                raise AnalysisError(f"--pairs {spec}: {without_name} ({checkpoints[j]}) has encoder positions "
+                                    "(its configuration); the second name is the model trained without")
             for k in (i, j):
                 if any(k in g for g in groups):
-                    raise common.AnalysisError(f"--pairs {spec}: {known[k]} is in two pairs")
+                    raise AnalysisError(f"--pairs {spec}: {known[k]} is in two pairs")
             groups.append([i, j])
         return groups
     shared: Dict[str, List[int]] = {}
@@ -157,7 +158,7 @@ def _given_pairs(checkpoints: List[str], names: Optional[List[str]], pairs: Opti
         for i in members:
             side = sides[i]
             if side in seen:
-                raise common.AnalysisError(
+                raise AnalysisError(
                     f"--checkpoint: {checkpoints[seen[side]]} and {checkpoints[i]} are both {system!r} "
                     f"{'without' if side == 'nopos' else 'with'} encoder positions (by their configurations); "
                     f"give each system one checkpoint with and one trained with --no-encoder-positional-embeddings "
@@ -178,7 +179,7 @@ def _pairs_by_architecture(indices: List[int], checkpoints: List[str], configs: 
     for i in indices:
         if len(match[i]) > 1:
             kind = ("without", "with") if sides[i] == "nopos" else ("with", "without")
-            raise common.AnalysisError(
+            raise AnalysisError(
                 f"--checkpoint: {checkpoints[i]} ({kind[0]} encoder positions) has {len(match[i])} counterparts of its "
                 f"architecture {kind[1]} encoder positions: {', '.join(checkpoints[j] for j in match[i])}; say which "
                 "pairs with --pairs WITH:WITHOUT (checkpoint names)")
@@ -204,7 +205,7 @@ def pair_checkpoints(checkpoints: List[str], names: Optional[List[str]] = None,
     ("WITH:WITHOUT" checkpoint names), checkpoints sharing a name in ``names``, then the
     configurations (:func:`architecture`)."""
     if names and len(names) != len(checkpoints):
-        raise common.AnalysisError(f"--names: {len(names)} names for {len(checkpoints)} checkpoints")
+        raise AnalysisError(f"--names: {len(names)} names for {len(checkpoints)} checkpoints")
     configs = [checkpoint_config(c) for c in checkpoints]
     sides = [_side(cfg) for cfg in configs]
     groups = _given_pairs(checkpoints, names, pairs, sides)
@@ -216,7 +217,7 @@ def pair_checkpoints(checkpoints: List[str], names: Optional[List[str]] = None,
     heads = [next((i for i in g if sides[i] == "pos"), g[0]) for g in groups]
     labels = [names[i] if names else system_name(configs[i]) for i in heads]
     if len(set(labels)) < len(labels):  # systems named from configurations: the directory tells them apart
-        directories = common.names_for(checkpoints, None)
+        directories = names_for(checkpoints, None)
         labels = [f"{label} ({directories[i]})" if labels.count(label) > 1 else label
                   for label, i in zip(labels, heads)]
     systems: Dict[str, Dict[str, dict]] = {}
@@ -233,19 +234,16 @@ def _slug(name: str) -> str:
 def word_order_rows(systems: Dict[str, Dict[str, dict]], data: str, split: str, out: str, generate_args=(),
                     flavour: Optional[str] = None, samples: int = 1000, cpu: bool = False,
                     marks: str = "mma", src: Optional[str] = None, tgt: Optional[str] = None) -> List[dict]:
-    from fairseq_ext.tools.significance import paired_significance
-
     evals = {}
     for system, sides in systems.items():
         for side, entry in sides.items():
-            evals[system, side] = common.evaluate(entry["checkpoint"], data, split,
-                                                  os.path.join(out, _slug(system), side),
-                                                  generate_args=generate_args, cpu=cpu, src=src, tgt=tgt)
-    flavour = flavour or next(iter(evals.values()))["headline"]
-    level = "tok" if flavour.startswith("tok") else "detok"
+            evals[system, side] = decoding.evaluate(entry["checkpoint"], data, split,
+                                                    os.path.join(out, _slug(system), side),
+                                                    generate_args=generate_args, cpu=cpu, src=src, tgt=tgt)
     first = next(iter(evals.values()))
-    refs = data_text.read_lines(os.path.join(first["dir"], f"ref.{level}"))
-    hyps = {key: data_text.read_lines(os.path.join(e["dir"], f"hyp.{level}")) for key, e in evals.items()}
+    flavour = flavour or first["headline"]
+    refs = decoding.lines(first, flavour, "ref")
+    hyps = {key: decoding.lines(e, flavour) for key, e in evals.items()}
 
     def compare(base_key, other_key):
         sig = paired_significance(refs, hyps[base_key], {"other": hyps[other_key]}, flavour=flavour,
@@ -280,11 +278,11 @@ def word_order_rows(systems: Dict[str, Dict[str, dict]], data: str, split: str, 
     return rows
 
 
-def plot(rows: List[dict], path: str):
+def plot(rows: List[dict], path: str, context: Optional[FigureContext] = None):
     """Grouped bars: per system, BLEU with and without encoder positions (the drop written
     above the pair); a checkpoint without counterpart is a hollow, hatched bar marked
     "alone", with no drop."""
-    plt = common.pyplot()
+    plt = pyplot()
     systems = list(dict.fromkeys(r["model"] for r in rows))
     paired = {s for s in systems if sum(r["model"] == s for r in rows) == 2}
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(systems), 3.5))
@@ -318,29 +316,22 @@ def plot(rows: List[dict], path: str):
     ax.set_ylabel(f"BLEU ({rows[0]['flavour']})" if rows else "BLEU")
     ax.margins(y=0.2)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never over one
-    common.save_figure(fig, path)
+    save_figure(fig, path, context)
     return fig
 
 
 def build_parser() -> argparse.ArgumentParser:
     """This command's options (the report reads them to give it only what it takes)."""
-    ap = common.analysis_parser(__doc__)
-    ap.add_argument("--generate-args", default="", help="fairseq-generate flags, e.g. '--beam 5'")
-    ap.add_argument("--flavour", help="BLEU flavour (default: the one evaluate.sh reports for the data)")
-    ap.add_argument("--samples", type=int, default=1000, help="paired bootstrap samples")
-    ap.add_argument("--marks", default="mma", help="significance marks: thesis, mma or wt")
+    ap = command.parser(__doc__)
+    command.evaluation_arguments(ap, marks="mma")
     ap.add_argument("--pairs", nargs="+", metavar="WITH:WITHOUT",
                     help="counterparts by checkpoint name (--names, default: the checkpoint's directory): the model "
                          "with encoder positions, then the one trained without (default: pairs of checkpoints that "
                          "share a --names name, then of the same architecture by their configurations)")
-    common.language_arguments(ap)
     return ap
 
 
-def main(argv=None):
-    setup_cli()
-    ap = build_parser()
-    args = ap.parse_args(argv)
+def execute(args, figures: FigureContext):
     systems = pair_checkpoints(args.checkpoint, args.names, args.pairs)
     for system, sides in systems.items():
         kind = "pair" if len(sides) == 2 else "alone"
@@ -349,10 +340,13 @@ def main(argv=None):
                   "(its configuration)")
     rows = word_order_rows(systems, args.data, args.split, args.out, shlex.split(args.generate_args), args.flavour,
                            args.samples, args.cpu, args.marks, args.src, args.tgt)
-    common.write_table(rows, args.out, "word_order",
-                       "Word order: BLEU with and without the encoder's positional embedding (MMA paper Table 3)")
-    plot(rows, os.path.join(args.out, "word_order.png"))
-    return 0
+    write_table(rows, args.out, "word_order",
+                "Word order: BLEU with and without the encoder's positional embedding (MMA paper Table 3)")
+    plot(rows, os.path.join(args.out, "word_order.png"), figures)
+
+
+def main(argv=None):
+    return command.run(build_parser, execute, argv)
 
 
 if __name__ == "__main__":

@@ -42,385 +42,22 @@ accuracy), word_translation.png (accuracy per layer: encoder, decoder, -self, -c
 projections.pt (every trained projection and w; ``translate_from_layer --projections``
 reads it).
 """
-import argparse
-import contextlib
 import os
 import sys
-import time
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Dict, List, Optional
 
-import torch
-import torch.nn as nn
+from fairseq_ext.analysis import command
+from fairseq_ext.analysis.encoder_features import primary_encoder
+from fairseq_ext.analysis.figures import FigureContext, layer_axes, pyplot, save_figure
+from fairseq_ext.analysis.registry import Analysis
+from fairseq_ext.analysis.tables import write_table
+from fairseq_ext.analysis.translation_probe_training import (add_training_arguments, evaluate_probes,
+                                                             load_for_training, save_projections, train_from_args)
+from fairseq_ext.analysis.translation_probes import PARTS, decoder_layers, probe_names
 
-from fairseq_ext.common import checkpoints
-from fairseq_ext.common.cli import setup_cli
-from fairseq_ext.analysis import common
-from fairseq_ext.analysis.common import AnalysisError
-from fairseq_ext.analysis.probing import encoder_layers, primary_encoder
+ANALYSIS = Analysis("word_translation", "Word-translation accuracy per layer",
+                    "Xu et al. 2020, Sec. 2-3, Tables 1, 3, 5", single=True, order=80)
 
-PARTS = ("encoder", "decoder", "self", "cross")
-SUBLAYER = {"self": "self_attn", "cross": "encoder_attn"}
-
-
-# ---------------------------------------------------------------------------------------
-# equations
-# ---------------------------------------------------------------------------------------
-
-def merged_alignment(attentions: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """Eq. 1-2: A = sum_i softmax(w)_i A_i. ``attentions`` B x K x T x S (K = decoder
-    layers x heads, layer-major), ``w`` K; returns B x T x S."""
-    p = torch.softmax(w.float(), dim=0)
-    return torch.einsum("k,bkts->bts", p, attentions.float())
-
-
-def target_side(alignment: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
-    """Eq. 3: T_E = A^T x E (A source x target) = alignment (B x T x S) @ states (B x S x C)."""
-    return torch.bmm(alignment, states.float())
-
-
-class LayerProbe(nn.Module):
-    """The trained part of one analysed layer: a linear projection without bias into the
-    classifier's input space (identity at the start when square), and, for an encoder
-    layer, the alignment weights w (one per decoder layer x head, zero: uniform p)."""
-
-    def __init__(self, dim_in: int, dim_out: int, alignment_size: Optional[int] = None):
-        super().__init__()
-        self.projection = nn.Linear(dim_in, dim_out, bias=False)
-        if dim_in == dim_out:
-            nn.init.eye_(self.projection.weight)
-        else:
-            nn.init.xavier_uniform_(self.projection.weight)
-        self.w = nn.Parameter(torch.zeros(alignment_size)) if alignment_size else None
-
-    def forward(self, features: torch.Tensor, attentions: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """B x T x C (decoder) or B x S x C with B x K x T x S attentions (encoder) -> B x T x C'."""
-        if self.w is not None:
-            features = target_side(merged_alignment(attentions, self.w), features)
-        return self.projection(features)
-
-
-# ---------------------------------------------------------------------------------------
-# the frozen model's layers
-# ---------------------------------------------------------------------------------------
-
-class _Stop(Exception):
-    pass
-
-
-def decoder_layers(model):
-    layers = getattr(model.decoder, "layers", None)
-    if layers is None:
-        raise AnalysisError("the model's decoder has no layers to analyse")
-    return layers
-
-
-def classifier_input(decoder, state: torch.Tensor) -> torch.Tensor:
-    """A decoder layer's output (T x B x C) as the decoder hands its last one to the
-    classifier: final LayerNorm (pre-norm), B x T x C, project_out_dim."""
-    if getattr(decoder, "layer_norm", None) is not None:
-        state = decoder.layer_norm(state)
-    state = state.transpose(0, 1)
-    if getattr(decoder, "project_out_dim", None) is not None:
-        state = decoder.project_out_dim(state)
-    return state
-
-
-@contextlib.contextmanager
-def capture_cross_attention(model):
-    """``records[i]``: decoder layer i's cross-attention weights of every head, B x H x T x S
-    (one tensor per decoder call), from the model's own forward (a pre-hook asks the
-    sublayer for per-head weights)."""
-    records: List[List[torch.Tensor]] = [[] for _ in decoder_layers(model)]
-    handles = []
-    for i, layer in enumerate(decoder_layers(model)):
-        attn = getattr(layer, "encoder_attn", None)
-        if attn is None:
-            raise AnalysisError("the decoder has no cross-attention: encoder layers cannot be aligned (--parts)")
-
-        def pre(module, args, kwargs):
-            kwargs["need_weights"] = True
-            kwargs["need_head_weights"] = True
-            return args, kwargs
-
-        def post(module, args, kwargs, output, i=i):
-            records[i].append(output[1].transpose(0, 1))
-
-        handles.append(attn.register_forward_pre_hook(pre, with_kwargs=True))
-        handles.append(attn.register_forward_hook(post, with_kwargs=True))
-    try:
-        yield records
-    finally:
-        for h in handles:
-            h.remove()
-
-
-@contextlib.contextmanager
-def bypass(layer, sublayer: str):
-    """Inside: ``layer``'s ``sublayer`` ("self_attn" | "encoder_attn") outputs zeros, so the
-    layer keeps only the residual path around it."""
-    def zero(module, args, output):
-        return (torch.zeros_like(output[0]),) + tuple(output[1:])
-
-    handle = getattr(layer, sublayer).register_forward_hook(zero)
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
-def layer_output(model, layer_index: int, prev_output_tokens, encoder_out, sublayer: Optional[str] = None):
-    """Decoder layer ``layer_index`` (0-based)'s output, T x B x C, from the model's own
-    forward (stopped there), with ``sublayer`` bypassed if given."""
-    layer = decoder_layers(model)[layer_index]
-    captured = {}
-
-    def stop(module, args, output):
-        captured["x"] = output[0]
-        raise _Stop
-
-    handle = layer.register_forward_hook(stop)
-    try:
-        with bypass(layer, sublayer) if sublayer else contextlib.nullcontext():
-            model.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=True)
-    except _Stop:
-        pass
-    finally:
-        handle.remove()
-    return captured["x"]
-
-
-def probe_names(num_encoder_layers: int, num_decoder_layers: int, parts: Sequence[str]) -> List[str]:
-    names = []
-    if "encoder" in parts:
-        names += [f"enc{l}" for l in range(num_encoder_layers + 1)]
-    if "decoder" in parts:
-        names += [f"dec{l}" for l in range(num_decoder_layers + 1)]
-    for part in ("self", "cross"):
-        if part in parts:
-            names += [f"dec{l}-{part}" for l in range(1, num_decoder_layers + 1)]
-    return names
-
-
-@torch.no_grad()
-def frozen_features(model, sample, names: Sequence[str]) -> Dict[str, object]:
-    """What the probes read for one batch: ``enc<l>`` -> B x S x C, ``attn`` -> B x K x T x S,
-    ``dec<l>[-self|-cross]`` -> B x T x C, and ``model`` -> the model's own logits input."""
-    net = {k: v for k, v in sample["net_input"].items() if k != "prev_output_tokens"}
-    prev = sample["net_input"]["prev_output_tokens"]
-    encoder_out = model.encoder(**net, return_all_hiddens=True)
-    want_enc = any(n.startswith("enc") for n in names)
-    out: Dict[str, object] = {}
-    with capture_cross_attention(model) if want_enc else contextlib.nullcontext() as records:
-        x, extra = model.decoder(prev, encoder_out=encoder_out, features_only=True)
-    out["model"] = x
-    if want_enc:
-        if hasattr(model.encoder, "encoder_for"):
-            raise AnalysisError("--parts encoder: a multi-source model's cross-attention reads several sources; "
-                                "analyse its decoder layers (--parts decoder self cross)")
-        states = encoder_layers(primary_encoder(model), encoder_out)
-        attn = torch.cat([r[0] for r in records], dim=1)  # B x (M H) x T x S, layer-major
-        if attn.size(-1) != states[0].size(0):
-            raise AnalysisError("--parts encoder: the cross-attention is not over the source positions "
-                                f"({attn.size(-1)} keys for {states[0].size(0)} source tokens)")
-        out["attn"] = attn
-        for l, s in enumerate(states):
-            if f"enc{l}" in names:
-                out[f"enc{l}"] = s.transpose(0, 1)
-    inner = extra["inner_states"]
-    for l, s in enumerate(inner):
-        if f"dec{l}" in names:
-            out[f"dec{l}"] = classifier_input(model.decoder, s)
-    for part, sublayer in SUBLAYER.items():
-        for l in range(1, len(inner)):
-            if f"dec{l}-{part}" in names:
-                h = layer_output(model, l - 1, prev, encoder_out, sublayer)
-                out[f"dec{l}-{part}"] = classifier_input(model.decoder, h)
-    return out
-
-
-def probe_logits(model, probe: LayerProbe, name: str, features: Dict[str, object]) -> torch.Tensor:
-    if name.startswith("enc"):
-        return model.decoder.output_layer(probe(features[name], features["attn"]))
-    return model.decoder.output_layer(probe(features[name]))
-
-
-def build_probes(model, names: Sequence[str]) -> nn.ModuleDict:
-    encoder, decoder = primary_encoder(model), model.decoder
-    dim_out = decoder.output_embed_dim
-    heads = sum(getattr(layer.encoder_attn, "num_heads", 0) for layer in decoder_layers(model)
-                if getattr(layer, "encoder_attn", None) is not None)
-    probes = nn.ModuleDict()
-    for name in names:
-        if name.startswith("enc"):
-            probes[name] = LayerProbe(encoder.embed_tokens.embedding_dim, dim_out, alignment_size=heads)
-        else:
-            probes[name] = LayerProbe(dim_out, dim_out)
-    dev = next(model.parameters()).device
-    return probes.to(dev)
-
-
-# ---------------------------------------------------------------------------------------
-# data, evaluation, training
-# ---------------------------------------------------------------------------------------
-
-def training_batches(task, split: str, max_tokens: int, epoch: int, seed: int,
-                     max_sentences: Optional[int] = None) -> Iterator[dict]:
-    """Shuffled batches of ``split`` (fairseq's order for ``epoch``), only the sentences with
-    ids below ``max_sentences`` when given."""
-    itr = task.get_batch_iterator(dataset=task.dataset(split), max_tokens=max_tokens, ignore_invalid_inputs=False,
-                                  required_batch_size_multiple=1, seed=seed, epoch=epoch).next_epoch_itr(shuffle=True)
-    for sample in itr:
-        if not sample:
-            continue
-        if max_sentences is not None:
-            keep = sample["id"] < max_sentences
-            if not keep.any():
-                continue
-            if not keep.all():
-                sample = common._select(sample, keep)
-        yield sample
-
-
-@torch.no_grad()
-def evaluate_probes(model, task, split: str, probes: nn.ModuleDict, max_tokens: int = 4000,
-                    max_sentences: Optional[int] = None) -> Dict[str, dict]:
-    """name -> {"correct", "total", "accuracy"} over ``split``; ``model``: the model's own
-    teacher-forced argmax accuracy."""
-    dev = next(model.parameters()).device
-    pad = task.target_dictionary.pad()
-    counts = {name: [0, 0] for name in [*probes, "model"]}
-    probes.eval()
-    for sample in common.batches(task, split, max_tokens, max_sentences):
-        sample = common.to_device(sample, dev)
-        feats = frozen_features(model, sample, list(probes))
-        target = sample["target"]
-        mask = target.ne(pad)
-        for name in counts:
-            logits = model.decoder.output_layer(feats["model"]) if name == "model" else \
-                probe_logits(model, probes[name], name, feats)
-            counts[name][0] += int((logits.argmax(-1).eq(target) & mask).sum())
-            counts[name][1] += int(mask.sum())
-    return {name: {"correct": c, "total": n, "accuracy": c / n if n else float("nan")}
-            for name, (c, n) in counts.items()}
-
-
-def train_probes(model, task, probes: nn.ModuleDict, train_split: str, valid_split: str, lr: float = 1e-3,
-                 max_epoch: int = 3, max_update: Optional[int] = None, validate_interval: int = 1000,
-                 max_tokens: int = 4000, max_train_sentences: Optional[int] = None,
-                 max_valid_sentences: Optional[int] = None, seed: int = 1, log=sys.stderr) -> Dict[str, float]:
-    """Adam on the cross-entropy of each probe (projections and w only; the model is
-    frozen); every probe keeps its parameters of its best validation accuracy. Returns
-    name -> best validation accuracy."""
-    for p in model.parameters():
-        p.requires_grad_(False)
-    torch.manual_seed(seed)
-    dev = next(model.parameters()).device
-    pad = task.target_dictionary.pad()
-    optimizer = torch.optim.Adam(probes.parameters(), lr=lr)
-    best = {name: -1.0 for name in probes}
-    best_state = {name: {k: v.clone() for k, v in probes[name].state_dict().items()} for name in probes}
-
-    def validate(tag):
-        scores = evaluate_probes(model, task, valid_split, probes, max_tokens, max_valid_sentences)
-        for name in probes:
-            if scores[name]["accuracy"] > best[name]:
-                best[name] = scores[name]["accuracy"]
-                best_state[name] = {k: v.clone() for k, v in probes[name].state_dict().items()}
-        summary = " ".join(f"{n}={100 * scores[n]['accuracy']:.1f}" for n in probes)
-        print(f"[word_translation] {tag}: valid accuracy {summary}", file=log)
-
-    updates, start = 0, time.time()
-    validate("before training")
-    for epoch in range(1, max_epoch + 1):
-        for sample in training_batches(task, train_split, max_tokens, epoch, seed, max_train_sentences):
-            probes.train()
-            sample = common.to_device(sample, dev)
-            feats = frozen_features(model, sample, list(probes))
-            target = sample["target"]
-            ntokens = int(target.ne(pad).sum())
-            optimizer.zero_grad()
-            for name, probe in probes.items():
-                logits = probe_logits(model, probe, name, feats)
-                loss = nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)), target.reshape(-1),
-                                                   ignore_index=pad, reduction="sum") / max(ntokens, 1)
-                loss.backward()
-            optimizer.step()
-            updates += 1
-            if validate_interval and updates % validate_interval == 0:
-                validate(f"epoch {epoch}, update {updates} ({time.time() - start:.0f}s)")
-            if max_update and updates >= max_update:
-                break
-        if not (validate_interval and updates % validate_interval == 0):
-            validate(f"end of epoch {epoch}, update {updates} ({time.time() - start:.0f}s)")
-        if max_update and updates >= max_update:
-            break
-    for name in probes:
-        probes[name].load_state_dict(best_state[name])
-    return best
-
-
-def add_training_arguments(ap):
-    g = ap.add_argument_group("training the projections")
-    g.add_argument("--train-split", default="train")
-    g.add_argument("--valid-split", default="valid")
-    g.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate")
-    g.add_argument("--max-epoch", type=int, default=3)
-    g.add_argument("--max-update", type=int, help="stop after N updates")
-    g.add_argument("--validate-interval", type=int, default=1000, help="validate every N updates (and every epoch)")
-    g.add_argument("--max-tokens", type=int, default=4000)
-    g.add_argument("--max-train-sentences", type=int, help="train on the sentences with ids below N")
-    g.add_argument("--max-valid-sentences", type=int, help="validate on the sentences with ids below N")
-    g.add_argument("--max-sentences", type=int, help="report on the --split sentences with ids below N")
-    g.add_argument("--seed", type=int, default=1)
-    return ap
-
-
-def load_for_training(args):
-    model, task = checkpoints.load_model(args.checkpoint, args.data, cpu=args.cpu)
-    for split in {args.train_split, args.valid_split, args.split}:
-        task.load_dataset(split)
-    return model, task
-
-
-def train_from_args(model, task, names, args) -> nn.ModuleDict:
-    probes = build_probes(model, names)
-    train_probes(model, task, probes, args.train_split, args.valid_split, lr=args.lr, max_epoch=args.max_epoch,
-                 max_update=args.max_update, validate_interval=args.validate_interval, max_tokens=args.max_tokens,
-                 max_train_sentences=args.max_train_sentences, max_valid_sentences=args.max_valid_sentences,
-                 seed=args.seed)
-    return probes
-
-
-def save_projections(probes: nn.ModuleDict, path: str, checkpoint: str) -> None:
-    from fairseq_ext.guards.checkpoint_safety import save_atomically
-
-    save_atomically({"checkpoint": os.path.abspath(checkpoint),
-                     "probes": {name: {k: v.cpu() for k, v in p.state_dict().items()} for name, p in probes.items()}},
-                    path)
-
-
-def load_projections(model, path: str, names: Sequence[str]) -> nn.ModuleDict:
-    from fairseq_ext.guards.checkpoint_safety import load_checkpoint_state
-
-    if not os.path.exists(path):
-        raise AnalysisError(f"--projections {path}: no such file")
-    state = load_checkpoint_state(path)
-    missing = [n for n in names if n not in state.get("probes", {})]
-    if missing:
-        raise AnalysisError(f"--projections {path}: no trained projection for {', '.join(missing)}")
-    probes = build_probes(model, names)
-    for name in names:
-        try:
-            probes[name].load_state_dict(state["probes"][name])
-        except RuntimeError as e:
-            raise AnalysisError(f"--projections {path}: {name} does not fit this model "
-                                f"({str(e).splitlines()[-1].strip()})") from None
-    return probes
-
-
-# ---------------------------------------------------------------------------------------
-# tables and figure
-# ---------------------------------------------------------------------------------------
 
 def table_rows(scores: Dict[str, dict], num_encoder_layers: int, num_decoder_layers: int) -> List[dict]:
     """Tables 1 / 5: per layer, accuracy (%) and its delta."""
@@ -445,35 +82,37 @@ def table_rows(scores: Dict[str, dict], num_encoder_layers: int, num_decoder_lay
     return rows
 
 
-def plot(rows: List[dict], model_accuracy: float, path: str):
-    plt = common.pyplot()
+def last_layer_rows(scores: Dict[str, dict], num_decoder_layers: int) -> List[dict]:
+    """Table 3: the last decoder layer through its projection vs the model itself."""
+    last = f"dec{num_decoder_layers}"
+    return [{"approach": f"analysis of decoder layer {num_decoder_layers}",
+             "accuracy": round(100 * scores[last]["accuracy"], 2) if last in scores else None},
+            {"approach": "the model (no projection)", "accuracy": round(100 * scores["model"]["accuracy"], 2)}]
+
+
+def plot(rows: List[dict], model_accuracy: float, path: str, context: Optional[FigureContext] = None):
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.8))
     for key, style in (("encoder", "o-"), ("decoder", "s-"), ("-self attention", "v--"), ("-cross attention", "^--")):
         pts = [(r["layer"], r[key]) for r in rows if r[key] is not None]
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=key)
     ax.axhline(100 * model_accuracy, color="gray", linestyle=":", label="model (no projection)")
-    ax.set_xlabel("layer (0 = embeddings)")
-    common.integer_ticks(ax.xaxis)
-    ax.set_ylabel("word translation accuracy (%)")
-    ax.legend(fontsize=8)
-    common.save_figure(fig, path)
+    layer_axes(ax, "layer (0 = embeddings)", "word translation accuracy (%)", legend=8)
+    save_figure(fig, path, context)
     return fig
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser():
     """This command's options (the report reads them to give it only what it takes)."""
-    ap = common.analysis_parser(__doc__, several=False)
+    ap = command.parser(__doc__, several=False, max_sentences=True)
     ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS),
                     help="encoder layers, decoder layers, decoder layers without self- / cross-attention")
     add_training_arguments(ap)
     return ap
 
 
-def main(argv=None):
-    setup_cli()
-    ap = build_parser()
-    args = ap.parse_args(argv)
+def execute(args, figures: FigureContext):
     model, task = load_for_training(args)
     num_enc, num_dec = len(primary_encoder(model).layers), len(decoder_layers(model))
     names = probe_names(num_enc, num_dec, args.parts)
@@ -481,15 +120,16 @@ def main(argv=None):
     save_projections(probes, os.path.join(args.out, "projections.pt"), args.checkpoint)
     scores = evaluate_probes(model, task, args.split, probes, args.max_tokens, args.max_sentences)
     rows = table_rows(scores, num_enc, num_dec)
-    common.write_table(rows, args.out, "word_translation", f"Word translation accuracy (%) on {args.split}")
-    last = [{"approach": f"analysis of decoder layer {num_dec}",
-             "accuracy": round(100 * scores[f"dec{num_dec}"]["accuracy"], 2) if f"dec{num_dec}" in scores else None},
-            {"approach": "the model (no projection)", "accuracy": round(100 * scores["model"]["accuracy"], 2)}]
-    common.write_table(last, args.out, "last_layer", "The last decoder layer through the projection vs the model")
-    plot(rows, scores["model"]["accuracy"], os.path.join(args.out, "word_translation.png"))
-    print(f"written: {args.out}/word_translation.{{md,csv,json,png}}, last_layer.*, projections.pt "
-          f"({scores['model']['total']} target tokens)")
-    return 0
+    write_table(rows, args.out, "word_translation", f"Word translation accuracy (%) on {args.split}")
+    write_table(last_layer_rows(scores, num_dec), args.out, "last_layer",
+                "The last decoder layer through the projection vs the model")
+    plot(rows, scores["model"]["accuracy"], os.path.join(args.out, "word_translation.png"), figures)
+    written = "word_translation.{md,csv,json,png}, last_layer.*, projections.pt"
+    print(f"written: {args.out}/{written} ({scores['model']['total']} target tokens)")
+
+
+def main(argv=None):
+    return command.run(build_parser, execute, argv)
 
 
 if __name__ == "__main__":

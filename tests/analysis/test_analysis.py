@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from fairseq_ext.common import checkpoints
-from fairseq_ext.analysis import attention_stats, common, decoders, layer_dependency, length_buckets
+from fairseq_ext.analysis import AnalysisError, attention_stats, decoders, layer_dependency, length_buckets
+from fairseq_ext.analysis.batches import batches
+from fairseq_ext.analysis.capture import capture_self_attention
 from model_utils import make_tiny_parallel_data, train_tiny
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -65,10 +67,10 @@ def test_captured_weights_are_the_models_own_attention(tiny_models, name):
     inputs = {}
     hooks = [layer.register_forward_pre_hook(lambda m, a, k, i=i: inputs.__setitem__(i, (a, k)), with_kwargs=True)
              for i, layer in enumerate(model.encoder.layers)]
-    sample = next(iter(common.batches(task, "valid")))
+    sample = next(iter(batches(task, "valid")))
     net = sample["net_input"]
     with torch.no_grad():
-        with common.capture_self_attention(model) as records:
+        with capture_self_attention(model) as records:
             model.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
         for h in hooks:
             h.remove()
@@ -110,13 +112,25 @@ def test_attention_stats_command(tiny_models, tmp_path):
     for table in ("per_head", "per_layer"):
         assert "over all keys j, d = |i - j|: bin, valid (30 sentences)" in (tmp_path / f"{table}.md").read_text()
     assert len([r for r in per_head if r["model"] == "std"]) == 2 * 2  # 2 layers x 2 heads
-    # the command's numbers equal a direct computation over the whole split
+    # the command's numbers equal a direct computation over the whole split: head 2 of layer 1,
+    # sentence by sentence on its own tokens (padding cut away), d = |i - j| (Eq. 13, 15)
     model, task = checkpoints.load_model(ckpts["std"], bin_dir, split="valid", cpu=True)
-    totals = attention_stats.collect(model, task, "valid", span="all", cpu=True)
-    layer0 = totals["global"][0]
-    expected = (layer0["distance"] / layer0["weight"])[1].item()
+    distance = weight = entropy = tokens = 0.0
+    for sample in batches(task, "valid"):
+        net = sample["net_input"]
+        with torch.no_grad(), capture_self_attention(model) as records:
+            model.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
+        for b, real in enumerate(net["src_tokens"].ne(task.source_dictionary.pad())):
+            w = records[0]["global"][0][b, 1][real][:, real].double()  # n x n
+            n = w.size(0)
+            d = (torch.arange(n)[:, None] - torch.arange(n)[None, :]).abs().double()
+            distance += float((w * d).sum())
+            weight += float(w.sum())
+            entropy += float(-(w * torch.log(w.clamp(min=1e-30))).sum())
+            tokens += n
     row = next(r for r in per_head if r["model"] == "std" and r["layer"] == 1 and r["head"] == 2)
-    assert row["distance"] == pytest.approx(expected, abs=1e-4)
+    assert row["distance"] == pytest.approx(distance / weight, abs=1e-4)
+    assert row["entropy"] == pytest.approx(entropy / tokens, abs=1e-4)
     for png in ("heatmaps_std.png", "heatmaps_dc.png", "layers.png"):
         assert (tmp_path / png).read_bytes()[:8] == PNG_MAGIC
     rows = attention_stats.per_layer(per_head)
@@ -150,34 +164,51 @@ def test_bucket_bleu_equals_sacrebleu_on_the_subset():
 
 # ---- layer masking and decoders (through evaluate.sh) ----------------------------------------
 
+def bleu_by_hand(checkpoint, bin_dir, overrides, flavour):
+    """The BLEU of ``checkpoint`` with the model overrides ``overrides`` on the valid split,
+    decoded here with fairseq's own generator (beam 2, output length at most 8, as
+    fairseq-generate would) and scored by sacreBLEU against the split's references."""
+    from fairseq.dataclass.configs import GenerationConfig
+
+    from fairseq_ext.tools.significance import bleu_metric
+
+    model, task = checkpoints.load_model(checkpoint, bin_dir, split="valid", overrides=overrides, cpu=True)
+    generator = task.build_generator([model], GenerationConfig(beam=2, max_len_b=8))
+    dataset, tgt_dict = task.dataset("valid"), task.target_dictionary
+    hyps = {}
+    with torch.no_grad():
+        for sample in batches(task, "valid"):
+            for i, hypos in zip(sample["id"].tolist(), task.inference_step(generator, [model], sample)):
+                hyps[i] = tgt_dict.string(hypos[0]["tokens"])
+    refs = [tgt_dict.string(dataset[i]["target"]) for i in range(len(dataset))]
+    return bleu_metric(flavour).corpus_score([hyps[i] for i in range(len(dataset))], [refs]).score
+
+
 @pytest.mark.slow
 def test_layer_dependency_and_decoders_commands(tiny_models, tmp_path):
-    """Masking f^i through the command equals evaluate.sh with --model-overrides
-    "{'mask_source_layer': i}" run by hand; the auxiliary decoder's BLEU equals evaluate.sh
-    with decode_from aux1; significance from the same files."""
+    """Masking f^i through the command equals a decoding with the model built with
+    mask_source_layer i, done by hand; the auxiliary decoder's BLEU equals a decoding of the
+    model with decode_from aux1; significance from the same files."""
     bin_dir, ckpts = tiny_models
     layer_dependency.main(["--checkpoint", ckpts["m00ms"], "--names", "m00", "--data", bin_dir, "--split", "valid",
                            "--out", str(tmp_path / "mask"), "--cpu", "--samples", "50", "--generate-args",
                            "--beam 2 --max-len-b 8"])
     rows = json.loads((tmp_path / "mask" / "masking.json").read_text())
     assert [r["masked layer"] for r in rows] == ["none", "f^1", "f^2"]
-    by_hand = common.evaluate(ckpts["m00ms"], bin_dir, "valid", str(tmp_path / "hand"),
-                              overrides={"mask_source_layer": 2}, generate_args=["--beam", "2", "--max-len-b", "8"],
-                              cpu=True)
-    assert rows[2]["BLEU"] == pytest.approx(by_hand["bleu"][rows[2]["flavour"]], abs=0.01)
+    by_hand = bleu_by_hand(ckpts["m00ms"], bin_dir, {"mask_source_layer": 2}, rows[2]["flavour"])
+    assert rows[2]["BLEU"] == pytest.approx(by_hand, abs=0.01)
     assert rows[2]["delta"] == pytest.approx(rows[2]["BLEU"] - rows[0]["BLEU"], abs=0.011)
     assert (tmp_path / "mask" / "masking.png").read_bytes()[:8] == PNG_MAGIC
     decoders.main(["--checkpoint", ckpts["m00ms"], "--names", "m00", "--data", bin_dir, "--split", "valid",
                    "--out", str(tmp_path / "dec"), "--cpu", "--samples", "50", "--generate-args", "--beam 2 --max-len-b 8"])
     drows = json.loads((tmp_path / "dec" / "decoders.json").read_text())
     assert [r["decoder"] for r in drows] == ["main", "aux1"] and drows[1]["reads encoder layer"] == 1
-    aux = common.evaluate(ckpts["m00ms"], bin_dir, "valid", str(tmp_path / "aux"), overrides={"decode_from": "aux1"},
-                          generate_args=["--beam", "2", "--max-len-b", "8"], cpu=True)
-    assert drows[1]["BLEU"] == pytest.approx(aux["bleu"][drows[1]["flavour"]], abs=0.01)
-    with pytest.raises(common.AnalysisError, match="no auxiliary decoder"):
+    aux = bleu_by_hand(ckpts["m00ms"], bin_dir, {"decode_from": "aux1"}, drows[1]["flavour"])
+    assert drows[1]["BLEU"] == pytest.approx(aux, abs=0.01)
+    with pytest.raises(AnalysisError, match="no auxiliary decoder"):
         decoders.main(["--checkpoint", ckpts["std"], "--data", bin_dir, "--split", "valid", "--out",
                        str(tmp_path / "x"), "--cpu"])
-    with pytest.raises(common.AnalysisError, match="there is no layer to mask"):
+    with pytest.raises(AnalysisError, match="there is no layer to mask"):
         layer_dependency.main(["--checkpoint", ckpts["std"], "--data", bin_dir, "--split", "valid", "--out",
                                str(tmp_path / "y"), "--cpu"])
 
@@ -207,8 +238,8 @@ def test_dc_divergence_command_equals_a_direct_computation(tiny_models, tmp_path
     assert [r["layer"] for r in rows] == [1, 2]
     model, task = checkpoints.load_model(ckpts["dc"], bin_dir, split="valid", cpu=True)
     total, count = 0.0, 0
-    with torch.no_grad(), common.capture_self_attention(model) as records:
-        for sample in common.batches(task, "valid"):
+    with torch.no_grad(), capture_self_attention(model) as records:
+        for sample in batches(task, "valid"):
             for r in records.values():
                 r["global"].clear(), r["local"].clear()
             net = sample["net_input"]
@@ -226,6 +257,6 @@ def test_dc_divergence_command_equals_a_direct_computation(tiny_models, tmp_path
     assert json.loads((tmp_path / "summary.json").read_text())[0]["Ed"] == pytest.approx(
         (rows[0]["JS"] + rows[1]["JS"]) / 2, abs=1e-5)
     assert (tmp_path / "dc_divergence.png").read_bytes()[:8] == PNG_MAGIC
-    with pytest.raises(common.AnalysisError, match="no Dual Contextual layer"):
+    with pytest.raises(AnalysisError, match="no Dual Contextual layer"):
         dc_divergence.main(["--checkpoint", ckpts["std"], "--data", bin_dir, "--split", "valid", "--out",
                             str(tmp_path / "x"), "--cpu"])

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fairseq_ext.common import checkpoints
-from fairseq_ext.analysis import aif_dependency, common
+from fairseq_ext.analysis import AnalysisError, aif_dependency
 from model_utils import SMALL, build, make_tiny_parallel_data, random_batch, train_tiny
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -79,7 +79,7 @@ def test_ind_decoder_is_a_copy_with_zero_aif_weights():
 @pytest.mark.parametrize("flags", [(), ("--aux-decoder-layers", "1")], ids=["no-aux", "aux-without-fusion"])
 def test_a_model_without_aif_is_refused(flags):
     model, _ = build("multilayer_transformer", *SMALL, *flags)
-    with pytest.raises(common.AnalysisError, match="--aux-fusion"):
+    with pytest.raises(AnalysisError, match="--aux-fusion"):
         aif_dependency.ind_decoder(model)
 
 

@@ -9,7 +9,10 @@ import torch
 import torch.nn.functional as F
 
 from fairseq_ext.common import checkpoints
-from fairseq_ext.analysis import attention_maps, attention_stats, common, word_order
+from fairseq_ext.analysis import (AnalysisError, attention_layers, attention_maps, attention_stats, decoding, figures,
+                                  map_figures, sentence_maps, word_order)
+from fairseq_ext.analysis.batches import batches
+from fairseq_ext.analysis.capture import capture_cross_attention
 from fixed_decodings import fixed_decodings
 from model_utils import make_tiny_parallel_data, train_tiny
 
@@ -36,8 +39,8 @@ def tiny_models(tmp_path_factory):
 
 def one_sentence(ckpt, bin_dir, sentence=3):
     model, task = checkpoints.load_model(ckpt, bin_dir, split="test", cpu=True)
-    sample = attention_maps.sentence_sample(task, "test", sentence, None)
-    target = attention_maps.translate(model, task, sample, beam=2, max_len_a=1.2, max_len_b=10)
+    sample = sentence_maps.sentence_sample(task, "test", sentence, None)
+    target = sentence_maps.translate(model, task, sample, beam=2, max_len_a=1.2, max_len_b=10)
     return model, task, sample, target
 
 
@@ -53,7 +56,7 @@ def test_encoder_maps_equal_torch_multi_head_attention_on_the_layer_input(tiny_m
         lambda m, a, k, i=i: inputs.__setitem__(i, (k.get("query", a[0] if a else None),
                                                    k.get("key_padding_mask"))), with_kwargs=True)
         for i, layer in enumerate(layers)]
-    maps = attention_maps.attention_maps(model, task, sample, target)
+    maps = sentence_maps.attention_maps(model, task, sample, target)
     for h in hooks:
         h.remove()
     assert [e["kind"] for e in maps["encoder"]] == ["standard", "standard"]
@@ -82,13 +85,13 @@ def test_hierarchical_cross_attention_on_a_padded_batch(tiny_models):
     capturing leaves the model's output unchanged."""
     bin_dir, ckpts = tiny_models
     model, task = checkpoints.load_model(ckpts["hier"], bin_dir, split="valid", cpu=True)
-    sample = next(iter(common.batches(task, "valid")))
+    sample = next(iter(batches(task, "valid")))
     net = sample["net_input"]
     pad = net["src_tokens"].eq(task.source_dictionary.pad())
     assert pad.any()  # the batch has padding to check
     with torch.no_grad():
         plain, _ = model(**net)
-        with attention_maps.capture_cross_attention(model) as records:
+        with capture_cross_attention(model) as records:
             captured, _ = model(**net)
     torch.testing.assert_close(captured, plain)
     target_rows = net["prev_output_tokens"].ne(task.target_dictionary.pad())
@@ -120,7 +123,7 @@ def test_per_source_maps_of_the_stacked_strategies(strategy):
     pad = src.eq(dictionary.pad())
     with torch.no_grad():
         plain, _ = model(src, lengths, prev)
-        with attention_maps.capture_cross_attention(model) as records:
+        with capture_cross_attention(model) as records:
             captured, _ = model(src, lengths, prev)
     torch.testing.assert_close(captured, plain)
     for rec in records.values():
@@ -146,7 +149,7 @@ def test_mma_heads_are_zero_outside_their_band(tiny_models):
 
     bin_dir, ckpts = tiny_models
     model, task, sample, target = one_sentence(ckpts["mma"], bin_dir)
-    maps = attention_maps.attention_maps(model, task, sample, target)
+    maps = sentence_maps.attention_maps(model, task, sample, target)
     for entry, layer in zip(maps["encoder"], model.encoder.layers):
         assert entry["kind"] == "mma"
         assert entry["titles"]["global"] == ["h1 G (global)", "h2 L (local)", "h3 F (forward)", "h4 B (backward)"]
@@ -162,6 +165,63 @@ def test_mma_heads_are_zero_outside_their_band(tiny_models):
         assert w[1][(i - j).abs() > 1].abs().max() == 0
 
 
+def softmax_by_hand(attn, query, key, pad):
+    """softmax(q k^T / sqrt(d)) of every head of fairseq's MultiheadAttention ``attn``, B x H
+    x T x S, from its projections, in float64."""
+    heads = attn.num_heads
+    d = query.size(-1) // heads
+    t, b, s = query.size(0), query.size(1), key.size(0)
+    q = attn.q_proj(query).view(t, b, heads, d).permute(1, 2, 0, 3).double() * d ** -0.5
+    k = attn.k_proj(key).view(s, b, heads, d).permute(1, 2, 0, 3).double()
+    logits = q @ k.transpose(-1, -2)
+    if pad is not None:
+        logits = logits.masked_fill(pad[:, None, None, :], float("-inf"))
+    return torch.softmax(logits, -1)
+
+
+def maps_by_hand(model, task, sentence, target_tokens):
+    """What the attention maps of a hierarchical model are, computed here without the
+    analysis: sentence ``sentence`` of 'test' translated by fairseq's own generator (beam 2,
+    as the command was run), and, teacher-forcing ``target_tokens``, the second encoder
+    layer's heads, decoder layer 1's first-level map over f^2 and decoder layer 2's weights
+    over the two contexts (head-averaged, as the module does), each from its module's
+    projections on the inputs a hook saw."""
+    from fairseq.dataclass.configs import GenerationConfig
+
+    dataset, tgt_dict = task.dataset("test"), task.target_dictionary
+    one = dataset.collater([dataset[sentence]])
+    generator = task.build_generator([model], GenerationConfig(beam=2, max_len_a=1.2, max_len_b=10))
+    target = torch.tensor([tgt_dict.index(t) for t in target_tokens])
+    seen = {}
+
+    def keep(name):
+        return lambda module, args, kwargs: seen.__setitem__(name, (
+            kwargs.get("query", args[0] if args else None), kwargs.get("key", args[1] if len(args) > 1 else None),
+            kwargs.get("key_padding_mask")))
+
+    decoder = model.decoder.layers
+    hooks = [m.register_forward_pre_hook(keep(name), with_kwargs=True) for name, m in (
+        ("encoder", model.encoder.layers[1].self_attn), ("f^2", decoder[0].encoder_attn.source_attentions[1]),
+        ("beta", decoder[1].encoder_attn.context_attention))]
+    try:
+        with torch.no_grad():
+            best = task.inference_step(generator, [model], one)[0][0]["tokens"]
+            seen.clear()
+            net = one["net_input"]
+            model(net["src_tokens"], net["src_lengths"], torch.cat([target[-1:], target[:-1]])[None])
+            x, _, pad = seen["encoder"]
+            encoder = softmax_by_hand(model.encoder.layers[1].self_attn, x, x, pad)[0]
+            query, key, pad = seen["f^2"]
+            source = softmax_by_hand(decoder[0].encoder_attn.source_attentions[1], query, key, pad)[0]
+            query, contexts, pad = seen["beta"]  # each of the Z target positions attends its own n contexts
+            beta = softmax_by_hand(decoder[1].encoder_attn.context_attention, query, contexts, pad).mean(1)[:, 0]
+    finally:
+        for h in hooks:
+            h.remove()
+    return {"translation": [tgt_dict[int(t)] for t in best], "encoder L2": encoder.float(),
+            "decoder L1 f^2": source.float(), "decoder L2 beta": beta.float()}
+
+
 def test_attention_maps_command_figures_and_json(tiny_models, tmp_path):
     bin_dir, ckpts = tiny_models
     attention_maps.main(["--checkpoint", ckpts["hier"], "--data", bin_dir, "--split", "test", "--sentence", "3",
@@ -174,29 +234,29 @@ def test_attention_maps_command_figures_and_json(tiny_models, tmp_path):
     assert saved["strategy"] == "hierarchical" and saved["source_names"] == ["f^1 (enc L1)", "f^2 (enc L2)"]
     assert saved["name"] == "H 1"
     model, task, sample, target = one_sentence(ckpts["hier"], bin_dir)
-    maps = attention_maps.attention_maps(model, task, sample, target)
-    assert saved["target_tokens"] == attention_maps.token_labels(task.target_dictionary, target)
+    by_hand = maps_by_hand(model, task, 3, saved["target_tokens"])
+    assert saved["target_tokens"] == by_hand["translation"]
     assert saved["source_tokens"][0][-1] == "</s>" and len(saved["source_tokens"][0]) == sample["net_input"][
         "src_tokens"].size(1)
-    torch.testing.assert_close(torch.tensor(saved["encoder"][1]["global"]), maps["encoder"][1]["global"], atol=1e-6,
+    torch.testing.assert_close(torch.tensor(saved["encoder"][1]["global"]), by_hand["encoder L2"], atol=2e-6, rtol=0)
+    torch.testing.assert_close(torch.tensor(saved["decoder"][0]["per_source"]["2"]), by_hand["decoder L1 f^2"],
+                               atol=2e-6, rtol=0)
+    torch.testing.assert_close(torch.tensor(saved["decoder"][1]["beta"])[0], by_hand["decoder L2 beta"], atol=2e-6,
                                rtol=0)
-    torch.testing.assert_close(torch.tensor(saved["decoder"][0]["per_source"]["2"]),
-                               maps["decoder"][0]["per_source"][1], atol=1e-6, rtol=0)
-    torch.testing.assert_close(torch.tensor(saved["decoder"][1]["beta"]), maps["decoder"][1]["beta"], atol=1e-6,
-                               rtol=0)
+    maps = sentence_maps.attention_maps(model, task, sample, target)
     # figures: per encoder layer a panel per head; per decoder layer the combined map and each source's
-    names = attention_maps.source_names(model, task)
-    src = attention_maps.memory_labels(model, task, sample)
+    names = attention_layers.source_names(model, task)
+    src = sentence_maps.memory_labels(model, task, sample)
     tgt = saved["target_tokens"]
     about = {"name": "hier", "stem": "hier", "data": "bin, test", "sentence": "sentence 3 of 'test'",
              "translation": "its beam-2 translation"}
-    figs = list(attention_maps.encoder_figures(maps, src[0], about, str(tmp_path)).values())
+    figs = list(map_figures.encoder_figures(maps, src[0], about, str(tmp_path)).values())
     assert len(figs) == 2 and [a.get_title() for a in figs[1].axes[:2]] == ["h1", "h2"]
     assert "hier: encoder self-attention, layer 2 (bin, test)" in [t.get_text() for t in figs[1].texts]
-    figs = list(attention_maps.decoder_figures(maps, tgt, src, names, about, str(tmp_path)).values())
+    figs = list(map_figures.decoder_figures(maps, tgt, src, names, about, str(tmp_path)).values())
     assert [a.get_title() for a in figs[0].axes[:3]] == ["attention (combined)", "f^1 (enc L1)", "f^2 (enc L2)"]
     assert len(figs) == 2
-    fig = attention_maps.context_figure(maps, tgt, names, about, str(tmp_path / "c.png"))
+    fig = map_figures.context_figure(maps, tgt, names, about, str(tmp_path / "c.png"))
     assert len(fig.axes) == 2 + 1 and [t.get_text() for t in fig.axes[0].get_xticklabels()] == names
     # MMA: the head types in the titles; a given source and a given hypothesis, teacher-forced;
     # without --names the checkpoint's directory names it (fairseq's checkpoint_last.pt says nothing)
@@ -210,7 +270,7 @@ def test_attention_maps_command_figures_and_json(tiny_models, tmp_path):
     assert titles == ["h1 G (global)", "h2 L (local)", "h3 F (forward)", "h4 B (backward)"]
     assert len(out["figures"]["decoder"]) == 2 and "context" not in out["figures"]
     assert out["maps"]["decoder"][0]["attention"].shape == (2, 4, 4)  # H x Z x J
-    with pytest.raises(common.AnalysisError, match="--sentence 99"):
+    with pytest.raises(AnalysisError, match="--sentence 99"):
         attention_maps.main(["--checkpoint", ckpts["mma"], "--data", bin_dir, "--sentence", "99",
                              "--out", str(tmp_path / "x"), "--cpu"])
 
@@ -227,21 +287,21 @@ def test_every_map_is_on_one_colour_scale_with_a_colour_bar(tiny_models, tmp_pat
     layer and head (recomputed from the captured maps), and over every decoder map."""
     bin_dir, ckpts = tiny_models
     model, task, sample, target = one_sentence(ckpts["hier"], bin_dir)
-    maps = attention_maps.attention_maps(model, task, sample, target)
-    src = attention_maps.memory_labels(model, task, sample)
-    tgt = attention_maps.token_labels(task.target_dictionary, target)
-    names = attention_maps.source_names(model, task)
+    maps = sentence_maps.attention_maps(model, task, sample, target)
+    src = sentence_maps.memory_labels(model, task, sample)
+    tgt = sentence_maps.token_labels(task.target_dictionary, target)
+    names = attention_layers.source_names(model, task)
     about = {"name": "hier", "stem": "hier", "data": "bin, test", "sentence": "sentence 3 of 'test'",
              "translation": "its beam-2 translation"}
     for scale in ("unit", "max"):
-        enc = attention_maps.encoder_figures(maps, src[0], about, str(tmp_path / scale), scale=scale)
-        dec = attention_maps.decoder_figures(maps, tgt, src, names, about, str(tmp_path / scale), scale=scale)
+        enc = map_figures.encoder_figures(maps, src[0], about, str(tmp_path / scale), scale=scale)
+        dec = map_figures.decoder_figures(maps, tgt, src, names, about, str(tmp_path / scale), scale=scale)
         top_enc = max(float(e["global"].max()) for e in maps["encoder"])
         top_dec = max(float(m.mean(0).max()) for d in maps["decoder"]
                       for m in [d["attention"], *d["per_source"].values()])
-        for figures, top in ((enc, top_enc), (dec, top_dec)):
+        for drawn, top in ((enc, top_enc), (dec, top_dec)):
             expected = (0.0, 1.0) if scale == "unit" else (0.0, pytest.approx(top))
-            for path, fig in figures.items():
+            for path, fig in drawn.items():
                 images = [im for ax in fig.axes for im in ax.images]
                 assert images and all(im.get_clim() == expected for im in images)
                 bars = [ax for ax in fig.axes if not ax.images]
@@ -254,8 +314,8 @@ def test_mma_heads_are_labelled_by_their_type_in_maps_and_statistics(tiny_models
     keys the forward head spans a distance, read as printed (j <= i) it has none."""
     bin_dir, ckpts = tiny_models
     model, task = checkpoints.load_model(ckpts["mma"], bin_dir, split="valid", cpu=True)
-    assert [attention_maps.head_types(layer) for layer in model.encoder.layers] == [["G", "L", "F", "B"]] * 2
-    types = attention_stats.head_types(model)
+    assert [attention_layers.head_types(layer) for layer in model.encoder.layers] == [["G", "L", "F", "B"]] * 2
+    types = attention_layers.encoder_head_types(model)
     default = attention_stats.summarise("mma", attention_stats.collect(model, task, "valid", cpu=True), "all", types)
     left = attention_stats.summarise("mma", attention_stats.collect(model, task, "valid", span="left", cpu=True),
                                      "left", types)
@@ -291,18 +351,18 @@ def test_a_long_sentence_is_cut_to_max_tokens_with_a_note(tiny_models, tmp_path)
     assert all(png_width(tmp_path / p) <= 1100 for p in pngs)
     # the same figure, built again: 21 of the 30 tokens drawn, and the caption says so
     model, task = checkpoints.load_model(ckpts["mma"], bin_dir, cpu=True)
-    sample = attention_maps.sentence_sample(task, None, None, words)
-    maps = attention_maps.attention_maps(model, task, sample, sample["net_input"]["src_tokens"][0])
+    sample = sentence_maps.sentence_sample(task, None, None, words)
+    maps = sentence_maps.attention_maps(model, task, sample, sample["net_input"]["src_tokens"][0])
     about = {"name": "mma", "stem": "mma", "data": "bin", "sentence": "the given --source sentence",
              "translation": "the teacher-forced --hypothesis"}
-    fig = next(iter(attention_maps.encoder_figures(maps, saved["source_tokens"][0], about, str(tmp_path / "again"),
+    fig = next(iter(map_figures.encoder_figures(maps, saved["source_tokens"][0], about, str(tmp_path / "again"),
                                                    limit=21).values()))
     first = fig.axes[0]
     assert [t.get_text() for t in first.get_xticklabels()] == saved["source_tokens"][0][:21]
     assert first.images[0].get_array().shape == (21, 21)
     caption = " ".join(" ".join(t.get_text().split()) for t in fig.texts)
     assert "Only the first 21 of the 30 source tokens are drawn (--max-tokens 21)" in caption
-    assert all(t.get_fontsize() >= common.MIN_FONT_SIZE for a in fig.axes if a.images for t in a.get_xticklabels())
+    assert all(t.get_fontsize() >= figures.MIN_FONT_SIZE for a in fig.axes if a.images for t in a.get_xticklabels())
 
 
 # ---- word order (MMA paper Table 3) ---------------------------------------------------------------
@@ -315,7 +375,7 @@ def test_positions_and_system_are_read_from_each_checkpoints_config(tiny_models)
     assert systems["Transformer MMA"] == {"pos": {"checkpoint": ckpts["mma"], "positions": "sinusoidal"}}
     assert word_order.encoder_positions(Namespace(encoder_learned_pos=True)) == "learned"
     assert word_order.encoder_positions(Namespace(no_token_positional_embeddings=True)) == "none"
-    with pytest.raises(common.AnalysisError, match="both 'x' with encoder positions"):
+    with pytest.raises(AnalysisError, match="both 'x' with encoder positions"):
         word_order.pair_checkpoints([ckpts["hier"], ckpts["mma"]], ["x", "x"])
 
 
@@ -330,7 +390,7 @@ def test_word_order_table_with_known_bleu(tiny_models, tmp_path, monkeypatch):
                ckpts["hier_nopos"]: [r.replace("sat", "stood") if i % 2 else r for i, r in enumerate(refs)],
                ckpts["mma"]: [r.replace("mat", "rug") if i % 3 else r for i, r in enumerate(refs)]}
 
-    monkeypatch.setattr(common, "evaluate", fixed_decodings(outputs, refs, "detok-cased"))
+    monkeypatch.setattr(decoding, "evaluate", fixed_decodings(outputs, refs, "detok-cased"))
     systems = word_order.pair_checkpoints([ckpts["hier"], ckpts["hier_nopos"], ckpts["mma"]], ["base", "base", "mma"])
     rows = word_order.word_order_rows(systems, bin_dir, "test", str(tmp_path), samples=100)
     assert [(r["model"], r["encoder positions"]) for r in rows] == [("base", "sinusoidal"), ("base", "none"),

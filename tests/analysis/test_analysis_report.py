@@ -13,7 +13,9 @@ import sys
 import pytest
 
 from fairseq_ext.common import checkpoints
-from fairseq_ext.analysis import common, report
+from fairseq_ext.analysis import AnalysisError, registry, report, report_page, tables
+from fairseq_ext.model_builder import parse_model_args
+from fairseq_ext.models.multilayer_transformer_config import parse_options
 from model_utils import clean_env, make_tiny_parallel_data, train_tiny
 from test_analysis_maps import tiny_models  # noqa: F401  (the fixture: hier, hier_nopos, mma)
 
@@ -26,7 +28,7 @@ def _images(page: str):
 
 def test_collect_and_render_a_hand_made_analysis_directory(tmp_path):
     out = tmp_path / "a"
-    common.write_table([{"model": "<unk> & co", "BLEU": 12.3456, "p": 0.0004, "delta": None}], str(out), "t",
+    tables.write_table([{"model": "<unk> & co", "BLEU": 12.3456, "p": 0.0004, "delta": None}], str(out), "t",
                        "A <title>")
     png = PNG_MAGIC + b"not really an image, but the bytes must come back unchanged"
     (out / "sub").mkdir()
@@ -34,10 +36,10 @@ def test_collect_and_render_a_hand_made_analysis_directory(tmp_path):
     (out / "broken.png").write_bytes(b"GIF89a")  # not a PNG: left out
     (out / "other.json").write_text("[1, 2]")  # no .md beside it: not a table
     (out / "command.txt").write_text("python -m fairseq_ext.analysis.attention_stats --out a\n")
-    found = report.collect(str(out))
+    found = report_page.collect(str(out))
     assert [t["title"] for t in found["tables"]] == ["A <title>"]
     assert [f["name"] for f in found["figures"]] == [os.path.join("sub", "fig.png")]
-    page = report.section_html("x", "T", "ref", str(out), found)
+    page = report_page.section_html("x", "T", "ref", str(out), found)
     assert "&lt;unk&gt; &amp; co" in page and "<unk>" not in page and "A &lt;title&gt;" in page
     assert "<td>12.35</td>" in page and "<td>0.0004</td>" in page and "<td>–</td>" in page
     assert _images(page) == [png]
@@ -45,11 +47,11 @@ def test_collect_and_render_a_hand_made_analysis_directory(tmp_path):
 
 
 def test_errors_name_the_option(tmp_path):
-    with pytest.raises(common.AnalysisError, match="--run NAME"):
+    with pytest.raises(AnalysisError, match="--run NAME"):
         report.main(["--out", str(tmp_path)])
-    with pytest.raises(common.AnalysisError, match="--run needs --checkpoint and --data"):
+    with pytest.raises(AnalysisError, match="--run needs --checkpoint and --data"):
         report.main(["--out", str(tmp_path), "--run", "attention_stats"])
-    with pytest.raises(common.AnalysisError, match="--args 'nope=1'"):
+    with pytest.raises(AnalysisError, match="--args 'nope=1'"):
         report.parse_extra(["nope=1"])
     assert report.parse_extra(["attention_stats=--max-sentences 5", "attention_stats=--span all"]) == {
         "attention_stats": ["--max-sentences", "5", "--span", "all"]}
@@ -72,17 +74,13 @@ def test_each_analysis_runs_on_the_models_it_can_analyse(tmp_path, monkeypatch):
     auxiliary decoders and the AIF dependency on MS-1+AIF only, each page section naming the
     models left out and what they lack; attention statistics run on all four; an analysis no
     model can take is a failure on the page, and the others still run."""
-    from argparse import Namespace
-
-    configs = {"base.pt": Namespace(joint_attention="none", joint_attention_layers=1, aux_decoder_layers="",
-                                    aux_fusion=False, encoder_self_attention="standard"),
-               "m00.pt": Namespace(joint_attention="m-00", joint_attention_layers=3, aux_decoder_layers="",
-                                   aux_fusion=False, encoder_self_attention="standard"),
-               "ms.pt": Namespace(joint_attention="none", joint_attention_layers=1, aux_decoder_layers="1",
-                                  aux_fusion=True, encoder_self_attention="standard"),
-               "mma.pt": Namespace(joint_attention="none", joint_attention_layers=1, aux_decoder_layers="",
-                                   aux_fusion=False, encoder_self_attention="mma")}
-    monkeypatch.setattr(checkpoints, "checkpoint_config", lambda checkpoint, part="model": configs[checkpoint])
+    flags = {"base.pt": (),
+             "m00.pt": ("--joint-attention", "m-00", "--joint-attention-layers", "3"),
+             "ms.pt": ("--aux-decoder-layers", "1", "--aux-fusion"),
+             "mma.pt": ("--encoder-attention-heads", "4", "--encoder-self-attention", "mma", "--mma-heads", "G,L,F,B")}
+    # each model's typed options, as fairseq's parser and the model's own option parsing make them
+    options = {c: parse_options(parse_model_args("multilayer_transformer", *f)) for c, f in flags.items()}
+    monkeypatch.setattr(checkpoints, "options", lambda checkpoint: options[checkpoint])
     ran = []
 
     def run_analysis(argv, out):
@@ -91,11 +89,11 @@ def test_each_analysis_runs_on_the_models_it_can_analyse(tmp_path, monkeypatch):
         return None
     monkeypatch.setattr(report, "run_analysis", run_analysis)
     code = report.main(["--run", "layer_dependency", "decoders", "aif_dependency", "dc_divergence", "attention_stats",
-                        "--checkpoint", *configs, "--names", "base", "M-00", "MS-1+AIF", "MMA", "--data", "bin",
+                        "--checkpoint", *options, "--names", "base", "M-00", "MS-1+AIF", "MMA", "--data", "bin",
                         "--out", str(tmp_path)])
     assert code == 1  # dc_divergence: no model has a Dual Contextual layer
     assert ran == [("layer_dependency", ["m00.pt"]), ("decoders", ["ms.pt"]), ("aif_dependency", ["ms.pt"]),
-                   ("attention_stats", list(configs))]
+                   ("attention_stats", list(options))]
     page = (tmp_path / "report.html").read_text()
     assert "not run on base, MS-1+AIF, MMA: its decoder reads one encoder layer" in page
     assert "not run on base, M-00, MMA: it has no auxiliary decoder (--aux-decoder-layers)" in page
@@ -125,7 +123,7 @@ def test_the_page_says_what_each_model_is():
     assert about["d_model"] == str(cfg.encoder_embed_dim) and about["heads"] == str(cfg.encoder_attention_heads)
     assert "joint attention m-10" in about["technique"] and "with AIF" in about["technique"]
     assert about["updates"] == f"{state['optimizer_history'][-1]['num_updates']:,}"
-    page = report.models_html([path], ["M-10+AIF"], "", "test")
+    page = report_page.models_html([path], ["M-10+AIF"], "", "test")
     assert "<td>M-10+AIF</td>" in page and about["parameters"] in page
 
 
@@ -134,7 +132,7 @@ def test_a_page_of_earlier_analyses_describes_the_models_named_beside_them(tmp_p
 
     path = os.path.join(FIXTURES, "checkpoints_v0_1", "s_agg.pt")
     earlier = tmp_path / "earlier"
-    common.write_table([{"model": "S-Agg", "BLEU": 1.0}], str(earlier), "t", "A table")
+    tables.write_table([{"model": "S-Agg", "BLEU": 1.0}], str(earlier), "t", "A table")
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "prep.env").write_text("src=en\ntgt=de\ntest_set=t16\ntest_pairs=1000\ntrain_pairs=29000\n")
     assert report.main(["--from", str(earlier), "--checkpoint", path, "--names", "S-Agg", "--data",
@@ -143,25 +141,25 @@ def test_a_page_of_earlier_analyses_describes_the_models_named_beside_them(tmp_p
     assert '<h2 id="models">The models</h2>' in page and "<td>S-Agg</td>" in page
     # an analysis of one model per directory is titled with its directory, as under --run
     single = tmp_path / "wt" / "MMA"
-    common.write_table([{"layer": 0, "encoder": 1.0}], str(single), "word_translation", "Accuracy")
+    tables.write_table([{"layer": 0, "encoder": 1.0}], str(single), "word_translation", "Accuracy")
     (single / "command.txt").write_text("python -m fairseq_ext.analysis.word_translation --out wt/MMA\n")
     assert report.main(["--from", str(single), "--out", str(tmp_path / "page2")]) == 0
     assert "Word-translation accuracy per layer: MMA</h2>" in (tmp_path / "page2" / "report.html").read_text()
     assert "test set t16 (1,000 sentences); 29,000 training pairs; en→de" in page
 
 
-@pytest.mark.parametrize("name", list(report.ANALYSES))
+@pytest.mark.parametrize("name", list(registry.analyses()))
 def test_every_analysis_parses_the_command_the_report_gives_it(name):
     """Each command the report builds is parsed by the analysis's own parser (argparse exits
     on an option it does not take), one name per checkpoint where it runs per checkpoint."""
     commands = report.analysis_commands(name, ["a.pt", "b.pt"], ["A", "B"], "bin", "valid", "o", True, [])
-    parser = report.parser_of(name)
+    parser = registry.get(name).parser()
     for argv, out in commands:
         args = parser.parse_args(argv[3:])
         assert args.data == "bin" and args.split == "valid" and args.out == out and args.cpu
-        if name in report.SINGLE:
+        if registry.get(name).single:
             assert argv[argv.index("--names") + 1: argv.index("--out")] == [os.path.basename(out)]
-    assert len(commands) == (2 if name in report.SINGLE else 1)
+    assert len(commands) == (2 if registry.get(name).single else 1)
 
 
 def test_options_an_analysis_does_not_take_are_not_given(monkeypatch):
@@ -174,7 +172,7 @@ def test_options_an_analysis_does_not_take_are_not_given(monkeypatch):
     assert argv[3:] == ["--checkpoint", "a.pt", "--out", os.path.join("o", "attention_maps", "A"), "--data", "bin",
                         "--split", "test", "--sentence", "2"]
     accepted.discard("--split")
-    with pytest.raises(common.AnalysisError, match="attention_maps takes no --split"):
+    with pytest.raises(AnalysisError, match="attention_maps takes no --split"):
         report.analysis_commands("attention_maps", ["a.pt"], ["A"], "bin", "test", "o", True, [])
 
 

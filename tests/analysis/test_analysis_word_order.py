@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from fairseq_ext.analysis import common, word_order
+from fairseq_ext.analysis import AnalysisError, decoding, word_order
 from fairseq_ext.model_builder import parse_model_args
 from fixed_decodings import fixed_decodings
 
@@ -67,7 +67,7 @@ def test_training_settings_do_not_part_a_pair_but_two_candidates_need_pairs(save
     systems = word_order.pair_checkpoints([ckpt("base-seed2"), ckpt("base-nopos")], ["seed2", "nopos"])
     assert systems == {"seed2": {"pos": entry("base-seed2", "sinusoidal"), "nopos": entry("base-nopos", "none")}}
     three = [ckpt("base"), ckpt("base-seed2"), ckpt("base-nopos")]
-    with pytest.raises(common.AnalysisError, match=r"base-nopos/checkpoint_best.pt \(without encoder positions\) has 2 "
+    with pytest.raises(AnalysisError, match=r"base-nopos/checkpoint_best.pt \(without encoder positions\) has 2 "
                                                    r"counterparts .*--pairs WITH:WITHOUT"):
         word_order.pair_checkpoints(three, ["base", "seed2", "nopos"])
     systems = word_order.pair_checkpoints(three, ["base", "seed2", "nopos"], ["seed2:nopos"])
@@ -86,7 +86,7 @@ def test_training_settings_do_not_part_a_pair_but_two_candidates_need_pairs(save
     (["base:nopos", "seed2:nopos"], r"--pairs seed2:nopos: nopos is in two pairs"),
 ])
 def test_pairs_errors_name_the_option(saved, pairs, message):
-    with pytest.raises(common.AnalysisError, match=message):
+    with pytest.raises(AnalysisError, match=message):
         word_order.pair_checkpoints([ckpt("base"), ckpt("base-seed2"), ckpt("base-nopos")], ["base", "seed2", "nopos"],
                                     pairs)
 
@@ -95,7 +95,7 @@ def test_a_shared_name_still_makes_a_pair(saved):
     systems = word_order.pair_checkpoints([ckpt("deep"), ckpt("mma-nopos"), ckpt("base")], ["x", "x", "base"])
     assert systems == {"x": {"pos": entry("deep", "sinusoidal"), "nopos": entry("mma-nopos", "none")},
                        "base": {"pos": entry("base", "sinusoidal")}}
-    with pytest.raises(common.AnalysisError, match="--pairs refers to checkpoints by name"):
+    with pytest.raises(AnalysisError, match="--pairs refers to checkpoints by name"):
         word_order.pair_checkpoints([ckpt("deep"), ckpt("mma-nopos")], ["x", "x"], ["x:x"])
 
 
@@ -106,7 +106,7 @@ def test_a_checkpoint_alone_is_noted_and_drawn_hollow(tmp_path, monkeypatch):
     outputs = {"a": refs, "a0": [r.replace("cat", "dog") if i % 2 else r for i, r in enumerate(refs)],
                "b": [r.replace("mat", "rug") for r in refs]}
 
-    monkeypatch.setattr(common, "evaluate", fixed_decodings(outputs, refs, "detok-lc"))
+    monkeypatch.setattr(decoding, "evaluate", fixed_decodings(outputs, refs, "detok-lc"))
     systems = {"A": {"pos": {"checkpoint": "a", "positions": "sinusoidal"}, "nopos": {"checkpoint": "a0",
                                                                                         "positions": "none"}},
                "B": {"pos": {"checkpoint": "b", "positions": "learned"}}}

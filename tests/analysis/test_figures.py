@@ -9,7 +9,8 @@ import struct
 import pytest
 import torch
 
-from fairseq_ext.analysis import attention_maps, attention_stats, common, length_buckets
+from fairseq_ext.analysis import (AnalysisError, attention_layers, attention_maps, attention_stats, figures, length_buckets,
+                                  map_figures)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -59,7 +60,7 @@ def test_bucket_counts_and_notes_equal_a_direct_recount():
         assert rows[5][name] == pytest.approx(round(bleu, 2))
     # the default threshold: every bucket of this set is under 30
     assert all(r["note"] for r in length_buckets.bucket_bleu(sources, refs, systems, "detok-cased"))
-    with pytest.raises(common.AnalysisError, match="names a column"):
+    with pytest.raises(AnalysisError, match="names a column"):
         length_buckets.bucket_bleu(sources, refs, {"note": refs}, "detok-cased")
 
 
@@ -109,7 +110,7 @@ def test_length_buckets_command_writes_counts_notes_and_the_reading(tmp_path):
     title = (tmp_path / "out" / "buckets.md").read_text().splitlines()[0]
     assert title == "### BLEU (detok-cased) by source length (tokens, BPE merged): iwslt14.de-en, test"
     assert png_size(tmp_path / "out" / "buckets.png")[0] <= 1100
-    with pytest.raises(common.AnalysisError, match="--min-bucket-sentences"):
+    with pytest.raises(AnalysisError, match="--min-bucket-sentences"):
         length_buckets.main(["--eval", str(tmp_path / "good"), "--out", str(tmp_path / "x"),
                              "--min-bucket-sentences", "0"])
 
@@ -223,7 +224,7 @@ def test_attention_stats_figures_name_the_reading_and_share_one_scale(tmp_path):
     assert "over the keys j <= i, d = i - j (as printed)" in " ".join(texts(left))
     for png in ("a.png", "b.png", "l.png"):
         assert png_size(tmp_path / png)[0] <= 1100
-    with pytest.raises(common.AnalysisError, match="several spans"):
+    with pytest.raises(AnalysisError, match="several spans"):
         attention_stats.layer_plot(attention_stats.per_layer(rows + stats_rows("c", "left")), str(tmp_path / "x.png"))
 
 
@@ -232,62 +233,62 @@ def test_attention_stats_figures_name_the_reading_and_share_one_scale(tmp_path):
 def panels(count, tokens, seed=0):
     gen = torch.Generator().manual_seed(seed)
     labels = [f"tok{k}" for k in range(tokens)]
-    return [attention_maps.Panel(f"h{h + 1}", torch.softmax(torch.randn(tokens, tokens, generator=gen), -1).numpy(),
+    return [figures.Panel(f"h{h + 1}", torch.softmax(torch.randn(tokens, tokens, generator=gen), -1).numpy(),
                                  labels, labels) for h in range(count)]
 
 
 @pytest.mark.parametrize("count, tokens, cols", [(8, 13, 4), (8, 19, 3), (8, 29, 2), (8, 32, 2), (4, 17, 2),
                                                  (3, 45, 1)])
 def test_grid_keeps_token_labels_legible_at_the_reports_width(count, tokens, cols):
-    layout = attention_maps.grid_layout(panels(count, tokens))
+    layout = figures.grid_layout(panels(count, tokens))
     assert layout["cols"] == cols and layout["rows"] == -(-count // cols)
-    assert layout["font"] >= common.MIN_FONT_SIZE
+    assert layout["font"] >= figures.MIN_FONT_SIZE
     # the cells hold the labels: at least 1.2 times their size apart
-    assert layout["cell"] >= 1.2 * layout["font"] - 1e-9 or layout["font"] == common.MIN_FONT_SIZE
+    assert layout["cell"] >= 1.2 * layout["font"] - 1e-9 or layout["font"] == figures.MIN_FONT_SIZE
 
 
 def test_map_figure_draws_one_colour_scale_with_a_colour_bar(tmp_path):
     drawn = panels(7, 21)
-    fig = attention_maps.map_figure(drawn, "M: encoder self-attention, layer 1 (bin, test)", "caption text",
+    fig = figures.map_figure(drawn, "M: encoder self-attention, layer 1 (bin, test)", "caption text",
                                     vmax=1.0, xlabel="key token j", ylabel="query token i")
     images = [ax.images[0] for ax in fig.axes if ax.images]
     assert len(images) == 7 and {im.get_clim() for im in images} == {(0.0, 1.0)}
     bars = [ax for ax in fig.axes if not ax.images]
     assert len(bars) == 1 and bars[0].get_ylabel().startswith("attention weight")
-    assert all(t.get_fontsize() >= common.MIN_FONT_SIZE for ax in fig.axes[:7] for t in ax.get_xticklabels())
+    assert all(t.get_fontsize() >= figures.MIN_FONT_SIZE for ax in fig.axes[:7] for t in ax.get_xticklabels())
     # y token labels on the first panel of each row only, x labels on every panel
     assert [any(t.get_text() for t in ax.get_yticklabels()) for ax in fig.axes[:7]] == [
         True, False, False, True, False, False, True]
     assert all(any(t.get_text() for t in ax.get_xticklabels()) for ax in fig.axes[:7])
-    assert fig.get_figwidth() <= common.FIGURE_WIDTH
-    common.save_figure(fig, str(tmp_path / "m.png"))
+    assert fig.get_figwidth() <= figures.FIGURE_WIDTH
+    figures.save_figure(fig, str(tmp_path / "m.png"))
     assert png_size(tmp_path / "m.png")[0] <= 1100
     top = max(float(p.matrix.max()) for p in drawn)
-    assert attention_maps.scale_of([p.matrix for p in drawn], "max") == pytest.approx(top)
-    assert attention_maps.scale_of([p.matrix for p in drawn], "unit") == 1.0
+    assert map_figures.scale_of([p.matrix for p in drawn], "max") == pytest.approx(top)
+    assert map_figures.scale_of([p.matrix for p in drawn], "unit") == 1.0
 
 
 def test_mma_legend_and_the_display_name():
-    assert attention_maps.mma_legend(["G", "F", "G"], 1) == (
+    assert attention_layers.mma_legend(["G", "F", "G"], 1) == (
         "MMA head types (the model's --mma-heads): G = global (every key); F = forward (keys j >= i).")
-    assert "L = local (|i - j| <= 2)" in attention_maps.mma_legend(["L"], 2)
-    assert attention_maps.mma_legend([]) == ""
+    assert "L = local (|i - j| <= 2)" in attention_layers.mma_legend(["L"], 2)
+    assert attention_layers.mma_legend([]) == ""
     assert attention_maps.display_name("runs/mma/checkpoint_best.pt") == "mma"
     assert attention_maps.display_name("runs/mma/checkpoint17.pt") == "mma"
     assert attention_maps.display_name("models/mma-big.pt") == "mma-big"
     assert attention_maps.display_name("runs/mma/checkpoint_best.pt", "MMA (ours)") == "MMA (ours)"
-    assert common.file_stem("MMA (ours)") == "MMA_ours"
-    with pytest.raises(common.AnalysisError, match="--names: 2 names"):
+    assert figures.file_stem("MMA (ours)") == "MMA_ours"
+    with pytest.raises(AnalysisError, match="--names: 2 names"):
         attention_maps.display_name("x.pt", ["a", "b"])
 
 
 def test_cut_note_says_what_max_tokens_left_out():
-    assert attention_maps.cut_note(45, 51, 32) == (" Only the first 32 of the 45 source tokens and 51 target tokens "
+    assert map_figures.cut_note(45, 51, 32) == (" Only the first 32 of the 45 source tokens and 51 target tokens "
                                                    "are drawn (--max-tokens 32); the rows drawn then sum to less "
                                                    "than 1.")
-    assert attention_maps.cut_note(20, 23, 32) == ""
+    assert map_figures.cut_note(20, 23, 32) == ""
     # target rows cut: each row drawn still holds all its weight
-    assert attention_maps.cut_note(20, 40, 32) == (" Only the first 32 of the 40 target tokens are drawn "
+    assert map_figures.cut_note(20, 40, 32) == (" Only the first 32 of the 40 target tokens are drawn "
                                                    "(--max-tokens 32).")
 
 
@@ -299,7 +300,7 @@ def test_every_figure_says_which_models_data_and_decoding_made_it(tmp_path):
 
     from fairseq import checkpoint_utils
 
-    from fairseq_ext.analysis import common, layer_dependency
+    from fairseq_ext.analysis import layer_dependency
     from model_utils import FIXTURES
 
     path = os.path.join(FIXTURES, "checkpoints_v0_1", "mlmha_m10_aux_aif.pt")
@@ -308,30 +309,31 @@ def test_every_figure_says_which_models_data_and_decoding_made_it(tmp_path):
     data = tmp_path / "multi30k-en-de"
     data.mkdir()
     (data / "prep.env").write_text("src=en\ntgt=de\ntest_set=test_2016_flickr\ntest_pairs=1000\n")
-    layer_dependency.build_parser().parse_args(["--checkpoint", path, "--names", "M-10", "--data", str(data),
-                                                "--out", str(tmp_path / "o"), "--generate-args", "--beam 5",
-                                                "--flavour", "detok-cased"])
+    args = layer_dependency.build_parser().parse_args(["--checkpoint", path, "--names", "M-10", "--data", str(data),
+                                                       "--out", str(tmp_path / "o"), "--generate-args", "--beam 5",
+                                                       "--flavour", "detok-cased"])
+    context = figures.FigureContext.of(args)
     expected = (f"Model: M-10 ({cfg.encoder_layers}+{cfg.decoder_layers} layers, d_model {cfg.encoder_embed_dim}, "
                 f"FFN {cfg.encoder_ffn_embed_dim}, {cfg.encoder_attention_heads} heads, {updates:,} updates). "
                 "data: multi30k-en-de, test (test_2016_flickr, 1,000 sentences). decoding: --beam 5. BLEU detok-cased.")
-    assert common.scale_note() == expected
-    plt = common.pyplot()
+    assert context.note() == expected
+    plt = figures.pyplot()
     for caption in ("What the figure shows.", None):
         fig, ax = plt.subplots()
         ax.plot([1, 2], [3, 4])
         if caption:
-            common.add_caption(fig, caption)
+            figures.add_caption(fig, caption)
         texts = []
         fig.savefig = lambda *a, **k: texts.extend(t.get_text().replace("\n", " ") for t in fig.texts)
-        common.save_figure(fig, str(tmp_path / "f.png"))
+        figures.save_figure(fig, str(tmp_path / "f.png"), context)
         (text,) = texts
         assert text.startswith(caption or "Model: M-10") and text.endswith("BLEU detok-cased.")
         assert " ".join(expected.split()) in " ".join(text.split())
     # an analysis of part of the split says how much of it
-    common.note_scale(SimpleNamespace(checkpoint=path, names=["M-10"], data=str(data), split="test",
-                                      max_sentences=500))
-    assert "data: multi30k-en-de, test (test_2016_flickr, 500 of its 1,000 sentences)." in common.scale_note()
+    part = figures.FigureContext.of(SimpleNamespace(checkpoint=path, names=["M-10"], data=str(data), split="test",
+                                                    max_sentences=500))
+    assert "data: multi30k-en-de, test (test_2016_flickr, 500 of its 1,000 sentences)." in part.note()
     # an analysis of other text than the split (probing's tasks) names that text instead
-    common.note_scale(SimpleNamespace(checkpoint=path, names=["M-10"], data=str(data), split="test"),
-                      "the probing tasks SentLen (870/84/84), reported on te")
-    assert common.scale_note().endswith("data: the probing tasks SentLen (870/84/84), reported on te.")
+    tasks = figures.FigureContext.of(SimpleNamespace(checkpoint=path, names=["M-10"], data=str(data), split="test"),
+                                     "the probing tasks SentLen (870/84/84), reported on te")
+    assert tasks.note().endswith("data: the probing tasks SentLen (870/84/84), reported on te.")

@@ -1,0 +1,103 @@
+"""Attention weights as the model's own forward computes them, read through the attention
+modules' reporting contract (:func:`fairseq_ext.modules.attention_utils.record_attention_weights`):
+every encoder layer's self-attention and every main-decoder layer's attention over the
+source. Nothing is recomputed here, and recording changes no output of the model."""
+import contextlib
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import torch
+from fairseq.modules import MultiheadAttention
+
+from fairseq_ext.analysis import AnalysisError
+from fairseq_ext.analysis.batches import batches, to_device
+from fairseq_ext.common import checkpoints
+from fairseq_ext.modules.attention_utils import record_attention_weights, reporting_weights
+
+
+def _reporting(modules) -> List[torch.nn.Module]:
+    # a model fairseq built alone has its plain MultiheadAttention, which reports nothing;
+    # the plugin's reporting subclass adds no state and changes no output
+    return [reporting_weights(m) if type(m) is MultiheadAttention else m for m in modules]
+
+
+def encoder_layers(model):
+    """The encoder layers whose self-attention is read (the primary source's encoder in
+    multi-source translation)."""
+    encoders = getattr(model.encoder, "encoders", None) or [model.encoder]
+    return encoders[0].layers
+
+
+@contextlib.contextmanager
+def capture_self_attention(model):
+    """Record, during the model's own forward, the self-attention weights of every encoder
+    layer: ``records[l]`` (l = 0..L-1) gets one tensor per forward call, B x H x T x T
+    (``"global"``), and for Dual Contextual layers also ``"local"`` (the local FI unit's
+    weights over the local-context keys), float, on the CPU."""
+    layers = encoder_layers(model)
+    records: Dict[int, Dict[str, List[torch.Tensor]]] = {i: {"global": [], "local": []} for i in range(len(layers))}
+    index = {id(layer.self_attn): i for i, layer in enumerate(layers)}
+
+    def on_report(module, report):
+        record = records[index[id(module)]]
+        record["global"].append(report["attention"].float().cpu())
+        if report.get("local") is not None:
+            record["local"].append(report["local"].float().cpu())
+
+    with record_attention_weights(_reporting([layer.self_attn for layer in layers]), on_report):
+        yield records
+
+
+def encoder_self_attention(model, task, split: str, max_sentences: Optional[int] = None,
+                           cpu: bool = False) -> Iterator[Tuple[torch.Tensor, Dict[int, Dict[str, torch.Tensor]]]]:
+    """Per batch of ``split`` (the sentences with the lowest ids under ``max_sentences``): its
+    source padding (B x T, True = padding, on the CPU) and ``{layer index: {"global": B x H x T
+    x T, "local": the same or None}}`` of the encoder's own forward."""
+    dev = checkpoints.device(cpu)
+    pad = task.source_dictionary.pad()
+    with capture_self_attention(model) as records:
+        for sample in batches(task, split, max_sentences=max_sentences):
+            net = to_device(sample, dev)["net_input"]
+            for layer in records.values():
+                layer["global"].clear()
+                layer["local"].clear()
+            with torch.no_grad():
+                model.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
+            yield net["src_tokens"].eq(pad).cpu(), {
+                i: {"global": r["global"][0], "local": r["local"][0] if r["local"] else None}
+                for i, r in records.items()}
+
+
+@contextlib.contextmanager
+def capture_cross_attention(model, missing: Optional[str] = None):
+    """Record, during the model's own forward, every main-decoder layer's attention over the
+    source, as its last forward call computed it (detached, on the model's device):
+    ``records[l]`` (l = 0..M-1) gets ``attention`` (B x H x Z x J, what the layer's
+    cross-attention returns with need_head_weights), ``per_source`` ({i: B x H x Z x J}, each
+    source's own map where the layer reads n stacked sources) and ``beta`` (B x H' x Z x n, the
+    hierarchical combination's weights over the sources; H' = 1 where the module averages its
+    heads). The records are filled when the block ends.
+
+    A layer's cross-attention part is its serial sublayers, if any, and its cross-attention.
+    ``missing``: the error raised when a layer has no cross-attention (without it such a layer
+    records nothing)."""
+    layers = model.decoder.layers
+    if missing is not None and any(getattr(layer, "encoder_attn", None) is None for layer in layers):
+        raise AnalysisError(missing)
+    records = {i: {"attention": None, "per_source": {}, "beta": None} for i in range(len(layers))}
+    parts = {i: _reporting(m for m in (getattr(layer, "serial_stack", None), getattr(layer, "encoder_attn", None))
+                           if m is not None)
+             for i, layer in enumerate(layers)}
+    with record_attention_weights([m for modules in parts.values() for m in modules]) as recorder:
+        try:
+            yield records
+        finally:
+            for index, modules in parts.items():
+                record = records[index]
+                for module in modules:
+                    report = recorder.last(module) or {}
+                    record["per_source"].update(report.get("per_source", {}))
+                    if report.get("beta") is not None:
+                        record["beta"] = report["beta"]
+                top = getattr(layers[index], "encoder_attn", None)
+                record["attention"] = ((recorder.last(top) if top is not None else None) or {}).get("attention")
+                record["per_source"] = dict(sorted(record["per_source"].items()))
