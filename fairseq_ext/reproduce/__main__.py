@@ -24,11 +24,22 @@ reference row only where the difference holds at every seed (fairseq_ext.tools.s
 """
 import argparse
 import os
+import shlex
 import sys
+from dataclasses import dataclass
+from typing import Dict, List
 
 from fairseq_ext.errors import FairseqExtError
-from fairseq_ext.reproduce import report, runner
-from fairseq_ext.reproduce.tables import load_setups, load_table, load_tables
+from fairseq_ext.reproduce import execute, significance
+from fairseq_ext.reproduce.analyses import plan_analyses
+from fairseq_ext.reproduce.files import table_name, write_reports
+from fairseq_ext.reproduce.markdown import markdown
+from fairseq_ext.reproduce.planning import (AnalysisPlan, Options, ReproduceError, RunPlan, budget_flags, plan_seeds,
+                                            scale_name, scale_settings, shell_line)
+from fairseq_ext.reproduce.rows import build_rows, complete
+from fairseq_ext.reproduce.scale import scales as scales_of
+from fairseq_ext.reproduce.seed_rows import build_seed_rows
+from fairseq_ext.reproduce.tables import Row, Table, load_setups, load_table, load_tables
 
 
 def list_tables(setups):
@@ -83,9 +94,7 @@ def parse_from(values):
     return out
 
 
-def main(argv=None):
-    import shlex
-
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="reproduce.sh", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("table", nargs="?", help="table id, e.g. thesis-3.2, mlmha-6, mma-2, ms-1, wt-4 (see --list)")
@@ -122,111 +131,7 @@ def main(argv=None):
     ap.add_argument("--samples", type=int, default=1000, help="paired bootstrap samples (default 1000)")
     ap.add_argument("--senteval", help="SentEval's data/probing directory: the probing columns' ten tasks "
                                        "(default: SentLen, WC and BShift generated from the training text)")
-    args = ap.parse_args(argv)
-    if args.samples < 1:
-        raise FairseqExtError(f"--samples must be at least 1, not {args.samples}")
-    seeds = parse_seeds(args.seeds, args.seed)
-
-    setups = load_setups()
-    if args.list and not args.table:
-        list_tables(setups)
-        return 0
-    if not args.table:
-        ap.error("name a table (see --list)")
-    table = load_table(args.table, setups=setups)
-    if args.list:
-        list_rows(table, setups)
-        return 0
-    opts = runner.Options(work_dir=os.path.abspath(args.work_dir), data_root=os.path.abspath(args.data_root),
-                          smoke=args.smoke, cpu_scale=args.cpu_scale, budget=args.budget, nproc=args.nproc,
-                          nnodes=args.nnodes,
-                          node_rank=args.node_rank, master_addr=args.master_addr, master_port=args.master_port,
-                          seed=seeds[0], cpu=args.cpu, data_from=parse_from(args.data_from),
-                          extra_train=shlex.split(args.train_args), extra_generate=shlex.split(args.generate_args),
-                          substitute=args.substitute,
-                          senteval=os.path.abspath(args.senteval) if args.senteval else None)
-    if runner.scale_name(opts) and not opts.budget:
-        opts.budget = str(runner.scale_settings(setups, opts).get("budget", "200"))
-    runner.budget_flags(opts.budget)  # check it before anything runs
-    rows = table.select(args.rows)
-    datasets = [d.strip() for d in args.datasets.split(",") if d.strip()] if args.datasets else None
-    by_seed = runner.plan_seeds(table, rows, setups, opts, seeds, datasets)
-    analyses_by_seed = {s: runner.plan_analyses(table, ps, setups, opts, args.samples) for s, ps in by_seed.items()}
-    plans = [p for ps in by_seed.values() for p in ps]
-    analyses = [a for aps in analyses_by_seed.values() for a in aps]
-    name = output_name(table, args, opts, seeds=seeds)
-    if args.dry_run:
-        for seed, seed_plans in by_seed.items():
-            if len(seeds) > 1:
-                print(f"# ==== seed {seed} ====\n")
-            for p in seed_plans:
-                shared = [r for r in rows if r.model == p.row]
-                print(f"# {p.table} / {p.row} [{p.label}] / {p.dataset}: BLEU {p.bleu}, budget {p.budget}"
-                      + (f"\n#   data: {p.substitution}" if p.substitution else "")
-                      + (f"\n#   the same model for the rows: {', '.join(f'{r.id} [{r.label}]' for r in shared)}"
-                         if shared else ""))
-                for cmd in p.commands():
-                    print(runner.shell_line(cmd))
-                print()
-        if analyses:
-            print("# then, on each trained model, what the table's columns read (docs/analysis.md):")
-            for a in analyses:
-                where = f"{a.run.row} / {a.run.dataset}"
-                if a.name == "meteor":
-                    print(f"# {where}: METEOR of eval-test/hyp.detok (fairseq_ext.tools.meteor) -> {a.out}")
-                elif a.command is None:
-                    print(f"# {where}: {a.name}: unavailable: {a.unavailable}")
-                else:
-                    print(runner.shell_line(a.command))
-            print()
-        print(f"# table: {os.path.join(opts.work_dir, table.id, name)}.{{md,csv,json,tex}}")
-        return 0
-    if not args.report and args.node_rank > 0:
-        for p in plans:  # worker node of a multi-node run: train only
-            runner.execute_worker_node(p)
-        return 0
-    failed = []
-    if not args.report:
-        for p in plans:
-            try:
-                runner.execute(p)
-            except runner.ReproduceError as e:  # go on with the other rows; say it at the end
-                print(f"[{p.table}/{p.row}/{p.dataset}] FAILED: {e}", file=sys.stderr, flush=True)
-                failed.append(f"{p.row}/{p.dataset}: {e}")
-        for a in analyses:
-            if not os.path.exists(os.path.join(a.run.run_dir, "result.json")):
-                continue  # its training failed: said above
-            try:
-                runner.execute_analysis(a)
-            except runner.ReproduceError as e:
-                print(f"[{a.run.table}/{a.run.row}/{a.run.dataset}] {a.name} FAILED: {e}", file=sys.stderr, flush=True)
-                failed.append(f"{a.run.row}/{a.run.dataset} {a.name}: {e}")
-    for ps in by_seed.values():  # each seed's runs against the reference rows' runs of the same seed
-        runner.significance(table, ps, n_samples=args.samples, seed=12345, rows=rows)
-    if len(seeds) > 1:
-        records = report.build_seed_rows(table, by_seed, rows, analyses_by_seed)
-    else:
-        records = report.build_rows(table, plans, rows, analyses)
-    scales = report.scale(table, plans, records)
-    print(report.markdown(table, records, scales))
-    partial = bool(failed) or not report.complete(records)
-    name = output_name(table, args, opts, partial, seeds)
-    out_dir = os.path.join(opts.work_dir, table.id)
-    paths = report.write_reports(table, records, out_dir, name, scales)
-    print(f"written: {paths['md']}, .csv, .json, .tex")
-    whole = output_name(table, argparse.Namespace(rows=None, datasets=None), opts, seeds=seeds)
-    if name != whole:
-        why = []
-        if any(subset(table, args)):
-            why.append("a subset of the table (--rows / --datasets)")
-        if partial:
-            why.append("incomplete (failed runs or missing numbers)")
-        print(f"  ({' and '.join(why)}: {whole}.md, the complete table at this scale, is written only by a "
-              "complete run of every row and data set"
-              + (", and was left as it was" if os.path.exists(os.path.join(out_dir, whole + ".md")) else "") + ")")
-    if failed:
-        raise runner.ReproduceError(f"{len(failed)} step(s) failed:\n  " + "\n  ".join(failed))
-    return 0
+    return ap
 
 
 def parse_seeds(text, seed) -> list:
@@ -247,6 +152,157 @@ def parse_seeds(text, seed) -> list:
     return seeds
 
 
+@dataclass
+class Reproduction:
+    """One table's reproduction as planned: its rows, the options, and per seed the runs and the
+    analyses of their models."""
+    table: Table
+    rows: List[Row]
+    opts: Options
+    seeds: List[int]
+    by_seed: Dict[int, List[RunPlan]]
+    analyses_by_seed: Dict[int, List[AnalysisPlan]]
+
+    @property
+    def plans(self) -> List[RunPlan]:
+        return [p for ps in self.by_seed.values() for p in ps]
+
+    @property
+    def analyses(self) -> List[AnalysisPlan]:
+        return [a for aps in self.analyses_by_seed.values() for a in aps]
+
+
+def check_args(args) -> List[int]:
+    """The checks of the options that need no table; returns the seeds."""
+    if args.samples < 1:
+        raise FairseqExtError(f"--samples must be at least 1, not {args.samples}")
+    return parse_seeds(args.seeds, args.seed)
+
+
+def plan(table: Table, args, setups: dict, seeds: List[int]) -> Reproduction:
+    opts = Options(work_dir=os.path.abspath(args.work_dir), data_root=os.path.abspath(args.data_root),
+                   smoke=args.smoke, cpu_scale=args.cpu_scale, budget=args.budget, nproc=args.nproc,
+                   nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
+                   master_port=args.master_port, cpu=args.cpu, data_from=parse_from(args.data_from),
+                   extra_train=shlex.split(args.train_args), extra_generate=shlex.split(args.generate_args),
+                   substitute=args.substitute, senteval=os.path.abspath(args.senteval) if args.senteval else None)
+    if scale_name(opts) and not opts.budget:
+        opts.budget = str(scale_settings(setups, opts).get("budget", "200"))
+    budget_flags(opts.budget)  # check it before anything runs
+    rows = table.select(args.rows)
+    datasets = [d.strip() for d in args.datasets.split(",") if d.strip()] if args.datasets else None
+    by_seed = plan_seeds(table, rows, setups, opts, seeds, datasets)
+    analyses_by_seed = {s: plan_analyses(table, ps, setups, opts, args.samples) for s, ps in by_seed.items()}
+    return Reproduction(table, rows, opts, seeds, by_seed, analyses_by_seed)
+
+
+def print_dry_run(todo: Reproduction, args) -> None:
+    """Every command of every run and analysis, as a user would type it, and the table's file."""
+    for seed, seed_plans in todo.by_seed.items():
+        if len(todo.seeds) > 1:
+            print(f"# ==== seed {seed} ====\n")
+        for p in seed_plans:
+            shared = [r for r in todo.rows if r.model == p.row]
+            print(f"# {p.table} / {p.row} [{p.label}] / {p.dataset}: BLEU {p.bleu}, budget {p.budget}"
+                  + (f"\n#   data: {p.substitution}" if p.substitution else "")
+                  + (f"\n#   the same model for the rows: {', '.join(f'{r.id} [{r.label}]' for r in shared)}"
+                     if shared else ""))
+            for cmd in p.commands():
+                print(shell_line(cmd))
+            print()
+    if todo.analyses:
+        print("# then, on each trained model, what the table's columns read (docs/analysis.md):")
+        for a in todo.analyses:
+            where = f"{a.run.row} / {a.run.dataset}"
+            if a.name == "meteor":
+                print(f"# {where}: METEOR of eval-test/hyp.detok (fairseq_ext.tools.meteor) -> {a.out}")
+            elif a.command is None:
+                print(f"# {where}: {a.name}: unavailable: {a.unavailable}")
+            else:
+                print(shell_line(a.command))
+        print()
+    name = output_name(todo.table, args, todo.opts, seeds=todo.seeds)
+    print(f"# table: {os.path.join(todo.opts.work_dir, todo.table.id, name)}.{{md,csv,json,tex}}")
+
+
+def run_all(todo: Reproduction) -> List[str]:
+    """Every run, then every analysis of a finished run; a failed step is said and skipped, and
+    the others go on. Returns the failed steps."""
+    failed = []
+    for p in todo.plans:
+        try:
+            execute.run(p)
+        except ReproduceError as e:
+            print(f"[{p.table}/{p.row}/{p.dataset}] FAILED: {e}", file=sys.stderr, flush=True)
+            failed.append(f"{p.row}/{p.dataset}: {e}")
+    for a in todo.analyses:
+        if not os.path.exists(os.path.join(a.run.run_dir, "result.json")):
+            continue  # its training failed: said above
+        try:
+            execute.run_analysis(a)
+        except ReproduceError as e:
+            print(f"[{a.run.table}/{a.run.row}/{a.run.dataset}] {a.name} FAILED: {e}", file=sys.stderr, flush=True)
+            failed.append(f"{a.run.row}/{a.run.dataset} {a.name}: {e}")
+    return failed
+
+
+def report(todo: Reproduction, args, failed: List[str]) -> None:
+    """The side-by-side table of what finished: printed, and written under WORK/TABLE/."""
+    table, opts, seeds = todo.table, todo.opts, todo.seeds
+    for ps in todo.by_seed.values():  # each seed's runs against the reference rows' runs of the same seed
+        significance.bootstrap(table, ps, n_samples=args.samples, seed=12345, rows=todo.rows)
+    if len(seeds) > 1:
+        records = build_seed_rows(table, todo.by_seed, todo.rows, todo.analyses_by_seed)
+    else:
+        records = build_rows(table, todo.plans, todo.rows, todo.analyses)
+    scales = scales_of(table, todo.plans, records)
+    print(markdown(table, records, scales))
+    partial = bool(failed) or not complete(records)
+    name = output_name(table, args, opts, partial, seeds)
+    out_dir = os.path.join(opts.work_dir, table.id)
+    paths = write_reports(table, records, out_dir, name, scales)
+    print(f"written: {paths['md']}, .csv, .json, .tex")
+    whole = output_name(table, argparse.Namespace(rows=None, datasets=None), opts, seeds=seeds)
+    if name != whole:
+        why = []
+        if any(subset(table, args)):
+            why.append("a subset of the table (--rows / --datasets)")
+        if partial:
+            why.append("incomplete (failed runs or missing numbers)")
+        print(f"  ({' and '.join(why)}: {whole}.md, the complete table at this scale, is written only by a "
+              "complete run of every row and data set"
+              + (", and was left as it was" if os.path.exists(os.path.join(out_dir, whole + ".md")) else "") + ")")
+    if failed:
+        raise ReproduceError(f"{len(failed)} step(s) failed:\n  " + "\n  ".join(failed))
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    seeds = check_args(args)
+    setups = load_setups()
+    if args.list and not args.table:
+        list_tables(setups)
+        return 0
+    if not args.table:
+        parser.error("name a table (see --list)")
+    table = load_table(args.table, setups=setups)
+    if args.list:
+        list_rows(table, setups)
+        return 0
+    todo = plan(table, args, setups, seeds)
+    if args.dry_run:
+        print_dry_run(todo, args)
+        return 0
+    if not args.report and args.node_rank > 0:
+        for p in todo.plans:  # worker node of a multi-node run: train only
+            execute.run_on_worker_node(p)
+        return 0
+    failed = [] if args.report else run_all(todo)
+    report(todo, args, failed)
+    return 0
+
+
 def subset(table, args) -> (str, str):
     """(rows, data sets) that --rows / --datasets choose when they leave out some of the
     table's own rows or data sets, else ""."""
@@ -262,11 +318,9 @@ def subset(table, args) -> (str, str):
 def output_name(table, args, opts, partial: bool = False, seeds=None) -> str:
     """The table's file name: the scale (smoke, substitute, budget), the seeds when several,
     the subset, partial."""
-    tag = ".".join(p for p in (runner.scale_name(opts),
-                                "substitute" if opts.substitute and not runner.scale_name(opts) else "",
+    tag = ".".join(p for p in (scale_name(opts), "substitute" if opts.substitute and not scale_name(opts) else "",
                                 opts.budget or "") if p)
-    return report.table_name(tag, *subset(table, args), partial=partial,
-                             seeds=seeds if seeds and len(seeds) > 1 else None)
+    return table_name(tag, *subset(table, args), partial=partial, seeds=seeds if seeds and len(seeds) > 1 else None)
 
 
 if __name__ == "__main__":

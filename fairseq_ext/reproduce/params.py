@@ -1,5 +1,6 @@
-"""Check every row's flags against the #Params column of its table: the model a row's flags
-build must have the paper's parameter count, up to the printing precision.
+"""The models a row's flags build: their size (:func:`shape`, for the report's scale lines)
+and their parameter count, checked against the #Params column of the row's table: the model a
+row's flags build must have the paper's parameter count, up to the printing precision.
 
 Vocabularies are only approximately known (\"shared BPE ~32k\"), so the check compares each
 row's difference to the table's baseline row (vocabulary-independent while the embedding
@@ -11,20 +12,27 @@ width is the same) with the paper's printed difference, within 0.1M (two numbers
 import functools
 import logging
 import sys
-from typing import List, Optional
+from typing import List, Tuple
 
-from fairseq_ext.reproduce.report import printed_value
+from fairseq_ext.reproduce.cells import printed_as_difference, printed_value
+from fairseq_ext.reproduce.measure import SHAPE_KEYS
 from fairseq_ext.reproduce.tables import Table, load_tables
 
 VOCAB = 32000  # any: the deltas do not depend on it
 
 
-def count(flags: List[str], vocab: int = VOCAB) -> int:
-    from fairseq_ext.model_builder import build_model, make_dictionary
-
+def _arch(flags) -> Tuple[str, List[str]]:
+    """(the --arch preset, the other flags)."""
     args = [f for f in flags if f != "--arch"]
     arch = flags[flags.index("--arch") + 1]
     args.remove(arch)
+    return arch, args
+
+
+def count(flags: List[str], vocab: int = VOCAB) -> int:
+    from fairseq_ext.model_builder import build_model, make_dictionary
+
+    arch, args = _arch(flags)
     dictionary = make_dictionary(vocab - 4)
     model, _ = build_model(arch, "--share-all-embeddings", *args, dictionary=dictionary, seed=None, device="meta")
     return sum(p.numel() for p in model.parameters())
@@ -34,12 +42,9 @@ def count(flags: List[str], vocab: int = VOCAB) -> int:
 def _shape(flags: tuple) -> dict:
     from fairseq_ext.model_builder import parse_model_args
 
-    args = [f for f in flags if f != "--arch"]
-    arch = flags[flags.index("--arch") + 1]
-    args.remove(arch)
+    arch, args = _arch(flags)
     parsed = parse_model_args(arch, *args)
-    keys = ("encoder_layers", "decoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads")
-    return {k: getattr(parsed, k, None) for k in keys}
+    return {k: getattr(parsed, k, None) for k in SHAPE_KEYS}
 
 
 def shape(flags: List[str]) -> dict:
@@ -52,7 +57,7 @@ def _params_cell(cells: dict):
     """(value in M, whether it is printed as a difference such as "+0"), or (None, False)."""
     for name, value in cells.items():
         if name.startswith("#Params"):
-            return printed_value(value), str(value).strip().startswith(("+", "-", "−"))
+            return printed_value(value), printed_as_difference(value)
     return None, False
 
 

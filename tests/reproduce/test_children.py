@@ -20,11 +20,11 @@ CHILD = textwrap.dedent("""
     worker.wait()
 """)
 
-# The runner: fairseq_ext.reproduce.runner._run, the one place it starts a planned command.
+# The runner: fairseq_ext.reproduce.execute.run_command, the one place it starts a planned command.
 RUNNER = textwrap.dedent("""
     import sys
-    from fairseq_ext.reproduce import runner
-    runner._run([sys.executable, "-c", sys.argv[1], sys.argv[2]], sys.argv[3])
+    from fairseq_ext.reproduce import execute
+    execute.run_command([sys.executable, "-c", sys.argv[1], sys.argv[2]], sys.argv[3])
 """)
 
 

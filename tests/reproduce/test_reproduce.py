@@ -13,7 +13,11 @@ import pytest
 
 from fairseq_ext.errors import FairseqExtError
 from fairseq_ext.reproduce import __main__ as cli
-from fairseq_ext.reproduce import params, report, runner
+from fairseq_ext.reproduce import execute, params, planning
+from fairseq_ext.reproduce.files import write_reports
+from fairseq_ext.reproduce.markdown import markdown
+from fairseq_ext.reproduce.rows import build_rows
+from fairseq_ext.reproduce.scale import scale_lines, scales
 from model_utils import MULTI30K, REPO
 
 from fairseq_ext.reproduce.tables import TableConfigError, load_setups, load_table, load_tables, table_ids
@@ -144,24 +148,24 @@ def test_multi_gpu_flags_reach_train_sh(capsys):
     (["thesis-3.2", "--dry-run", "--from", "wmt14"], "--from: expected DATASET=DIR"),
 ])
 def test_errors_name_the_option(argv, message):
-    with pytest.raises((TableConfigError, runner.ReproduceError, Exception)) as e:
+    with pytest.raises((TableConfigError, planning.ReproduceError, Exception)) as e:
         cli.main(argv)
     assert message in str(e.value)
 
 
 def test_budget_flags():
-    assert runner.budget_flags("300") == ["--max-update", "300", "--max-epoch", "0"]
-    assert runner.budget_flags("30m")[:2] == ["--stop-time-hours", "0.5000"]
-    assert runner.budget_flags("2h")[:2] == ["--stop-time-hours", "2.0000"]
-    assert runner.budget_flags(None) == []
+    assert planning.budget_flags("300") == ["--max-update", "300", "--max-epoch", "0"]
+    assert planning.budget_flags("30m")[:2] == ["--stop-time-hours", "0.5000"]
+    assert planning.budget_flags("2h")[:2] == ["--stop-time-hours", "2.0000"]
+    assert planning.budget_flags(None) == []
 
 
 def test_report_puts_our_numbers_next_to_the_papers(tmp_path):
     """Hand-made results: deltas, ratios and marks are computed from them, not copied; a
     significance test against another row than the reference is not shown."""
     table = load_table("thesis-3.2")
-    opts = runner.Options(work_dir=str(tmp_path), data_root=str(tmp_path / "d"), budget="100")
-    plans = runner.plan_table(table, table.select("m-10,m-11"), load_setups(), opts)
+    opts = planning.Options(work_dir=str(tmp_path), data_root=str(tmp_path / "d"), budget="100")
+    plans = planning.plan_table(table, table.select("m-10,m-11"), load_setups(), opts)
     ours = {"transformer": (30.0, 61_000_000, 4.0, 100.0), "m-10": (31.25, 92_500_000, 3.0, 80.0),
             "m-11": (30.5, 84_900_000, 3.5, 90.0)}
     model = {"encoder_layers": 6, "decoder_layers": 6, "encoder_embed_dim": 512, "encoder_ffn_embed_dim": 2048,
@@ -174,7 +178,7 @@ def test_report_puts_our_numbers_next_to_the_papers(tmp_path):
         if p.row != "transformer":
             with open(os.path.join(p.run_dir, "significance.json"), "w") as f:
                 json.dump({"baseline": "transformer" if p.row == "m-10" else "m-10", "mark": "‡", "p_value": 0.001}, f)
-    records = {r["row"]: r for r in report.build_rows(table, plans)}
+    records = {r["row"]: r for r in build_rows(table, plans)}
     m10 = records["m-10"]
     assert m10["delta"] == pytest.approx(1.25) and m10["mark"] == "‡" and m10["reference"] == "transformer"
     assert m10["params_m"] == pytest.approx(92.5)
@@ -186,12 +190,12 @@ def test_report_puts_our_numbers_next_to_the_papers(tmp_path):
     assert records["m-11"]["mark"] == "" and records["m-11"]["p_value"] is None  # tested against m-10, not the baseline
     assert records["transformer"]["delta"] is None
     assert records["convseq2seq-gehring-et-al.-2017"]["status"] == "cited"
-    md = report.markdown(table, list(records.values()), report.scale(table, plans))
+    md = markdown(table, list(records.values()), scales(table, plans))
     assert "| M-10 | Transformer | 92.7 | 92.5 | 2.59 | 3.00 | 0.71 | 0.75 | 29.08 (+0.71)‡ | 31.25 | +0.71 | +1.25 " \
            "| ‡ p=0.001 |" in md
     assert "model: 6+6 layers, d_model 512, FFN 2048, 8 heads; 61.00M to 92.50M parameters" in md
     assert "training: 100 updates per row" in md
-    paths = report.write_reports(table, list(records.values()), str(tmp_path / "out"))
+    paths = write_reports(table, list(records.values()), str(tmp_path / "out"))
     with open(paths["json"]) as f:
         assert len(json.load(f)["rows"]) == len(records)
 
@@ -199,18 +203,18 @@ def test_report_puts_our_numbers_next_to_the_papers(tmp_path):
 def test_a_finished_run_is_reused_and_other_settings_are_refused(tmp_path):
     table = load_table("thesis-4.6")
     setups = load_setups()
-    opts = runner.Options(work_dir=str(tmp_path), data_root=str(tmp_path / "d"), smoke=True, budget="5")
-    plan = runner.plan_table(table, table.select("ms-1"), setups, opts)[1]
+    opts = planning.Options(work_dir=str(tmp_path), data_root=str(tmp_path / "d"), smoke=True, budget="5")
+    plan = planning.plan_table(table, table.select("ms-1"), setups, opts)[1]
     os.makedirs(plan.run_dir)
     with open(os.path.join(plan.run_dir, "result.json"), "w") as f:
-        json.dump({"plan": runner._plan_key(plan), "bleu": 1.0}, f)
-    assert runner.execute(plan)["bleu"] == 1.0  # nothing runs (there is no data to train on)
-    other = runner.plan_table(table, table.select("ms-1"), setups,
-                              runner.Options(work_dir=str(tmp_path), data_root=str(tmp_path / "d"), smoke=True,
-                                             budget="5", seed=2))[1]
+        json.dump({"plan": plan.result_key(), "bleu": 1.0}, f)
+    assert execute.run(plan)["bleu"] == 1.0  # nothing runs (there is no data to train on)
+    other = planning.plan_table(table, table.select("ms-1"), setups,
+                                planning.Options(work_dir=str(tmp_path), data_root=str(tmp_path / "d"), smoke=True,
+                                                 budget="5"), seed=2)[1]
     assert other.run_dir == plan.run_dir
-    with pytest.raises(runner.ReproduceError, match="holds a run with other settings"):
-        runner.execute(other)
+    with pytest.raises(planning.ReproduceError, match="holds a run with other settings"):
+        execute.run(other)
 
 
 def test_the_cpu_scale_keeps_depth_and_technique_reads_the_substitute_in_full(tmp_path):
@@ -219,8 +223,8 @@ def test_the_cpu_scale_keeps_depth_and_technique_reads_the_substitute_in_full(tm
     --max-lines, the same directory as --substitute); runs and table named .cpu, the scale said
     on the page."""
     table, setups = load_table("thesis-3.5"), load_setups()
-    opts = runner.Options(work_dir=str(tmp_path / "runs"), data_root=str(tmp_path / "d"), cpu_scale=True, budget="800")
-    plan = runner.plan_table(table, table.select("iter-s-agg"), setups, opts)[0]
+    opts = planning.Options(work_dir=str(tmp_path / "runs"), data_root=str(tmp_path / "d"), cpu_scale=True, budget="800")
+    plan = planning.plan_table(table, table.select("iter-s-agg"), setups, opts)[0]
     assert plan.scale == "cpu" and not plan.smoke and plan.data_key == "multi30k-en-de"
     assert "(--cpu-scale)" in plan.substitution
     assert plan.data_dir == str(tmp_path / "d" / "reproduce" / "multi30k-en-de")
@@ -234,11 +238,11 @@ def test_the_cpu_scale_keeps_depth_and_technique_reads_the_substitute_in_full(tm
     assert last("--encoder-embed-dim") == "128" and last("--encoder-ffn-embed-dim") == "512"
     assert last("--lr-scheduler") == "inverse_sqrt" and last("--max-update") == "800" and last("--lr") == "1e-3"
     assert plan.generate[:2] == ["--beam", "5"] and plan.average is None
-    substitute = runner.plan_table(table, table.select("iter-s-agg"), setups,
-                                   runner.Options(work_dir=str(tmp_path / "runs"), data_root=str(tmp_path / "d"),
-                                                  substitute=True))[0]
+    substitute = planning.plan_table(table, table.select("iter-s-agg"), setups,
+                                     planning.Options(work_dir=str(tmp_path / "runs"), data_root=str(tmp_path / "d"),
+                                                      substitute=True))[0]
     assert substitute.data_dir == plan.data_dir and substitute.run_dir != plan.run_dir
-    lines = report.scale_lines(report.scale(table, [plan])["wmt14-en-de"])
+    lines = scale_lines(scales(table, [plan])["wmt14-en-de"])
     assert any(line.startswith("CPU scale (--cpu-scale)") for line in lines)
     assert not any("smoke" in line for line in lines)
 
@@ -293,18 +297,18 @@ def test_one_table_end_to_end_at_a_tiny_budget(tmp_path):
 
 def test_a_worker_node_waits_for_the_data_and_only_trains(tmp_path, monkeypatch):
     table = load_table("thesis-3.2")
-    opts = runner.Options(work_dir=str(tmp_path / "w"), data_root=str(tmp_path / "d"), nproc=8, nnodes=2,
-                          node_rank=1, master_addr="node0")
-    plan = runner.plan_table(table, table.select("m-10"), load_setups(), opts)[1]
+    opts = planning.Options(work_dir=str(tmp_path / "w"), data_root=str(tmp_path / "d"), nproc=8, nnodes=2,
+                            node_rank=1, master_addr="node0")
+    plan = planning.plan_table(table, table.select("m-10"), load_setups(), opts)[1]
     calls = []
-    monkeypatch.setattr(runner, "_run", lambda cmd, log, env=None: calls.append((cmd, log)))
-    with pytest.raises(runner.ReproduceError, match="node 0 prepares the data"):
-        runner.execute_worker_node(plan, wait_seconds=0)
+    monkeypatch.setattr(execute, "run_command", lambda cmd, log, env=None: calls.append((cmd, log)))
+    with pytest.raises(planning.ReproduceError, match="node 0 prepares the data"):
+        execute.run_on_worker_node(plan, wait_seconds=0)
     os.makedirs(plan.data_dir)
     open(os.path.join(plan.data_dir, "prep.env"), "w").close()
-    runner.execute_worker_node(plan, wait_seconds=0)
+    execute.run_on_worker_node(plan, wait_seconds=0)
     assert [c for c, _ in calls] == [plan.train] and calls[0][1].endswith("train.node1.log")
-    assert "--node-rank 1" in runner.shell_line(plan.train)
+    assert "--node-rank 1" in planning.shell_line(plan.train)
 
 
 def test_no_bootstrap_sample_is_refused():

@@ -14,7 +14,7 @@ from scipy.stats import ttest_rel
 
 from fairseq_ext.errors import FairseqExtError
 from fairseq_ext.reproduce import __main__ as cli
-from fairseq_ext.reproduce import runner
+from fairseq_ext.reproduce import planning
 from fairseq_ext.reproduce.tables import load_setups, load_table
 from test_table_columns import PREP_ENV, SMOKE_MODEL, report_cli
 
@@ -33,8 +33,8 @@ SIG = {"plus-mma": {1: (0.001, "††"), 2: (0.03, "†"), 3: (0.002, "††")
 
 
 def options(tmp_path):
-    return runner.Options(work_dir=str(tmp_path / "runs"), data_root=str(tmp_path / "data"), smoke=True,
-                          budget="60", cpu=True)
+    return planning.Options(work_dir=str(tmp_path / "runs"), data_root=str(tmp_path / "data"), smoke=True,
+                            budget="60", cpu=True)
 
 
 def write_seed_runs(by_seed, bleu, **result):
@@ -47,14 +47,14 @@ def write_seed_runs(by_seed, bleu, **result):
             with open(os.path.join(p.data_dir, "prep.env"), "w") as f:
                 f.write(PREP_ENV)
             with open(os.path.join(p.run_dir, "result.json"), "w") as f:
-                json.dump({"plan": runner._plan_key(p), "model": SMOKE_MODEL, "updates": 60, "planned_updates": 60,
+                json.dump({"plan": p.result_key(), "model": SMOKE_MODEL, "updates": 60, "planned_updates": 60,
                            "bleu": bleu(p.row, seed), **result}, f)
 
 
 def make_seed_runs(tmp_path, table_id="mma-4", seeds=SEEDS):
     """Finished runs of mma-4 at smoke scale for every seed: result.json and significance.json."""
     table = load_table(table_id)
-    by_seed = runner.plan_seeds(table, table.select(None), load_setups(), options(tmp_path), seeds)
+    by_seed = planning.plan_seeds(table, table.select(None), load_setups(), options(tmp_path), seeds)
     write_seed_runs(by_seed, lambda row, seed: BLEU[row][seed])
     for seed, plans in by_seed.items():
         for p in plans:
@@ -69,8 +69,8 @@ def test_seeds_plan_one_run_directory_per_row_and_seed(tmp_path, capsys):
     table = load_table("thesis-3.2")
     rows = table.select("m-10")
     setups = load_setups()
-    single = runner.plan_table(table, rows, setups, options(tmp_path))
-    by_seed = runner.plan_seeds(table, rows, setups, options(tmp_path), SEEDS)
+    single = planning.plan_table(table, rows, setups, options(tmp_path))
+    by_seed = planning.plan_seeds(table, rows, setups, options(tmp_path), SEEDS)
     assert list(by_seed) == SEEDS
     for i, p in enumerate(single):
         runs = [by_seed[s][i] for s in SEEDS]
@@ -79,7 +79,7 @@ def test_seeds_plan_one_run_directory_per_row_and_seed(tmp_path, capsys):
         assert runs[0].run_dir == p.run_dir  # seed 1 reuses the one-seed run
         assert runs[1].run_dir == p.run_dir + ".seed2"
     # one seed, --seed or --seeds: the directory of today, with that seed
-    (alone,) = runner.plan_seeds(table, rows, setups, options(tmp_path), [2]).values()
+    (alone,) = planning.plan_seeds(table, rows, setups, options(tmp_path), [2]).values()
     assert [p.run_dir for p in alone] == [p.run_dir for p in single]
     assert all(p.train[p.train.index("--seed") + 1] == "2" for p in alone)
     # the dry run prints every seed's commands
@@ -88,7 +88,7 @@ def test_seeds_plan_one_run_directory_per_row_and_seed(tmp_path, capsys):
     out = capsys.readouterr().out
     for s in SEEDS:
         for p in by_seed[s]:
-            assert runner.shell_line(p.train) in out
+            assert planning.shell_line(p.train) in out
     assert "table.smoke.60.seeds-1-2-3.rows-m-10.{md,csv,json,tex}" in out
 
 
@@ -180,7 +180,7 @@ def test_a_table_no_paper_prints_shows_only_ours_and_one_parameter_count(tmp_pat
     seed, once with 2 decimals (2.41, not "2.4 ± 0.0"); BLEU as mean ± sd."""
     table = load_table("configs/benchmarks/cpu-multi30k.yaml")
     opts = options(tmp_path)
-    by_seed = runner.plan_seeds(table, table.select("mma"), load_setups(), opts, [1, 2])
+    by_seed = planning.plan_seeds(table, table.select("mma"), load_setups(), opts, [1, 2])
     bleu = {("baseline", 1): 28.0, ("baseline", 2): 28.5, ("mma", 1): 30.0, ("mma", 2): 29.0}
     write_seed_runs(by_seed, lambda row, seed: bleu[row, seed], params=2_412_800)
     assert report_cli(tmp_path, "configs/benchmarks/cpu-multi30k.yaml", "--rows", "mma", "--budget", "60",

@@ -19,7 +19,11 @@ import pytest
 import yaml
 
 from fairseq_ext.reproduce import __main__ as cli
-from fairseq_ext.reproduce import report, runner
+from fairseq_ext.reproduce import execute, planning
+from fairseq_ext.reproduce.analyses import plan_analyses
+from fairseq_ext.reproduce.latex import latex, latex_escape
+from fairseq_ext.reproduce.rows import build_rows
+from fairseq_ext.reproduce.scale import scales
 from fairseq_ext.reproduce.tables import TableConfigError, load_setups, load_table
 from fairseq_ext.resources import TABLE_DIR
 from model_utils import MULTI30K, REPO
@@ -35,11 +39,11 @@ def make_runs(tmp_path, table_id, results, rows=None, datasets=None, budget="60"
     of its planned command, a prep.env of the data. Returns (table, rows, plans, analysis plans, options)."""
     table = load_table(table_id)
     setups = load_setups()
-    opts = runner.Options(work_dir=str(tmp_path / "runs"), data_root=str(tmp_path / "data"), smoke=True,
-                          budget=budget, cpu=True)
+    opts = planning.Options(work_dir=str(tmp_path / "runs"), data_root=str(tmp_path / "data"), smoke=True,
+                            budget=budget, cpu=True)
     selected = table.select(rows)
-    plans = runner.plan_table(table, selected, setups, opts, datasets)
-    aps = runner.plan_analyses(table, plans, setups, opts, samples)
+    plans = planning.plan_table(table, selected, setups, opts, datasets)
+    aps = plan_analyses(table, plans, setups, opts, samples)
     for p in plans:
         os.makedirs(p.run_dir, exist_ok=True)
         os.makedirs(p.data_dir, exist_ok=True)
@@ -47,7 +51,7 @@ def make_runs(tmp_path, table_id, results, rows=None, datasets=None, budget="60"
             f.write(PREP_ENV)
         if p.row in results:
             with open(os.path.join(p.run_dir, "result.json"), "w") as f:
-                json.dump({"plan": runner._plan_key(p), "model": SMOKE_MODEL, "updates": 60, "planned_updates": 60,
+                json.dump({"plan": p.result_key(), "model": SMOKE_MODEL, "updates": 60, "planned_updates": 60,
                            **results[p.row]}, f)
     for a in aps:
         files = (analyses or {}).get((a.run.row, a.name))
@@ -57,7 +61,7 @@ def make_runs(tmp_path, table_id, results, rows=None, datasets=None, budget="60"
         for name, content in files.items():
             with open(os.path.join(a.out, name), "w") as f:
                 json.dump(content, f)
-        with open(os.path.join(a.out, runner.ANALYSIS_DONE), "w") as f:
+        with open(os.path.join(a.out, planning.ANALYSIS_DONE), "w") as f:
             json.dump({"command": a.command}, f)
     return table, selected, plans, aps, opts
 
@@ -204,18 +208,18 @@ def test_the_analyses_a_table_needs_are_planned_as_commands_and_reused(tmp_path,
     (ap,) = aps
     assert ap.command[:3] == ["python", "-m", "fairseq_ext.analysis.decoders"]
     assert ap.out == os.path.join(plans[0].run_dir, "analysis", "decoders")
-    assert "--names ms-1" in runner.shell_line(ap.command) and "--flavour detok-cased" in runner.shell_line(ap.command)
+    assert "--names ms-1" in planning.shell_line(ap.command) and "--flavour detok-cased" in planning.shell_line(ap.command)
     cli.main(["thesis-4.7", "--dry-run", "--smoke", "--budget", "60", "--rows", "ms-1", "--datasets", "iwslt15-en-vi",
               "--work-dir", opts.work_dir, "--data-root", opts.data_root])
-    assert runner.shell_line(ap.command) in capsys.readouterr().out
+    assert planning.shell_line(ap.command) in capsys.readouterr().out
     calls = []
-    monkeypatch.setattr(runner, "_run", lambda cmd, log, env=None: calls.append(cmd))
-    runner.execute_analysis(ap)
-    runner.execute_analysis(ap)
+    monkeypatch.setattr(execute, "run_command", lambda cmd, log, env=None: calls.append(cmd))
+    execute.run_analysis(ap)
+    execute.run_analysis(ap)
     assert calls == [ap.command]
-    again = runner.plan_analyses(table, plans, load_setups(), opts, samples=50)[0]
-    runner.execute_analysis(again)
-    assert len(calls) == 2 and "--samples 50" in runner.shell_line(calls[1])
+    again = plan_analyses(table, plans, load_setups(), opts, samples=50)[0]
+    execute.run_analysis(again)
+    assert len(calls) == 2 and "--samples 50" in planning.shell_line(calls[1])
 
 
 def test_probing_without_senteval_generates_three_tasks_and_says_why_the_others_are_missing(tmp_path, capsys):
@@ -231,7 +235,7 @@ def test_probing_without_senteval_generates_three_tasks_and_says_why_the_others_
         tmp_path, "thesis-5.5", {"transformer": {"bleu": 1.0}, "enc-dc": {"bleu": 1.1}},
         analyses={(r, "probing"): {"probing.json": [{k: v for k, v in row.items() if k != ("enc-dc" if r ==
                   "transformer" else "transformer")} for row in probing]} for r in ("transformer", "enc-dc")})
-    assert "--corpus" in aps[0].command and "--lr 2.5e-4 --batch-size 64" in runner.shell_line(aps[0].command)
+    assert "--corpus" in aps[0].command and "--lr 2.5e-4 --batch-size 64" in planning.shell_line(aps[0].command)
     assert report_cli(tmp_path, "thesis-5.5", "--budget", "60") == 0
     out = capsys.readouterr().out
     line = next(l for l in out.splitlines() if l.startswith("| Enc-DC |"))
@@ -270,7 +274,7 @@ def test_meteor_column_reads_the_rows_detokenized_text_or_says_why_not(tmp_path,
                 f.writelines(line + "\n" for line in lines)
     for a in aps:
         assert a.name == "meteor"
-        runner.execute_analysis(a)
+        execute.run_analysis(a)
     assert seen[0][2] == "de" and seen[0][1] == refs
     assert report_cli(tmp_path, "ms-1", "--rows", "serial", "--datasets", "multi30k-en-de", "--budget", "60") == 0
     out = capsys.readouterr().out
@@ -284,7 +288,7 @@ def test_meteor_column_reads_the_rows_detokenized_text_or_says_why_not(tmp_path,
     fake.corpus_score = unavailable
     for a in aps:
         os.remove(a.out)
-        runner.execute_analysis(a)
+        execute.run_analysis(a)
     report_cli(tmp_path, "ms-1", "--rows", "serial", "--datasets", "multi30k-en-de", "--budget", "60")
     assert "| unavailable: no METEOR for de here |" in capsys.readouterr().out
 
@@ -315,13 +319,13 @@ def test_only_a_complete_run_replaces_the_complete_table(tmp_path, monkeypatch, 
     assert whole.read_text() == first and "(not run)" in (out_dir / "table.smoke.60.partial.md").read_text()
     # a refused run (another run's settings in the directory) fails, and leaves the table as it was
 
-    def execute(plan):
+    def refuse_one(plan):
         if plan.row == "plus-local-attention":
-            raise runner.ReproduceError(f"{plan.run_dir} holds a run with other settings")
-        return runner.finished(plan)
+            raise planning.ReproduceError(f"{plan.run_dir} holds a run with other settings")
+        return execute.finished(plan)
 
-    monkeypatch.setattr(runner, "execute", execute)
-    with pytest.raises(runner.ReproduceError, match="1 step"):
+    monkeypatch.setattr(execute, "run", refuse_one)
+    with pytest.raises(planning.ReproduceError, match="1 step"):
         cli.main(["mma-4", "--smoke", "--budget", "60", "--work-dir", str(tmp_path / "runs"),
                   "--data-root", str(tmp_path / "data")])
     assert whole.read_text() == first
@@ -333,8 +337,8 @@ def test_latex_export_puts_the_papers_numbers_and_ours_side_by_side(tmp_path):
     with open(os.path.join(next(p for p in plans if p.row == "transformer-mma" and p.dataset == "wat17-en-ja").run_dir,
                            "significance.json"), "w") as f:
         json.dump({"baseline": "transformer", "mark": "††", "p_value": 0.001}, f)
-    records = report.build_rows(table, plans, rows, aps)
-    tex = report.latex(table, records, report.scale(table, plans, records))
+    records = build_rows(table, plans, rows, aps)
+    tex = latex(table, records, scales(table, plans, records))
     assert tex.count("\\begin{tabular}") == 2 == tex.count("\\toprule") == tex.count("\\midrule") \
         == tex.count("\\bottomrule")
     assert "\\multicolumn{2}{c}{\\#Params}" in tex and "& paper & ours &" in tex
@@ -346,7 +350,7 @@ def test_latex_export_puts_the_papers_numbers_and_ours_side_by_side(tmp_path):
         for line in body.split("\\bottomrule")[0].splitlines():
             if line.endswith("\\\\") and "multicolumn" not in line:
                 assert len(re.findall(r"(?<!\\)&", line)) == len(spec) - 1, line
-    assert report.latex_escape("#AVG_1 & 5% {x} --beam") == "\\#AVG\\_1 \\& 5\\% \\{x\\} -{}-beam"
+    assert latex_escape("#AVG_1 & 5% {x} --beam") == "\\#AVG\\_1 \\& 5\\% \\{x\\} -{}-beam"
     if shutil.which("pdflatex"):  # compile it where LaTeX is installed
         doc = tmp_path / "doc.tex"
         doc.write_text("\\documentclass{article}\\usepackage[utf8]{inputenc}\\usepackage{booktabs}"

@@ -1,0 +1,148 @@
+"""The table in Markdown (printed and written): per data set its scale and the side-by-side
+rows, the adversarial evaluations, and the legend under the table (what each sub-column is,
+the tests behind the marks, why a column has none, what is incomplete)."""
+import io
+from typing import Dict, List, Optional
+
+from fairseq_ext.reproduce.cells import format_number
+from fairseq_ext.reproduce.columns import Column
+from fairseq_ext.reproduce.layout import (TESTS, cell_text, has_paper_numbers, has_test, seed_count, shows_ratio,
+                                          sub_columns)
+from fairseq_ext.reproduce.records import Record
+from fairseq_ext.reproduce.scale import Scale, scale_lines
+from fairseq_ext.reproduce.tables import Table
+
+# why a column has no significance test (shown under the table)
+NO_TEST = {
+    "params": "#Params: counted from the checkpoint",
+    "train_speed": "speeds and times: one measurement each, on a machine that may be shared",
+    "train_time": "speeds and times: one measurement each, on a machine that may be shared",
+    "decode_speed": "speeds and times: one measurement each, on a machine that may be shared",
+    "decode_time": "speeds and times: one measurement each, on a machine that may be shared",
+    "decode_speedup": "speeds and times: one measurement each, on a machine that may be shared",
+    "meteor": "METEOR: no paired test here (the paper prints MultEval's ± intervals)",
+    "adversarial": "adversarial BLEU: no paired test here (the paper prints MultEval's ± intervals)",
+    "probing": "probing accuracies: one probe training per task, no test (the paper reports none)",
+    "word_translation": "word-translation accuracies: one projection training per layer, no test (the paper "
+                        "reports none)",
+    "translate_from_layer": "BLEU from an encoder layer: no test (the paper reports none)",
+}
+
+
+def _header(col: Column, kind: str, smoke: bool, table: Optional[Table] = None) -> str:
+    name = col.name + ("" if col.printed else " [not in the paper's table]")
+    alone = table is not None and not has_paper_numbers(table, col)
+    return {"paper": f"{name}: paper", "ours": f"{name}: ours" if alone else "ours", "delta_paper": "Δ paper",
+            "delta_ours": "Δ ours", "sig": "sig. (pipeline check)" if smoke else "sig.", "ratio_paper": "ratio paper",
+            "ratio_ours": "ratio ours"}[kind]
+
+
+def _md_escape(text: str) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def markdown(table: Table, records: List[Record], scales: Optional[Dict[str, Scale]] = None) -> str:
+    scales = scales or {}
+    smoke = any(s.get("smoke") for s in scales.values())
+    out = io.StringIO()
+    out.write(f"## {table.id}: {table.paper}\n\n{table.source}\n\n")
+    for dataset, ds in table.datasets.items():
+        rows = [r for r in records if r["dataset"] == dataset]
+        if not rows:
+            continue
+        out.write(f"### {dataset}\n\n")
+        for line in scale_lines(scales[dataset]) if dataset in scales else [f"paper: {ds.get('task', dataset)}"]:
+            out.write(f"- {line}\n")
+        out.write("\n")
+        layout = sub_columns(table, rows)
+        with_ref = any(r["reference"] for r in rows)
+        several = any("seeds" in r for r in rows)
+        head = ["row"] + (["vs"] if with_ref else []) + (["n"] if several else []) + [_header(c, k, smoke, table)
+                                                                                     for c, k in layout]
+        align = (["---"] + (["---"] if with_ref else []) + ([":-:"] if several else [])
+                 + [":-:" if k == "sig" else "---:" for _, k in layout])
+        out.write("| " + " | ".join(_md_escape(h) for h in head) + " |\n|" + "|".join(align) + "|\n")
+        for r in rows:
+            label = r["label"] + (" (cited)" if r["cited"] else "") + ("" if r["status"] in ("done", "cited")
+                                                                        else f" ({r['status']})")
+            cells = [label] + ([r["reference_label"] or "–"] if with_ref else [])
+            cells += [seed_count(r)] if several else []
+            cells += [cell_text(table, c, r["columns"][c.name], k, r) for c, k in layout]
+            out.write("| " + " | ".join(_md_escape(c) for c in cells) + " |\n")
+        out.write("\n")
+        adversarial = [r for r in rows if r["adversarial"] or r["paper_adversarial"]]
+        if adversarial:
+            out.write("Adversarial evaluation (one source replaced by another sentence of the test set; "
+                      "BLEU and its drop from the row's BLEU, ours with the source named):\n\n"
+                      "| row | paper | ours |\n|---|---|---|\n")
+
+            def drop(full, adv):
+                return f" (drop {format_number(full - adv)})" if None not in (full, adv) else ""
+
+            for r in adversarial:
+                paper = ", ".join(f"{k.split('(')[-1].rstrip(')')}: {format_number(v)}{drop(r['paper_bleu'], v)}"
+                                  for k, v in r["paper_adversarial"].items())
+                ours = ", ".join(f"{lang} shuffled: {format_number(v)}{drop(r['bleu'], v)}" for lang, v in r["adversarial"].items())
+                out.write(f"| {r['label']} | {paper or '–'} | {ours or '–'} |\n")
+            out.write("\n")
+    out.write("\n".join(legend(table, records, smoke)) + "\n")
+    return out.getvalue()
+
+
+def legend(table: Table, records: List[Record], smoke: bool = False) -> List[str]:
+    from fairseq_ext.tools.significance import MARKS
+
+    marks = MARKS[table.marks]
+    marks_text = ", ".join(f"{m} p < {p}" for p, m in sorted(marks, key=lambda x: -x[0]))
+    samples = next((r["samples"] for r in records if r.get("samples")), 1000)
+    printed = any(has_paper_numbers(table, c) for c in table.columns)
+    if printed:
+        lines = ["paper: the cell as the paper prints it (its marks: " + (table.paper_significance or "as printed")
+                 + "); ours: our run; –: not printed / not measured."]
+    else:
+        lines = ["No paper prints these numbers: every column is ours (–: not measured)."]
+    if any(r["reference"] for r in records) and not printed:
+        lines.append("vs: the row's reference row; Δ ours and ratio ours are against that row's run.")
+    elif any(r["reference"] for r in records):
+        lines.append("vs: the row's reference row (the paper's own comparison); Δ ours and ratio ours are "
+                     "against that row's run; Δ paper and ratio paper are computed from the paper's printed "
+                     "numbers; a difference column the paper prints is shown as printed, ours beside it against "
+                     "the same row.")
+    several = next((r["seeds"] for r in records if "seeds" in r), None)
+    if several:
+        lines.append(
+            f"Seeds: {len(several)} ({', '.join(str(s) for s in several)}), each row trained once per seed and paired "
+            "with its reference row by seed number. ours: the mean ± sample sd over the seeds that have the number "
+            "(n: the seeds a row ran); Δ ours and ratio ours: the mean ± sd of the per-seed differences and ratios "
+            "to the reference row's run of the same seed. sig.: a mark only where the per-seed test is significant "
+            "at every seed with one sign of the difference (an intersection-union test, "
+            "fairseq_ext.tools.seeds); p_max: the largest per-seed p; p_t: a paired t-test over seeds, shown "
+            "beside the mark, not as it (p_t in the CSV too; every seed's p and mark in the JSON).")
+    sources = {c.source for c in table.columns}
+    tests = [s for s in TESTS if s in sources and any(has_test(c) for c in table.columns if c.source == s)]
+    for source in tests:
+        text = TESTS[source].format(samples=samples)
+        lines.append(f"sig. ({source}): {text}; marks as this paper's: {marks_text}; p: the test's p-value. "
+                     "A mark says the difference is significant, its sign the direction."
+                     + (" At smoke scale this is a check that the test runs, not evidence: the models are "
+                        "undertrained and narrow, the data a small substitute." if smoke else ""))
+    notes = dict.fromkeys(cell["note"] for r in records for cell in r["columns"].values() if cell.get("note"))
+    lines += [f"ours, {note}" for note in notes]
+    reasons = list(dict.fromkeys(NO_TEST[s] for s in NO_TEST if s in sources))
+    if reasons:
+        lines.append("No sig. column: " + "; ".join(reasons) + ".")
+    if any(shows_ratio(c) for c in table.columns):
+        lines.append("ratio: the row's value / its reference row's (speeds: above 1 is faster; times: above 1 is "
+                     "slower). Our speeds and times are of this machine, the paper's of its GPUs: compare the "
+                     "ratios.")
+    untrained = list(dict.fromkeys(r["label"] for r in records if r.get("model_bleu") is not None
+                                   and r["model_bleu"] < 1.0))
+    if untrained:
+        lines.append(f"Our models of {', '.join(untrained)} score BLEU < 1 in their own evaluation: they do not "
+                     "translate yet at this budget, and no difference between their numbers means anything.")
+    incomplete = [r for r in records if r["missing"] or r["status"] not in ("done", "cited")]
+    if incomplete:
+        lines.append("Incomplete: " + "; ".join(
+            f"{r['label']} ({r['dataset']}): " + (", ".join(r["missing"]) if r["missing"] else r["status"])
+            for r in incomplete) + ".")
+    return lines

@@ -1,0 +1,120 @@
+"""What a finished run measured, read from what it left: the checkpoint's parameter count and
+model size, the training log's speed and updates, fairseq-generate's decoding speed, the
+evaluation's BLEU, and the data's prep.env and text files."""
+import glob
+import json
+import os
+import re
+from typing import Dict, List, Optional
+
+# the model configuration fields that give a model's size
+SHAPE_KEYS = ("encoder_layers", "decoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim",
+              "encoder_attention_heads")
+
+
+def model_summary(checkpoint: str) -> dict:
+    """{"params": trainable parameters (shared tensors once), "model": {layers, widths, heads}}
+    of the model in ``checkpoint``, read through the plugin's safe loader."""
+    from fairseq_ext.guards.checkpoint_safety import load_checkpoint_state
+
+    state = load_checkpoint_state(checkpoint)
+    seen, total = set(), 0
+    for name, tensor in state["model"].items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key in seen or not tensor.is_floating_point() or name.endswith("_float_tensor") or name.endswith(".version"):
+            continue
+        seen.add(key)
+        total += tensor.numel()
+    cfg = (state.get("cfg") or {}).get("model") if state.get("cfg") is not None else state.get("args")
+
+    def get(name):
+        value = cfg.get(name) if isinstance(cfg, dict) else getattr(cfg, name, None)
+        return value if isinstance(value, (int, float, str)) else None
+
+    shape = {k: get(k) for k in SHAPE_KEYS} if cfg is not None else {}
+    return {"params": total, "model": shape}
+
+
+_TRAIN_RE = re.compile(r"\|\s*train\s*\|.*")
+_NUM = r"([0-9.]+)"
+
+
+def training_speed(log_path: str) -> Dict[str, float]:
+    """Updates per second and words per second of the last epoch summaries fairseq printed
+    (``| train | ... | wps W | ups U |``), as the mean over epochs."""
+    ups, wps = [], []
+    if not os.path.exists(log_path):
+        return {}
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not _TRAIN_RE.search(line):
+                continue
+            m_u = re.search(r"\bups " + _NUM, line)
+            m_w = re.search(r"\bwps " + _NUM, line)
+            if m_u:
+                ups.append(float(m_u.group(1)))
+            if m_w:
+                wps.append(float(m_w.group(1)))
+    out = {}
+    if ups:
+        out["train_ups"] = sum(ups) / len(ups)
+    if wps:
+        out["train_wps"] = sum(wps) / len(wps)
+    return out
+
+
+def training_progress(log_path: str) -> Dict[str, int]:
+    """Updates done and planned, from fairseq-train's closing line (``training ended: U of P
+    updates``, fairseq_ext.guards.training_summary), else the last ``num_updates`` it logged."""
+    if not os.path.exists(log_path):
+        return {}
+    out = {}
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = re.search(r"training ended: (\d+) of (\d+|\?) updates", line)
+            if m:
+                out = {"updates": int(m.group(1))}
+                if m.group(2) != "?":
+                    out["planned_updates"] = int(m.group(2))
+            elif not out or "planned_updates" not in out:
+                m = re.search(r"\bnum_updates (\d+)", line)
+                if m:
+                    out["updates"] = int(m.group(1))
+    return out
+
+
+def decoding_speed(eval_dir: str) -> Dict[str, float]:
+    """fairseq-generate's "Translated N sentences (T tokens) in Xs (S sentences/s, K tokens/s)"."""
+    for path in sorted(glob.glob(os.path.join(eval_dir, "generate-*.txt")) + glob.glob(os.path.join(eval_dir, "generate-*.log"))):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                m = re.search(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([0-9.]+)s \(([0-9.]+) sentences/s, ([0-9.]+) tokens/s\)", line)
+                if m:
+                    return {"decode_sentences": int(m.group(1).replace(",", "")),
+                            "decode_seconds": float(m.group(3)),
+                            "decode_sents_per_s": float(m.group(4)), "decode_tokens_per_s": float(m.group(5))}
+    return {}
+
+
+def read_bleu(eval_dir: str, flavour: str) -> Optional[float]:
+    path = os.path.join(eval_dir, "bleu.json")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        scores = json.load(f)
+    return scores.get(flavour, {}).get("score")
+
+
+def read_lines(path: str) -> List[str]:
+    """Lines as every tool reads them (:func:`fairseq_ext.recipes.helpers.corpus.read_lines`: UTF-8
+    checked, BOM and CRs removed, lines as wc -l counts them)."""
+    from fairseq_ext.recipes.helpers.corpus import read_lines as _read_lines
+
+    return list(_read_lines(path))
+
+
+def read_prep_env(data_dir: str) -> Dict[str, str]:
+    """DATA/prep.env's keys, {} where the recipes did not write one."""
+    from fairseq_ext.common.data_text import read_prep_env as read
+
+    return read(data_dir)

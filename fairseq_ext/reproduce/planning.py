@@ -1,0 +1,319 @@
+"""What reproducing one table runs: the options of a reproduction (:class:`Options`), one
+:class:`RunPlan` per (row that trains a model, data set, seed) and the planning of them, and
+the :class:`AnalysisPlan` of what runs on a trained model.
+
+A run's directory is ``WORK/<table>/<row>/<data set>[.smoke|.cpu][.budget][.seedN]`` (the row that
+trains the model: rows that report on another row's model share that row's run; ``.seedN``: a
+seed other than 1 of a table trained with several seeds, ``--seeds``); it holds
+``plan.json`` (the commands), the logs, ``eval-test/`` and, when the run finished,
+``result.json``; then ``analysis/NAME/`` (each analysis of its model, with
+``.reproduce-command.json``, the command that finished there), ``meteor.json`` and
+``significance.json`` (against its reference row). A finished run with the same commands is
+reused, never retrained; a finished analysis with the same command is reused, never rerun.
+Everything of one run stays in its directory, so that several runs of a row (seeds) can be
+read one by one.
+"""
+import os
+import re
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional, Set
+
+from fairseq_ext import resources
+from fairseq_ext.errors import FairseqExtError
+from fairseq_ext.reproduce.tables import Row, Table
+
+ANALYSIS_DONE = ".reproduce-command.json"  # in an analysis' output: the command that finished there
+
+
+class ReproduceError(FairseqExtError):
+    pass
+
+
+@dataclass
+class Options:
+    work_dir: str = "runs"
+    data_root: str = "data-bin"
+    smoke: bool = False
+    cpu_scale: bool = False  # setups.yaml's cpu block: the substitute in full, quickstart width, the paper's depth
+    budget: Optional[str] = None  # "N" updates, "Nm" / "Nh" of training time
+    nproc: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    cpu: Optional[bool] = None  # None: when torch sees no GPU
+    data_from: Dict[str, str] = field(default_factory=dict)  # data set -> local directory
+    extra_train: List[str] = field(default_factory=list)
+    extra_generate: List[str] = field(default_factory=list)
+    substitute: bool = False  # use every data set's substitute (also implied by --smoke)
+    senteval: Optional[str] = None  # SentEval's data/probing directory, for the probing columns
+
+
+@dataclass
+class RunPlan:
+    table: str
+    row: str  # the row that trains this model
+    label: str
+    dataset: str  # the table's data set
+    data_key: str  # the data set actually used (a substitute, or the same)
+    substitution: str  # "" or why and what
+    bleu: str
+    data_dir: str
+    run_dir: str
+    prepare: Optional[List[str]]
+    train: List[str]
+    average: Optional[List[str]]
+    evaluate: List[str]
+    checkpoint: str
+    budget: str
+    adversarial: List[List[str]] = field(default_factory=list)  # evaluations with one source shuffled
+    scale: str = ""  # "smoke", "cpu" (a reduced scale of setups.yaml) or "" (the paper's models)
+    cpu: bool = False
+    generate: List[str] = field(default_factory=list)  # the decoding flags (evaluation and analyses)
+    model_flags: List[str] = field(default_factory=list)  # the flags that shape the model (row, size preset, scale)
+    seed: int = 1  # the training seed (its --seed)
+
+    @property
+    def smoke(self) -> bool:
+        return self.scale == "smoke"
+
+    def commands(self) -> List[List[str]]:
+        return [c for c in (self.prepare, self.train, self.average, self.evaluate) if c] + self.adversarial
+
+    def as_json(self) -> dict:
+        """The plan as plan.json holds it: the seed there is the training command's --seed, not
+        a key of its own."""
+        recorded = asdict(self)
+        recorded.pop("seed")
+        return recorded
+
+    def result_key(self) -> dict:
+        """The plan as its result.json records it: without the data preparation, since data
+        that exists or not does not change a result."""
+        recorded = self.as_json()
+        recorded.pop("prepare")
+        return recorded
+
+
+@dataclass
+class AnalysisPlan:
+    """One analysis of one trained model (a run), written into the run's directory."""
+    name: str  # fairseq_ext.analysis.NAME, or "meteor" (computed here, fairseq_ext.tools.meteor)
+    run: RunPlan
+    out: str  # output directory (meteor: the JSON file)
+    command: Optional[List[str]] = None
+    unavailable: str = ""  # why it cannot run with what is here (its columns say so)
+
+    @property
+    def log(self) -> str:
+        return os.path.join(self.run.run_dir, f"analysis-{self.name}.log")
+
+
+def analysis_dir(run: RunPlan, name: str) -> str:
+    return os.path.join(run.run_dir, "analysis", name)
+
+
+def budget_flags(budget: Optional[str]) -> List[str]:
+    if not budget:
+        return []
+    m = re.fullmatch(r"(\d+)([mh]?)", budget.strip())
+    if not m or int(m.group(1)) <= 0:
+        raise ReproduceError(f"--budget: expected a number of updates (e.g. 300) or minutes/hours (20m, 2h), not {budget!r}")
+    value, unit = int(m.group(1)), m.group(2)
+    if unit == "":
+        return ["--max-update", str(value), "--max-epoch", "0"]
+    hours = value / 60 if unit == "m" else value
+    return ["--stop-time-hours", f"{hours:.4f}", "--max-epoch", "0", "--max-update", "0"]
+
+
+def describe_budget(budget: str) -> str:
+    """A run's budget in words, with its unit: "200 updates", "20 min", "2 h", or the paper's
+    schedule."""
+    m = re.fullmatch(r"(\d+)([mh]?)", budget or "")
+    if not m:
+        return "the paper's schedule (the training config's --max-update / --max-epoch)"
+    value, unit = int(m.group(1)), m.group(2)
+    return {"": f"{value} updates", "m": f"{value} min of training", "h": f"{value} h of training"}[unit]
+
+
+def has_gpu() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # pragma: no cover
+        return False
+
+
+def local_copy(key: str, setups: dict, opts: Options) -> Optional[str]:
+    """The local directory of data set ``key``'s release files (--from, else $FAIRSEQ_EXT_DATA)."""
+    local = opts.data_from.get(key)
+    if local is None and setups["datasets"][key].get("local"):
+        local = resources.local_data(setups["datasets"][key]["local"])
+    return local
+
+
+def scale_name(opts: Options) -> str:
+    """The reduced scale of setups.yaml the run uses: "smoke", "cpu", or "" (the paper's models)."""
+    return "smoke" if opts.smoke else ("cpu" if opts.cpu_scale else "")
+
+
+def scale_settings(setups: dict, opts: Options) -> dict:
+    """setups.yaml's block of that scale (flags, generate, budget, analysis_args), or {}."""
+    name = scale_name(opts)
+    return setups[name] if name else {}
+
+
+def resolve_data(key: str, setups: dict, opts: Options) -> (str, str, Optional[str]):
+    """(data set used, why it is a substitute or "", local directory to read or None)."""
+    datasets = setups["datasets"]
+    wanted = key
+    reason = ""
+    if opts.smoke or opts.cpu_scale or opts.substitute:
+        sub = datasets[key].get("substitute")
+        if sub:
+            flag = "--smoke" if opts.smoke else ("--cpu-scale" if opts.cpu_scale else "--substitute")
+            reason = f"{sub} in place of {key} ({flag})"
+            key = sub
+    if datasets[key].get("recipe") is None:
+        sub = datasets[key]["substitute"]
+        reason = f"{sub} in place of {wanted} (no recipe for {key} in the package's configs/tables/setups.yaml)"
+        key = sub
+    return key, reason, local_copy(key, setups, opts)
+
+
+def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options, seed: int = 1,
+             several_seeds: bool = False) -> RunPlan:
+    """The run of ``row`` (a row that trains a model) on ``dataset`` with ``seed``; one of
+    ``several_seeds`` other than seed 1 runs in its own directory (``....seedN``)."""
+    ds = table.datasets[dataset]
+    training = setups["trainings"][ds["training"]]
+    data_key, reason, local = resolve_data(ds.get("data", dataset), setups, opts)
+    if ds.get("data") and not reason:
+        reason = f"{data_key} for {dataset}" + (f" ({ds['data_note']})" if ds.get("data_note") else "")
+    data_cfg = setups["datasets"][data_key]
+    suffix = ".smoke" if opts.smoke else ""  # the smoke cut is its own data; the cpu scale reads all of it
+    data_dir = os.path.join(opts.data_root, "reproduce", data_key + suffix)
+    tag = dataset + (f".{data_key}" if data_key != dataset else "") + suffix + (".cpu" if opts.cpu_scale else "") \
+        + (f".{opts.budget}" if opts.budget else "")
+    if several_seeds and seed != 1:  # seed 1 keeps the one-seed directory: its runs are reused
+        tag += f".seed{seed}"
+    run_dir = os.path.join(opts.work_dir, table.id, row.id, tag)
+    cpu = (not has_gpu()) if opts.cpu is None else opts.cpu
+
+    prepare = None
+    if not os.path.exists(os.path.join(data_dir, "prep.env")):
+        recipe = shlex.split(data_cfg["recipe"])
+        prepare = ["fairseq-ext", "prepare", *recipe, "--out", data_dir]
+        if local:
+            prepare += ["--from", local]
+        if opts.smoke:
+            prepare += ["--max-lines", str(setups["smoke"]["max_lines"])]
+
+    extra_data_flags = shlex.split(data_cfg.get("flags", "") or "")
+    generate_task_flags = []
+    sources = data_cfg.get("sources") or []
+    if sources:  # a multi-source data set: the languages are explicit (two pairs in one directory)
+        extra_data_flags += ["-s", sources[0], "-t", data_cfg["target"]]
+        if row.multi_source:
+            task = ["--task", "multi_source_translation", "--extra-source-langs", ",".join(sources[1:])]
+            extra_data_flags += task
+            generate_task_flags = task
+        else:
+            generate_task_flags = ["--task", "translation"]  # the first source only
+    reduced = scale_settings(setups, opts)
+    scale_flags = shlex.split(reduced.get("flags", "")) if reduced else []
+    checkpoints = os.path.join(run_dir, "checkpoints")
+    train = ["fairseq-ext", "train", data_dir, checkpoints, "--config", training["config"]]
+    if opts.nproc != 1 or opts.nnodes != 1:
+        train += ["--nproc", str(opts.nproc)]
+    if opts.nnodes != 1:
+        train += ["--nnodes", str(opts.nnodes), "--node-rank", str(opts.node_rank),
+                  "--master-addr", opts.master_addr, "--master-port", str(opts.master_port)]
+    flags = list(row.flags)
+    if ds.get("arch"):  # the table's data set names the size preset (e.g. mma-3: small De-En, base Ja-En)
+        flags[flags.index("--arch") + 1] = ds["arch"]
+    training_flags = shlex.split(training.get("flags", "") or "")
+    train += ["--", *training_flags, *flags, *extra_data_flags, *scale_flags, *budget_flags(opts.budget),
+              "--seed", str(seed), *opts.extra_train]
+
+    average = None
+    checkpoint = os.path.join(checkpoints, "checkpoint_best.pt")
+    n_avg = int(training.get("average_last") or 0)
+    if n_avg > 1 and not reduced and not opts.budget:
+        checkpoint = os.path.join(checkpoints, f"checkpoint_avg{n_avg}.pt")
+        average = ["fairseq-ext", "average-checkpoints", "--inputs", checkpoints,
+                   "--num-update-checkpoints", str(n_avg), "--output", checkpoint]
+    generate = shlex.split(reduced["generate"]) if reduced else shlex.split(training["generate"])
+    evaluate = ["fairseq-ext", "evaluate", "--checkpoint", checkpoint,
+                "--data", data_dir, "--split", "test", "--out", os.path.join(run_dir, "eval-test"),
+                "--headline", ds["bleu"], *generate, *generate_task_flags, *opts.extra_generate]
+    if cpu:
+        evaluate.append("--cpu")
+    adversarial = []
+    if table.adversarial and row.multi_source:
+        langs = sources if table.adversarial == "all" else sources[1:]
+        for lang in langs:
+            cmd = list(evaluate)
+            cmd[cmd.index("--out") + 1] = os.path.join(run_dir, f"eval-test-shuffle-{lang}")
+            adversarial.append(cmd + ["--shuffle-source", lang])
+    budget = opts.budget or (scale_name(opts) or "paper")
+    return RunPlan(table=table.id, row=row.id, label=row.label, dataset=dataset, data_key=data_key,
+                   substitution=reason, bleu=ds["bleu"], data_dir=data_dir, run_dir=run_dir, prepare=prepare,
+                   train=train, average=average, evaluate=evaluate, checkpoint=checkpoint, budget=budget,
+                   adversarial=adversarial, scale=scale_name(opts), cpu=cpu, generate=generate + opts.extra_generate,
+                   model_flags=[*training_flags, *flags, *scale_flags], seed=seed)
+
+
+def row_datasets(table: Table, rows: List[Row], keys: List[str]) -> Dict[str, Set[str]]:
+    """The data sets each row is reported on: those the paper prints it on (all of them when it
+    prints it on none), and those of every row that is compared with it or reports on its model."""
+    on = {}
+    for r in rows:
+        printed = {k for k in keys if k in r.paper}
+        on[r.id] = printed if printed or any(k in r.paper for k in table.datasets) else set(keys)
+    changed = True
+    while changed:
+        changed = False
+        for r in rows:
+            for needed in (table.reference(r), table.owner(r)):
+                if needed is not None and needed.id in on and not on[r.id] <= on[needed.id]:
+                    on[needed.id] |= on[r.id]
+                    changed = True
+    return on
+
+
+def plan_table(table: Table, rows: List[Row], setups: dict, opts: Options, datasets: Optional[List[str]] = None,
+               seed: int = 1, several_seeds: bool = False) -> List[RunPlan]:
+    """One run per (data set, row that trains a model): ``rows`` and the rows whose model they
+    report on, on the data sets they are reported on (:func:`row_datasets`), with ``seed``
+    (one of ``several_seeds``: :func:`plan_run`)."""
+    keys = datasets or list(table.datasets)
+    for k in keys:
+        if k not in table.datasets:
+            raise ReproduceError(f"--datasets: {table.id} has no data set {k!r} ({', '.join(table.datasets)})")
+    on = row_datasets(table, rows, keys)
+    plans = []
+    for key in keys:
+        owners = []
+        for row in rows:
+            owner = table.owner(row)
+            if key in on[row.id] and row.runnable and owner not in owners:
+                owners.append(owner)
+        plans += [plan_run(table, owner, key, setups, opts, seed, several_seeds) for owner in owners]
+    return plans
+
+
+def plan_seeds(table: Table, rows: List[Row], setups: dict, opts: Options, seeds: List[int],
+               datasets: Optional[List[str]] = None) -> Dict[int, List[RunPlan]]:
+    """:func:`plan_table` once per seed (seed -> its runs). With one seed, the one-seed runs
+    with that seed; with several, a seed other than 1 runs in its own directory (``....seedN``)
+    and seed 1 in the one-seed directory, so that its finished runs are reused."""
+    several = len(seeds) > 1
+    return {s: plan_table(table, rows, setups, opts, datasets, seed=s, several_seeds=several) for s in seeds}
+
+
+def shell_line(cmd: List[str]) -> str:
+    """A planned command as a user would type it."""
+    return " ".join(shlex.quote(c) for c in cmd)
