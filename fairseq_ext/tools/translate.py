@@ -40,7 +40,7 @@ from fairseq_ext.common import checkpoints
 from fairseq_ext.common.cli import setup_cli
 from fairseq_ext.common.data_text import POSTPROCESS, TextPipeline, read_prep_env, within_positions
 from fairseq_ext.errors import FairseqExtError
-from fairseq_ext.recipes.helpers.corpus import clean_line
+from fairseq_ext.recipes.helpers.corpus import TextError, clean_line
 from fairseq_ext.recipes.helpers.moses import moses_detokenizer
 
 logger = logging.getLogger("fairseq_ext.translate")
@@ -58,12 +58,10 @@ class InputError(FairseqExtError):
 def decode_line(raw: bytes, name: str, number: int) -> Tuple[Optional[str], str]:
     """(text, "") for one line of ``name`` as every tool reads it (corpus.clean_line: BOM and
     CRs removed), or (None, the problem in clean_line's words) when it is not UTF-8."""
-
     try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return None, f"{name}: line {number} is not valid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
-    return clean_line(raw, name, number), ""
+        return clean_line(raw, name, number), ""
+    except TextError as e:
+        return None, str(e)
 
 
 def read_input(stream, name: Optional[str] = None, strict: bool = False) -> Iterator[Optional[str]]:

@@ -15,9 +15,9 @@ import os
 import sys
 
 if __package__:
-    from .corpus import die, stdin_lines
+    from .corpus import TextError, die, stdin_lines
 else:  # run as a file by the recipes (no package import: it would load fairseq and torch)
-    from corpus import die, stdin_lines  # one-line errors; lines as wc -l counts them
+    from corpus import TextError, die, stdin_lines  # one-line errors; lines as wc -l counts them
 
 
 def main():
@@ -60,11 +60,14 @@ def main():
     except (OSError, RuntimeError) as e:
         die(f"cannot load the SentencePiece model {args.model}: {e}")
     out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
-    for line in stdin_lines():
-        if args.cmd == "encode":
-            out.write(" ".join(sp.encode(line, out_type=str)) + "\n")
-        else:
-            out.write(sp.decode(line.split()) + "\n")
+    try:
+        for line in stdin_lines():
+            if args.cmd == "encode":
+                out.write(" ".join(sp.encode(line, out_type=str)) + "\n")
+            else:
+                out.write(sp.decode(line.split()) + "\n")
+    except TextError as e:
+        die(str(e))
     out.flush()
 
 
