@@ -11,9 +11,10 @@ import time
 from typing import List, Optional
 
 from fairseq_ext import resources
+from fairseq_ext.common.data_text import read_prep_env
 from fairseq_ext.reproduce import children
-from fairseq_ext.reproduce.measure import (decoding_speed, model_summary, read_bleu, read_lines, read_prep_env,
-                                           training_progress, training_speed)
+from fairseq_ext.reproduce.measure import (decoding_speed, model_summary, read_bleu, read_lines, training_progress,
+                                           training_speed)
 from fairseq_ext.reproduce.planning import ANALYSIS_DONE, AnalysisPlan, ReproduceError, RunPlan, shell_line
 
 

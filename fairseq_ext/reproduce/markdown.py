@@ -82,7 +82,8 @@ def markdown(table: Table, records: List[Record], scales: Optional[Dict[str, Sca
             for r in adversarial:
                 paper = ", ".join(f"{k.split('(')[-1].rstrip(')')}: {format_number(v)}{drop(r['paper_bleu'], v)}"
                                   for k, v in r["paper_adversarial"].items())
-                ours = ", ".join(f"{lang} shuffled: {format_number(v)}{drop(r['bleu'], v)}" for lang, v in r["adversarial"].items())
+                ours = ", ".join(f"{lang} shuffled: {format_number(v)}{drop(r['bleu'], v)}"
+                                 for lang, v in r["adversarial"].items())
                 out.write(f"| {r['label']} | {paper or '–'} | {ours or '–'} |\n")
             out.write("\n")
     out.write("\n".join(legend(table, records, smoke)) + "\n")

@@ -1,6 +1,6 @@
 """What a finished run measured, read from what it left: the checkpoint's parameter count and
 model size, the training log's speed and updates, fairseq-generate's decoding speed, the
-evaluation's BLEU, and the data's prep.env and text files."""
+evaluation's BLEU and its text files."""
 import glob
 import json
 import os
@@ -111,10 +111,3 @@ def read_lines(path: str) -> List[str]:
     from fairseq_ext.recipes.helpers.corpus import read_lines as _read_lines
 
     return list(_read_lines(path))
-
-
-def read_prep_env(data_dir: str) -> Dict[str, str]:
-    """DATA/prep.env's keys, {} where the recipes did not write one."""
-    from fairseq_ext.common.data_text import read_prep_env as read
-
-    return read(data_dir)

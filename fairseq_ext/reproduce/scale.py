@@ -6,7 +6,7 @@ import json
 import os
 from typing import Dict, List, Optional, TypedDict
 
-from fairseq_ext.reproduce.measure import read_prep_env
+from fairseq_ext.common.data_text import read_prep_env
 from fairseq_ext.reproduce.params import shape
 from fairseq_ext.reproduce.planning import RunPlan, describe_budget
 from fairseq_ext.reproduce.readers import RunData
