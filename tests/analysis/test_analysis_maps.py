@@ -15,6 +15,7 @@ from fairseq_ext.analysis.batches import batches
 from fairseq_ext.analysis.capture import capture_cross_attention
 from fixed_decodings import fixed_decodings
 from model_utils import make_tiny_parallel_data, train_tiny
+from test_analysis_word_translation import attention_by_hand
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -165,20 +166,6 @@ def test_mma_heads_are_zero_outside_their_band(tiny_models):
         assert w[1][(i - j).abs() > 1].abs().max() == 0
 
 
-def softmax_by_hand(attn, query, key, pad):
-    """softmax(q k^T / sqrt(d)) of every head of fairseq's MultiheadAttention ``attn``, B x H
-    x T x S, from its projections, in float64."""
-    heads = attn.num_heads
-    d = query.size(-1) // heads
-    t, b, s = query.size(0), query.size(1), key.size(0)
-    q = attn.q_proj(query).view(t, b, heads, d).permute(1, 2, 0, 3).double() * d ** -0.5
-    k = attn.k_proj(key).view(s, b, heads, d).permute(1, 2, 0, 3).double()
-    logits = q @ k.transpose(-1, -2)
-    if pad is not None:
-        logits = logits.masked_fill(pad[:, None, None, :], float("-inf"))
-    return torch.softmax(logits, -1)
-
-
 def maps_by_hand(model, task, sentence, target_tokens):
     """What the attention maps of a hierarchical model are, computed here without the
     analysis: sentence ``sentence`` of 'test' translated by fairseq's own generator (beam 2,
@@ -210,11 +197,11 @@ def maps_by_hand(model, task, sentence, target_tokens):
             net = one["net_input"]
             model(net["src_tokens"], net["src_lengths"], torch.cat([target[-1:], target[:-1]])[None])
             x, _, pad = seen["encoder"]
-            encoder = softmax_by_hand(model.encoder.layers[1].self_attn, x, x, pad)[0]
+            encoder = attention_by_hand(model.encoder.layers[1].self_attn, x, x, pad)[0]
             query, key, pad = seen["f^2"]
-            source = softmax_by_hand(decoder[0].encoder_attn.source_attentions[1], query, key, pad)[0]
+            source = attention_by_hand(decoder[0].encoder_attn.source_attentions[1], query, key, pad)[0]
             query, contexts, pad = seen["beta"]  # each of the Z target positions attends its own n contexts
-            beta = softmax_by_hand(decoder[1].encoder_attn.context_attention, query, contexts, pad).mean(1)[:, 0]
+            beta = attention_by_hand(decoder[1].encoder_attn.context_attention, query, contexts, pad).mean(1)[:, 0]
     finally:
         for h in hooks:
             h.remove()
