@@ -24,6 +24,8 @@ import os
 import sys
 from typing import List, Optional
 
+from fairseq_ext import resources
+
 from fairseq_ext.analysis import registry
 
 RECIPES = {"train": "train.sh"}
@@ -43,8 +45,6 @@ USAGE = __doc__.split("\n\n")[1]
 
 
 def run_recipe(name: str, args: List[str]) -> "NoReturn":  # noqa: F821
-    from fairseq_ext import resources
-
     path = resources.recipe_path(name)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -53,8 +53,6 @@ def run_recipe(name: str, args: List[str]) -> "NoReturn":  # noqa: F821
 
 def resolve_train_config(args: List[str]) -> List[str]:
     """``--config NAME`` of train: a file, or a config shipped with the package."""
-    from fairseq_ext import resources
-
     out = list(args)
     end = out.index("--") if "--" in out else len(out)
     for i in range(end):
@@ -77,13 +75,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "user-dir":
-        from fairseq_ext import resources
-
         print(resources.user_dir())
         return 0
     if command == "prepare":
-        from fairseq_ext import resources
-
         if not rest or rest[0] in ("-h", "--help"):
             print(f"usage: fairseq-ext prepare {{{','.join(resources.DATA_RECIPES)}}} [options]  "
                   "(fairseq-ext prepare NAME --help: the recipe's options)")

@@ -11,6 +11,11 @@ compares it with, when not the baseline), ``model`` and ``analysis`` (rows that 
 another row's model, such as the layers of one model), and ``analysis_args``.
 
     python scripts/make_table_configs.py --tables PATH/paper-tables.json [--force]
+    python scripts/make_table_configs.py --tables PATH/paper-tables.json --printed tests/fixtures/paper-tables-printed.json
+
+--printed writes what the tests hold the configs against (tests/reproduce/test_reproduce.py):
+per table, each row's cited flag and its printed numbers, so that the test needs no copy of
+paper-tables.json.
 """
 import argparse
 import json
@@ -279,13 +284,35 @@ def table_config(paper, table):
     return tid, config
 
 
+def write_printed(data: dict, out: str) -> None:
+    """{table id: [{"cited": bool, "printed": [the row's printed numbers, sorted]}, ...]} of
+    every results table, rows in the paper's order."""
+    absent = ("-", "—", "–", "")
+    tables = {}
+    for paper in data["papers"]:
+        for table in paper["results_tables"]:
+            tid = f"{PAPERS[paper['file']][0]}-{table['id'].split()[-1]}"
+            tables[tid] = [{"cited": bool(row["cited_system"]),
+                            "printed": sorted(c["printed"] for c in row["results"] if c["printed"] not in absent)}
+                           for row in table["rows"]]
+    with open(out, "w", encoding="utf-8") as f:  # a row a line: a change to the fixture reads as a diff
+        f.write("{\n" + ",\n".join(f"{json.dumps(tid)}: [\n" + ",\n".join(json.dumps(row, ensure_ascii=False)
+                                                                          for row in tables[tid]) + "]"
+                                    for tid in sorted(tables)) + "\n}\n")
+    print(f"wrote {out}: {len(tables)} tables, {sum(len(rows) for rows in tables.values())} rows")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tables", required=True, help="paper-tables.json: every results table of the papers")
     ap.add_argument("--force", action="store_true", help="overwrite existing files (discards hand edits)")
+    ap.add_argument("--printed", metavar="OUT", help="write only the rows' printed numbers (the tests' fixture)")
     args = ap.parse_args()
     with open(args.tables, encoding="utf-8") as f:
         data = json.load(f)
+    if args.printed:
+        write_printed(data, args.printed)
+        return 0
     os.makedirs(OUT_DIR, exist_ok=True)
     for paper in data["papers"]:
         for table in paper["results_tables"]:

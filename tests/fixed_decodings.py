@@ -1,4 +1,4 @@
-"""A stand-in for ``fairseq_ext.analysis.common.evaluate`` that decodes nothing: each
+"""A stand-in for ``fairseq_ext.analysis.decoding.evaluate`` that decodes nothing: each
 checkpoint's "translation" is a fixed list of lines, scored by sacreBLEU in one flavour, so
 that an analysis' table can be checked against numbers sacreBLEU gives directly."""
 import os

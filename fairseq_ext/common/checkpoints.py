@@ -115,6 +115,11 @@ def _techniques(cfg) -> str:
     return ", ".join(techniques) or "none (Transformer)"
 
 
+def shape(cfg) -> Dict[str, object]:
+    """A model configuration's :data:`SHAPE_KEYS` fields (None where one is not recorded)."""
+    return {k: _value(cfg, k) for k in SHAPE_KEYS}
+
+
 @functools.lru_cache(maxsize=None)
 def describe(checkpoint: str) -> Dict[str, object]:
     """What a reader needs to weigh a model's numbers, from its checkpoint: ``shape`` (the
@@ -123,7 +128,7 @@ def describe(checkpoint: str) -> Dict[str, object]:
     state = load_state(checkpoint)
     cfg = saved_config(state, checkpoint, "model")
     updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates")
-    return {"shape": {k: _value(cfg, k) for k in SHAPE_KEYS}, "params": count_parameters(state),
+    return {"shape": shape(cfg), "params": count_parameters(state),
             "updates": updates, "technique": _techniques(cfg)}
 
 

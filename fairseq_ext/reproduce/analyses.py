@@ -5,6 +5,7 @@ import os
 import shlex
 from typing import List
 
+from fairseq_ext.analysis import registry
 from fairseq_ext.reproduce.planning import (AnalysisPlan, Options, RunPlan, analysis_dir, local_copy,
                                             scale_settings)
 from fairseq_ext.reproduce.tables import Table
@@ -15,7 +16,7 @@ def _option(flags: List[str], name: str, default: str) -> str:
 
 
 def _analysis_command(name: str, plan: RunPlan, out: str, names: bool = True) -> List[str]:
-    cmd = ["python", "-m", f"fairseq_ext.analysis.{name}", "--checkpoint", plan.checkpoint]
+    cmd = ["python", "-m", registry.get(name).module, "--checkpoint", plan.checkpoint]
     cmd += ["--names", plan.row] if names else []
     cmd += ["--data", plan.data_dir, "--split", "test", "--out", out]
     return cmd + (["--cpu"] if plan.cpu else [])

@@ -11,11 +11,12 @@ import time
 from typing import List, Optional
 
 from fairseq_ext import resources
-from fairseq_ext.common.data_text import read_prep_env
+from fairseq_ext.common.data_text import read_lines, read_prep_env
 from fairseq_ext.reproduce import children
-from fairseq_ext.reproduce.measure import (decoding_speed, model_summary, read_bleu, read_lines, training_progress,
+from fairseq_ext.reproduce.measure import (decoding_speed, model_summary, read_bleu, training_progress,
                                            training_speed)
 from fairseq_ext.reproduce.planning import ANALYSIS_DONE, AnalysisPlan, ReproduceError, RunPlan, shell_line
+from fairseq_ext.tools import meteor
 
 
 # what makes a result: the commands that trained and evaluated it (not the labels around them)
@@ -168,15 +169,10 @@ def run_meteor(ap: AnalysisPlan) -> dict:
     eval_dir = os.path.join(ap.run.run_dir, "eval-test")
     language = read_prep_env(ap.run.data_dir).get("tgt", "")
     try:
-        from fairseq_ext.tools import meteor
-    except ImportError as e:
-        result = {"unavailable": f"fairseq_ext.tools.meteor cannot be imported ({e})"}
-    else:
-        try:
-            result = meteor.corpus_score(read_lines(os.path.join(eval_dir, "hyp.detok")),
-                                         read_lines(os.path.join(eval_dir, "ref.detok")), language)
-        except meteor.MeteorUnavailable as e:
-            result = {"unavailable": str(e)}
+        result = meteor.corpus_score(read_lines(os.path.join(eval_dir, "hyp.detok")),
+                                     read_lines(os.path.join(eval_dir, "ref.detok")), language)
+    except meteor.MeteorUnavailable as e:
+        result = {"unavailable": str(e)}
     with open(ap.out, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)
     print(f"[{ap.run.table}/{ap.run.row}/{ap.run.dataset}] METEOR: "

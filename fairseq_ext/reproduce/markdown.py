@@ -11,6 +11,7 @@ from fairseq_ext.reproduce.layout import (TESTS, cell_text, has_paper_numbers, h
 from fairseq_ext.reproduce.records import Record
 from fairseq_ext.reproduce.scale import Scale, scale_lines
 from fairseq_ext.reproduce.tables import Table
+from fairseq_ext.tools.significance import MARKS
 
 # why a column has no significance test (shown under the table)
 NO_TEST = {
@@ -91,8 +92,6 @@ def markdown(table: Table, records: List[Record], scales: Optional[Dict[str, Sca
 
 
 def legend(table: Table, records: List[Record], smoke: bool = False) -> List[str]:
-    from fairseq_ext.tools.significance import MARKS
-
     marks = MARKS[table.marks]
     marks_text = ", ".join(f"{m} p < {p}" for p, m in sorted(marks, key=lambda x: -x[0]))
     samples = next((r["samples"] for r in records if r.get("samples")), 1000)

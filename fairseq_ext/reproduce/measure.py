@@ -5,34 +5,20 @@ import glob
 import json
 import os
 import re
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
-# the model configuration fields that give a model's size
-SHAPE_KEYS = ("encoder_layers", "decoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim",
-              "encoder_attention_heads")
-
+from fairseq_ext.common import checkpoints
+from fairseq_ext.errors import CheckpointError
 
 def model_summary(checkpoint: str) -> dict:
-    """{"params": trainable parameters (shared tensors once), "model": {layers, widths, heads}}
-    of the model in ``checkpoint``, read through the plugin's safe loader."""
-    from fairseq_ext.guards.checkpoint_safety import load_checkpoint_state
-
-    state = load_checkpoint_state(checkpoint)
-    seen, total = set(), 0
-    for name, tensor in state["model"].items():
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
-        if key in seen or not tensor.is_floating_point() or name.endswith("_float_tensor") or name.endswith(".version"):
-            continue
-        seen.add(key)
-        total += tensor.numel()
-    cfg = (state.get("cfg") or {}).get("model") if state.get("cfg") is not None else state.get("args")
-
-    def get(name):
-        value = cfg.get(name) if isinstance(cfg, dict) else getattr(cfg, name, None)
-        return value if isinstance(value, (int, float, str)) else None
-
-    shape = {k: get(k) for k in SHAPE_KEYS} if cfg is not None else {}
-    return {"params": total, "model": shape}
+    """{"params": trainable parameters (:func:`fairseq_ext.common.checkpoints.count_parameters`),
+    "model": its size (layers, widths, heads; {} when the checkpoint records no configuration)}."""
+    state = checkpoints.load_state(checkpoint)
+    try:
+        size = checkpoints.shape(checkpoints.saved_config(state, checkpoint))
+    except CheckpointError:
+        size = {}
+    return {"params": checkpoints.count_parameters(state), "model": size}
 
 
 _TRAIN_RE = re.compile(r"\|\s*train\s*\|.*")
@@ -103,11 +89,3 @@ def read_bleu(eval_dir: str, flavour: str) -> Optional[float]:
     with open(path, encoding="utf-8") as f:
         scores = json.load(f)
     return scores.get(flavour, {}).get("score")
-
-
-def read_lines(path: str) -> List[str]:
-    """Lines as every tool reads them (:func:`fairseq_ext.recipes.helpers.corpus.read_lines`: UTF-8
-    checked, BOM and CRs removed, lines as wc -l counts them)."""
-    from fairseq_ext.recipes.helpers.corpus import read_lines as _read_lines
-
-    return list(_read_lines(path))

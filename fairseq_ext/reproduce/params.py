@@ -14,8 +14,9 @@ import logging
 import sys
 from typing import List, Tuple
 
+from fairseq_ext.common.checkpoints import SHAPE_KEYS
+from fairseq_ext.model_builder import build_model, make_dictionary, parse_model_args
 from fairseq_ext.reproduce.cells import printed_as_difference, printed_value
-from fairseq_ext.reproduce.measure import SHAPE_KEYS
 from fairseq_ext.reproduce.tables import Table, load_tables
 
 VOCAB = 32000  # any: the deltas do not depend on it
@@ -30,8 +31,6 @@ def _arch(flags) -> Tuple[str, List[str]]:
 
 
 def count(flags: List[str], vocab: int = VOCAB) -> int:
-    from fairseq_ext.model_builder import build_model, make_dictionary
-
     arch, args = _arch(flags)
     dictionary = make_dictionary(vocab - 4)
     model, _ = build_model(arch, "--share-all-embeddings", *args, dictionary=dictionary, seed=None, device="meta")
@@ -40,8 +39,6 @@ def count(flags: List[str], vocab: int = VOCAB) -> int:
 
 @functools.lru_cache(maxsize=None)
 def _shape(flags: tuple) -> dict:
-    from fairseq_ext.model_builder import parse_model_args
-
     arch, args = _arch(flags)
     parsed = parse_model_args(arch, *args)
     return {k: getattr(parsed, k, None) for k in SHAPE_KEYS}

@@ -6,9 +6,10 @@ import json
 import os
 from typing import Dict, List, Optional
 
-from fairseq_ext.reproduce.measure import read_lines
+from fairseq_ext.common.data_text import read_lines
 from fairseq_ext.reproduce.planning import RunPlan
 from fairseq_ext.reproduce.tables import Row, Table
+from fairseq_ext.tools.significance import paired_significance
 
 FLAVOUR_FILES = {"detok": ("hyp.detok", "ref.detok"), "tok": ("hyp.tok", "ref.tok")}
 
@@ -27,8 +28,6 @@ def bootstrap(table: Table, plans: List[RunPlan], n_samples: int = 1000, seed: i
     else the baseline), per data set, with the table's BLEU flavour; writes
     ``significance.json`` into the row's run directory (skipped when one of the same test on
     the same hypotheses is there) and returns {run_dir: {...}}."""
-    from fairseq_ext.tools.significance import paired_significance
-
     if not any(c.source == "bleu" for c in table.columns):
         return {}
     by_key = {(p.dataset, p.row): p for p in plans}

@@ -24,6 +24,7 @@ import yaml
 from fairseq_ext.reproduce.columns import SOURCES, Column, TableConfigError, check_params, read_columns
 from fairseq_ext.resources import CONFIG_DIR as SHIPPED_CONFIG_DIR
 from fairseq_ext.resources import TABLE_DIR as CONFIG_DIR
+from fairseq_ext.tools.significance import MARKS
 
 TABLE_KEYS = {"id", "paper", "source", "caption", "datasets", "baseline", "columns", "metrics", "rows",
               "paper_significance", "paper_notes", "adversarial", "analysis_args"}
@@ -81,8 +82,6 @@ class Table:
         """The significance marks of the table's paper (a key of
         :data:`fairseq_ext.tools.significance.MARKS`): the paper its id names ("mma-3"), else
         the thesis' marks."""
-        from fairseq_ext.tools.significance import MARKS
-
         paper = self.id.split("-")[0]
         return paper if paper in MARKS else "thesis"
 

@@ -41,8 +41,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from fairseq_ext.errors import FairseqExtError
 from fairseq_ext.common.data_text import read_lines
+from fairseq_ext.errors import FairseqExtError
 from fairseq_ext.recipes.helpers.moses import moses_tokenizer
 from fairseq_ext.tools.translate import InputError
 

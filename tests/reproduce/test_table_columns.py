@@ -412,6 +412,22 @@ def test_every_table_names_a_source_for_every_printed_column():
         assert all(c.source != "bleu" or c.name == "BLEU" for c in table.columns), table.id
 
 
+def test_the_analyses_a_table_reads_are_the_registered_ones():
+    """A column source's analysis and the runner's command for it name an analysis the
+    package has (fairseq_ext/analysis/registry.py), and the runner calls its module."""
+    from fairseq_ext.analysis import registry
+    from fairseq_ext.reproduce.analyses import ANALYSIS_COMMANDS
+    from fairseq_ext.reproduce.columns import SOURCES
+
+    read = {s.analysis for s in SOURCES.values() if s.analysis}
+    assert read == set(ANALYSIS_COMMANDS) and read <= set(registry.analyses())
+    plan = planning.RunPlan(table="t", row="r", label="r", dataset="d", data_key="d", substitution="",
+                            bleu="detok-cased", data_dir="bin", run_dir="run", prepare=None, train=[], average=None,
+                            evaluate=[], checkpoint="run/checkpoint_best.pt", budget="")
+    cmd, _ = ANALYSIS_COMMANDS["word_translation"]("word_translation", None, plan, "out", {}, None, 10)
+    assert cmd[:3] == ["python", "-m", "fairseq_ext.analysis.word_translation"]
+
+
 # ---- end to end ----------------------------------------------------------------------------
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ iwslt_begin() {
     iwslt_open_release "$1" "$2"
     W="$FSX_WORK"
     lc=()
-    [[ "$LOWERCASE" == 1 ]] && lc=(--lowercase)
+    if [[ "$LOWERCASE" == 1 ]]; then lc=(--lowercase); fi
 }
 
 # iwslt_open_release REL URL: sets IWSLT_IN to a directory holding the unpacked release
