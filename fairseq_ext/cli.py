@@ -25,8 +25,8 @@ import sys
 from typing import List, Optional
 
 from fairseq_ext import resources
-
 from fairseq_ext.analysis import registry
+from fairseq_ext.errors import error_line
 
 RECIPES = {"train": "train.sh"}
 PYTHON_COMMANDS = {  # subcommand -> module with main(argv)
@@ -64,7 +64,7 @@ def resolve_train_config(args: List[str]) -> List[str]:
 
 
 def _fail(message: str) -> int:
-    print(f"fairseq-ext: error: {message}", file=sys.stderr)
+    print(error_line("fairseq-ext", message), file=sys.stderr)
     return 2
 
 

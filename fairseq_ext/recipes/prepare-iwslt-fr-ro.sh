@@ -20,9 +20,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 # shellcheck source=lib/iwslt.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/iwslt.sh"
 
-FSX_RECIPE=iwslt-fr-ro
-FSX_DEFAULT_MERGES=32000
-FSX_ARGS="$*"
+fsx_recipe iwslt-fr-ro 32000 "$@"
 PAIR=""
 LOWERCASE=0
 RO_EN_URL="${IWSLT14_RO_EN_URL:-https://wit3.fbk.eu/archive/2014-01/texts/ro/en/ro-en.tgz}"

@@ -21,9 +21,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 # shellcheck source=lib/iwslt.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/iwslt.sh"
 
-FSX_RECIPE=iwslt14
-FSX_DEFAULT_MERGES=32000
-FSX_ARGS="$*"
+fsx_recipe iwslt14 32000 "$@"
 PAIR=de-en
 LOWERCASE=""
 DE_EN_URL="${IWSLT14_DE_EN_URL:-http://dl.fbaipublicfiles.com/fairseq/data/iwslt14/de-en.tgz}"

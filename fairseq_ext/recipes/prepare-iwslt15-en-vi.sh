@@ -16,12 +16,7 @@ set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
-FSX_RECIPE=iwslt15-en-vi
-FSX_DEFAULT_MERGES=20000
-FSX_ARGS="$*"
-SRC=en
-TGT=vi
-LOWERCASE=0
+fsx_recipe iwslt15-en-vi 20000 "$@"
 DEV_SIZE=1553
 BASE_URL="${IWSLT15_ENVI_URL:-https://nlp.stanford.edu/projects/nmt/data/iwslt15.en-vi}"
 
@@ -39,11 +34,7 @@ EOF
     fsx_common_usage
 }
 
-FSX_VALUE_OPTS=(--src=SRC --tgt=TGT)
-FSX_FLAG_OPTS=(--lowercase=LOWERCASE:1)
-fsx_parse_options "$@"
-fsx_check_pair "$SRC-$TGT" en-vi vi-en
-FSX_LOWERCASE=$LOWERCASE
+fsx_parse_direction en-vi vi-en "$@"
 
 fsx_start_output
 

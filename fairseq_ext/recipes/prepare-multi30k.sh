@@ -13,9 +13,7 @@ set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
-FSX_RECIPE=multi30k
-FSX_DEFAULT_MERGES=8000
-FSX_ARGS="$*"
+fsx_recipe multi30k 8000 "$@"
 SRC=en
 TGT=de
 TEST_SET=test_2016_flickr

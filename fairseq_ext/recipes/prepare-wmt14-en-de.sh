@@ -13,12 +13,7 @@ set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
-FSX_RECIPE=wmt14-en-de
-FSX_DEFAULT_MERGES=32000
-FSX_ARGS="$*"
-SRC=en
-TGT=de
-LOWERCASE=0
+fsx_recipe wmt14-en-de 32000 "$@"
 WMT_URLS=(
     "http://statmt.org/wmt13/training-parallel-europarl-v7.tgz"
     "http://statmt.org/wmt13/training-parallel-commoncrawl.tgz"
@@ -47,11 +42,7 @@ EOF
     fsx_common_usage
 }
 
-FSX_VALUE_OPTS=(--src=SRC --tgt=TGT)
-FSX_FLAG_OPTS=(--lowercase=LOWERCASE:1)
-fsx_parse_options "$@"
-fsx_check_pair "$SRC-$TGT" en-de de-en
-FSX_LOWERCASE=$LOWERCASE
+fsx_parse_direction en-de de-en "$@"
 FSX_VALID_NAME=newstest2013
 FSX_TEST_NAME=newstest2014
 

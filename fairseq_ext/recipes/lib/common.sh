@@ -26,6 +26,29 @@ export FSX_PROG
 FSX_CALLER_PWD="${FSX_CALLER_PWD:-$PWD}"
 export FSX_CALLER_PWD
 
+# fsx_recipe NAME MERGES "$@": a data recipe's name (prep.env's recipe=), its default BPE
+# merges, and its command line (recorded in prep.env)
+fsx_recipe() {
+    FSX_RECIPE="$1"
+    FSX_DEFAULT_MERGES="$2"
+    shift 2
+    FSX_ARGS="$*"
+}
+
+# fsx_parse_direction A-B B-A "$@": the options of a recipe for one language pair in either
+# direction: --src/--tgt (one of the two directions; default A -> B), --lowercase (default
+# off), and the common ones
+fsx_parse_direction() {
+    local forward="$1" backward="$2"
+    shift 2
+    SRC="${forward%-*}" TGT="${forward#*-}" LOWERCASE=0
+    FSX_VALUE_OPTS=(--src=SRC --tgt=TGT)
+    FSX_FLAG_OPTS=(--lowercase=LOWERCASE:1)
+    fsx_parse_options "$@"
+    fsx_check_pair "$SRC-$TGT" "$forward" "$backward"
+    FSX_LOWERCASE=$LOWERCASE
+}
+
 fsx_log() { printf '[%s] %s\n' "$FSX_PROG" "$*" >&2; }
 fsx_warn() { printf '[%s] WARNING: %s\n' "$FSX_PROG" "$*" >&2; }
 fsx_die() {
