@@ -49,6 +49,7 @@ from fairseq_ext.analysis.figures import FigureContext, layer_axes, names_for, p
 from fairseq_ext.analysis.registry import Analysis
 from fairseq_ext.analysis.tables import write_table
 from fairseq_ext.common import checkpoints
+from fairseq_ext.common.cli import search_arguments
 from fairseq_ext.modules.auxiliary_information_fusion import AuxiliaryInformationFusion
 
 ANALYSIS = Analysis("aif_dependency", "AIF dependency", "thesis 4.5.5 (Eq. 4.4-4.7)", single=True, order=50,
@@ -222,7 +223,7 @@ def build_parser():
     ap.add_argument("--sentence", type=int, help="sentence id for the per-token figure (default: lowest analysed)")
     ap.add_argument("--attention-rows", default="mean", choices=["mean", "sum"],
                     help="how the Z query rows of KL(A^m_h || A^ind_h) are combined (Eq. 4.6)")
-    command.search_arguments(ap, max_len=(0.0, 200), max_len_help="greedy output length limit a * |x| + b")
+    search_arguments(ap, max_len=(0.0, 200), max_len_help="greedy output length limit a * |x| + b")
     return ap
 
 

@@ -63,6 +63,7 @@ from fairseq_ext.analysis.registry import Analysis
 from fairseq_ext.analysis.sentence_maps import (READABLE_LENGTH, attention_maps, default_sentence, memory_labels,
                                                 sentence_sample, to_json, token_labels, translate)
 from fairseq_ext.common import checkpoints
+from fairseq_ext.common.cli import search_arguments
 
 ANALYSIS = Analysis("attention_maps", "Attention of one sentence", "MMA Fig. 3, multi-source Fig. 2 / App. A",
                     single=True, order=100)
@@ -168,7 +169,7 @@ def build_parser():
     target = ap.add_mutually_exclusive_group()
     target.add_argument("--hypothesis", help="teacher-force this target (tokenized/BPE'd) instead of decoding")
     target.add_argument("--reference", action="store_true", help="teacher-force the split's reference")
-    command.search_arguments(ap, beam=5, max_len=(1.2, 10))
+    search_arguments(ap, beam=5, max_len=(1.2, 10))
     ap.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, metavar="N",
                     help=f"draw the first N source and target tokens (default {DEFAULT_MAX_TOKENS}: their labels "
                          "stay legible at the report's width); the JSON keeps every token")

@@ -3,7 +3,7 @@ epilog, the arguments all of them take, and each option several of them take dec
 once) and :func:`run`, which parses a command line and hands the analysis its arguments and
 the :class:`~fairseq_ext.analysis.figures.FigureContext` its figures name."""
 import argparse
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, Optional
 
 from fairseq_ext.analysis.figures import FigureContext
 from fairseq_ext.common.cli import setup_cli
@@ -81,19 +81,6 @@ def evaluation_arguments(parser, significance: bool = True, marks: str = "thesis
         parser.add_argument("--samples", type=int, default=1000, help="paired bootstrap samples")
         parser.add_argument("--marks", default=marks, help="significance marks: thesis, mma or wt")
     language_arguments(parser)
-
-
-def search_arguments(parser, beam: Optional[int] = None, beam_help: str = "", max_len: Optional[Sequence] = None,
-                     max_len_help: str = "", lenpen: bool = False) -> None:
-    """The settings of the analyses that run fairseq's SequenceGenerator themselves: --beam
-    (default ``beam``), --max-len-a/--max-len-b (defaults ``max_len``), --lenpen."""
-    if beam is not None:
-        parser.add_argument("--beam", type=int, default=beam, help=beam_help or None)
-    if lenpen:
-        parser.add_argument("--lenpen", type=float, default=1.0)
-    if max_len is not None:
-        parser.add_argument("--max-len-a", type=float, default=max_len[0], help=max_len_help or None)
-        parser.add_argument("--max-len-b", type=int, default=max_len[1])
 
 
 def run(build_parser: Callable[[], argparse.ArgumentParser], execute: Callable, argv=None) -> int:

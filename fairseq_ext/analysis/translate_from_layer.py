@@ -44,6 +44,7 @@ from fairseq_ext.analysis.translation_probe_training import (add_training_argume
                                                              load_projections, save_projections, train_from_args)
 from fairseq_ext.analysis.translation_probes import probe_names
 from fairseq_ext.common import checkpoints
+from fairseq_ext.common.cli import search_arguments
 
 ANALYSIS = Analysis("translate_from_layer", "Translating from an encoder layer", "Xu et al. 2020, Table 2",
                     single=True, order=90)
@@ -134,7 +135,7 @@ def build_parser():
     """This command's options (the report reads them to give it only what it takes)."""
     ap = command.parser(__doc__, several=False, max_sentences=True)
     ap.add_argument("--projections", help="projections.pt written by word_translation (default: train them here)")
-    command.search_arguments(ap, beam=4, beam_help="beam of the FULL row (0: no FULL row)", lenpen=True)
+    search_arguments(ap, beam=4, beam_help="beam of the FULL row (0: no FULL row)", lenpen=True)
     add_training_arguments(ap)
     return ap
 

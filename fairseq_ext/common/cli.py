@@ -3,6 +3,7 @@
 - :class:`CommandParser`: argparse without abbreviations whose errors are raised as
   :class:`~fairseq_ext.errors.CommandError` (the caller decides: a command prints one line, a
   library call gets the exception);
+- :func:`search_arguments`: the beam search's options, declared once;
 - :func:`fail`: the one error line, ``PROG: error: MESSAGE`` (:func:`fairseq_ext.errors.error_line`),
   with the usage first where the error asks for it;
 - :func:`setup_cli`: logging at WARNING (fairseq's INFO lines and matplotlib's chatter kept
@@ -14,7 +15,7 @@ when it is imported (:mod:`fairseq_ext.guards.one_line_errors`).
 import argparse
 import logging
 import sys
-from typing import Optional
+from typing import Optional, Sequence
 
 from fairseq_ext.errors import CommandError, error_line
 
@@ -40,6 +41,20 @@ def fail(prog: str, error: Exception, usage: Optional[str] = None) -> int:
         print(usage, file=sys.stderr)
     print(error_line(prog, str(error)), file=sys.stderr, flush=True)
     return 1
+
+
+def search_arguments(parser, beam: Optional[int] = None, beam_help: str = "", max_len: Optional[Sequence] = None,
+                     max_len_help: str = "", lenpen: bool = False) -> None:
+    """The one declaration of the beam search's options, for the commands that run fairseq's
+    SequenceGenerator themselves (translate, score, the analyses that decode): --beam (default
+    ``beam``), --lenpen, --max-len-a/--max-len-b (defaults ``max_len``: output length a * |x| + b)."""
+    if beam is not None:
+        parser.add_argument("--beam", type=int, default=beam, help=beam_help or None)
+    if lenpen:
+        parser.add_argument("--lenpen", type=float, default=1.0)
+    if max_len is not None:
+        parser.add_argument("--max-len-a", type=float, default=max_len[0], help=max_len_help or None)
+        parser.add_argument("--max-len-b", type=int, default=max_len[1])
 
 
 def setup_cli() -> None:

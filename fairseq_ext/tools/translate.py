@@ -37,7 +37,7 @@ from typing import Callable, Iterable, Iterator, List, Optional, Tuple
 import torch
 
 from fairseq_ext.common import checkpoints
-from fairseq_ext.common.cli import setup_cli
+from fairseq_ext.common.cli import search_arguments, setup_cli
 from fairseq_ext.common.data_text import POSTPROCESS, TextPipeline, read_prep_env, within_positions
 from fairseq_ext.errors import FairseqExtError
 from fairseq_ext.recipes.helpers.corpus import TextError, clean_line
@@ -230,10 +230,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of a Translator and of reading the source, shared by ``translate`` and ``score``."""
-    parser.add_argument("--beam", type=int, default=5)
-    parser.add_argument("--lenpen", type=float, default=1.0)
-    parser.add_argument("--max-len-a", type=float, default=1.2)
-    parser.add_argument("--max-len-b", type=int, default=10)
+    search_arguments(parser, beam=5, lenpen=True, max_len=(1.2, 10))
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--cpu", action="store_true", help="run on the CPU even when a GPU is there")
     parser.add_argument("--strict", action="store_true", help="a source line that is not UTF-8 is an error "
