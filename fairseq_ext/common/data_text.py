@@ -120,11 +120,13 @@ class TextPipeline:
     """Raw or tokenized text -> the model's source token ids, as the recipe in DATA/prep.env
     made the training data: Moses tokenization (the recipe's options, lower-casing when it
     lower-cased), then subword-nmt BPE (DATA/code) or SentencePiece (DATA/spm.model), then
-    the dictionary. Without prep.env the text is taken as the model's tokens."""
+    the dictionary. Without prep.env the text is taken as the model's tokens. ``env``: DATA's
+    prep.env when the caller has read it already."""
 
-    def __init__(self, data: str, dictionary, max_positions: Optional[int] = None):
+    def __init__(self, data: str, dictionary, max_positions: Optional[int] = None,
+                 env: Optional[Dict[str, str]] = None):
         self.dictionary, self.max_positions = dictionary, max_positions
-        env = read_prep_env(data)
+        env = read_prep_env(data) if env is None else env
         self.description = "whitespace tokens (no DATA/prep.env)"
         self.tokenize = lambda line: line.strip()
         self.subword = lambda line: line

@@ -136,7 +136,7 @@ class Translator:
                                   "translate it with fairseq-ext evaluate on a prepared split")
         self.env = read_prep_env(data)
         self.src_dict, self.tgt_dict = self.task.source_dictionary, self.task.target_dictionary
-        self.pipeline = TextPipeline(data, self.src_dict, max_positions=None)
+        self.pipeline = TextPipeline(data, self.src_dict, max_positions=None, env=self.env)
         max_positions = self.model.max_positions()
         self.max_source = max_positions[0] if isinstance(max_positions, tuple) else max_positions
         gen_args = argparse.Namespace(beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b)
