@@ -51,7 +51,7 @@ from typing import Callable, List, Optional, Sequence
 from fairseq_ext import resources
 from fairseq_ext.common.cli import CommandParser, fail
 from fairseq_ext.common.data_text import FLAVOURS, read_lines
-from fairseq_ext.errors import DataError
+from fairseq_ext.errors import CommandError, DataError
 from fairseq_ext.recipes.helpers import bleu, corpus, evaluations, moses, outputs, staging
 from fairseq_ext.tools.evaluation_plan import EvaluationError, Options, Plan, has_option, plan
 
@@ -287,7 +287,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         run(plan(parse_args(argv)), echo=lambda line: print(line, flush=True))
-    except (EvaluationError, outputs.OutputError, DataError, corpus.TextError) as e:
+    except (CommandError, outputs.OutputError, DataError, corpus.TextError) as e:
         return fail(COMMAND, e, parser.format_usage())
     except KeyboardInterrupt:
         return 130

@@ -103,6 +103,11 @@ def test_main_is_one_error_line_with_status_1(data, capsys):
     d, ckpt = data
     assert evaluate.main(["--checkpoint", str(ckpt), "--data", str(d), "--split", "valid"]) == 1
     assert capsys.readouterr().err == f"fairseq-ext evaluate: error: no binarized split 'valid' in {d}\n"
+    # a usage error: the usage, then the one error line, from main as from the plan
+    assert evaluate.main(["--split"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("usage: fairseq-ext evaluate --checkpoint CKPT")
+    assert err[-1] == "fairseq-ext evaluate: error: argument --split/--gen-subset: expected one argument"
 
 
 @pytest.mark.parametrize("argv,message", [
