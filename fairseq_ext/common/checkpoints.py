@@ -136,10 +136,10 @@ def describe_row(checkpoint: str) -> Dict[str, str]:
     """:func:`describe` as the cells of a table of models: layers, d_model, FFN, heads,
     technique, parameters (millions), updates."""
     about = describe(checkpoint)
-    shape, updates = about["shape"], about["updates"]
-    return {"layers": f"{shape['encoder_layers']}+{shape['decoder_layers']}",
-            "d_model": str(shape["encoder_embed_dim"]), "FFN": str(shape["encoder_ffn_embed_dim"]),
-            "heads": str(shape["encoder_attention_heads"]), "technique": about["technique"],
+    size, updates = about["shape"], about["updates"]
+    return {"layers": f"{size['encoder_layers']}+{size['decoder_layers']}",
+            "d_model": str(size["encoder_embed_dim"]), "FFN": str(size["encoder_ffn_embed_dim"]),
+            "heads": str(size["encoder_attention_heads"]), "technique": about["technique"],
             "parameters": f"{about['params'] / 1e6:.2f}M", "updates": f"{updates:,}" if updates is not None else "–"}
 
 

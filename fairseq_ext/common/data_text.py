@@ -134,9 +134,10 @@ class TextPipeline:
             return
         lang = env.get("src", "en")
         options = RECIPE_TOKENIZER.get(env.get("recipe", ""), {})
-        self.tokenize = recipe_tokenizer(lang, escape=True, lowercase=env.get("lowercase") == "1", **options)
+        tokenize = side_tokenizer(env, "src")
+        self.tokenize = lambda line: tokenize(unescape_moses(line))
         bpe = env.get("bpe", "subword_nmt")
-        if bpe in ("subword_nmt", "subword-nmt"):
+        if POSTPROCESS.get(bpe) == "subword_nmt":
             codes = os.path.join(data, "code")
             if not os.path.exists(codes):
                 raise DataError(f"--data {data}: prep.env says bpe={bpe} but {codes} is missing")

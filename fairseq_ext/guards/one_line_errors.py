@@ -10,7 +10,7 @@ traceback. Set ``FAIRSEQ_EXT_TRACEBACK=1`` to see the traceback of ours too.
 import os
 import sys
 
-from fairseq_ext.errors import FairseqExtError
+from fairseq_ext.errors import FairseqExtError, error_line
 from fairseq_ext.guards.patching import replace
 
 
@@ -18,7 +18,7 @@ def _printing_ours_as_one_line(previous_hook):
     def excepthook(exc_type, exc, tb):
         if issubclass(exc_type, FairseqExtError) and not os.environ.get("FAIRSEQ_EXT_TRACEBACK"):
             program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "fairseq"
-            sys.stderr.write(f"{program}: error: {exc}\n")
+            sys.stderr.write(error_line(program, str(exc)) + "\n")
             sys.stderr.flush()
             return
         previous_hook(exc_type, exc, tb)

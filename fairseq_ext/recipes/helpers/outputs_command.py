@@ -16,24 +16,19 @@ The rules are :mod:`outputs` (markers, replacing) and :mod:`evaluations`; the en
 reads is described there.
 """
 import argparse
-import os
 import sys
 from typing import List, Optional
 
 if __package__:
+    from .corpus import die
+    from .evaluations import check_evaluation, write_evaluation_complete
     from .outputs import (OutputError, add_output_entries, check_replaceable, default_entries, dir_writer,
                           mark_output, owned_entries)
-    from .evaluations import check_evaluation, write_evaluation_complete
 else:  # run as a file by the recipes (no package import: it would load fairseq and torch)
+    from corpus import die
+    from evaluations import check_evaluation, write_evaluation_complete
     from outputs import (OutputError, add_output_entries, check_replaceable, default_entries, dir_writer,
                          mark_output, owned_entries)
-    from evaluations import check_evaluation, write_evaluation_complete
-
-
-def _die(message: str) -> "NoReturn":  # noqa: F821
-    prog = os.environ.get("FSX_PROG")
-    print(f"{prog}: error: {message}" if prog else f"error: {message}", file=sys.stderr)
-    sys.exit(1)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,7 +68,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             check_evaluation(args.dir)
     except OutputError as e:
-        _die(str(e))
+        die(str(e))
     return 0
 
 
