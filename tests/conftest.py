@@ -24,6 +24,26 @@ os.environ["MKL_NUM_THREADS"] = "1"
 TRAIN_LINES, VALID_LINES = 1500, 300
 
 
+def pytest_addoption(parser):
+    parser.addoption("--device", default="cpu", choices=["cpu", "cuda"],
+                     help="where the tests that take the `device` fixture run their models "
+                          "(tests/models/test_on_device.py; `fairseq-ext selfcheck --stage tests`): "
+                          "cpu (default) or cuda")
+
+
+@pytest.fixture(scope="session")
+def device(request):
+    """The torch device of `pytest --device` (CPU by default). On CUDA, TF32 is off, so that
+    fp32 means fp32 and the 1e-5 equivalences hold there as on the CPU."""
+    chosen = torch.device(request.config.getoption("--device"))
+    if chosen.type == "cuda":
+        if not torch.cuda.is_available():
+            pytest.exit("--device cuda: torch sees no GPU (torch.cuda.is_available() is False)", returncode=4)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    return chosen
+
+
 def tokenize(line):
     return " ".join(re.sub(r"([.,!?;:\"()\[\]])", r" \1 ", line.lower()).split())
 

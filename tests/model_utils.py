@@ -77,11 +77,11 @@ def full_and_incremental(model, src, lengths, prev, permute_at=None, beam=1, **e
         full = model.get_normalized_probs(model(src, lengths, prev, **encoder_inputs), log_probs=True)
         encoder_out = model.encoder(src, src_lengths=lengths, **encoder_inputs)
         incremental_state = {}
-        order = torch.arange(src.size(0))
+        order = torch.arange(src.size(0), device=src.device)
         steps = []
         for t in range(prev.size(1)):
             if permute_at is not None and t == permute_at:
-                new_order = torch.arange(src.size(0)).view(-1, beam).flip(1).reshape(-1)
+                new_order = torch.arange(src.size(0), device=src.device).view(-1, beam).flip(1).reshape(-1)
                 encoder_out = model.encoder.reorder_encoder_out(encoder_out, new_order)
                 model.decoder.reorder_incremental_state_scripting(incremental_state, new_order)
                 order = order[new_order]

@@ -1,0 +1,137 @@
+"""The model tests of the test suite's device: ``pytest --device cuda`` runs them on a GPU
+(``fairseq-ext selfcheck --stage tests`` does), the CPU runs them by default. For every row
+of the strategy table and every option set (DC, MMA, MS, AIF, the pre-classifier projection
+and one combination of all of them):
+
+* a few steps of fairseq's own ``Trainer`` on one batch, in fp32, ``--fp16``,
+  ``--memory-efficient-fp16``, ``--bf16`` and ``--amp`` (the last four where fairseq trains
+  them: on CUDA): the parameters are in the precision the flag asks for, every loss is
+  finite, and the loss falls;
+* incremental decoding equals the teacher-forced forward across a beam reorder: to 1e-5 in
+  fp32 (TF32 off), within 0.02 in fp16 and 0.1 in bf16 (log-probabilities; fairseq's
+  log-softmax runs in fp32, the layers below it in half precision), and in half precision the
+  model's outputs are the fp32 model's within the same tolerance;
+* fairseq's beam search gives a sentence the same hypotheses in a padded batch as alone: the
+  same tokens and scores to 1e-4 in fp32; in half precision the best scores agree within the
+  tolerances above (two hypotheses whose scores differ by less than the rounding may swap).
+"""
+import pytest
+import torch
+from fairseq.sequence_generator import SequenceGenerator
+
+from joint_attention_reference import ALL_OPTIONS
+from model_utils import SMALL, USER_DIR, build, full_and_incremental, make_tiny_parallel_data, random_batch
+
+OPTION_SETS = {
+    **{f"strategy={s}": (() if s == "none" else ("--joint-attention", s)) for s in ALL_OPTIONS},
+    "dc": ("--encoder-self-attention", "dc", "--decoder-self-attention", "dc", "--dc-kernel-size", "2"),
+    "mma": ("--encoder-self-attention", "mma", "--decoder-self-attention", "mma"),
+    "ms": ("--aux-decoder-layers", "1,2"),
+    "aif": ("--aux-decoder-layers", "1", "--aux-fusion"),
+    "pre-classifier": ("--pre-classifier-projection",),
+    "all": ("--joint-attention", "m-10", "--encoder-self-attention", "dc", "--decoder-self-attention", "mma",
+            "--dc-kernel-size", "2", "--aux-decoder-layers", "1", "--aux-fusion", "--pre-classifier-projection"),
+}
+# fairseq's flag -> the dtype of the parameters it trains
+PRECISIONS = {
+    "fp32": ((), torch.float32),
+    "fp16": (("--fp16",), torch.float16),
+    "memory-efficient-fp16": (("--memory-efficient-fp16",), torch.float16),
+    "bf16": (("--bf16",), torch.bfloat16),
+    "amp": (("--amp",), torch.float32),
+}
+DECODING_DTYPES = {"fp32": (torch.float32, 1e-5), "fp16": (torch.float16, 0.02), "bf16": (torch.bfloat16, 0.1)}
+TRAIN_STEPS = 12
+
+
+@pytest.fixture(scope="module")
+def tiny_bin(tmp_path_factory):
+    return make_tiny_parallel_data(str(tmp_path_factory.mktemp("on_device")), num_train=61)
+
+
+def trainer_losses(bin_dir, flags, precision_flags, device):
+    """The loss of TRAIN_STEPS steps of fairseq's Trainer on the first batch of ``bin_dir``,
+    as fairseq-train sets it up (parser, task, model, criterion, optimizer, precision), and
+    the dtype of the trained parameters. A step fairseq skipped (fp16 overflow) is left out."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.trainer import Trainer
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [
+        bin_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer", *SMALL, *flags, *precision_flags,
+        "--criterion", "multi_output_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+        "--optimizer", "adam", "--lr", "3e-3", "--max-tokens", "300", "--required-batch-size-multiple", "1",
+        "--seed", "1", "--num-workers", "0", *(["--cpu"] if device.type == "cpu" else [])])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    task.load_dataset("train", combine=False, epoch=1)
+    model, criterion = task.build_model(cfg.model), task.build_criterion(cfg.criterion)
+    trainer = Trainer(cfg, task, model, criterion)
+    batch = next(trainer.get_train_iterator(epoch=1, load_dataset=False).next_epoch_itr(shuffle=False))
+    losses = []
+    for _ in range(TRAIN_STEPS):
+        out = trainer.train_step([batch])
+        if out is not None:
+            losses.append(float(out["loss"]))
+    parameter = next(trainer.model.parameters())
+    return losses, parameter.dtype, parameter.device
+
+
+@pytest.mark.parametrize("precision", list(PRECISIONS))
+@pytest.mark.parametrize("option_set", list(OPTION_SETS))
+def test_fairseq_trainer_steps_lower_the_loss(option_set, precision, device, tiny_bin):
+    flags, dtype = PRECISIONS[precision]
+    if precision != "fp32" and device.type != "cuda":
+        pytest.skip(f"fairseq trains {flags[0]} on CUDA only (`pytest --device cuda`)")
+    if precision == "bf16" and not torch.cuda.is_bf16_supported():
+        pytest.skip("this GPU has no bf16")
+    losses, trained_dtype, trained_device = trainer_losses(tiny_bin, OPTION_SETS[option_set], flags, device)
+    assert trained_dtype == dtype and trained_device.type == device.type
+    assert len(losses) >= TRAIN_STEPS // 2, f"fairseq skipped {TRAIN_STEPS - len(losses)} of {TRAIN_STEPS} steps"
+    assert all(torch.isfinite(torch.tensor(losses))), losses
+    assert sum(losses[-3:]) / 3 < losses[0], f"the loss did not fall: {losses}"
+
+
+def device_model(option_set, dtype, device):
+    model, _ = build("multilayer_transformer", *SMALL, *OPTION_SETS[option_set])
+    return model.to(device=device, dtype=dtype).eval()
+
+
+@pytest.mark.parametrize("dtype_name", list(DECODING_DTYPES))
+@pytest.mark.parametrize("option_set", list(OPTION_SETS))
+def test_incremental_decoding_equals_the_full_forward(option_set, dtype_name, device):
+    dtype, tolerance = DECODING_DTYPES[dtype_name]
+    model = device_model(option_set, torch.float32, device)
+    src, lengths, prev = (t.to(device) for t in random_batch(model.decoder.dictionary, beam=2))
+    reference = None
+    if dtype != torch.float32:
+        reference, _ = full_and_incremental(model, src, lengths, prev)
+        model = model.to(dtype)
+    full, incremental = full_and_incremental(model, src, lengths, prev, permute_at=2, beam=2)
+    assert full.dtype == torch.float32  # fairseq's log-softmax runs in fp32
+    assert torch.isfinite(full).all() and torch.isfinite(incremental).all()
+    assert (incremental - full).abs().max().item() <= tolerance
+    if reference is not None:
+        assert (full - reference).abs().max().item() <= tolerance
+
+
+@pytest.mark.parametrize("dtype_name", list(DECODING_DTYPES))
+@pytest.mark.parametrize("option_set", list(OPTION_SETS))
+def test_beam_search_gives_the_same_hypotheses_batched_and_alone(option_set, dtype_name, device):
+    dtype, tolerance = DECODING_DTYPES[dtype_name]
+    model = device_model(option_set, dtype, device)
+    dictionary = model.decoder.dictionary
+    src, lengths, _ = (t.to(device) for t in random_batch(dictionary, bsz=3))
+    generator = SequenceGenerator([model], dictionary, beam_size=3, max_len_b=6)
+    with torch.no_grad():
+        batched = generator.forward({"net_input": {"src_tokens": src, "src_lengths": lengths}})
+        for b in range(src.size(0)):
+            alone_src = src[b: b + 1, src[b].ne(dictionary.pad())]
+            alone = generator.forward({"net_input": {"src_tokens": alone_src, "src_lengths": lengths[b: b + 1]}})[0]
+            if dtype == torch.float32:
+                assert [h["tokens"].tolist() for h in batched[b]] == [h["tokens"].tolist() for h in alone]
+                torch.testing.assert_close(torch.stack([h["score"] for h in batched[b]]),
+                                           torch.stack([h["score"] for h in alone]), atol=1e-4, rtol=0)
+            else:
+                assert abs(float(batched[b][0]["score"]) - float(alone[0]["score"])) <= tolerance
