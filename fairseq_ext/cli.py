@@ -12,6 +12,11 @@ fairseq's own ``fairseq-*`` commands. Each subcommand is also ``python -m fairse
     fairseq-ext analyze NAME [options]        an analysis (fairseq_ext.analysis.NAME)
     fairseq-ext report [options]              several analyses into one HTML report
     fairseq-ext reproduce [TABLE] [options]   the papers' tables (--list)
+    fairseq-ext benchmark [options]           speed, FLOPs, memory against the stock Transformer
+    fairseq-ext selfcheck --out DIR [--stage env,tests,bench,train] [--device cuda|cpu] [--data DIR]
+                                              does the plugin work on this GPU, and at what cost
+    fairseq-ext selfcheck-pack --out DIR      the wheels and data selfcheck needs, for a machine
+                                              without internet
     fairseq-ext average-checkpoints | strip-aux [options]
 
 Data preparation and training are bash recipes shipped inside the package
@@ -36,6 +41,9 @@ PYTHON_COMMANDS = {  # subcommand -> module with main(argv)
     "reproduce": "fairseq_ext.reproduce.__main__",
     "translate": "fairseq_ext.tools.translate",
     "score": "fairseq_ext.tools.score",
+    "benchmark": "fairseq_ext.selfcheck.benchmark",
+    "selfcheck": "fairseq_ext.selfcheck.command",
+    "selfcheck-pack": "fairseq_ext.selfcheck.pack",
 }
 CONSOLE_COMMANDS = {  # subcommand -> module with cli_main(argv)
     "average-checkpoints": "fairseq_ext.average_checkpoints",

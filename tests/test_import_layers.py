@@ -27,6 +27,7 @@ LAYERS: List[Tuple[str, ...]] = [
     ("fairseq_ext.tools",),  # the commands: evaluate, translate, score, significance, ...
     ("fairseq_ext.analysis",),  # the analyses, which decode through the evaluation command
     ("fairseq_ext.reproduce",),  # the papers' tables: training, evaluation and analyses
+    ("fairseq_ext.selfcheck",),  # the device check: environment, tests, benchmark, training
     ("fairseq_ext.cli",),
     ("fairseq_ext.__main__",),
 ]

@@ -1,0 +1,87 @@
+"""``fairseq-ext selfcheck``: does the plugin work on this device, and what does each technique
+cost here? Each stage writes OUT/STAGE.json and OUT/STAGE.md (and OUT/README.md, the index)
+and prints its summary.
+
+    fairseq-ext selfcheck --out selfcheck --stage env
+    fairseq-ext selfcheck --out selfcheck --stage tests            # the model tests on the GPU
+    fairseq-ext selfcheck --out selfcheck --stage bench            # fp16 and bf16 against stock
+    fairseq-ext selfcheck --out selfcheck --stage train --data PACK/data   # again: resumes IWSLT
+    fairseq-ext selfcheck --out /tmp/sc --device cpu --quick --stage all --data PACK/data
+
+Stages: env (device, driver, versions), tests (tests/models/test_on_device.py with
+``pytest --device``), bench (the benchmark's rows beside the thesis' overheads), train
+(quickstart on Multi30k, baseline and M-10, then IWSLT'15 En-Vi while time lasts). Each stage
+stops within --time-limit seconds (default 540: one 9-minute command). ``--quick`` runs the
+same code at tiny sizes (what ``make test`` runs on the CPU; its numbers mean nothing).
+``fairseq-ext selfcheck-pack`` gathers the wheels and data for a machine without internet.
+"""
+import sys
+import time
+from typing import List, Optional
+
+import torch
+
+from fairseq_ext.common.cli import CommandParser, fail, setup_cli
+from fairseq_ext.errors import CommandError
+from fairseq_ext.selfcheck import environment, stages, training
+from fairseq_ext.selfcheck.report import STAGES, read_stage
+
+PROG = "fairseq-ext selfcheck"
+RUNNERS = {"env": environment.run, "tests": stages.run_tests, "bench": stages.run_bench, "train": training.run}
+
+
+def parser() -> CommandParser:
+    p = CommandParser(prog=PROG, description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--out", required=True, metavar="DIR", help="where the stages write (kept between stages)")
+    p.add_argument("--stage", default="env", metavar="STAGES",
+                   help=f"a comma list of {', '.join(STAGES)}, or all (default env)")
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="default: cuda when torch sees a GPU")
+    p.add_argument("--data", metavar="DIR", help="train: the prepared data (PACK/data of fairseq-ext selfcheck-pack)")
+    p.add_argument("--tests", metavar="DIR", help="tests: the test suite (default: the checkout's tests/)")
+    p.add_argument("--dtypes", default=None, metavar="LIST",
+                   help="bench: comma list of fp32, fp16, bf16 (default fp16,bf16 on cuda, bf16 on cpu)")
+    p.add_argument("--time-limit", type=float, default=540.0, metavar="SECONDS",
+                   help="each stage stops within this many seconds (default 540)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes: the code path, not the numbers")
+    return p
+
+
+def chosen_stages(value: str) -> List[str]:
+    names = list(STAGES) if value == "all" else [s.strip() for s in value.split(",") if s.strip()]
+    unknown = [s for s in names if s not in STAGES]
+    if unknown or not names:
+        raise CommandError(f"--stage: unknown stage {', '.join(unknown) or repr(value)} "
+                           f"(choose from {', '.join(STAGES)}, or all)", usage=True)
+    return names
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    setup_cli()
+    p = parser()
+    try:
+        args = p.parse_args(argv)
+        names = chosen_stages(args.stage)
+        device = torch.device(args.device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise CommandError("--device cuda: torch sees no GPU (torch.cuda.is_available() is False)")
+        dtypes = args.dtypes.split(",") if args.dtypes else None
+        if dtypes and (set(dtypes) - {"fp32", "fp16", "bf16"} or (device.type == "cpu" and "fp16" in dtypes)):
+            raise CommandError(f"--dtypes: {args.dtypes!r}: choose from fp32, fp16, bf16 (fp16 on cuda only)")
+        if "train" in names:
+            training.data_dir(args.data, training.MULTI30K)  # --data missing: said before any stage runs
+        if "tests" in names:
+            stages.find_tests(args.tests)
+        results = {}
+        for name in names:
+            start = time.time()
+            lines = RUNNERS[name](out=args.out, device=device, data=args.data, tests=args.tests, quick=args.quick,
+                                  time_limit=args.time_limit, dtypes=dtypes)
+            print("\n".join(lines) + f"\n\n({name}: {time.time() - start:.0f} s; {args.out}/{name}.md)\n", flush=True)
+            results[name] = read_stage(args.out, name).get("result", "")
+    except CommandError as e:
+        return fail(PROG, e, p.format_usage())
+    bad = {k: v for k, v in results.items() if not str(v).startswith("ok")}
+    for name, result in bad.items():
+        print(f"{PROG}: stage {name}: {result}", file=sys.stderr)
+    return 1 if bad else 0

@@ -1,0 +1,145 @@
+"""``fairseq-ext selfcheck-pack``: gather into one folder what ``fairseq-ext selfcheck`` needs
+on a machine without a package registry (a GPU node of a cluster), on a machine with one.
+
+    fairseq-ext selfcheck-pack --out pack                       # wheels for Python 3.12, both data sets
+    fairseq-ext selfcheck-pack --out pack --python-version 3.11 --from ~/corpora
+
+PACK/wheels   the packages a Python that already has torch (with numpy, cython, sacrebleu,
+              sentencepiece, matplotlib, pytest, regex, tqdm) lacks: fairseq and what it
+              needs, --no-deps, as wheels for --python-version where there are (else the
+              source, built there by pip)
+PACK/data     multi30k.en-de/ and iwslt15.en-vi/, prepared by the recipes (binarized, with
+              their BPE codes, dictionaries and reference texts); --from takes local copies
+              of the corpora ($FAIRSEQ_EXT_DATA by default), else they are downloaded
+PACK/install.sh   `source PACK/install.sh` in the checkout on that machine: installs the wheels
+              into /tmp/fairseq_ext-site without the registry and sets PYTHONPATH
+PACK/README.md    what is in the folder, with sizes
+
+The total size is printed; over --max-mib (default 60) the command fails.
+"""
+import glob
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from typing import List, Optional
+
+from fairseq_ext.common.cli import CommandParser, fail, setup_cli
+from fairseq_ext.errors import CommandError
+
+PROG = "fairseq-ext selfcheck-pack"
+# what a GPU machine's Python with torch lacks (fairseq, its configuration system, the
+# recipes' tokenizers and compare-mt); the versions fairseq 0.12 needs are pinned
+WHEELS = ["fairseq-fixed==0.12.3.1", "hydra-core==1.3.2", "omegaconf==2.3.0", "antlr4-python3-runtime==4.9.3",
+          "bitarray", "subword-nmt", "sacremoses", "compare-mt", "nltk", "joblib", "click", "mock", "PyYAML"]
+PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "any"]
+DATASETS = {  # folder -> (recipe, its flags, the corpus folder under --from)
+    "multi30k.en-de": ("multi30k", ["--src", "en", "--tgt", "de", "--bpe-merges", "5000"], "multi30k"),
+    "iwslt15.en-vi": ("iwslt15-en-vi", ["--src", "en", "--tgt", "vi"], "iwslt15-en-vi"),
+}
+SITE = "/tmp/fairseq_ext-site"
+
+
+def download_wheels(target: str, python_version: str) -> List[str]:
+    os.makedirs(target, exist_ok=True)
+    platforms = [a for p in PLATFORMS for a in ("--platform", p)]
+    for spec in WHEELS:
+        base = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", target]
+        binary = base + ["--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
+                         *platforms, spec]
+        if subprocess.run(binary, capture_output=True, text=True).returncode != 0:
+            source = subprocess.run(base + ["--no-binary=:all:", spec], capture_output=True, text=True)
+            if source.returncode != 0:
+                raise CommandError(f"pip download {spec}: {(source.stderr.strip().splitlines() or ['failed'])[-1]}")
+    return sorted(os.listdir(target))
+
+
+def prepare_data(target: str, corpora: Optional[str], max_lines: int, workers: int) -> None:
+    os.makedirs(target, exist_ok=True)
+    for folder, (recipe, flags, corpus) in DATASETS.items():
+        out = os.path.join(target, folder)
+        cmd = [sys.executable, "-m", "fairseq_ext", "prepare", recipe, "--out", out, "--force", *flags,
+               "--workers", str(workers)]
+        if corpora:
+            cmd += ["--from", os.path.join(corpora, corpus)]
+        if max_lines:
+            cmd += ["--max-lines", str(max_lines)]
+        print(f"{PROG}: preparing {folder}: {shlex.join(cmd)}", file=sys.stderr, flush=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CommandError(f"preparing {folder} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+
+
+def size(path: str) -> int:
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+
+
+def mib(n: int) -> str:
+    return f"{n / 2 ** 20:.1f} MiB"
+
+
+def write_install(out: str, python_version: str) -> None:
+    with open(os.path.join(out, "install.sh"), "w", encoding="utf-8") as f:
+        f.write(f"""# source PACK/install.sh, from the root of the fairseq_ext checkout, on a machine without a
+# package registry whose Python {python_version} has torch: installs PACK/wheels there (no
+# dependencies resolved, nothing downloaded) and puts them and the checkout on PYTHONPATH.
+_pack="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target {SITE} "$_pack"/wheels/* \\
+  && export PYTHONPATH={SITE}:$PWD${{PYTHONPATH:+:$PYTHONPATH}} && export PATH={SITE}/bin:$PATH
+# then: python3 -m fairseq_ext selfcheck --out selfcheck --stage env   (tests, bench, train --data "$_pack"/data)
+""")
+
+
+def write_readme(out: str, python_version: str) -> int:
+    rows, total = [], 0
+    for path in sorted(glob.glob(os.path.join(out, "wheels", "*"))) + sorted(glob.glob(os.path.join(out, "data", "*"))):
+        n = size(path)
+        total += n
+        rows.append(f"| {os.path.relpath(path, out)} | {mib(n)} |")
+    lines = ["# The self-check's pack", "", f"Made by `{PROG}` for Python {python_version}. On the machine without a "
+             "registry, from the checkout's root:", "", "```bash", "source PACK/install.sh",
+             "python3 -m fairseq_ext selfcheck --out selfcheck --stage env,tests,bench",
+             "python3 -m fairseq_ext selfcheck --out selfcheck --stage train --data PACK/data", "```", "",
+             "| file | size |", "|---|---:|", *rows, f"| **total** | **{mib(total)}** |"]
+    with open(os.path.join(out, "README.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return total
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    setup_cli()
+    p = CommandParser(prog=PROG, description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--python-version", default="3.12", help="the Python of the machine without internet (default 3.12)")
+    p.add_argument("--from", dest="corpora", metavar="DIR", default=os.environ.get("FAIRSEQ_EXT_DATA"),
+                   help="local copies of the corpora (multi30k/, iwslt15-en-vi/; default $FAIRSEQ_EXT_DATA), "
+                        "else downloaded")
+    p.add_argument("--no-wheels", action="store_true", help="the data only")
+    p.add_argument("--no-data", action="store_true", help="the wheels only")
+    p.add_argument("--max-lines", type=int, default=0, help="only the first N training pairs (tests); 0 = all")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--max-mib", type=float, default=60.0, help="fail when the folder is larger (default 60)")
+    try:
+        args = p.parse_args(argv)
+        is_pack = os.path.exists(os.path.join(args.out, "install.sh"))
+        if os.path.exists(args.out) and os.listdir(args.out) and not is_pack:
+            raise CommandError(f"--out {args.out}: exists and is not a pack (no install.sh): choose another folder")
+        os.makedirs(args.out, exist_ok=True)
+        if not args.no_wheels:
+            shutil.rmtree(os.path.join(args.out, "wheels"), ignore_errors=True)
+            download_wheels(os.path.join(args.out, "wheels"), args.python_version)
+        if not args.no_data:
+            prepare_data(os.path.join(args.out, "data"), args.corpora, args.max_lines, args.workers)
+        write_install(args.out, args.python_version)
+        total = write_readme(args.out, args.python_version)
+    except CommandError as e:
+        return fail(PROG, e, p.format_usage())
+    print(open(os.path.join(args.out, "README.md"), encoding="utf-8").read())
+    print(f"{PROG}: {args.out}: {mib(total)}")
+    if total > args.max_mib * 2 ** 20:
+        print(f"{PROG}: error: {args.out} is {mib(total)}, over --max-mib {args.max_mib:g}", file=sys.stderr)
+        return 1
+    return 0

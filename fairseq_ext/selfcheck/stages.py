@@ -1,0 +1,213 @@
+"""The ``tests`` and ``bench`` stages of the self-check.
+
+``tests`` runs the test suite's model tests on the device, the same files ``make test`` runs
+on the CPU (``pytest --device cuda tests/models/test_on_device.py``), and tabulates the
+outcome of every option set in every precision. ``bench`` runs :mod:`.benchmark` in each
+precision: the base config for the thesis' training overheads, the small config for its
+MS+AIF decoding overheads, every row against the stock ``transformer`` of the same size, and
+prints our speeds beside the thesis' (a speed is 1 / the time ratio, as the thesis gives
+its overheads: 0.85 = 85% of the baseline's steps per second)."""
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from typing import Dict, List, Optional, Tuple
+
+from fairseq_ext.errors import CommandError
+from fairseq_ext.selfcheck.report import table, write_stage
+
+TEST_FILES = ("models/test_on_device.py",)
+QUICK_OPTION_SETS = ("none", "m-10", "combined")  # --quick: these option sets only
+TEST_FUNCTIONS = {  # test function -> the column group of the summary and its precisions
+    "test_fairseq_trainer_steps_lower_the_loss": ("trains", ("fp32", "fp16", "memory-efficient-fp16", "bf16", "amp")),
+    "test_incremental_decoding_equals_the_full_forward": ("incremental = full", ("fp32", "fp16", "bf16")),
+    "test_beam_search_gives_the_same_hypotheses_batched_and_alone": ("beam: batched = alone", ("fp32", "fp16", "bf16")),
+}
+MARKS = {"passed": "ok", "failed": "FAIL", "error": "ERROR", "skipped": "skip"}
+
+# the thesis' overheads as speeds relative to its baseline (Ch. 3-5; GPU times)
+THESIS_TRAIN = {"Iter-C-Agg": 0.85, "M-00": 0.73, "M-01": 0.75, "M-10": 0.71, "M-11": 0.74, "MS-4": 0.60,
+                "MS-1+AIF": 0.59, "Enc-DC": 0.82, "Dec-DC": 0.84, "Full-DC": 0.69}
+THESIS_DECODE = {"MS-1+AIF": 0.62, "MS-12+AIF": 0.47, "MS-123+AIF": 0.35}
+BASE_ROWS = ["no option:", "Iter-C-Agg:--joint-attention iter-c-agg", "M-00:--joint-attention m-00",
+             "M-01:--joint-attention m-01", "M-10:--joint-attention m-10", "M-11:--joint-attention m-11",
+             "MS-4:--aux-decoder-layers 4", "MS-1+AIF:--aux-decoder-layers 1 --aux-fusion",
+             "Enc-DC:--encoder-self-attention dc", "Dec-DC:--decoder-self-attention dc",
+             "Full-DC:--encoder-self-attention dc --decoder-self-attention dc", "MMA:--encoder-self-attention mma"]
+SMALL_ROWS = ["MS-1+AIF:--aux-decoder-layers 1 --aux-fusion", "MS-12+AIF:--aux-decoder-layers 1,2 --aux-fusion",
+              "MS-123+AIF:--aux-decoder-layers 1,2,3 --aux-fusion"]
+QUICK_BENCH = ["--batch", "2", "--src-len", "7", "--tgt-len", "7", "--steps", "3", "--min-pairs", "3",
+               "--max-pairs", "3", "--seconds", "1", "--vocab", "500", "--threads", "1"]
+
+
+def find_tests(given: Optional[str]) -> str:
+    """The test suite: ``--tests`` or the checkout's ``tests/`` beside the package."""
+    checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    tests = given or os.path.join(checkout, "tests")
+    if not os.path.exists(os.path.join(tests, TEST_FILES[0])):
+        raise CommandError(f"--tests: no {TEST_FILES[0]} under {tests} (an installed wheel has no test suite: "
+                           "pass --tests CHECKOUT/tests of a clone of the same version)")
+    return os.path.abspath(tests)
+
+
+def split_test_id(name: str) -> Optional[Tuple[str, str, str]]:
+    """``test_x[OPTION_SET-PRECISION]`` -> (function, option set, precision)."""
+    function, _, params = name.partition("[")
+    if function not in TEST_FUNCTIONS or not params.endswith("]"):
+        return None
+    params = params[:-1]
+    for precision in sorted(TEST_FUNCTIONS[function][1], key=len, reverse=True):
+        if params.endswith("-" + precision):
+            return function, params[: -len(precision) - 1], precision
+    return None
+
+
+def read_junit(path: str) -> List[dict]:
+    cases = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        outcome, message = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome = {"failure": "failed"}.get(child.tag, child.tag)
+                message = (child.get("message") or child.text or "").strip().splitlines()[0:1]
+                message = message[0][:300] if message else ""
+        cases.append({"name": case.get("name"), "outcome": outcome, "message": message,
+                      "seconds": float(case.get("time") or 0)})
+    return cases
+
+
+def outcome_matrix(cases: List[dict]) -> List[str]:
+    columns = [(f, p) for f, (_, precisions) in TEST_FUNCTIONS.items() for p in precisions]
+    cells: Dict[str, Dict[Tuple[str, str], str]] = {}
+    for case in cases:
+        parsed = split_test_id(case["name"])
+        if parsed:
+            function, option_set, precision = parsed
+            cells.setdefault(option_set, {})[(function, precision)] = MARKS[case["outcome"]]
+    header = ["option set"] + [f"{TEST_FUNCTIONS[f][0]}, {p}" for f, p in columns]
+    return table(header, [[name] + [row.get(col) for col in columns] for name, row in cells.items()])
+
+
+def run_tests(out: str, device, tests: Optional[str], quick: bool, time_limit: float, **_) -> List[str]:
+    tests = find_tests(tests)
+    junit = os.path.join(os.path.abspath(out), "tests-junit.xml")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "--device", device.type,
+           "--junitxml", junit, *(os.path.join(tests, f) for f in TEST_FILES)]
+    if quick:
+        cmd += ["-k", " or ".join(QUICK_OPTION_SETS)]
+    os.makedirs(out, exist_ok=True)
+    try:
+        proc = subprocess.run(cmd, cwd=os.path.dirname(tests), capture_output=True, text=True, timeout=time_limit)
+        returncode, log = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as e:
+        returncode = "timeout"
+        log = f"{(e.stdout or b'').decode(errors='replace')}\nstopped after {time_limit:.0f} s"
+    with open(os.path.join(out, "tests.log"), "w", encoding="utf-8") as f:
+        f.write(" ".join(cmd) + "\n\n" + log)
+    cases = read_junit(junit) if os.path.exists(junit) else []
+    counts = {k: sum(c["outcome"] == k for c in cases) for k in MARKS}
+    result = ("ok" if returncode == 0 else f"pytest exit {returncode}") + ": " + ", ".join(
+        f"{n} {k}" for k, n in counts.items() if n)
+    shown = " ".join(["pytest", "--device", device.type, *("tests/" + f for f in TEST_FILES)])
+    lines = ["# The model tests on the device", "",
+             f"`{shown}`" + (" (`--quick`)" if quick else "") + f": {result}. Log: [tests.log](tests.log).", "",
+             "Tolerances (tests/models/test_on_device.py): incremental = full to 1e-5 in fp32 (TF32 off), "
+             "0.02 in fp16, 0.1 in bf16; beam search batched = alone: the same hypotheses in fp32, the best "
+             "scores within those tolerances in half precision. A training test passes when the parameters are "
+             "in the flag's precision, every loss is finite and the loss falls.", ""]
+    lines += outcome_matrix(cases)
+    failures = [c for c in cases if c["outcome"] in ("failed", "error")]
+    if failures:
+        lines += ["", "## Failures", ""] + [f"- `{c['name']}`: {c['message']}" for c in failures]
+    write_stage(out, "tests", {"result": result, "command": cmd, "returncode": returncode, "counts": counts,
+                               "cases": cases}, lines)
+    return lines
+
+
+def run_benchmark(out: str, name: str, args: List[str], time_limit: float) -> dict:
+    json_path = os.path.join(os.path.abspath(out), f"bench-{name}.json")
+    cmd = [sys.executable, "-m", "fairseq_ext", "benchmark", *args, "--json", json_path]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=time_limit)
+        log, returncode = proc.stdout + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as e:
+        log, returncode = (e.stdout or b"").decode(errors="replace") + f"\nstopped after {time_limit:.0f} s", "timeout"
+    with open(os.path.join(out, f"bench-{name}.log"), "w", encoding="utf-8") as f:
+        f.write(" ".join(cmd) + "\n\n" + log)
+    if returncode != 0 or not os.path.exists(json_path):
+        return {"returncode": returncode, "command": cmd, "error": log.strip().splitlines()[-1:] or ["no output"]}
+    import json
+
+    with open(json_path, encoding="utf-8") as f:
+        return {"returncode": 0, "command": cmd, **json.load(f)}
+
+
+def speed(record: Optional[dict], key: str) -> Optional[str]:
+    """1 / the time ratio, with the IQR turned the same way: '0.74 [0.72-0.76]'."""
+    if not record or key not in record:
+        return None
+    r = record[key]
+    return f"{1 / r['ratio']:.2f} [{1 / r['iqr'][1]:.2f}-{1 / r['iqr'][0]:.2f}]"
+
+
+def bench_table(runs: Dict[str, dict], dtypes: List[str], config: str, measure: str, thesis: Dict[str, float],
+                title: str) -> List[str]:
+    rows: Dict[str, Dict[str, dict]] = {}
+    for dtype in dtypes:
+        for rec in runs.get(f"{config}-{dtype}", {}).get("configs", []):
+            rows.setdefault(rec["name"], {})[dtype] = rec
+    if not rows:
+        return [f"{title}: no measurement (see the logs)."]
+    what = "training" if measure == "train" else "generation"
+    peaked = [d for d in dtypes if any("cuda_peak_ratio" in r.get(d, {}) for r in rows.values())]
+    header = ["row", "thesis (GPU)"] + [f"{what} speed, {d}" for d in dtypes] + ["speed by FLOPs"] + \
+             [f"peak memory ratio, {d}" for d in peaked]
+    body = []
+    for name, by_dtype in rows.items():
+        any_rec = next(iter(by_dtype.values()))
+        flops = any_rec["train_flops_ratio" if measure == "train" else "decode_flops_ratio"]
+        peaks = [f"{by_dtype[d]['cuda_peak_ratio']:.2f}" if "cuda_peak_ratio" in by_dtype.get(d, {}) else None
+                 for d in peaked]
+        body.append([name, thesis.get(name)] + [speed(by_dtype.get(d), measure) for d in dtypes]
+                    + [f"{1 / flops:.2f}"] + peaks)
+    return [title, ""] + table(header, body)
+
+
+def run_bench(out: str, device, quick: bool, time_limit: float, dtypes: Optional[List[str]] = None,
+              **_) -> List[str]:
+    dtypes = dtypes or (["fp16", "bf16"] if device.type == "cuda" else ["bf16"])
+    plans = [("base", "small" if quick else "base", BASE_ROWS[:1] + BASE_ROWS[4:5] if quick else BASE_ROWS),
+             ("small", "small", SMALL_ROWS[:1] if quick else SMALL_ROWS)]
+    seconds = "1" if quick else "2"
+    runs = {}
+    for config, size, rows in plans:
+        for dtype in dtypes:
+            args = ["--config", size, "--device", device.type, "--dtype", dtype, "--configs", *rows]
+            args += QUICK_BENCH if quick else ["--seconds", seconds]
+            runs[f"{config}-{dtype}"] = run_benchmark(out, f"{config}-{dtype}", args,
+                                                      time_limit / (len(plans) * len(dtypes)))
+    failed = {k: v.get("error") for k, v in runs.items() if v.get("returncode") != 0}
+    first = next((r for r in runs.values() if r.get("returncode") == 0), {})
+    settings = first.get("settings", {})
+    lines = ["# What each technique costs on this device", "",
+             f"`fairseq-ext benchmark` on {device.type} in {', '.join(dtypes)}"
+             + (" (`--quick`: tiny sizes, the numbers mean nothing)" if quick else "")
+             + f"; batch {settings.get('batch')} x {settings.get('src_len')}/{settings.get('tgt_len')}, "
+             f"decoding {settings.get('steps')} steps at beam {settings.get('beam')}. Every number is relative to "
+             "fairseq's own `transformer` of the same size, timed interleaved in the same process. A speed is 1 / "
+             "the time ratio (median of the pairs [interquartile range]); 0.71 means 71% of the stock's steps per "
+             "second, as the thesis gives its overheads (its times were measured on GTX GPUs, ours here). The FLOPs "
+             "column is the stock's FLOPs over the row's: the speed the arithmetic alone would give. Peak memory: "
+             "the CUDA allocator's peak in a training step, over the stock's.", ""]
+    lines += bench_table(runs, dtypes, "base", "train", THESIS_TRAIN,
+                         f"**Training, {plans[0][1]} config** (thesis: training steps per second relative to its "
+                         "baseline, base config)")
+    lines += [""] + bench_table(runs, dtypes, "small", "generate_beam", THESIS_DECODE,
+                                f"**Decoding, {plans[1][1]} config**: fairseq's beam search at beam "
+                                f"{settings.get('beam')} (thesis: MS+AIF decoding speed with 1, 2, 3 auxiliary "
+                                "decoders, small config)")
+    if failed:
+        lines += ["", "## Runs that failed", ""] + [f"- {k}: {v}" for k, v in failed.items()]
+    result = "ok" if not failed else f"{len(failed)} of {len(runs)} runs failed"
+    write_stage(out, "bench", {"result": result, "dtypes": dtypes, "quick": quick, "runs": runs}, lines)
+    return lines
