@@ -71,32 +71,55 @@ def run_logged(cmd: List[str], log: str, timeout: float) -> object:
             return "timeout"
 
 
+def finished(save: str, log: str, settings: str) -> bool:
+    """A run trained to its planned updates with these settings: kept as it is (fairseq-train
+    resumed on a finished save directory would train one more update)."""
+    path = os.path.join(save, "selfcheck.settings")
+    if not os.path.exists(path) or not os.path.exists(os.path.join(save, "checkpoint_last.pt")):
+        return False
+    with open(path, encoding="utf-8") as f:
+        if f.read() != settings:
+            return False
+    progress = training_progress(log)
+    return "planned_updates" in progress and progress.get("updates", 0) >= progress["planned_updates"]
+
+
 def train_and_evaluate(name: str, data: str, config: str, flags: List[str], out: str, device,
                        seconds: float, generate: List[str]) -> dict:
-    """Train ``name`` for at most ``seconds`` of this command (resuming where it stopped),
-    then evaluate its last checkpoint; the record of the run."""
+    """Train ``name`` for at most ``seconds`` of this command (resuming where it stopped; a
+    finished run is kept), then evaluate its last checkpoint; the record of the run."""
     save = os.path.join(out, "train", name)
     os.makedirs(save, exist_ok=True)
     log = os.path.join(save, "train.log")
     precision = ["--fp16"] if device.type == "cuda" else ["--cpu"]
-    limit_hours = (previous_training_seconds(save) + max(0.0, seconds - EVALUATE_SECONDS)) / 3600
-    start = time.time()
     cmd = [sys.executable, "-m", "fairseq_ext", "train", data, save, "--config", config, "--", *flags, *precision,
-           "--stop-time-hours", f"{limit_hours:.6f}", "--no-epoch-checkpoints"]
-    trained = run_logged(cmd, log, seconds)
+           "--no-epoch-checkpoints"]
+    settings = shlex.join(cmd[3:]) + "\n"
+    start = time.time()
+    kept = finished(save, log, settings)
+    if kept:
+        trained = 0
+    else:
+        limit_hours = (previous_training_seconds(save) + max(0.0, seconds - EVALUATE_SECONDS)) / 3600
+        trained = run_logged(cmd + ["--stop-time-hours", f"{limit_hours:.6f}"], log, seconds)
+        with open(os.path.join(save, "selfcheck.settings"), "w", encoding="utf-8") as f:
+            f.write(settings)
     train_seconds = time.time() - start
-    record = {"name": name, "data": data, "command": cmd, "train_returncode": trained,
-              "train_wall_s": round(train_seconds, 1), **training_progress(log), **training_speed(log)}
+    record = {"name": name, "data": data, "command": cmd, "train_returncode": trained, "kept": kept,
+              "train_wall_s": round(train_seconds, 1), "training_time_s": round(previous_training_seconds(save), 1),
+              **training_progress(log), **training_speed(log)}
     checkpoint = os.path.join(save, "checkpoint_last.pt")
-    if trained == 0 and os.path.exists(checkpoint):
-        eval_dir = os.path.join(save, "eval-test")
+    eval_dir = os.path.join(save, "eval-test")
+    flavour, _ = env_headline(read_prep_env(data))
+    if kept and read_bleu(eval_dir, flavour) is not None:
+        record.update(eval_returncode=0, bleu=read_bleu(eval_dir, flavour), bleu_flavour=flavour)
+    elif trained == 0 and os.path.exists(checkpoint):
         start = time.time()
         evaluate = [sys.executable, "-m", "fairseq_ext", "evaluate", "--checkpoint", checkpoint, "--data", data,
                     "--out", eval_dir, *generate, "--model-overrides", POSITIONS,
                     *(["--cpu"] if device.type == "cpu" else ["--fp16"])]
         record["eval_returncode"] = run_logged(evaluate, log, max(EVALUATE_SECONDS, seconds - train_seconds))
         record["eval_wall_s"] = round(time.time() - start, 1)
-        flavour, _ = env_headline(read_prep_env(data))
         record.update(bleu=read_bleu(eval_dir, flavour), bleu_flavour=flavour)
     return record
 
@@ -110,8 +133,9 @@ def run(out: str, device, data: Optional[str], quick: bool, time_limit: float, *
     quickstart = shlex.split(setup["flags"]) + (QUICK_MODEL if quick else [])
     generate = QUICK_GENERATE if quick else GENERATE
     records = []
-    for i, (name, flags) in enumerate(MULTI30K_RUNS):
-        share = (deadline - time.time()) / (len(MULTI30K_RUNS) - i + (1 if iwslt else 0))
+    runs = MULTI30K_RUNS[:1] if quick else MULTI30K_RUNS  # --quick: the baseline's code path is M-10's
+    for i, (name, flags) in enumerate(runs):
+        share = (deadline - time.time()) / (len(runs) - i + (1 if iwslt else 0))
         records.append(train_and_evaluate(name, multi30k, setup["config"], quickstart + flags, out, device, share,
                                           generate))
     if iwslt and deadline - time.time() > EVALUATE_SECONDS + 30:
@@ -120,7 +144,7 @@ def run(out: str, device, data: Optional[str], quick: bool, time_limit: float, *
                                           deadline - time.time(), generate))
     ok = all(r.get("train_returncode") == 0 and r.get("eval_returncode") == 0 for r in records)
     rows = [[r["name"], r.get("updates"), r.get("planned_updates"), r.get("train_ups") and f"{r['train_ups']:.1f}",
-             f"{r['train_wall_s']:.0f}", r.get("eval_wall_s"),
+             f"{r['training_time_s']:.0f}" + (" (kept)" if r.get("kept") else ""), r.get("eval_wall_s"),
              r.get("bleu") if r.get("bleu") is None else f"{r['bleu']:.2f}", r.get("bleu_flavour")] for r in records]
     lines = ["# Training on the device", "",
              f"{'fp16 on ' + device.type if device.type == 'cuda' else 'fp32 on the CPU'}"
@@ -128,7 +152,7 @@ def run(out: str, device, data: Optional[str], quick: bool, time_limit: float, *
              + f", at most {time_limit:.0f} s for the stage. Each run is `fairseq-ext train` then "
              f"`fairseq-ext evaluate {' '.join(generate)}` on the test set; a run that stopped on time resumes from "
              "its `checkpoint_last.pt` when the stage runs again with the same `--out`.", ""]
-    lines += table(["run", "updates", "planned", "updates/s", "train s", "evaluate s", "BLEU", "flavour"], rows)
+    lines += table(["run", "updates", "planned", "updates/s", "training s", "evaluate s", "BLEU", "flavour"], rows)
     if not iwslt:
         lines += ["", f"IWSLT'15 En-Vi: not run (no {IWSLT}/ in --data)."]
     for r in records:

@@ -1,0 +1,148 @@
+"""``fairseq-ext selfcheck`` in its CPU mode, end to end, as a user runs it on a GPU machine:
+the pack (data from local copies of the corpora), then every stage at tiny sizes (``--quick``)
+into one folder, then the train stage again, which resumes. The GPU runs the same commands
+without ``--device cpu --quick``."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fairseq_ext.selfcheck import pack, stages
+from model_utils import DATA, REPO, clean_env
+from script_utils import M30K_SMALL, head_gz, needs_multi30k, write_lines
+
+IWSLT = os.path.join(DATA, "iwslt15-en-vi")
+IWSLT_SMALL = (("train", 71), ("tst2012", 13))
+
+
+def selfcheck(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "fairseq_ext", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env=clean_env())
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f) if path.endswith(".json") else f.read()
+
+
+@pytest.fixture(scope="module")
+def small_corpora(tmp_path_factory):
+    """The first lines of the local Multi30k and IWSLT'15 En-Vi copies, laid out as the
+    releases are (what --from takes)."""
+    if not os.path.exists(os.path.join(IWSLT, "train.en.gz")):
+        pytest.skip(f"no local IWSLT'15 En-Vi copy in {IWSLT}")
+    root = tmp_path_factory.mktemp("corpora")
+    for folder, langs, sizes in (("multi30k", ("en", "de"), M30K_SMALL), ("iwslt15-en-vi", ("en", "vi"), IWSLT_SMALL)):
+        for split, n in sizes:
+            for lang in langs:
+                write_lines(root / folder / f"{split}.{lang}", head_gz(os.path.join(DATA, folder, f"{split}.{lang}.gz"), n),
+                            gz=True)
+    return root
+
+
+@needs_multi30k
+@pytest.mark.slow
+def test_selfcheck_cpu_mode_runs_every_stage_and_resumes(small_corpora, tmp_path):
+    packed = tmp_path / "pack"
+    res = selfcheck("selfcheck-pack", "--out", str(packed), "--no-wheels", "--from", str(small_corpora))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert sorted(os.listdir(packed / "data")) == ["iwslt15.en-vi", "multi30k.en-de"]
+    assert "source PACK/install.sh" in read(str(packed / "README.md"))
+    assert "--no-index" in read(str(packed / "install.sh"))
+
+    out = tmp_path / "check"
+    res = selfcheck("selfcheck", "--out", str(out), "--device", "cpu", "--quick", "--stage", "all",
+                    "--data", str(packed / "data"))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    env = read(str(out / "env.json"))
+    assert env["device"] == "cpu" and env["packages"]["fairseq (import)"].startswith("0.12")
+    assert all(isinstance(v, float) and v < 0.05 for v in env["matmul_relative_error"].values())
+
+    tests = read(str(out / "tests.json"))
+    assert tests["counts"]["failed"] == tests["counts"]["error"] == 0 and tests["counts"]["passed"] >= 15
+    assert "| combined | ok | skip |" in read(str(out / "tests.md"))  # fp32 trains; fp16 is CUDA's
+
+    bench = read(str(out / "bench.json"))
+    assert bench["result"] == "ok" and set(bench["runs"]) == {"base-bf16", "small-bf16"}
+    m10 = next(r for r in bench["runs"]["base-bf16"]["configs"] if r["name"] == "M-10")
+    assert m10["train_flops_ratio"] > 1.1  # n layers' keys and values: more arithmetic than stock
+    assert "| M-10 | 0.71 |" in read(str(out / "bench.md"))  # beside the thesis' speed
+
+    train = read(str(out / "train.json"))
+    assert [r["name"] for r in train["runs"]] == ["multi30k-baseline", "iwslt15-small"]  # --quick: no M-10
+    for run in train["runs"]:
+        assert run["train_returncode"] == 0 and run["eval_returncode"] == 0, run
+        assert run["updates"] == 8 and run["bleu"] is not None
+    index = read(str(out / "README.md"))
+    assert all(f"[{stage}.md]({stage}.md)" in index for stage in ("env", "tests", "bench", "train"))
+
+    # the next command with the same --out keeps each finished run (a run stopped by the time limit
+    # resumes from its checkpoint_last.pt): nothing is trained or evaluated again
+    checkpoint = out / "train" / "iwslt15-small" / "checkpoint_last.pt"
+    stamp = checkpoint.stat().st_mtime_ns
+    res = selfcheck("selfcheck", "--out", str(out), "--device", "cpu", "--quick", "--stage", "train",
+                    "--data", str(packed / "data"))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    again = read(str(out / "train.json"))
+    assert [r["updates"] for r in again["runs"]] == [8, 8] and all(r["kept"] for r in again["runs"])
+    assert [r["bleu"] for r in again["runs"]] == [r["bleu"] for r in train["runs"]]
+    assert checkpoint.stat().st_mtime_ns == stamp and "(kept)" in read(str(out / "train.md"))
+
+
+def test_selfcheck_says_what_is_missing(tmp_path, capsys):
+    from fairseq_ext.selfcheck import command
+
+    def error(main, *args):
+        code = main(list(args))
+        return code, capsys.readouterr().err
+
+    code, err = error(command.main, "--out", str(tmp_path), "--device", "cpu", "--stage", "train")
+    assert code == 1 and "fairseq-ext selfcheck: error: --data: the train stage needs" in err
+    code, err = error(command.main, "--out", str(tmp_path), "--stage", "env,gpu")
+    assert code == 1 and "--stage: unknown stage gpu" in err and "usage:" in err
+    code, err = error(command.main, "--out", str(tmp_path), "--device", "cpu", "--stage", "tests", "--tests", str(tmp_path))
+    assert code == 1 and "an installed wheel has no test suite" in err
+    code, err = error(command.main, "--out", str(tmp_path), "--device", "cpu", "--stage", "bench", "--dtypes", "fp16")
+    assert code == 1 and "--dtypes: 'fp16'" in err
+    if not __import__("torch").cuda.is_available():
+        code, err = error(command.main, "--out", str(tmp_path), "--device", "cuda")
+        assert code == 1 and "--device cuda: torch sees no GPU" in err
+    assert not os.listdir(tmp_path)  # nothing written before the options are right
+    (tmp_path / "mine.txt").write_text("a user's file\n")
+    code, err = error(pack.main, "--out", str(tmp_path), "--no-wheels")
+    assert code == 1 and "is not a pack" in err
+    assert os.listdir(tmp_path) == ["mine.txt"] and (tmp_path / "mine.txt").read_text() == "a user's file\n"
+
+
+def test_pack_takes_a_wheel_and_else_the_source(monkeypatch, tmp_path):
+    """fairseq-fixed and the rest as wheels for the target Python; a package without one (e.g.
+    antlr4's runtime) as its source, which pip builds on the target machine."""
+    calls = []
+
+    def fake_run(cmd, **kwargs):
+        calls.append(cmd)
+        binary = "--only-binary=:all:" in cmd
+        return subprocess.CompletedProcess(cmd, 1 if binary and cmd[-1].startswith("antlr4") else 0, "", "")
+
+    monkeypatch.setattr(pack.subprocess, "run", fake_run)
+    pack.download_wheels(str(tmp_path), "3.12")
+    binaries = [c for c in calls if "--only-binary=:all:" in c]
+    sources = [c for c in calls if "--no-binary=:all:" in c]
+    assert [c[-1] for c in binaries] == pack.WHEELS
+    assert all(c[c.index("--python-version") + 1] == "3.12" for c in binaries)
+    assert [c[-1] for c in sources] == ["antlr4-python3-runtime==4.9.3"]
+
+
+def test_the_outcome_matrix_reads_every_test_id():
+    """Option sets and precisions both hold dashes: each test id is split at a known precision."""
+    assert stages.split_test_id("test_fairseq_trainer_steps_lower_the_loss[pre-classifier-memory-efficient-fp16]") \
+        == ("test_fairseq_trainer_steps_lower_the_loss", "pre-classifier", "memory-efficient-fp16")
+    assert stages.split_test_id("test_incremental_decoding_equals_the_full_forward[m-10-bf16]") \
+        == ("test_incremental_decoding_equals_the_full_forward", "m-10", "bf16")
+    assert stages.split_test_id("test_something_else[x-fp32]") is None
+    cases = [{"name": "test_beam_search_gives_the_same_hypotheses_batched_and_alone[iter-c-agg-fp16]",
+              "outcome": "failed", "message": "", "seconds": 0.1}]
+    rows = stages.outcome_matrix(cases)
+    assert rows[2].startswith("| iter-c-agg |") and "FAIL" in rows[2]
