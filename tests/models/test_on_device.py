@@ -23,13 +23,13 @@ from joint_attention_reference import ALL_OPTIONS
 from model_utils import SMALL, USER_DIR, build, full_and_incremental, make_tiny_parallel_data, random_batch
 
 OPTION_SETS = {
-    **{f"strategy={s}": (() if s == "none" else ("--joint-attention", s)) for s in ALL_OPTIONS},
+    **{s: (() if s == "none" else ("--joint-attention", s)) for s in ALL_OPTIONS},  # the strategy table
     "dc": ("--encoder-self-attention", "dc", "--decoder-self-attention", "dc", "--dc-kernel-size", "2"),
     "mma": ("--encoder-self-attention", "mma", "--decoder-self-attention", "mma"),
     "ms": ("--aux-decoder-layers", "1,2"),
     "aif": ("--aux-decoder-layers", "1", "--aux-fusion"),
     "pre-classifier": ("--pre-classifier-projection",),
-    "all": ("--joint-attention", "m-10", "--encoder-self-attention", "dc", "--decoder-self-attention", "mma",
+    "combined": ("--joint-attention", "m-10", "--encoder-self-attention", "dc", "--decoder-self-attention", "mma",
             "--dc-kernel-size", "2", "--aux-decoder-layers", "1", "--aux-fusion", "--pre-classifier-projection"),
 }
 # fairseq's flag -> the dtype of the parameters it trains

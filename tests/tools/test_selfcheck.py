@@ -37,8 +37,8 @@ def small_corpora(tmp_path_factory):
     for folder, langs, sizes in (("multi30k", ("en", "de"), M30K_SMALL), ("iwslt15-en-vi", ("en", "vi"), IWSLT_SMALL)):
         for split, n in sizes:
             for lang in langs:
-                write_lines(root / folder / f"{split}.{lang}", head_gz(os.path.join(DATA, folder, f"{split}.{lang}.gz"), n),
-                            gz=True)
+                lines = head_gz(os.path.join(DATA, folder, f"{split}.{lang}.gz"), n)
+                write_lines(root / folder / f"{split}.{lang}", lines, gz=True)
     return root
 
 
@@ -102,7 +102,8 @@ def test_selfcheck_says_what_is_missing(tmp_path, capsys):
     assert code == 1 and "fairseq-ext selfcheck: error: --data: the train stage needs" in err
     code, err = error(command.main, "--out", str(tmp_path), "--stage", "env,gpu")
     assert code == 1 and "--stage: unknown stage gpu" in err and "usage:" in err
-    code, err = error(command.main, "--out", str(tmp_path), "--device", "cpu", "--stage", "tests", "--tests", str(tmp_path))
+    code, err = error(command.main, "--out", str(tmp_path), "--device", "cpu", "--stage", "tests",
+                      "--tests", str(tmp_path))
     assert code == 1 and "an installed wheel has no test suite" in err
     code, err = error(command.main, "--out", str(tmp_path), "--device", "cpu", "--stage", "bench", "--dtypes", "fp16")
     assert code == 1 and "--dtypes: 'fp16'" in err
