@@ -176,6 +176,6 @@ def test_the_walk_sees_imports_inside_functions_relative_ones_and_circles(tmp_pa
 
 @pytest.mark.parametrize("name,layer", [("fairseq_ext.recipes.helpers.corpus", 0), ("fairseq_ext.tools.evaluate", 10),
                                         ("fairseq_ext.analysis.report", 11), ("fairseq_ext", 8),
-                                        ("fairseq_ext.__main__", 14)])
+                                        ("fairseq_ext.selfcheck.stages", 13), ("fairseq_ext.__main__", 15)])
 def test_layers_are_read_by_the_longest_prefix(name, layer):
     assert layer_of(name)[0] == layer
