@@ -3,7 +3,8 @@ reuses this environment's torch and fairseq (a ``.pth`` line, not this checkout'
 install), works from a directory that is not the checkout. From there: ``fairseq-ext
 user-dir`` names the installed package; fairseq-train trains a tiny model with it as
 ``--user-dir``; fairseq-generate and ``fairseq-ext translate`` translate; the table runner
-lists and dry-runs from the configs shipped in the wheel; the analysis report runs four
+lists and dry-runs from the configs shipped in the wheel; the self-check's environment stage
+and the benchmark run; the analysis report runs four
 analyses on data binarized with plain fairseq-preprocess (no recipe, no prep.env)."""
 import glob
 import json
@@ -125,6 +126,17 @@ def test_the_wheel_trains_translates_reproduces_and_analyses_outside_the_checkou
     assert "thesis-3.2" in listing and "mma-2" in listing
     dry = run(["fairseq-ext", "reproduce", "thesis-3.2", "--rows", "m-10", "--dry-run", "--smoke"], env, work).stdout
     assert "fairseq-ext train " in dry and "--joint-attention m-10" in dry and REPO not in dry
+
+    # the self-check from the wheel: the environment stage runs; the tests stage needs a checkout's suite
+    run(["fairseq-ext", "selfcheck", "--out", "sc", "--device", "cpu", "--stage", "env"], env, work)
+    assert json.loads((work / "sc" / "env.json").read_text())["packages"]["fairseq_ext"]
+    no_suite = subprocess.run([str(bindir / "fairseq-ext"), "selfcheck", "--out", "sc", "--device", "cpu", "--stage",
+                               "tests"], capture_output=True, text=True, env=env, cwd=str(work))
+    assert no_suite.returncode == 1 and "an installed wheel has no test suite" in no_suite.stderr
+    bench = run(["fairseq-ext", "benchmark", "--config", "tiny", "--configs", "M-10:--joint-attention m-10",
+                 "--batch", "2", "--steps", "2", "--min-pairs", "1", "--max-pairs", "1", "--vocab", "100",
+                 "--device", "cpu"], env, work).stdout
+    assert "| M-10 |" in bench
 
     out = work / "rep"
     run(["fairseq-ext", "report", "--checkpoint", checkpoint, "--data", "bin", "--split", "test", "--cpu",
