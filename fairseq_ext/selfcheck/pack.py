@@ -45,7 +45,7 @@ def download_wheels(target: str, python_version: str) -> List[str]:
     os.makedirs(target, exist_ok=True)
     platforms = [a for p in PLATFORMS for a in ("--platform", p)]
     for spec in WHEELS:
-        base = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", target]
+        base = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-build-isolation", "-d", target]
         binary = base + ["--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
                          *platforms, spec]
         if subprocess.run(binary, capture_output=True, text=True).returncode != 0:
