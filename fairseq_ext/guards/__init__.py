@@ -21,11 +21,13 @@ nothing. In installation order:
 6. :mod:`~fairseq_ext.guards.training_summary`: one closing line when ``fairseq-train``
    stops, saying how many of the planned updates ran and, when the time cap cut the run,
    how to continue it (only inside ``fairseq-train``).
+7. :mod:`~fairseq_ext.guards.bf16`: ``--bf16`` trains on the GPU or CPU it runs on, instead
+   of implying ``--tpu`` where no XLA can run.
 """
-from fairseq_ext.guards import (batching, checkpoint_safety, one_line_errors, resume, training_checks,
+from fairseq_ext.guards import (batching, bf16, checkpoint_safety, one_line_errors, resume, training_checks,
                                 training_summary)
 
-ORDER = (checkpoint_safety, batching, resume, one_line_errors, training_checks, training_summary)
+ORDER = (checkpoint_safety, batching, resume, one_line_errors, training_checks, training_summary, bf16)
 
 
 def install() -> None:

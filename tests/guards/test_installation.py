@@ -5,6 +5,7 @@ import fairseq_ext  # noqa: F401  (installs the guards)
 from fairseq import checkpoint_utils, file_io
 from fairseq import trainer as fairseq_trainer
 from fairseq.data import data_utils
+from fairseq.dataclass import utils as dataclass_utils
 from fairseq.distributed import utils as distributed_utils
 from fairseq_cli import train as fairseq_train
 
@@ -26,6 +27,7 @@ GUARDED = {
     (sys, "excepthook"): None,
     (fairseq_trainer.Trainer, "__init__"): "fairseq.trainer",
     (fairseq_train, "train"): "fairseq_cli.train",
+    (dataclass_utils, "convert_namespace_to_omegaconf"): "fairseq.dataclass.utils",
 }
 
 
@@ -45,6 +47,9 @@ def test_each_guarded_attribute_is_wrapped_once_around_fairseqs_own():
         if module is not None:
             assert original.__module__ == module, name
     assert checkpoint_utils.PathManager.__wrapped__ is file_io.PathManager
+    # fairseq-train imports the conversion by name before the plugin loads, so its own name is
+    # wrapped too (here fairseq_cli.train was imported after the plugin and holds the wrapper)
+    assert is_guard(fairseq_train.convert_namespace_to_omegaconf)
 
 
 def test_installing_again_changes_nothing():
