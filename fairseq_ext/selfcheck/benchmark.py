@@ -25,7 +25,8 @@ For each configuration, against the stock model built from the same dictionary a
   after the last decoding step (deterministic, so the extra memory of a technique shows
   without noise); parameters.
 
-``--json FILE`` writes every number (the table runner and docs/performance.md read it).
+``--json FILE`` writes every number (the table runner and docs/performance.md read it), after
+every row, so that a run stopped early keeps the rows it finished.
 """
 import argparse
 import json
@@ -360,7 +361,7 @@ def main(argv=None):
               f"{fmt(decb)} | {rec['decode_flops_ratio']:.2f} | {fmt(gen)} | {rec['activation_ratio']:.2f} | "
               f"{rec['cache_ratio']:.2f} |", flush=True)
         del model
-    if cli.json:
-        with open(cli.json, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=1)
+        if cli.json:  # after every row: a run stopped early keeps the rows it finished
+            with open(cli.json, "w", encoding="utf-8") as f:
+                json.dump(results, f, indent=1)
     return 0

@@ -7,9 +7,11 @@ precision: the base config for the thesis' training overheads, the small config 
 MS+AIF decoding overheads, every row against the stock ``transformer`` of the same size, and
 prints our speeds beside the thesis' (a speed is 1 / the time ratio, as the thesis gives
 its overheads: 0.85 = 85% of the baseline's steps per second)."""
+import json
 import os
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from typing import Dict, List, Optional, Tuple
 
@@ -134,12 +136,13 @@ def run_benchmark(out: str, name: str, args: List[str], time_limit: float) -> di
         log, returncode = (e.stdout or b"").decode(errors="replace") + f"\nstopped after {time_limit:.0f} s", "timeout"
     with open(os.path.join(out, f"bench-{name}.log"), "w", encoding="utf-8") as f:
         f.write(" ".join(cmd) + "\n\n" + log)
-    if returncode != 0 or not os.path.exists(json_path):
-        return {"returncode": returncode, "command": cmd, "error": log.strip().splitlines()[-1:] or ["no output"]}
-    import json
-
-    with open(json_path, encoding="utf-8") as f:
-        return {"returncode": 0, "command": cmd, **json.load(f)}
+    record = {"returncode": returncode, "command": cmd}
+    if returncode != 0:
+        record["error"] = (log.strip().splitlines() or ["no output"])[-1]
+    if os.path.exists(json_path):  # the rows finished before a stop
+        with open(json_path, encoding="utf-8") as f:
+            record.update(json.load(f))
+    return record
 
 
 def speed(record: Optional[dict], key: str) -> Optional[str]:
@@ -178,16 +181,16 @@ def run_bench(out: str, device, quick: bool, time_limit: float, dtypes: Optional
     dtypes = dtypes or (["fp16", "bf16"] if device.type == "cuda" else ["bf16"])
     plans = [("base", "tiny" if quick else "base", BASE_ROWS[:1] + BASE_ROWS[4:5] if quick else BASE_ROWS),
              ("small", "tiny" if quick else "small", SMALL_ROWS[:1] if quick else SMALL_ROWS)]
-    seconds = "1" if quick else "2"
-    runs = {}
+    runs, total_rows, start = {}, len(dtypes) * sum(len(rows) for _, _, rows in plans), time.time()
     for config, size, rows in plans:
         for dtype in dtypes:
             args = ["--config", size, "--device", device.type, "--dtype", dtype, "--configs", *rows]
-            args += QUICK_BENCH if quick else ["--seconds", seconds]
-            runs[f"{config}-{dtype}"] = run_benchmark(out, f"{config}-{dtype}", args,
-                                                      time_limit / (len(plans) * len(dtypes)))
+            args += QUICK_BENCH if quick else ["--seconds", "2"]
+            share = (time_limit - (time.time() - start)) * len(rows) / total_rows  # time by rows
+            total_rows -= len(rows)
+            runs[f"{config}-{dtype}"] = run_benchmark(out, f"{config}-{dtype}", args, max(1.0, share))
     failed = {k: v.get("error") for k, v in runs.items() if v.get("returncode") != 0}
-    first = next((r for r in runs.values() if r.get("returncode") == 0), {})
+    first = next((r for r in runs.values() if r.get("settings")), {})
     settings = first.get("settings", {})
     lines = ["# What each technique costs on this device", "",
              f"`fairseq-ext benchmark` on {device.type} in {', '.join(dtypes)}"
@@ -207,7 +210,9 @@ def run_bench(out: str, device, quick: bool, time_limit: float, dtypes: Optional
                                 f"{settings.get('beam')} (thesis: MS+AIF decoding speed with 1, 2, 3 auxiliary "
                                 "decoders, small config)")
     if failed:
-        lines += ["", "## Runs that failed", ""] + [f"- {k}: {v}" for k, v in failed.items()]
+        lines += ["", "## Runs that failed or stopped", "",
+                  "A run stopped by the time limit keeps the rows it finished (above)."]
+        lines += [f"- {k}: {v}; rows finished: {len(runs[k].get('configs', []))}" for k, v in failed.items()]
     result = "ok" if not failed else f"{len(failed)} of {len(runs)} runs failed"
     write_stage(out, "bench", {"result": result, "dtypes": dtypes, "quick": quick, "runs": runs}, lines)
     return lines

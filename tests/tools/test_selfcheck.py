@@ -147,3 +147,29 @@ def test_the_outcome_matrix_reads_every_test_id():
               "outcome": "failed", "message": "", "seconds": 0.1}]
     rows = stages.outcome_matrix(cases)
     assert rows[2].startswith("| iter-c-agg |") and "FAIL" in rows[2]
+
+
+def test_a_benchmark_stopped_by_the_time_limit_keeps_its_finished_rows(monkeypatch, tmp_path):
+    """The benchmark writes its JSON after every row; a run the stage stops at its share of the
+    time limit still shows the rows it finished, and says that it stopped."""
+    timing = {"ratio": 1.25, "iqr": [1.2, 1.3], "pairs": 7}
+    row = {"name": "M-10", "train": timing, "generate_beam": timing, "train_flops_ratio": 1.5,
+           "decode_flops_ratio": 1.4}
+
+    def stopped_run(cmd, **kwargs):
+        with open(cmd[cmd.index("--json") + 1], "w", encoding="utf-8") as f:
+            json.dump({"settings": {"batch": 16, "src_len": 30, "tgt_len": 30, "steps": 30, "beam": 4},
+                       "configs": [row]}, f)
+        raise subprocess.TimeoutExpired(cmd, kwargs["timeout"], output=b"| M-10 | ...\n")
+
+    monkeypatch.setattr(stages.subprocess, "run", stopped_run)
+    stages.run_bench(str(tmp_path), __import__("torch").device("cpu"), quick=False, time_limit=60)
+    bench = read(str(tmp_path / "bench.json"))
+    assert bench["result"] == "2 of 2 runs failed"
+    assert all(run["returncode"] == "timeout" and run["configs"] == [row] for run in bench["runs"].values())
+    page = read(str(tmp_path / "bench.md"))
+    assert "| M-10 | 0.71 | 0.80 [0.77-0.83] | 0.67 |" in page  # 1 / 1.25, its IQR turned, 1 / 1.5
+    # the base config's 12 rows get 12/15 of the time, the small config's 3 rows what is left
+    assert "- base-bf16: stopped after 48 s; rows finished: 1" in page
+    assert "- small-bf16: stopped after 60 s; rows finished: 1" in page
+    assert "batch 16 x 30/30, decoding 30 steps at beam 4" in page
