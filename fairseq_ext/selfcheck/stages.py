@@ -19,7 +19,7 @@ from fairseq_ext.errors import CommandError
 from fairseq_ext.selfcheck.report import table, write_stage
 
 TEST_FILES = ("models/test_on_device.py",)
-QUICK_OPTION_SETS = ("none", "m-10", "combined")  # --quick: these option sets only
+QUICK_OPTION_SETS = ("combined",)  # --quick: this option set only (M-10, DC, MMA, MS, AIF, pre-classifier)
 TEST_FUNCTIONS = {  # test function -> the column group of the summary and its precisions
     "test_fairseq_trainer_steps_lower_the_loss": ("trains", ("fp32", "fp16", "memory-efficient-fp16", "bf16", "amp")),
     "test_incremental_decoding_equals_the_full_forward": ("incremental = full", ("fp32", "fp16", "bf16")),

@@ -42,7 +42,8 @@ def test_benchmark_runs_in_bf16_and_refuses_cpu_fp16(tmp_path):
     with a message that names the option."""
     script = os.path.join(REPO, "scripts", "benchmark.py")
     out = tmp_path / "bf16.json"
-    res = subprocess.run([sys.executable, script, "--configs", "MS-1+AIF:--aux-decoder-layers 1 --aux-fusion",
+    res = subprocess.run([sys.executable, script, "--config", "tiny",
+                          "--configs", "MS-1+AIF:--aux-decoder-layers 1 --aux-fusion",
                           "Dec-DC:--decoder-self-attention dc", "--batch", "3", "--steps", "3", "--min-pairs", "3",
                           "--max-pairs", "3", "--seconds", "1", "--threads", "1", "--vocab", "500", "--dtype", "bf16",
                           "--device", "cpu", "--json", str(out)], capture_output=True, text=True, timeout=600)
