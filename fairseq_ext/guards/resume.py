@@ -32,9 +32,11 @@ both get them. Errors the user can fix are
    same permissions as the source) and are renamed into place with ``os.replace``.
 3. **Resume from what is there** (``fairseq.checkpoint_utils.load_checkpoint``, which
    ``fairseq_cli/train.py`` calls on every rank):
-   - an explicit ``--restore-file`` (or ``--continue-once``) that is not a file is refused,
-     naming the path; fairseq 0.12 would log "No existing checkpoint found" and train from
-     scratch. One that is unreadable is refused too (naming the newest intact checkpoint of
+   - an explicit ``--restore-file`` that does not exist keeps fairseq's meaning under plain
+     ``fairseq-train`` (training starts from scratch; fairseq's own tests name a missing file
+     on purpose), said in one WARNING line naming the file; ``fairseq-ext train`` (which sets
+     :data:`STRICT_ENV`) refuses it, naming the path, as it refuses a ``--continue-once`` that
+     is not a file or a ``--restore-file`` that is a directory. One that is unreadable is refused too (naming the newest intact checkpoint of
      ``--save-dir``), rather than replaced: the user chose that file. A fresh ``--save-dir``
      without ``checkpoint_last.pt`` still starts from scratch;
    - an unreadable ``checkpoint_last.pt`` (empty, truncated, zero-filled) is skipped with a
@@ -70,6 +72,9 @@ from fairseq_ext.errors import ResumeError
 from fairseq_ext.guards.patching import replace
 
 logger = logging.getLogger(__name__)
+# set by fairseq-ext train (fairseq_ext/recipes/train.sh): a --restore-file that does not exist
+# is refused there, where nobody names a missing file on purpose
+STRICT_ENV = "FAIRSEQ_EXT_STRICT_RESTORE"
 
 
 # ----------------------------------------------------------------------------------------
@@ -237,7 +242,7 @@ def _is_data_parallel_master(trainer) -> bool:
         return True
 
 
-def _check_explicit(option: str, path: str, save_dir: str, suffix: str = "") -> None:
+def _check_explicit(option: str, path: str, save_dir: str, suffix: str = "", strict: bool = True) -> None:
     """Refuse a checkpoint the user named (``--restore-file``, ``--continue-once``) that is
     not a file, or that is unreadable (fairseq would fail with a bare ``EOFError`` /
     ``RuntimeError`` from torch)."""
@@ -253,24 +258,31 @@ def _check_explicit(option: str, path: str, save_dir: str, suffix: str = "") -> 
     beside = os.path.join(save_dir, path)
     if not os.path.isabs(path) and PathManager.isfile(beside):
         hint = f" (did you mean {beside}? the path is relative to the working directory, not --save-dir)"
+    if not strict and option == "--restore-file" and what == "does not exist":
+        logger.warning(f"--restore-file {path} does not exist: training starts from scratch, as fairseq does{hint} "
+                       f"(fairseq-ext train refuses a missing --restore-file)")
+        return
     raise ResumeError(f"{option} {path} {what}; fairseq would train from scratch{hint}. Give an existing "
                       f"checkpoint, or leave {option} out to resume from "
                       f"{os.path.join(save_dir, 'checkpoint_last.pt')} (or start from scratch if there is none)")
 
 
-def check_restore(cfg, suffix: str = "") -> Optional[str]:
+def check_restore(cfg, suffix: str = "", strict: Optional[bool] = None) -> Optional[str]:
     """What :func:`load_checkpoint` checks before fairseq's own code runs, for a
     ``CheckpointConfig`` ``cfg``: raises :class:`ResumeError` for a missing or unreadable
     explicit ``--restore-file`` / ``--continue-once`` and for an unreadable
     ``checkpoint_last.pt`` with no intact checkpoint beside it; returns the checkpoint to
     load in place of an unreadable ``checkpoint_last{suffix}.pt``, else None (fairseq's
-    choice stands)."""
+    choice stands). ``strict`` (default: :data:`STRICT_ENV` is ``1``) refuses a missing
+    ``--restore-file`` instead of training from scratch with a warning."""
+    if strict is None:
+        strict = os.environ.get(STRICT_ENV) == "1"
     if "://" in str(cfg.save_dir) or "://" in str(cfg.restore_file):  # remote storage: unchanged
         return None
     if cfg.restore_file != "checkpoint_last.pt":  # given explicitly (fairseq's own test)
         if not cfg.finetune_from_model:  # fairseq refuses that combination itself
             restore_file = cfg.restore_file.replace(".pt", suffix + ".pt")
-            _check_explicit("--restore-file", restore_file, cfg.save_dir, suffix)
+            _check_explicit("--restore-file", restore_file, cfg.save_dir, suffix, strict)
         return None
     last = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
     if not PathManager.exists(last):  # a fresh save dir (or --finetune-from-model / --continue-once)
@@ -330,7 +342,7 @@ def preflight(argv: List[str]) -> None:
     cfg = convert_namespace_to_omegaconf(args)
     if cfg.distributed_training.ddp_backend == "fully_sharded" and cfg.distributed_training.use_sharded_state:
         return
-    check_restore(cfg.checkpoint, cfg.checkpoint.checkpoint_suffix or "")
+    check_restore(cfg.checkpoint, cfg.checkpoint.checkpoint_suffix or "", strict=True)
 
 
 def install() -> None:

@@ -66,6 +66,9 @@ CONFIG_ARGS=()
 [[ -z $CONFIG ]] || fsx_read_config "$CONFIG" CONFIG_ARGS
 
 fsx_require_cmd fairseq-train
+# a --restore-file that does not exist is refused here (plain fairseq-train starts from scratch
+# with a warning, fairseq's own meaning): fairseq_ext.guards.resume.STRICT_ENV
+export FAIRSEQ_EXT_STRICT_RESTORE=1
 if fsx_has_gpu; then
     DEVICE_ARGS=(--distributed-backend nccl)
 else

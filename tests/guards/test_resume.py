@@ -188,7 +188,7 @@ def checkpoint_cfg(save_dir, **overrides):
     return OmegaConf.merge(OmegaConf.structured(CheckpointConfig), {"save_dir": str(save_dir), **overrides})
 
 
-def test_check_restore_without_training(tmp_path, tiny_trained):
+def test_check_restore_without_training(tmp_path, tiny_trained, caplog):
     """What the patched load_checkpoint decides, for each case, before fairseq loads anything."""
     _, checkpoint = tiny_trained
     data = open(checkpoint, "rb").read()
@@ -206,7 +206,13 @@ def test_check_restore_without_training(tmp_path, tiny_trained):
     # and training from scratch, or a bare EOFError / RuntimeError), intact
     typo = str(tmp_path / "checkpoint_1_3.pt")
     with pytest.raises(resume.ResumeError, match=f"^--restore-file {re.escape(typo)} does not exist"):
-        resume.check_restore(checkpoint_cfg(save_dir, restore_file=typo))
+        resume.check_restore(checkpoint_cfg(save_dir, restore_file=typo), strict=True)
+    # plain fairseq-train: fairseq's meaning (train from scratch), said in one warning
+    caplog.clear()
+    assert resume.check_restore(checkpoint_cfg(save_dir, restore_file=typo), strict=False) is None
+    assert [r.getMessage() for r in caplog.records if r.name == resume.logger.name] == [
+        f"--restore-file {typo} does not exist: training starts from scratch, as fairseq does "
+        "(fairseq-ext train refuses a missing --restore-file)"]
     with pytest.raises(resume.ResumeError, match="is a directory, not a checkpoint file"):
         resume.check_restore(checkpoint_cfg(save_dir, restore_file=str(save_dir)))
     broken = str(save_dir / "checkpoint_last.pt")
@@ -269,15 +275,35 @@ def test_nothing_intact_and_restore_file_typos_are_refused(crashed_save_dir, tmp
     assert f"fairseq-train: error: {save_dir}/checkpoint_last.pt is unreadable" in result.stderr
     assert (save_dir / "checkpoint_last.pt").read_bytes() == b""  # nothing trained, nothing overwritten
     typo = tmp_path / "ckpt" / "checkpont_best.pt"
-    result = train(bin_dir, tmp_path / "other", "--max-update", "4", "--restore-file", str(typo))
+    # fairseq-ext train: refused, nothing trained (plain fairseq-train: tested below)
+    train_sh = os.path.join(os.path.dirname(USER_DIR), "scripts", "train.sh")
+    result = subprocess.run(["bash", train_sh, bin_dir, str(tmp_path / "other"), "--", "--arch",
+                             "multilayer_transformer", *TINY_TRAIN_FLAGS, "--max-update", "4", "--restore-file",
+                             str(typo)], capture_output=True, text=True, env=clean_env(), timeout=300)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert f"fairseq-train: error: --restore-file {typo} does not exist" in result.stderr
     assert not (tmp_path / "other" / "checkpoint_last.pt").exists()
     # a path relative to --save-dir instead of the working directory: named, with the fix
-    result = train(bin_dir, save_dir, "--max-update", "4", "--restore-file", "checkpoint_1_2.pt", cwd=tmp_path)
+    result = subprocess.run(["bash", train_sh, bin_dir, str(save_dir), "--", "--arch", "multilayer_transformer",
+                             *TINY_TRAIN_FLAGS, "--max-update", "4", "--restore-file", "checkpoint_1_2.pt"],
+                            capture_output=True, text=True, env=clean_env(), timeout=300, cwd=tmp_path)
     assert result.returncode == 1
     assert (f"fairseq-train: error: --restore-file checkpoint_1_2.pt does not exist; fairseq would train from "
             f"scratch (did you mean {save_dir}/checkpoint_1_2.pt?") in result.stderr
+
+
+@pytest.mark.slow
+def test_plain_fairseq_train_keeps_fairseqs_meaning_of_a_missing_restore_file(tiny_trained, tmp_path):
+    """fairseq's own tests (test_binaries.py, TestActivationCheckpointing) name a --restore-file
+    that does not exist to start from scratch: with the plugin loaded that still trains, with
+    one warning naming the file."""
+    bin_dir, _ = tiny_trained
+    missing = tmp_path / "not-there.pt"
+    result = train(bin_dir, tmp_path / "fresh", "--max-update", "2", "--restore-file", str(missing))
+    assert result.returncode == 0, result.stderr[-2000:]
+    log = result.stdout + result.stderr
+    assert log.count(f"--restore-file {missing} does not exist: training starts from scratch") == 1
+    assert resume.is_intact(str(tmp_path / "fresh" / "checkpoint_last.pt"))
 
 
 @pytest.mark.slow
