@@ -9,6 +9,7 @@ as one line instead.
 Each class also derives from the builtin a caller would expect (``ValueError``), so code
 that catches ``ValueError`` keeps working.
 """
+import pickle
 
 
 class FairseqExtError(Exception):
@@ -21,6 +22,11 @@ class OptionError(FairseqExtError, ValueError):
 
 class UnsafeCheckpointError(FairseqExtError, ValueError):
     """A checkpoint whose configuration fairseq would evaluate as code; refused."""
+
+
+class UnsafePickleError(UnsafeCheckpointError, pickle.UnpicklingError):
+    """A checkpoint whose pickle would import a global no fairseq checkpoint holds (torch's
+    ``weights_only`` load stopped it); refused in one line naming the global."""
 
 
 class UnsafeConfigValue(FairseqExtError, ValueError):

@@ -42,6 +42,8 @@ import ast
 import importlib
 import operator
 import os
+import pickle
+import re
 import sys
 import tempfile
 from typing import Any, Callable, Dict, Iterator, List, Tuple
@@ -49,7 +51,7 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 import numpy as np
 import torch
 
-from fairseq_ext.errors import UnsafeCheckpointError, UnsafeConfigValue
+from fairseq_ext.errors import UnsafeCheckpointError, UnsafeConfigValue, UnsafePickleError
 from fairseq_ext.guards.patching import replace
 
 
@@ -322,11 +324,24 @@ def upgrade_checkpoint_config(state: Any) -> None:
                 upgrade(target)
 
 
+def refused_pickle(path: str, error: pickle.UnpicklingError) -> UnsafePickleError:
+    """torch's refusal of a global (a 10-line message that ends advising weights_only=False)
+    as the plugin's one line, naming the global the pickle would have imported."""
+    found = re.search(r"GLOBAL ([\w.]+)", str(error))
+    what = f"would import {found.group(1)}" if found else "holds a global"
+    return UnsafePickleError(f"refusing checkpoint {path}: its pickle {what}, which no fairseq checkpoint holds "
+                             "(torch's weights_only load stopped it; loading it with weights_only=False could run "
+                             "code)")
+
+
 def load_checkpoint_state(path: str) -> dict:
     """torch.load(weights_only=True) and the configuration check: how the plugin's own
     tools (strip-aux, checkpoint averaging) read a checkpoint file as it is on disk."""
     with open(path, "rb") as f:
-        state = torch.load(f, map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(f, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as error:
+            raise refused_pickle(path, error) from None
     check_checkpoint_config(state, path)
     upgrade_checkpoint_config(state)
     return state
@@ -353,7 +368,12 @@ def save_atomically(state: Dict, output: str) -> None:
 # ----------------------------------------------------------------------------------------
 def _checking_config(load_checkpoint_to_cpu):
     def load_checking_config(path, arg_overrides=None, load_on_all_ranks=False):
-        state = load_checkpoint_to_cpu(path, arg_overrides, load_on_all_ranks)
+        try:
+            state = load_checkpoint_to_cpu(path, arg_overrides, load_on_all_ranks)
+        except UnsafePickleError:
+            raise
+        except pickle.UnpicklingError as error:
+            raise refused_pickle(str(path), error) from None
         check_checkpoint_config(state, str(path))
         upgrade_checkpoint_config(state)
         return state

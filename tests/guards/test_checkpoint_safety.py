@@ -73,6 +73,33 @@ def test_checkpoint_that_would_run_code_is_refused(tmp_path):
     assert not marker.exists()
 
 
+def test_a_refused_pickle_is_one_line_naming_the_global(tmp_path, tiny_trained):
+    """torch's refusal is a 10-line message ending in advice to pass weights_only=False;
+    fairseq-generate (and every load path of the plugin) says it in one line instead."""
+    import subprocess
+
+    from fairseq_ext.errors import UnsafePickleError
+    from fairseq_ext.guards.checkpoint_safety import load_checkpoint_state
+    from model_utils import USER_DIR, clean_env
+
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pt"
+    state = _fairseq_like_state(argparse.Namespace(arch="multilayer_transformer"))
+    state["extra_state"]["payload"] = _RunsCode(marker)
+    torch.save(state, path)
+    expected = f"refusing checkpoint {path}: its pickle would import posix.system, which no fairseq checkpoint holds"
+    for load in (checkpoint_utils.load_checkpoint_to_cpu, load_checkpoint_state):
+        with pytest.raises(UnsafePickleError) as refused:
+            load(str(path))
+        assert str(refused.value).startswith(expected) and "\n" not in str(refused.value)
+    bin_dir, _ = tiny_trained
+    res = subprocess.run(["fairseq-generate", bin_dir, "--user-dir", USER_DIR, "--path", str(path), "--cpu"],
+                         capture_output=True, text=True, env=clean_env())
+    assert res.returncode == 1 and not marker.exists()
+    assert res.stderr.strip().splitlines()[-1].startswith(f"fairseq-generate: error: {expected}")
+    assert "Traceback" not in res.stderr
+
+
 # --- the literal grammar ------------------------------------------------------------------
 @pytest.mark.parametrize("text,value", [
     ("10000,50000", (10000, 50000)), ("[10000, 50000]", [10000, 50000]), ("(0.9, 0.98)", (0.9, 0.98)),
