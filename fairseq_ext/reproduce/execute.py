@@ -28,12 +28,26 @@ def same_run(recorded: dict, plan: RunPlan) -> bool:
     return all(recorded.get(k, [] if k == "adversarial" else None) == current[k] for k in RESULT_FIELDS)
 
 
-def finished(plan: RunPlan) -> Optional[dict]:
-    path = os.path.join(plan.run_dir, "result.json")
+def read_record(path: str, where: str) -> Optional[dict]:
+    """A JSON record the runner wrote (result.json, an analysis' marker, meteor.json); None
+    when there is none, or when it is unreadable (truncated by a kill, emptied by a full disk):
+    then said in one line, and the step counts as unfinished and runs again."""
     if not os.path.exists(path):
         return None
-    with open(path, encoding="utf-8") as f:
-        result = json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except (ValueError, UnicodeDecodeError) as e:  # json.JSONDecodeError is a ValueError
+        print(f"{where}: {path} is unreadable ({e.__class__.__name__}: {e}): not finished, so it runs again",
+              flush=True)
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def finished(plan: RunPlan) -> Optional[dict]:
+    result = read_record(os.path.join(plan.run_dir, "result.json"), f"[{plan.table}/{plan.row}/{plan.dataset}]")
+    if result is None:
+        return None
     if not same_run(result.get("plan", {}), plan):
         raise ReproduceError(f"{plan.run_dir} holds a run with other settings (see its result.json): "
                              "choose another --work-dir, or remove that directory to retrain")
@@ -129,11 +143,8 @@ def run(plan: RunPlan) -> dict:
 
 
 def analysis_finished(ap: AnalysisPlan) -> bool:
-    path = os.path.join(ap.out, ANALYSIS_DONE)
-    if not os.path.exists(path):
-        return False
-    with open(path, encoding="utf-8") as f:
-        return json.load(f).get("command") == ap.command
+    done = read_record(os.path.join(ap.out, ANALYSIS_DONE), f"[{ap.run.table}/{ap.run.row}/{ap.run.dataset}] {ap.name}")
+    return done is not None and done.get("command") == ap.command
 
 
 def run_analysis(ap: AnalysisPlan) -> None:
@@ -161,11 +172,9 @@ def run_analysis(ap: AnalysisPlan) -> None:
 def run_meteor(ap: AnalysisPlan) -> dict:
     """METEOR of the run's detokenized hypotheses (fairseq_ext.tools.meteor) into meteor.json;
     {"unavailable": why} when it cannot be computed here (tried again on the next run)."""
-    if os.path.exists(ap.out):
-        with open(ap.out, encoding="utf-8") as f:
-            done = json.load(f)
-        if "score" in done:
-            return done
+    done = read_record(ap.out, f"[{ap.run.table}/{ap.run.row}/{ap.run.dataset}] meteor")
+    if done is not None and "score" in done:
+        return done
     eval_dir = os.path.join(ap.run.run_dir, "eval-test")
     language = read_prep_env(ap.run.data_dir).get("tgt", "")
     try:

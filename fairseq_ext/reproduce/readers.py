@@ -26,8 +26,11 @@ class RunData:
         if path not in self._cache:
             self._cache[path] = None
             if os.path.exists(path):
-                with open(path, encoding="utf-8") as f:
-                    self._cache[path] = json.load(f)
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        self._cache[path] = json.load(f)
+                except (ValueError, UnicodeDecodeError):  # cut short by a kill: a run not finished
+                    pass
         return self._cache[path]
 
     @property

@@ -210,6 +210,22 @@ def test_a_finished_run_is_reused_and_other_settings_are_refused(tmp_path):
         execute.run(other)
 
 
+def test_a_truncated_result_is_a_run_not_finished(tmp_path, capsys):
+    """A result.json cut short (a kill during its write on a filesystem without atomic rename,
+    a full disk) is said in one line and the run counts as unfinished, not a JSONDecodeError."""
+    table = load_table("thesis-4.6")
+    opts = planning.Options(work_dir=str(tmp_path), data_root=str(tmp_path / "d"), smoke=True, budget="5")
+    plan = planning.plan_table(table, table.select("ms-1"), load_setups(), opts)[1]
+    os.makedirs(plan.run_dir)
+    result = os.path.join(plan.run_dir, "result.json")
+    with open(result, "w") as f:
+        f.write(json.dumps({"plan": plan.result_key(), "bleu": 1.0})[:40])
+    assert execute.finished(plan) is None
+    said = capsys.readouterr().out.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith(f"[thesis-4.6/{plan.row}/") and f"{result} is unreadable" in said[0]
+    assert said[0].endswith("not finished, so it runs again")
+
+
 def test_the_cpu_scale_keeps_depth_and_technique_reads_the_substitute_in_full(tmp_path):
     """--cpu-scale: the paper's arch and joint attention, the quickstart's width and schedule
     (after the row's flags, so they win), beam 5, 800 updates; the substitute's full data (no
