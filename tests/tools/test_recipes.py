@@ -11,6 +11,7 @@ last batch shows).
 import gzip
 import json
 import random
+import sys
 import tarfile
 from pathlib import Path
 
@@ -204,8 +205,22 @@ def test_failed_download_suggests_from(tmp_path):
     out = tmp_path / "bin"
     # a closed local port: the download fails at once, as it does offline
     res = run([SCRIPTS / "prepare-multi30k.sh", "--out", out],
-              env_extra={"MULTI30K_URL": "http://127.0.0.1:9/multi30k"})
+              env_extra={"MULTI30K_URL": "http://127.0.0.1:9/multi30k", "FAIRSEQ_EXT_DATA": str(tmp_path)})
     assert_failed_cleanly(res, out, "download failed", "--from")
+
+
+def test_prepare_reads_the_local_copy_in_fairseq_ext_data(m30k_small, tmp_path):
+    """Offline, with $FAIRSEQ_EXT_DATA holding multi30k/ (as quickstart and reproduce read it):
+    `fairseq-ext prepare multi30k --out DIR` reads that copy and downloads nothing."""
+    data = tmp_path / "corpora"
+    data.mkdir()
+    (data / "multi30k").symlink_to(m30k_small, target_is_directory=True)
+    out = tmp_path / "bin"
+    res = run([sys.executable, "-m", "fairseq_ext", "prepare", "multi30k", "--out", out, "--bpe-merges", "50"],
+              env_extra={"MULTI30K_URL": "http://127.0.0.1:9/multi30k", "FAIRSEQ_EXT_DATA": str(data)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"reading the local copy {data}/multi30k ($FAIRSEQ_EXT_DATA/multi30k" in res.stderr
+    assert (out / "train.en-de.en.bin").exists() and "download" not in res.stderr.lower()
 
 
 def test_bad_options(tmp_path):

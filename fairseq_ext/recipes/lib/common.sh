@@ -236,6 +236,12 @@ fsx_input_dir() {
 fsx_check_common() {
     [[ -n "$FSX_OUT" ]] || fsx_die "--out DIR is required"
     [[ "$FSX_WORKERS" -ge 1 ]] || FSX_WORKERS=1
+    # one rule for every command (quickstart, reproduce, selfcheck-pack, prepare): without
+    # --from, a local copy in $FAIRSEQ_EXT_DATA/RECIPE is read instead of downloading
+    if [[ -z "$FSX_FROM" && -n "${FAIRSEQ_EXT_DATA:-}" && -d "$FAIRSEQ_EXT_DATA/$FSX_RECIPE" ]]; then
+        FSX_FROM="$FAIRSEQ_EXT_DATA/$FSX_RECIPE"
+        fsx_log "reading the local copy $FSX_FROM (\$FAIRSEQ_EXT_DATA/$FSX_RECIPE; --from DIR reads another)"
+    fi
     if [[ -n "$FSX_FROM" && ! -e "$FSX_FROM" ]]; then
         fsx_die "--from $FSX_FROM: no such file or directory"
     fi
