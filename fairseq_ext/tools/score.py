@@ -32,6 +32,7 @@ from typing import Dict, List, Tuple
 
 from fairseq_ext.common.cli import setup_cli
 from fairseq_ext.common.data_text import FLAVOURS, env_headline, read_prep_env, side_tokenizer
+from fairseq_ext.common.output_file import check_output_file, staged_output_file
 from fairseq_ext.recipes.helpers import bleu
 from fairseq_ext.recipes.helpers.corpus import open_text
 from fairseq_ext.tools import translate
@@ -103,7 +104,8 @@ def main(argv=None):
     for flag, path in (("--src", args.src), ("--ref", args.ref)):
         if not os.path.isfile(path):
             raise InputError(f"{flag} {path}: no such file")
-    translate.refuse_overwriting(args.output, src=args.src, ref=args.ref)
+    check_output_file(args.output, inputs={"--src": args.src, "--ref": args.ref}, checkpoints=args.checkpoint,
+                      data=args.data)
     refs = read_reference(args.ref)
     n_src = translate.count_lines(args.src)
     if n_src != len(refs):
@@ -124,7 +126,7 @@ def main(argv=None):
     hyp_detok = [translator.detokenize(h) for h in hyp_tok]
     logger.info(tally.summary(skipped_as="each scored as an empty hypothesis"))
     if args.output:
-        with open_text(args.output) as f:
+        with staged_output_file(args.output) as f:
             f.writelines(line + "\n" for line in hyp_detok)
     tokenize = reference_tokenizer(env)
     results = score_lines(hyp_detok, refs, hyp_tok, [tokenize(r) for r in refs])

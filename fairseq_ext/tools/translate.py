@@ -39,6 +39,7 @@ import torch
 from fairseq_ext.common import checkpoints
 from fairseq_ext.common.cli import search_arguments, setup_cli
 from fairseq_ext.common.data_text import POSTPROCESS, TextPipeline, read_prep_env, within_positions
+from fairseq_ext.common.output_file import check_output_file, staged_output_file
 from fairseq_ext.errors import FairseqExtError
 from fairseq_ext.recipes.helpers.corpus import TextError, clean_line
 from fairseq_ext.recipes.helpers.moses import moses_detokenizer
@@ -288,14 +289,6 @@ def progress_bar(show: Optional[bool], total: Optional[int] = None):
         yield bar.update
 
 
-def refuse_overwriting(output: Optional[str], **inputs: Optional[str]) -> None:
-    """An output file must not be one of the inputs: opening it for writing would empty it
-    before it is read."""
-    for flag, path in inputs.items():
-        if output and path and os.path.exists(path) and os.path.exists(output) and os.path.samefile(output, path):
-            raise InputError(f"--output {output} is the --{flag} file: it would be emptied before it is read")
-
-
 def main(argv=None):
 
     setup_cli()
@@ -311,14 +304,15 @@ def main(argv=None):
     check_decoding_arguments(parser, args)
     if args.input and not os.path.isfile(args.input):
         raise InputError(f"--input {args.input}: no such file")
-    refuse_overwriting(args.output, input=args.input)
+    check_output_file(args.output, inputs={"--input": args.input}, checkpoints=args.checkpoint, data=args.data)
     total = count_lines(args.input) if args.input else None  # for the progress bar
     translator = translator_from(args)
     tally = Tally()
     source = open_binary(args.input) if args.input else sys.stdin.buffer
-    out = open(args.output, "w", encoding="utf-8", newline="\n") if args.output else sys.stdout
+    # --output: written beside the file and renamed at the end (a failed run leaves it as it was)
+    staged = staged_output_file(args.output) if args.output else contextlib.nullcontext(sys.stdout)
     try:
-        with progress_bar(args.progress, total) as update:
+        with staged as out, progress_bar(args.progress, total) as update:
             lines = read_input(source, args.input or STDIN, strict=args.strict)
             for text in translator.translate(lines, batch_size=args.batch_size, tally=tally, progress=update):
                 out.write(text + "\n")
@@ -326,8 +320,6 @@ def main(argv=None):
     finally:
         if args.input:
             source.close()
-        if args.output:
-            out.close()
     logger.info(tally.summary())
     return 0
 

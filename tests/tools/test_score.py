@@ -131,3 +131,17 @@ def test_a_reference_line_that_is_not_utf8_is_an_error_naming_the_file_and_line(
     assert res.stderr.strip().splitlines() == [
         f"fairseq-ext score: error: --ref {reference}: line 2 is not valid UTF-8 (byte 0xff at column 2): "
         "a reference line cannot be skipped"]
+
+
+@pytest.mark.slow
+@needs_multi30k
+def test_output_that_is_the_checkpoint_or_the_reference_is_refused(model, tmp_path):
+    data, checkpoint = model
+    src, ref = tmp_path / "src.en", tmp_path / "ref.de"
+    src.write_text("A dog runs.\n")
+    ref.write_text("Ein Hund rennt.\n")
+    before = checkpoint.read_bytes()
+    for output, message in [(checkpoint, "is the checkpoint"), (ref, "is the --ref file")]:
+        res = score(model, "--src", src, "--ref", ref, "--output", output)
+        assert res.returncode == 1 and f"fairseq-ext score: error: --output {output} {message}" in res.stderr
+    assert checkpoint.read_bytes() == before and ref.read_text() == "Ein Hund rennt.\n"

@@ -106,6 +106,41 @@ def test_strict_refuses_a_line_that_is_not_utf8_with_one_line(model, tmp_path):
 
 @pytest.mark.slow
 @needs_multi30k
+def test_output_never_replaces_an_input_and_a_failed_run_leaves_it_as_it_was(model, tmp_path):
+    """--output naming the checkpoint, a dictionary of --data, the --input file, a folder or a
+    file in a missing folder is refused before the model loads; a run that fails (--strict on
+    a line that is not UTF-8) leaves an existing --output file as it was; a run that succeeds
+    replaces it."""
+    data, checkpoint = model
+    source = tmp_path / "in.en"
+    source.write_text(SENTENCE + "\n")
+    kept = {path: path.read_bytes() for path in (checkpoint, data / "dict.de.txt", source)}
+    for output, message in [(checkpoint, "is the checkpoint: the model would be replaced by the output"),
+                            (data / "dict.de.txt", f"is inside the data directory {data}"),
+                            (source, "is the --input file: it would be replaced by the output"),
+                            (tmp_path, "is a folder: name a file"),
+                            (tmp_path / "nowhere" / "out.de", f"the folder {tmp_path / 'nowhere'} does not exist")]:
+        res = translate(model, "--input", source, "--output", output)
+        assert res.returncode == 1, res.stderr[-2000:]
+        said = res.stderr.strip().splitlines()
+        separator = ": " if message.startswith("the folder") else " "
+        assert len(said) == 1 and said[0].startswith(f"fairseq-ext translate: error: --output {output}{separator}"
+                                                     f"{message}"), said
+    assert all(path.read_bytes() == content for path, content in kept.items())
+    output = tmp_path / "out.de"
+    output.write_text("an earlier translation\n")
+    source.write_bytes(SENTENCE.encode() + b"\ncaf\xe9 au lait\n")
+    res = translate(model, "--input", source, "--output", output, "--strict")
+    assert res.returncode == 1 and output.read_text() == "an earlier translation\n"
+    assert sorted(os.listdir(tmp_path)) == ["in.en", "out.de"]  # no temporary file left beside it
+    source.write_text(SENTENCE + "\n")
+    res = translate(model, "--input", source, "--output", output)
+    assert res.returncode == 0 and output.read_text() != "an earlier translation\n"
+    assert len(output.read_text().splitlines()) == 1
+
+
+@pytest.mark.slow
+@needs_multi30k
 def test_the_progress_bar_goes_to_stderr_and_stdout_holds_the_translations_only(model, tmp_path):
     lines = head_gz(os.path.join(MULTI30K, "val.en.gz"), 40)
     plain = translate(model, stdin="\n".join(lines) + "\n")  # stderr is no terminal: no bar
