@@ -14,8 +14,9 @@ with plain fairseq-preprocess) every line is taken as the model's tokens, and th
 tokens too.
 
 Bad input never ends the run, and output line N always belongs to input line N:
-- an empty input line gives an empty output line (the model is not asked: a model given no
-  words invents a sentence);
+- an empty input line, or one with no words (only spaces, control or zero-width characters
+  such as NUL or U+200B), gives an empty output line (the model is not asked: a model given
+  no words invents a sentence);
 - a line that is not UTF-8 is skipped with one warning naming the line and the byte, and an
   empty output line takes its place (--strict: it is an error, exit status 1);
 - a line longer than the model's source positions is cut to them, with one warning naming
@@ -31,6 +32,7 @@ import gzip
 import logging
 import os
 import sys
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, List, Optional, Tuple
 
@@ -209,7 +211,7 @@ class Translator:
 
     def _translate_buffer(self, buffer, batch_size, tally, progress):
         encoded = {i: self.encode(number, line, tally) for i, (number, line) in enumerate(buffer)
-                   if line is not None and line.strip()}
+                   if line is not None and has_words(line)}
         order = sorted(encoded, key=lambda i: encoded[i].numel())
         out = [""] * len(buffer)
         progress(len(buffer) - len(encoded))  # empty and skipped lines: nothing to ask the model
@@ -219,6 +221,13 @@ class Translator:
                 out[i] = text
             progress(len(chunk))
         yield from out
+
+
+def has_words(line: str) -> bool:
+    """Whether a line holds anything to translate: a character that is not white space, a
+    control or format character (NUL, U+200B ZERO WIDTH SPACE, a BOM, ...) or a surrogate. A
+    line without one is empty to the reader, and the model would invent a sentence for it."""
+    return any(not ch.isspace() and unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Cn") for ch in line)
 
 
 # ----------------------------------------------------------------------------- command line

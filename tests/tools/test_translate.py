@@ -171,6 +171,17 @@ def test_count_lines_counts_what_read_input_reads(tmp_path):
             assert count_lines(str(path)) == len(list(read_input(f, "f"))), content
 
 
+def test_a_line_without_words_is_empty():
+    """NUL, U+200B, a BOM, tabs: nothing to translate, so an empty output line (the model
+    would invent a sentence); any letter, digit or symbol is something to translate."""
+    from fairseq_ext.tools.translate import has_words
+
+    for empty in ("", " \t ", "\x00", "\u200b", "\ufeff \u200b\u200d", "\x00\x01\x7f", "\u2028"):
+        assert not has_words(empty), repr(empty)
+    for text in ("a", " 1 ", "\u200bx", "€", "日本", "\x00.", "\ue000"):
+        assert has_words(text), repr(text)
+
+
 def test_the_summary_names_the_first_few_lines():
     from fairseq_ext.tools.translate import Tally
 
