@@ -90,10 +90,13 @@ def check(opts: argparse.Namespace) -> argparse.Namespace:
         raise CompareError("--out DIR is required", usage=True)
     if len(opts.names.split()) != 2:
         raise CompareError('--names takes two names, e.g. --names "baseline mlmha"')
-    if not (opts.samples.isdigit() and opts.seed.isdigit()):
-        raise CompareError("--samples and --seed take integers")
-    if int(opts.samples) < 1:  # sacreBLEU would draw no sample and report p = 1 with a bs:1000 signature
-        raise CompareError(f"--samples must be at least 1, not {opts.samples}")
+    for flag, value, least in (("--samples", opts.samples, 1), ("--seed", opts.seed, 0)):
+        try:
+            number = int(value)
+        except ValueError:
+            raise CompareError(f"{flag} takes an integer, not {value!r}") from None
+        if number < least:  # --samples 0: sacreBLEU draws no sample and reports p = 1 with a bs:1000 signature
+            raise CompareError(f"{flag} must be at least {least}, not {value}")
     if opts.level not in ("tok", "detok"):
         raise CompareError("--level must be tok or detok")
     if opts.eval_a or opts.eval_b:

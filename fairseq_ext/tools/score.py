@@ -102,8 +102,7 @@ def main(argv=None):
 
     # everything about the files before the model loads
     for flag, path in (("--src", args.src), ("--ref", args.ref)):
-        if not os.path.isfile(path):
-            raise InputError(f"{flag} {path}: no such file")
+        translate.check_input(flag, path)
     check_output_file(args.output, inputs={"--src": args.src, "--ref": args.ref}, checkpoints=args.checkpoint,
                       data=args.data)
     refs = read_reference(args.ref)

@@ -29,6 +29,7 @@ Loading goes through the plugin's checkpoint guards, as everywhere.
 import argparse
 import contextlib
 import gzip
+import io
 import logging
 import os
 import sys
@@ -81,9 +82,28 @@ def read_input(stream, name: Optional[str] = None, strict: bool = False) -> Iter
         yield text
 
 
+_PIPED: dict = {}  # a pipe (``--input <(...)``) is read once: its bytes, for every later read
+
+
 def open_binary(path: str):
-    """A text file to read as bytes; .gz files are decompressed (the corpora's release files)."""
+    """A text file to read as bytes; .gz files are decompressed (the corpora's release files).
+    A pipe or other file that is not a regular file is read once and kept, so that it can be
+    counted and then read, as a file is."""
+    if not os.path.isfile(path):
+        if path not in _PIPED:
+            with open(path, "rb") as f:
+                _PIPED[path] = f.read()
+        raw = io.BytesIO(_PIPED[path])
+        return gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else raw
     return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def check_input(flag: str, path: str) -> None:
+    """An input that can be read: a file, or a pipe (``<(...)``); not a folder."""
+    if os.path.isdir(path):
+        raise InputError(f"{flag} {path} is a folder: name a file")
+    if not os.path.exists(path):
+        raise InputError(f"{flag} {path}: no such file")
 
 
 def count_lines(path: str) -> int:
@@ -311,8 +331,8 @@ def main(argv=None):
     add_decoding_arguments(parser)
     args = parser.parse_args(argv)
     check_decoding_arguments(parser, args)
-    if args.input and not os.path.isfile(args.input):
-        raise InputError(f"--input {args.input}: no such file")
+    if args.input:
+        check_input("--input", args.input)
     check_output_file(args.output, inputs={"--input": args.input}, checkpoints=args.checkpoint, data=args.data)
     total = count_lines(args.input) if args.input else None  # for the progress bar
     translator = translator_from(args)

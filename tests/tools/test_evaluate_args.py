@@ -113,7 +113,9 @@ def test_main_is_one_error_line_with_status_1(data, capsys):
 @pytest.mark.parametrize("argv,message", [
     (["--ref", "r"], "--out DIR is required"),
     (["--out", "o", "--names", "one"], '--names takes two names, e.g. --names "baseline mlmha"'),
-    (["--out", "o", "--samples", "many"], "--samples and --seed take integers"),
+    (["--out", "o", "--samples", "many"], "--samples takes an integer, not 'many'"),
+    (["--out", "o", "--samples", "-5"], "--samples must be at least 1, not -5"),
+    (["--out", "o", "--seed", "-1"], "--seed must be at least 0, not -1"),
     (["--out", "o", "--level", "bpe"], "--level must be tok or detok"),
     (["--out", "o", "--eval-a", "a"], "give both --eval-a and --eval-b"),
     (["--out", "o", "--eval-a", "a", "--eval-b", "b", "--sys-a", "x"],

@@ -233,6 +233,8 @@ def test_bad_options(tmp_path):
     assert_failed_cleanly(res, out, "no such file or directory")
     res = run([SCRIPTS / "prepare-wmt14-en-de.sh", "--bogus"])
     assert res.returncode != 0 and "unknown option: --bogus" in res.stderr
+    res = run([SCRIPTS / "prepare-multi30k.sh", "--out", out, "--bpe-merges", "0"])
+    assert_failed_cleanly(res, out, "--bpe-merges must be at least 1")
 
 
 # ----------------------------------------------------------------------------- IWSLT'15 En-Vi

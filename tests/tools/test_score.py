@@ -6,6 +6,7 @@ translations, a skipped source line scored as an empty hypothesis. The model is
 test_translate.py's ``raw_text_model``."""
 import re
 import shutil
+import sys
 
 import pytest
 import sacrebleu
@@ -145,3 +146,19 @@ def test_output_that_is_the_checkpoint_or_the_reference_is_refused(model, tmp_pa
         res = score(model, "--src", src, "--ref", ref, "--output", output)
         assert res.returncode == 1 and f"fairseq-ext score: error: --output {output} {message}" in res.stderr
     assert checkpoint.read_bytes() == before and ref.read_text() == "Ein Hund rennt.\n"
+
+
+@pytest.mark.slow
+@needs_multi30k
+def test_src_and_ref_may_be_pipes(model, tmp_path):
+    """`--src <(...) --ref <(...)`: pipes are read (once), as files are."""
+    import subprocess
+
+    from model_utils import clean_env
+    data, checkpoint = model
+    cmd = (f"{sys.executable} -m fairseq_ext score --checkpoint {checkpoint} --data {data} --cpu --beam 2 "
+           "--no-progress --src <(printf 'A dog runs.\\nTwo men.\\n') "
+           "--ref <(printf 'Ein Hund rennt.\\nZwei Maenner.\\n')")
+    res = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=clean_env(), timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "BLEU" in res.stdout

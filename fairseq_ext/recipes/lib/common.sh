@@ -168,6 +168,9 @@ fsx_common_opt() {
     case "$FSX_MAX_LINES$FSX_WORKERS${FSX_BPE_MERGES:-0}" in
         *[!0-9]*) fsx_die "--max-lines, --workers and --bpe-merges take non-negative integers" ;;
     esac
+    # no merges: subword-nmt would learn nothing and the recipe fail only after tokenizing
+    [[ -z "$FSX_BPE_MERGES" ]] || ((10#$FSX_BPE_MERGES >= 1)) ||
+        fsx_die "--bpe-merges must be at least 1 (with sentencepiece: the vocabulary size), not $FSX_BPE_MERGES"
     return 0
 }
 
