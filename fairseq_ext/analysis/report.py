@@ -169,6 +169,9 @@ def main(argv=None):
     for d in args.from_dirs:
         if not os.path.isdir(d):
             raise AnalysisError(f"--from {d}: not a directory")
+        if not any(collect(d).values()):
+            raise AnalysisError(f"--from {d} holds no analysis output (no table, PNG figure or command.txt of an "
+                                "analysis): give the --out of an earlier analysis")
     extra = parse_extra(args.args)
     names = names_for(args.checkpoint, args.names) if args.checkpoint else []
     known = registry.analyses()

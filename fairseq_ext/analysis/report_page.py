@@ -69,8 +69,11 @@ def collect(directory: str) -> dict:
             rel = os.path.relpath(path, directory)
             stem, ext = os.path.splitext(name)
             if ext == ".json" and stem + ".md" in files:
-                with open(path, encoding="utf-8") as f:
-                    rows = json.load(f)
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        rows = json.load(f)
+                except (ValueError, UnicodeDecodeError):  # not a table an analysis wrote
+                    continue
                 if isinstance(rows, list) and all(isinstance(r, dict) for r in rows):
                     tables.append({"name": rel, "title": _title_of(os.path.join(root, stem + ".md")) or stem,
                                    "rows": rows})

@@ -53,6 +53,15 @@ def test_errors_name_the_option(tmp_path):
         report.main(["--out", str(tmp_path), "--run", "attention_stats"])
     with pytest.raises(AnalysisError, match="--args 'nope=1'"):
         report.parse_extra(["nope=1"])
+    # --from a folder that holds no analysis' output (empty, or a table that is not JSON): refused
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    for content in ({}, {"t.json": "not json", "t.md": "# t\n"}):
+        for name, text in content.items():
+            (junk / name).write_text(text)
+        with pytest.raises(AnalysisError, match=f"--from {junk} holds no analysis output"):
+            report.main(["--from", str(junk), "--out", str(tmp_path / "page")])
+    assert not (tmp_path / "page").exists()
     assert report.parse_extra(["attention_stats=--max-sentences 5", "attention_stats=--span all"]) == {
         "attention_stats": ["--max-sentences", "5", "--span", "all"]}
 
