@@ -325,8 +325,7 @@ def upgrade_checkpoint_config(state: Any) -> None:
 
 
 def refused_pickle(path: str, error: pickle.UnpicklingError) -> UnsafePickleError:
-    """torch's refusal of a global (a 10-line message that ends advising weights_only=False)
-    as the plugin's one line, naming the global the pickle would have imported."""
+    """torch's refusal of a global (10 lines advising weights_only=False) as one line naming it."""
     found = re.search(r"GLOBAL ([\w.]+)", str(error))
     what = f"would import {found.group(1)}" if found else "holds a global"
     return UnsafePickleError(f"refusing checkpoint {path}: its pickle {what}, which no fairseq checkpoint holds "
@@ -370,8 +369,6 @@ def _checking_config(load_checkpoint_to_cpu):
     def load_checking_config(path, arg_overrides=None, load_on_all_ranks=False):
         try:
             state = load_checkpoint_to_cpu(path, arg_overrides, load_on_all_ranks)
-        except UnsafePickleError:
-            raise
         except pickle.UnpicklingError as error:
             raise refused_pickle(str(path), error) from None
         check_checkpoint_config(state, str(path))
