@@ -115,17 +115,23 @@ def test_output_never_replaces_an_input_and_a_failed_run_leaves_it_as_it_was(mod
     source = tmp_path / "in.en"
     source.write_text(SENTENCE + "\n")
     kept = {path: path.read_bytes() for path in (checkpoint, data / "dict.de.txt", source)}
+    from fairseq_ext.common.output_file import OutputFileError, check_output_file
+
     for output, message in [(checkpoint, "is the checkpoint: the model would be replaced by the output"),
                             (data / "dict.de.txt", f"is inside the data directory {data}"),
                             (source, "is the --input file: it would be replaced by the output"),
                             (tmp_path, "is a folder: name a file"),
                             (tmp_path / "nowhere" / "out.de", f"the folder {tmp_path / 'nowhere'} does not exist")]:
-        res = translate(model, "--input", source, "--output", output)
-        assert res.returncode == 1, res.stderr[-2000:]
-        said = res.stderr.strip().splitlines()
         separator = ": " if message.startswith("the folder") else " "
-        assert len(said) == 1 and said[0].startswith(f"fairseq-ext translate: error: --output {output}{separator}"
-                                                     f"{message}"), said
+        with pytest.raises(OutputFileError) as refused:
+            check_output_file(str(output), inputs={"--input": str(source)}, checkpoints=f"other.pt:{checkpoint}",
+                              data=str(data))
+        assert str(refused.value).startswith(f"--output {output}{separator}{message}")
+    # the command says it in one line, before the model loads
+    res = translate(model, "--input", source, "--output", checkpoint)
+    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+        f"fairseq-ext translate: error: --output {checkpoint} is the checkpoint: the model would be replaced by the "
+        "output"]
     assert all(path.read_bytes() == content for path, content in kept.items())
     output = tmp_path / "out.de"
     output.write_text("an earlier translation\n")
