@@ -110,6 +110,8 @@ def main(argv=None):
     if n_src != len(refs):
         raise InputError(f"--src {args.src} has {n_src} lines but --ref {args.ref} has {len(refs)}: "
                          "they must be parallel, one reference line per source line")
+    if n_src == 0:  # sacreBLEU would fail on an empty corpus with a traceback
+        raise InputError(f"--src {args.src} and --ref {args.ref} are empty: nothing to score")
     env = read_prep_env(args.data)
     headline, note = choose_headline(env, args.headline or "")
     if not env:

@@ -122,6 +122,16 @@ def test_line_counts_that_differ_are_one_line_error_before_the_model_loads(tmp_p
         "one reference line per source line"]
 
 
+def test_an_empty_test_set_is_one_line_error_before_the_model_loads(tmp_path):
+    source, reference = tmp_path / "src.en", tmp_path / "ref.de"
+    source.write_text("")
+    reference.write_text("")
+    res = fairseq_ext("score", "--checkpoint", tmp_path / "none.pt", "--data", tmp_path, "--src", source,
+                      "--ref", reference)
+    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+        f"fairseq-ext score: error: --src {source} and --ref {reference} are empty: nothing to score"]
+
+
 def test_a_reference_line_that_is_not_utf8_is_an_error_naming_the_file_and_line(tmp_path):
     source = write_lines(tmp_path / "src.en", ["a", "b"])
     reference = tmp_path / "ref.de"
