@@ -8,6 +8,7 @@ Every load goes through fairseq's checkpoint_utils, which the plugin guards
 import functools
 import os
 import re
+import zipfile
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -26,8 +27,19 @@ def device(cpu: bool) -> torch.device:
 
 
 def _exists(checkpoint: str) -> None:
+    """A checkpoint file: there, not a folder, and in one of torch's formats (a zip archive,
+    or the legacy pickle that starts with protocol 2), so that anything else is one line and
+    not torch's unpickler failing on it."""
     if not os.path.exists(checkpoint):
         raise CheckpointError(f"--checkpoint {checkpoint}: no such file")
+    if os.path.isdir(checkpoint):
+        raise CheckpointError(f"--checkpoint {checkpoint} is a folder: name a checkpoint file in it (e.g. "
+                              f"{os.path.join(checkpoint, 'checkpoint_best.pt')})")
+    with open(checkpoint, "rb") as f:
+        legacy = f.read(2) == b"\x80\x02"
+    if not (legacy or zipfile.is_zipfile(checkpoint)):
+        raise CheckpointError(f"--checkpoint {checkpoint} is not a checkpoint (neither torch's zip format nor its "
+                              "legacy pickle)")
 
 
 def load_model(checkpoint: str, data: str, split: Optional[str] = None, overrides: Optional[dict] = None,

@@ -195,3 +195,18 @@ def test_the_summary_names_the_first_few_lines():
     tally = Tally(lines=20, skipped=[2, 4, 6, 8, 10, 12, 14], cut=[3], max_source=1024)
     assert tally.summary() == ("13 lines translated, 7 skipped (not UTF-8: lines 2, 4, 6, 8, 10 and 2 more; an empty "
                                "output line for each), 1 cut (longer than the model's 1024 source positions: line 3)")
+
+
+def test_a_checkpoint_that_is_a_folder_or_not_a_checkpoint_is_one_line(tmp_path):
+    from fairseq_ext.common import checkpoints
+    from fairseq_ext.errors import CheckpointError
+
+    (tmp_path / "notes.txt").write_text("hi\n")
+    folder = f"is a folder: name a checkpoint file in it (e.g. {tmp_path}/checkpoint_best.pt)"
+    for path, message in [(tmp_path, folder),
+                          (tmp_path / "notes.txt", "is not a checkpoint (neither torch's zip format nor its legacy "
+                                                   "pickle)")]:
+        for load in (checkpoints.load_state, lambda c: checkpoints.load_model(c, str(tmp_path))):
+            with pytest.raises(CheckpointError) as refused:
+                load(str(path))
+            assert str(refused.value) == f"--checkpoint {path} {message}"
