@@ -4,7 +4,9 @@ found in OUT, made anew after each stage."""
 import datetime
 import json
 import os
-from typing import List
+import shlex
+import subprocess
+from typing import List, Optional, Union
 
 STAGES = ("env", "tests", "bench", "train")
 
@@ -33,6 +35,28 @@ def read_stage(out: str, stage: str) -> dict:
         return {}
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+def run_logged(cmd: List[str], log: str, timeout: float, cwd: Optional[str] = None,
+               append: bool = False) -> Union[int, str]:
+    """Run ``cmd`` with its output in ``log`` after a ``$ CMD`` line (``append``: after what
+    the log holds, as a run resumed by a later command); its exit status, or ``"timeout"``
+    when it ran past ``timeout`` seconds (stopped, and said at the end of the log)."""
+    with open(log, "a" if append else "w", encoding="utf-8") as f:
+        f.write("$ " + shlex.join(cmd) + "\n")
+        f.flush()
+        try:
+            return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=max(1.0, timeout),
+                                  cwd=cwd).returncode
+        except subprocess.TimeoutExpired:
+            f.write(f"\nstopped after {timeout:.0f} s\n")
+            return "timeout"
+
+
+def last_line(log: str) -> str:
+    with open(log, encoding="utf-8", errors="replace") as f:
+        lines = f.read().strip().splitlines()
+    return lines[-1] if lines else "no output"
 
 
 def write_index(out: str) -> None:

@@ -9,14 +9,13 @@ prints our speeds beside the thesis' (a speed is 1 / the time ratio, as the thes
 its overheads: 0.85 = 85% of the baseline's steps per second)."""
 import json
 import os
-import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
 from typing import Dict, List, Optional, Tuple
 
 from fairseq_ext.errors import CommandError
-from fairseq_ext.selfcheck.report import table, write_stage
+from fairseq_ext.selfcheck.report import last_line, run_logged, table, write_stage
 
 TEST_FILES = ("models/test_on_device.py",)
 QUICK_OPTION_SETS = ("combined",)  # --quick: this option set only (M-10, DC, MMA, MS, AIF, pre-classifier)
@@ -98,14 +97,7 @@ def run_tests(out: str, device, tests: Optional[str], quick: bool, time_limit: f
     if quick:
         cmd += ["-k", " or ".join(QUICK_OPTION_SETS)]
     os.makedirs(out, exist_ok=True)
-    try:
-        proc = subprocess.run(cmd, cwd=os.path.dirname(tests), capture_output=True, text=True, timeout=time_limit)
-        returncode, log = proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as e:
-        returncode = "timeout"
-        log = f"{(e.stdout or b'').decode(errors='replace')}\nstopped after {time_limit:.0f} s"
-    with open(os.path.join(out, "tests.log"), "w", encoding="utf-8") as f:
-        f.write(" ".join(cmd) + "\n\n" + log)
+    returncode = run_logged(cmd, os.path.join(out, "tests.log"), time_limit, cwd=os.path.dirname(tests))
     cases = read_junit(junit) if os.path.exists(junit) else []
     counts = {k: sum(c["outcome"] == k for c in cases) for k in MARKS}
     result = ("ok" if returncode == 0 else f"pytest exit {returncode}") + ": " + ", ".join(
@@ -129,16 +121,11 @@ def run_tests(out: str, device, tests: Optional[str], quick: bool, time_limit: f
 def run_benchmark(out: str, name: str, args: List[str], time_limit: float) -> dict:
     json_path = os.path.join(os.path.abspath(out), f"bench-{name}.json")
     cmd = [sys.executable, "-m", "fairseq_ext", "benchmark", *args, "--json", json_path]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=time_limit)
-        log, returncode = proc.stdout + proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as e:
-        log, returncode = (e.stdout or b"").decode(errors="replace") + f"\nstopped after {time_limit:.0f} s", "timeout"
-    with open(os.path.join(out, f"bench-{name}.log"), "w", encoding="utf-8") as f:
-        f.write(" ".join(cmd) + "\n\n" + log)
+    log = os.path.join(out, f"bench-{name}.log")
+    returncode = run_logged(cmd, log, time_limit)
     record = {"returncode": returncode, "command": cmd}
     if returncode != 0:
-        record["error"] = (log.strip().splitlines() or ["no output"])[-1]
+        record["error"] = last_line(log)
     if os.path.exists(json_path):  # the rows finished before a stop
         with open(json_path, encoding="utf-8") as f:
             record.update(json.load(f))

@@ -14,7 +14,6 @@ directory's ``checkpoint_last.pt``; a finished run is kept and not trained again
 writes it) holds ``multi30k.en-de/`` and ``iwslt15.en-vi/``, prepared by the recipes."""
 import os
 import shlex
-import subprocess
 import sys
 import time
 from typing import List, Optional
@@ -24,7 +23,7 @@ from fairseq_ext.common.data_text import env_headline, read_prep_env
 from fairseq_ext.errors import CommandError
 from fairseq_ext.reproduce.measure import read_bleu, training_progress, training_speed
 from fairseq_ext.reproduce.tables import load_setups
-from fairseq_ext.selfcheck.report import table, write_stage
+from fairseq_ext.selfcheck.report import run_logged, table, write_stage
 
 MULTI30K, IWSLT = "multi30k.en-de", "iwslt15.en-vi"
 MULTI30K_RUNS = [("multi30k-baseline", []), ("multi30k-m-10", ["--joint-attention", "m-10"])]
@@ -60,17 +59,6 @@ def previous_training_seconds(save: str) -> float:
     return float((state.get("extra_state") or {}).get("previous_training_time") or 0.0)
 
 
-def run_logged(cmd: List[str], log: str, timeout: float) -> object:
-    with open(log, "a", encoding="utf-8") as f:
-        f.write("$ " + shlex.join(cmd) + "\n")
-        f.flush()
-        try:
-            return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=max(1.0, timeout)).returncode
-        except subprocess.TimeoutExpired:
-            f.write(f"\nstopped after {timeout:.0f} s\n")
-            return "timeout"
-
-
 def finished(save: str, log: str, settings: str) -> bool:
     """A run trained to its planned updates with these settings: kept as it is (fairseq-train
     resumed on a finished save directory would train one more update)."""
@@ -101,7 +89,7 @@ def train_and_evaluate(name: str, data: str, config: str, flags: List[str], out:
         trained = 0
     else:
         limit_hours = (previous_training_seconds(save) + max(0.0, seconds - EVALUATE_SECONDS)) / 3600
-        trained = run_logged(cmd + ["--stop-time-hours", f"{limit_hours:.6f}"], log, seconds)
+        trained = run_logged(cmd + ["--stop-time-hours", f"{limit_hours:.6f}"], log, seconds, append=True)
         with open(os.path.join(save, "selfcheck.settings"), "w", encoding="utf-8") as f:
             f.write(settings)
     train_seconds = time.time() - start
@@ -118,7 +106,8 @@ def train_and_evaluate(name: str, data: str, config: str, flags: List[str], out:
         evaluate = [sys.executable, "-m", "fairseq_ext", "evaluate", "--checkpoint", checkpoint, "--data", data,
                     "--out", eval_dir, *generate, "--model-overrides", POSITIONS,
                     *(["--cpu"] if device.type == "cpu" else ["--fp16"])]
-        record["eval_returncode"] = run_logged(evaluate, log, max(EVALUATE_SECONDS, seconds - train_seconds))
+        record["eval_returncode"] = run_logged(evaluate, log, max(EVALUATE_SECONDS, seconds - train_seconds),
+                                               append=True)
         record["eval_wall_s"] = round(time.time() - start, 1)
         record.update(bleu=read_bleu(eval_dir, flavour), bleu_flavour=flavour)
     return record

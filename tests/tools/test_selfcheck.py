@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from fairseq_ext.selfcheck import pack, stages
+from fairseq_ext.selfcheck import pack, report, stages
 from model_utils import DATA, REPO, clean_env
 from script_utils import M30K_SMALL, head_gz, needs_multi30k, write_lines
 
@@ -163,7 +163,7 @@ def test_a_benchmark_stopped_by_the_time_limit_keeps_its_finished_rows(monkeypat
                        "configs": [row]}, f)
         raise subprocess.TimeoutExpired(cmd, kwargs["timeout"], output=b"| M-10 | ...\n")
 
-    monkeypatch.setattr(stages.subprocess, "run", stopped_run)
+    monkeypatch.setattr(report.subprocess, "run", stopped_run)
     stages.run_bench(str(tmp_path), __import__("torch").device("cpu"), quick=False, time_limit=60)
     bench = read(str(tmp_path / "bench.json"))
     assert bench["result"] == "2 of 2 runs failed"
