@@ -26,7 +26,7 @@ def device(cpu: bool) -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() and not cpu else torch.device("cpu")
 
 
-def _exists(checkpoint: str) -> None:
+def _check_checkpoint_file(checkpoint: str) -> None:
     """A checkpoint file: there, not a folder, and in one of torch's formats (a zip archive,
     or the legacy pickle that starts with protocol 2), so that anything else is one line and
     not torch's unpickler failing on it."""
@@ -48,7 +48,7 @@ def load_model(checkpoint: str, data: str, split: Optional[str] = None, override
     loaded if given; overrides as fairseq-generate's --model-overrides), on the GPU unless ``cpu``."""
     from fairseq import checkpoint_utils
 
-    _exists(checkpoint)
+    _check_checkpoint_file(checkpoint)
     if not os.path.isdir(data):
         raise DataError(f"--data {data}: no such directory")
     arg_overrides = {"data": os.path.abspath(data)}
@@ -64,7 +64,7 @@ def load_state(checkpoint: str) -> dict:
     """The state saved in ``checkpoint`` (fairseq's upgrade of old checkpoints applied)."""
     from fairseq import checkpoint_utils
 
-    _exists(checkpoint)
+    _check_checkpoint_file(checkpoint)
     return checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
 
 
