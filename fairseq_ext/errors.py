@@ -37,6 +37,10 @@ class ResumeError(FairseqExtError):
     """A checkpoint to resume from is missing or unreadable."""
 
 
+class SaveDirBusyError(FairseqExtError):
+    """Another training run is writing the same ``--save-dir``; the message names it."""
+
+
 class CheckpointError(FairseqExtError):
     """A checkpoint that is missing, unreadable or lacks what a command needs from it."""
 

@@ -51,7 +51,7 @@ fsx_require_cmd fairseq-train fairseq-generate
 SETTINGS=(SRC_LANG TGT_LANG BPE_MERGES DATA_DIR ARCH LAYERS EMBED_DIM FFN_DIM HEADS DROPOUT MAX_UPDATE MAX_EPOCH
     MAX_TOKENS LR WARMUP SEED LOG_INTERVAL SAVE_DIR BEAM LENPEN MAX_LEN_A MAX_LEN_B EXTRA_TRAIN_ARGS EXTRA_GEN_ARGS)
 GIVEN=()
-for name in "${SETTINGS[@]}"; do
+for name in "${SETTINGS[@]}" THREADS; do
     [[ -n "${!name:-}" ]] && GIVEN+=("$name=$(printf '%q' "${!name}")")
 done
 # quickstart_command: how this run was started, with the settings it was given
@@ -99,6 +99,10 @@ read -r -a EXTRA_GEN <<<"${EXTRA_GEN_ARGS:-}"
 
 T0=$(date +%s)
 elapsed() { local s=$(($(date +%s) - T0)); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
+
+# one run at a time writes SAVE_DIR (its lock, held to the end): a second quickstart, or a
+# fairseq-train with --save-dir SAVE_DIR, is refused with one line naming this one
+fsx_lock_output "$SAVE_DIR" "SAVE_DIR"
 
 # ---------------------------------------------------------------- 1. data
 prep_value() { sed -n "s/^$1=//p" "$DATA_DIR/prep.env" 2>/dev/null; }
@@ -184,7 +188,10 @@ else
         FSX_KEEP_ON_FAILURE=(train.log)
         fsx_log "[$(elapsed)] training $ARCH ($LAYERS+$LAYERS layers, d $EMBED_DIM, FFN $FFN_DIM, $HEADS heads) for $MAX_UPDATE updates or $TRAIN_MINUTES min, whichever comes first"
     fi
-    PYTHONUNBUFFERED=1 "$SCRIPTS/train.sh" "$DATA_DIR" "$FSX_STAGE" --config "$CONFIG" -- "${TRAIN_FLAGS[@]}" 2>&1 |
+    # fairseq-train's closing line names SAVE_DIR (not the temporary directory it trains in)
+    # and the command that continues this run, as quickstart's own closing line does
+    FAIRSEQ_EXT_SHOWN_SAVE_DIR="$SAVE_DIR" FAIRSEQ_EXT_CONTINUE_COMMAND="CONTINUE=1 $(quickstart_command)" \
+        PYTHONUNBUFFERED=1 "$SCRIPTS/train.sh" "$DATA_DIR" "$FSX_STAGE" --config "$CONFIG" -- "${TRAIN_FLAGS[@]}" 2>&1 |
         tee -a "$FSX_STAGE/train.log" |
         grep --line-buffered -E "train_inner|valid on|training ended|Stopping|Error" || true
     if ! grep -q "done training" "$FSX_STAGE/train.log" || [[ ! -f "$FSX_STAGE/checkpoint_last.pt" ]]; then

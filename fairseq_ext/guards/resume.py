@@ -47,6 +47,9 @@ both get them. Errors the user can fix are
      (``--reset-*``, ``--finetune-from-model``, ...) then runs as if that file were
      ``checkpoint_last.pt``. With none intact the run is refused, naming the broken file.
 
+   - first of all, the run takes the save dir's lock (:mod:`fairseq_ext.guards.save_dir_lock`):
+     a second run writing the same ``--save-dir`` is refused, naming the first.
+
    These checks are :func:`check_restore`; ``fairseq_ext/recipes/train.sh`` runs them once
    through :func:`preflight` before it starts several processes, so that the error is one
    line rather than one per rank followed by torchrun's traceback.
@@ -70,6 +73,7 @@ from fairseq.file_io import PathManager
 
 from fairseq_ext.errors import ResumeError
 from fairseq_ext.guards.patching import replace
+from fairseq_ext.guards.save_dir_lock import hold_save_dir
 
 logger = logging.getLogger(__name__)
 # set by fairseq-ext train (fairseq_ext/recipes/train.sh): a --restore-file that does not exist
@@ -302,6 +306,7 @@ def check_restore(cfg, suffix: str = "", strict: Optional[bool] = None) -> Optio
 
 def _resuming_from_what_is_there(original):
     def load_checkpoint(cfg, trainer, **passthrough_args):
+        hold_save_dir(cfg)  # one run per save dir, before anything is read from it
         suffix = trainer.checkpoint_suffix or ""
         fallback = check_restore(cfg, suffix)
         if fallback is None:

@@ -12,7 +12,11 @@ ends the run, the first process logs one line::
     SAVE_DIR/checkpoint_last.pt
 
 The line starts with ``training ended: U of P updates, M min of training`` (P is ``?`` when
-no ``--max-update`` is set), which scripts/quickstart.sh reads back. Nothing is installed
+no ``--max-update`` is set), which scripts/quickstart.sh reads back. A script that runs
+fairseq-train for its user in a temporary save dir (quickstart.sh) says, in the environment,
+where the checkpoints will be (:data:`SHOWN_SAVE_DIR_ENV`) and which command of its own
+continues the run (:data:`CONTINUE_ENV`): the line then names those, not a directory that is
+gone a moment later nor a fairseq-train command the user never typed. Nothing is installed
 outside ``fairseq-train`` (``fairseq_cli.train`` not imported).
 """
 import logging
@@ -25,6 +29,10 @@ from fairseq_ext.guards.patching import replace
 logger = logging.getLogger("fairseq_ext.training")
 
 TIME_CAP = "stopped by the time cap"
+# set by a script running fairseq-train for its user (quickstart.sh): where the save dir's
+# checkpoints are once the script moved them into place, and the command that continues the run
+SHOWN_SAVE_DIR_ENV = "FAIRSEQ_EXT_SHOWN_SAVE_DIR"
+CONTINUE_ENV = "FAIRSEQ_EXT_CONTINUE_COMMAND"
 
 
 def summary(cfg, trainer, epoch: int, should_stop: bool) -> str:
@@ -35,7 +43,7 @@ def summary(cfg, trainer, epoch: int, should_stop: bool) -> str:
     planned = opt.max_update if opt.max_update and opt.max_update > 0 else None
     minutes = trainer.cumulative_training_time() / 60
     head = f"training ended: {updates} of {planned if planned else '?'} updates, {minutes:.1f} min of training"
-    save_dir = cfg.checkpoint.save_dir
+    save_dir = os.environ.get(SHOWN_SAVE_DIR_ENV) or cfg.checkpoint.save_dir
     last = os.path.join(save_dir, "checkpoint_last.pt")
     if planned and updates >= planned:
         return f"{head}; finished (--max-update {planned}); checkpoints in {save_dir}"
@@ -45,13 +53,14 @@ def summary(cfg, trainer, epoch: int, should_stop: bool) -> str:
     cap = opt.stop_time_hours
     if should_stop and cap > 0 and minutes > cap * 60:
         goal = f"{planned} updates" if planned else f"--max-epoch {opt.max_epoch}" if opt.max_epoch else "the end"
-        resume = ("(--no-save: there is no checkpoint to resume from; run it again without --no-save)"
-                  if cfg.checkpoint.no_save else
-                  f"with --stop-time-hours 0 (no cap) or a larger cap (it counts the training time of every "
-                  f"resume: {minutes / 60:.4f} h so far); it resumes from {last}")
+        resume = ("run the same command again (--no-save: there is no checkpoint to resume from; run it again "
+                  "without --no-save)" if cfg.checkpoint.no_save else
+                  f"run the same command again with --stop-time-hours 0 (no cap) or a larger cap (it counts the "
+                  f"training time of every resume: {minutes / 60:.4f} h so far); it resumes from {last}")
+        if os.environ.get(CONTINUE_ENV) and not cfg.checkpoint.no_save:
+            resume = f"run: {os.environ[CONTINUE_ENV]}"
         return (f"{head}; {TIME_CAP} (--stop-time-hours {cap:g} = {cap * 60:.1f} min) before {goal}: "
-                f"the model is undertrained and scores below a finished run. To continue it to {goal}, run the same "
-                f"command again {resume}")
+                f"the model is undertrained and scores below a finished run. To continue it to {goal}, {resume}")
     patience = cfg.checkpoint.patience
     if should_stop and patience > 0:
         return (f"{head}; stopped early: no better validation {cfg.checkpoint.best_checkpoint_metric} "

@@ -52,7 +52,7 @@ def test_a_run_cut_by_the_time_cap_says_so_and_continues_and_a_users_file_surviv
 
     data, save = tmp_path / "data-bin" / "m30k", tmp_path / "checkpoints" / "qs"
     env = {**TINY, "MULTI30K_FROM": str(m30k_small), "DATA_DIR": str(data), "SAVE_DIR": str(save),
-           "MAX_UPDATE": "150", "TRAIN_MINUTES": "0.01", "LOG_INTERVAL": "10"}
+           "MAX_UPDATE": "150", "TRAIN_MINUTES": "0.01", "LOG_INTERVAL": "10", "THREADS": "1"}
     res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra=env, cwd=SCRIPTS.parent)
     assert res.returncode == 0, res.stderr[-3000:]
     last = res.stderr.strip().splitlines()[-1]
@@ -62,6 +62,11 @@ def test_a_run_cut_by_the_time_cap_says_so_and_continues_and_a_users_file_surviv
     assert "BLEU " in last and "(detok-cased, nrefs:1|case:mixed|" in last
     command = last.split("and score again, run: ")[1]
     assert command.startswith("CONTINUE=1 ") and f"SAVE_DIR={shlex.quote(str(save))}" in command
+    assert "THREADS=1 " in command  # the run's settings, the threads it was given among them
+    # fairseq-train's own closing line says the same, naming no temporary directory
+    ended = [line for line in (res.stdout + res.stderr).splitlines() if "training ended: " in line]
+    assert len(ended) == 1 and ended[0].endswith(f"To continue it to 150 updates, run: {command}"), ended
+    assert ".tmp." not in ended[0]
     # what it says to run (without the cap it was given: the printed command does not repeat it)
     words = shlex.split(command)
     given = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("/"))

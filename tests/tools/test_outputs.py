@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_ext.recipes.helpers import evaluations, outputs, staging
+from fairseq_ext.recipes.helpers import evaluations, locks, outputs, staging
 from fairseq_ext.recipes.helpers.outputs import OutputError, check_replaceable
 
 TOOLS = Path(outputs.__file__).resolve().parent
@@ -427,3 +427,88 @@ def test_a_killed_runs_temporary_directory_in_a_manifest_directory(tmp_path, whe
         f"was interrupted; nothing in it is a result: remove it with  rm -rf {stale}  and run again")
     shutil.rmtree(stale)
     allowed(d, prog="quickstart.sh")
+
+
+# --- one writer at a time (locks.py) ----------------------------------------------------------
+HOLD = ("import sys, time; from fairseq_ext.recipes.helpers.locks import OutputLock; "
+        "OutputLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)")
+
+
+def holder(directory):
+    """Another command holding ``directory``'s lock, until killed."""
+    env = {k: v for k, v in os.environ.items() if k != locks.HELD_ENV}
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(directory)], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def busy_message(what, directory, pid):
+    return f"{what} {directory} is being written by another command (pid {pid} on "
+
+
+def test_a_second_writer_is_refused_naming_the_first_and_a_killed_ones_file_blocks_nobody(tmp_path, monkeypatch):
+    monkeypatch.delenv(locks.HELD_ENV, raising=False)
+    out = tmp_path / "eval"
+    other = holder(out)
+    try:
+        # Python (fairseq-ext evaluate, significance): before anything is written
+        with pytest.raises(locks.OutputBusyError) as e:
+            staging.StagedOutput(str(out), prog="evaluate.sh", log=lambda m: None).__enter__()
+        assert str(e.value).startswith(busy_message("output directory", out, other.pid))
+        assert f"{HOLD[:40]}" in str(e.value) or "-c" in str(e.value)  # its command line
+        assert str(e.value).endswith("; wait for it to finish, or write elsewhere")
+        assert not list(tmp_path.glob(".eval.tmp.*")) and not out.exists()
+        # bash (the recipes, quickstart.sh): the same line, as the script's error
+        res = bash('fsx_lock_output "$1" SAVE_DIR; echo took it', out)
+        assert res.returncode == 1 and "took it" not in res.stdout
+        assert res.stderr.startswith(f"quickstart.sh: error: {busy_message('SAVE_DIR', out, other.pid)}"), res.stderr
+        assert res.stderr.count("\n") == 1
+    finally:
+        other.kill()
+        other.wait()
+    assert os.path.exists(locks.lock_path(out))  # its file, not its lock
+    res = bash('fsx_lock_output "$1"; fsx_lock_output "$1"; head -c 4 "$(dirname "$1")/.eval.lock"; echo', out)
+    assert res.returncode == 0 and res.stdout == "pid \n", res.stderr
+    assert not os.path.exists(locks.lock_path(out))  # removed by its holder at exit
+    with staging.StagedOutput(str(out), prog="evaluate.sh", log=lambda m: None) as staged:
+        assert os.environ[locks.HELD_ENV] == locks.lock_path(out)
+        # a command it starts (evaluate.sh under fairseq-ext evaluate) writes on under its lock
+        res = bash('fsx_lock_output "$1"; echo took it', out)
+        assert res.returncode == 0 and res.stdout == "took it\n", res.stderr
+        staged.finish()
+    assert locks.HELD_ENV not in os.environ and not os.path.exists(locks.lock_path(out))
+
+
+def test_a_stale_lock_file_of_a_nested_output_does_not_keep_its_parent(tmp_path):
+    """quickstart's SAVE_DIR/.eval-test.lock, left by an evaluation killed with SIGKILL, is
+    part of the nested output eval-test/: SAVE_DIR stays replaceable; a user's file of that
+    shape elsewhere still keeps it."""
+    d = tmp_path / "quickstart"
+    manifest(d, "quickstart.sh", "checkpoint_last.pt")
+    outputs.add_output_entries(str(d), ["eval-test/"])
+    (d / ".eval-test.lock").write_text("pid 1 on host since then: evaluate\n")
+    allowed(d, prog="quickstart.sh")
+    (d / ".notes.lock").write_text("mine")
+    assert refused(d, prog="quickstart.sh").startswith(f"refusing to replace {d}: it holds .notes.lock, which")
+    legacy = tmp_path / "legacy"
+    mark(legacy, "quickstart.sh", "checkpoint*", "eval-test/")
+    (legacy / ".eval-test.lock").write_text("")
+    allowed(legacy, prog="quickstart.sh")
+
+
+def test_the_temporary_directories_of_killed_runs_are_named_when_the_output_is_written_again(tmp_path, monkeypatch):
+    monkeypatch.delenv(locks.HELD_ENV, raising=False)
+    out = tmp_path / "data"
+    stale = tmp_path / ".data.tmp.Ab3xZ9"
+    (stale / "out").mkdir(parents=True)
+    (tmp_path / ".data.tmp.notours").mkdir()  # not mktemp's shape
+    want = (f"1 temporary directory of earlier runs that wrote {out} and were stopped before they finished "
+            f"(killed, or --keep-tmp): nothing in it is a result; remove with  rm -rf {stale}")
+    logged = []
+    with staging.StagedOutput(str(out), prog="quickstart.sh", log=logged.append) as staged:
+        staged.finish()
+    assert logged[0] == f"WARNING: {want}"
+    res = bash('FSX_OUT="$1"; FSX_FORCE=1; fsx_begin_output; fsx_finish_output', out)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines()[0] == f"[quickstart.sh] WARNING: {want}"
+    assert stale.is_dir()  # named, never removed: --keep-tmp keeps one on purpose

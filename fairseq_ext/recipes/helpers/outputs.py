@@ -249,6 +249,14 @@ def _refusal(top: str, entry: str, writer: str) -> OutputError:
                        f"elsewhere, or remove {top} yourself")
 
 
+def nested_lock(entry: str) -> str:
+    """The lock file (locks.lock_path) of the nested output ``entry`` (a relative path), which
+    lies beside it in its parent: the writer of the nested output removes it when done, a
+    writer killed with SIGKILL leaves it; it is part of the nested output, not a user's file."""
+    head, name = os.path.split(entry.rstrip("/"))
+    return os.path.join(head, f".{name}.lock") if head else f".{name}.lock"
+
+
 def _check_nested(top: str, entry: str, owner: str) -> None:
     """A subdirectory ``entry`` that its parent's marker lists as a nested output: owned while
     it holds nothing, or its own marker's check passes."""
@@ -275,11 +283,12 @@ def _check_owned(top: str, prefix: str, writer: str) -> None:
     files = {e for e in read[1] if not e.endswith("/")}
     nested = {e[:-1] for e in read[1] if e.endswith("/")}
     parents = {e.rstrip("/").rsplit("/", n)[0] for e in read[1] for n in range(1, e.rstrip("/").count("/") + 1)}
+    locks = {nested_lock(e) for e in nested}
 
     def walk(rel: str) -> None:
         for name in _listing(os.path.join(directory, rel) if rel else directory):
             path_rel = f"{rel}/{name}" if rel else name
-            if path_rel == MARKER:
+            if path_rel == MARKER or path_rel in locks:
                 continue
             path = os.path.join(directory, path_rel)
             if not _is_dir(path):
@@ -304,7 +313,7 @@ def _check_legacy(top: str, prefix: str, writer: str, entries: Sequence[str]) ->
     globs = [e for e in entries if not e.endswith("/")]
     nested = {e[:-1] for e in entries if e.endswith("/")}
     for name in _listing(directory):
-        if name == MARKER:
+        if name == MARKER or name in {nested_lock(n) for n in nested}:
             continue
         entry = f"{prefix}/{name}" if prefix else name
         path = os.path.join(directory, name)

@@ -11,6 +11,11 @@ file (no package import: it would load fairseq and torch):
   add-entries DIR ENTRY...           add entries to DIR's marker (SUB/: a nested output)
   write-evaluation-complete DIR KEY=VALUE...
   check-evaluation DIR               exit 1 with one line unless DIR holds a complete evaluation
+  lock DIR FD PID [WHAT]             lock DIR for the bash script PID on its open file FD of DIR's lock
+                                     file (locks.py): exit 1 with one line when another command
+                                     holds it, 3 when the file was replaced meanwhile (open it again)
+  stale-staging DIR                  one line about the temporary directories beside DIR that
+                                     runs killed before they finished left behind (none: nothing)
 
 The rules are :mod:`outputs` (markers, replacing) and :mod:`evaluations`; the environment it
 reads is described there.
@@ -22,11 +27,13 @@ from typing import List, Optional
 if __package__:
     from .corpus import die
     from .evaluations import check_evaluation, write_evaluation_complete
+    from .locks import lock_inherited_fd, stale_staging_warning
     from .outputs import (OutputError, add_output_entries, check_replaceable, default_entries, dir_writer,
                           mark_output, owned_entries)
 else:  # run as a file by the recipes (no package import: it would load fairseq and torch)
     from corpus import die
     from evaluations import check_evaluation, write_evaluation_complete
+    from locks import lock_inherited_fd, stale_staging_warning
     from outputs import (OutputError, add_output_entries, check_replaceable, default_entries, dir_writer,
                          mark_output, owned_entries)
 
@@ -38,17 +45,24 @@ def build_parser() -> argparse.ArgumentParser:
     for name, args in (("check-replaceable", ("dir", "inputs*")), ("writer", ("dir",)),
                        ("owned-entries", ("dir", "writer")), ("entries", ("writer",)), ("mark", ("dir", "entries*")),
                        ("add-entries", ("dir", "entries+")), ("write-evaluation-complete", ("dir", "fields*")),
-                       ("check-evaluation", ("dir",))):
+                       ("check-evaluation", ("dir",)), ("lock", ("dir", "fd", "pid", "what?")),
+                       ("stale-staging", ("dir",))):
         command = sub.add_parser(name)
         for arg in args:
-            command.add_argument(arg.rstrip("*+"), nargs={"*": "*", "+": "+"}.get(arg[-1]))
+            command.add_argument(arg.rstrip("*+?"), nargs={"*": "*", "+": "+", "?": "?"}.get(arg[-1]))
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "check-replaceable":
+        if args.command == "lock":
+            return lock_inherited_fd(args.dir, int(args.fd), args.what or "output directory", int(args.pid))
+        if args.command == "stale-staging":
+            message = stale_staging_warning(args.dir)
+            if message:
+                print(message)
+        elif args.command == "check-replaceable":
             check_replaceable(args.dir, args.inputs)
         elif args.command == "writer":
             writer = dir_writer(args.dir)

@@ -254,7 +254,8 @@ fsx_check_common() {
 # Every bash script of this package that writes a directory (the recipes, quickstart.sh)
 # writes it through these functions (the Python tools, evaluation and significance, through
 # their twin outputs.StagedOutput):
-#   fsx_begin_output      FSX_OUT must be absent, or a directory this package wrote that holds
+#   fsx_begin_output      FSX_OUT's lock is taken (fsx_lock_output: one writer at a time);
+#                         FSX_OUT must be absent, or a directory this package wrote that holds
 #                         nothing else (fsx_check_replaceable; the recipes also want --force);
 #                         a temporary directory $FSX_TMP is made beside it, with $FSX_WORK
 #                         (scratch) and $FSX_STAGE (the future FSX_OUT)
@@ -302,7 +303,46 @@ fsx_cleanup() {
             rm -rf "$FSX_TMP"
         fi
     fi
+    fsx_release_locks
     return $rc
+}
+
+# ---------------------------------------------------------------------------- one writer
+# fsx_lock_output DIR [WHAT]: hold DIR's lock (recipes/helpers/locks.py: PARENT/.NAME.lock)
+# until this script exits, so that a second command writing DIR is refused with one line
+# naming this one. Idempotent; a lock that the command which started this script holds
+# (listed in FSX_HELD_LOCKS) is not taken again. fsx_begin_output takes FSX_OUT's.
+FSX_LOCKS=()
+fsx_lock_output() {
+    local dir lock fd try status
+    dir="$(realpath -m "$1")"
+    lock="$(dirname "$dir")/.$(basename "$dir").lock"
+    [[ $'\n'"${FSX_HELD_LOCKS:-}"$'\n' == *$'\n'"$lock"$'\n'* ]] && return 0
+    mkdir -p "$(dirname "$dir")"
+    trap fsx_cleanup EXIT
+    for try in 1 2 3 4 5; do
+        exec {fd}<>"$lock" || fsx_die "cannot open the lock file $lock"
+        status=0
+        fsx_outputs lock "$dir" "$fd" "$$" "${2:-output directory}" || status=$?
+        if [[ $status == 0 ]]; then
+            FSX_LOCKS+=("$lock")
+            export FSX_HELD_LOCKS="${FSX_HELD_LOCKS:+$FSX_HELD_LOCKS$'\n'}$lock"
+            return 0
+        fi
+        exec {fd}>&-
+        [[ $status == 3 ]] || exit 1
+    done
+    fsx_die "the lock file $lock of $dir keeps being replaced: is another command starting and stopping there?"
+}
+
+# fsx_release_locks: remove the lock files this script holds (while still holding them; the
+# locks themselves end with the script)
+fsx_release_locks() {
+    local lock
+    for lock in "${FSX_LOCKS[@]+"${FSX_LOCKS[@]}"}"; do
+        rm -f "$lock"
+    done
+    FSX_LOCKS=()
 }
 
 # fsx_mark_output DIR: write the marker into DIR, the exact manifest of what DIR holds now
@@ -340,8 +380,9 @@ fsx_check_evaluation() { fsx_outputs check-evaluation "$1" || exit 1; }
 
 # fsx_begin_output: see above. Without --force (FSX_FORCE=1) an existing FSX_OUT is an error.
 fsx_begin_output() {
-    local parent base
+    local parent base stale
     FSX_OUT="$(realpath -m "$FSX_OUT")"
+    fsx_lock_output "$FSX_OUT"
     if [[ -e "$FSX_OUT" && "$FSX_FORCE" != 1 ]]; then
         fsx_die "output directory $FSX_OUT already exists (use --force to replace it)"
     fi
@@ -349,6 +390,8 @@ fsx_begin_output() {
     parent="$(dirname "$FSX_OUT")"
     base="$(basename "$FSX_OUT")"
     mkdir -p "$parent"
+    stale="$(fsx_outputs stale-staging "$FSX_OUT")" || exit 1
+    [[ -z "$stale" ]] || fsx_warn "$stale"
     FSX_TMP="$(mktemp -d "$parent/.$base.tmp.XXXXXX")"
     trap fsx_cleanup EXIT
     trap 'exit 130' INT
