@@ -18,19 +18,11 @@ when significance wrote it: staging.StagedOutput). With --eval-*, only directori
 complete evaluation (.evaluation-complete) are read. compare-mt runs through
 compare_mt_shim.py, which works around compare-mt 0.2.10's undeclared dependency on `six`.
 """
-import filecmp
-import json
-import os
-import signal
-import subprocess
-import sys
-from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
-
 import argparse
 import filecmp
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -147,6 +139,7 @@ def run(opts: argparse.Namespace, log=_log) -> dict:
         if opts.src:
             names.append("src")
             files.append(opts.src)
+        files = [_read_once(path, os.path.join(staged.work, f"{name}.piped")) for name, path in zip(names, files)]
         corpus.check_parallel(files)
         # compare-mt reads copies cleaned by the one reader (UTF-8 checked, BOM and CRs
         # removed: Python's universal newlines would split a line at a lone CR, wc -l would not)
@@ -201,6 +194,18 @@ def run(opts: argparse.Namespace, log=_log) -> dict:
               f"{staged.out}/index.html") if code == 0 else ""
     log(f"significance: {staged.out}/significance.txt{extras}")
     return result
+
+
+def _read_once(path: str, copy: str) -> str:
+    """``path``, or for a pipe (``--ref <(...)``, /dev/stdin), which can be read only once, a
+    copy of its bytes at ``copy`` (with its .gz suffix): the files are read twice, checked and
+    then scored."""
+    if os.path.isfile(path) or not os.path.exists(path) or os.path.isdir(path):
+        return path  # a file; or what the checks refuse, named as the user gave it
+    copy += ".gz" if path.endswith(".gz") else ""
+    with open(path, "rb") as source, open(copy, "wb") as target:
+        shutil.copyfileobj(source, target)
+    return copy
 
 
 def _last_line(path: str) -> str:

@@ -176,3 +176,21 @@ def test_a_failing_compare_mt_keeps_the_sacrebleu_result(tmp_path):
     warnings = [line for line in res.stderr.splitlines() if "compare-mt failed" in line]
     assert len(warnings) == 1 and "the sacreBLEU result is kept" in warnings[0] and "yerr" in warnings[0]
     assert "Traceback" not in res.stderr and not (out / "index.html").exists()
+
+
+def test_pipes_are_read_once_and_compared_as_files_are(tmp_path):
+    """``--ref <(...)`` and friends: a pipe can be read once, and the command reads its inputs
+    twice (checked, then scored); the pipes give the same result as the files."""
+    refs, base, better, _ = corpus(n=37)
+    for name, text in (("ref", refs), ("a", base), ("b", better)):
+        (tmp_path / name).write_text("\n".join(text) + "\n")
+    command = (f'"$PYTHON" -m fairseq_ext significance --samples 20 --out "$1" --ref {{ref}} --sys-a {{a}} '
+               f'--sys-b {{b}} 2>/dev/null')
+    results = []
+    for name, how in (("files", '"$2/{}"'), ("pipes", '<(cat "$2/{}")')):
+        line = command.format(ref=how.format("ref"), a=how.format("a"), b=how.format("b"))
+        res = subprocess.run(["bash", "-c", line, "significance", tmp_path / name, tmp_path],
+                             capture_output=True, text=True, env=dict(os.environ, PYTHON=sys.executable))
+        assert res.returncode == 0, res.stdout + res.stderr
+        results.append(json.loads((tmp_path / name / "significance.json").read_text()))
+    assert results[0] == results[1]
