@@ -53,11 +53,44 @@ def load_model(checkpoint: str, data: str, split: Optional[str] = None, override
         raise DataError(f"--data {data}: no such directory")
     arg_overrides = {"data": os.path.abspath(data)}
     arg_overrides.update(overrides or {})
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=arg_overrides)
+    try:
+        models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=arg_overrides)
+    except FileNotFoundError as e:
+        missing = str(e.filename or "")
+        if os.path.dirname(os.path.abspath(missing)) != os.path.abspath(data) or \
+                not os.path.basename(missing).startswith("dict."):
+            raise
+        raise DataError(f"--data {data} has no {os.path.basename(missing)}: name the directory fairseq-preprocess "
+                        "(or fairseq-ext prepare) wrote for this model, with its dict.SRC.txt and dict.TGT.txt") from None
+    except RuntimeError as e:
+        mismatch = _size_mismatch(str(e))
+        if mismatch is None:
+            raise
+        raise DataError(f"--checkpoint {checkpoint} was not trained on --data {data}: {mismatch}; name the data "
+                        "directory the model was trained on") from None
     model = models[0].eval().to(device(cpu))
     if split is not None:
         task.load_dataset(split)
     return model, task
+
+
+_MISMATCH = re.compile(r"size mismatch for (\S+): copying a param with shape torch\.Size\(\[(\d+)[^\]]*\]\) from "
+                       r"checkpoint, the shape in current model is torch\.Size\(\[(\d+)")
+
+
+def _size_mismatch(message: str) -> Optional[str]:
+    """What torch's ``load_state_dict`` error says of the vocabulary, in words, or None for
+    another error: ``encoder.embed_tokens.weight`` (the source dictionary) or the decoder's
+    (the target dictionary) has N entries in the checkpoint and M in the data's dictionary."""
+    match = _MISMATCH.search(message)
+    if match is None:
+        return None
+    name, saved, built = match.groups()
+    side = ("source" if name.startswith("encoder.") else "target" if name.startswith("decoder.") else None)
+    if side and ("embed_tokens" in name or "output_projection" in name):
+        return (f"its {side} vocabulary has {saved} entries ({name}), the {side} dictionary of --data has {built} "
+                "(another preprocessing or language pair)")
+    return f"{name} has {saved} rows in the checkpoint and {built} in the model built for --data"
 
 
 def load_state(checkpoint: str) -> dict:

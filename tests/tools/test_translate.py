@@ -210,3 +210,29 @@ def test_a_checkpoint_that_is_a_folder_or_not_a_checkpoint_is_one_line(tmp_path)
             with pytest.raises(CheckpointError) as refused:
                 load(str(path))
             assert str(refused.value) == f"--checkpoint {path} {message}"
+
+
+def test_data_without_dictionaries_or_of_another_preprocessing_is_one_line(tiny_trained, tmp_path):
+    """Every command that loads a model on --data (translate, score, the analyses): a data
+    directory without the dictionaries, or with dictionaries the model was not trained with,
+    is one line naming it, not fairseq's FileNotFoundError or torch's size-mismatch report."""
+    bin_dir, checkpoint = tiny_trained
+    bare, other = tmp_path / "bare", tmp_path / "other"
+    shutil.copytree(bin_dir, bare, ignore=shutil.ignore_patterns("dict.*"))
+    shutil.copytree(bin_dir, other)
+    with open(other / "dict.tgt.txt", "a", encoding="utf-8") as f:
+        f.write("extra1 1\nextra2 1\n")
+    words = sum(1 for _ in open(os.path.join(bin_dir, "dict.tgt.txt"), encoding="utf-8"))
+    (tmp_path / "in.txt").write_text("w1 w2 w3\n")
+    for data, message in [
+            (bare, f"--data {bare} has no dict.src.txt: name the directory fairseq-preprocess (or fairseq-ext "
+                   f"prepare) wrote for this model, with its dict.SRC.txt and dict.TGT.txt"),
+            (other, f"--checkpoint {checkpoint} was not trained on --data {other}: its target vocabulary has "
+                    f"{words + 4} entries (decoder.embed_tokens.weight), the target dictionary of --data has "
+                    f"{words + 6} (another preprocessing or language pair); name the data directory the model was "
+                    f"trained on")]:
+        res = fairseq_ext("translate", "--checkpoint", checkpoint, "--data", data, "--input", tmp_path / "in.txt",
+                          "--cpu")
+        errors = [line for line in res.stderr.splitlines() if "error" in line.lower()]
+        assert res.returncode == 1 and errors == [f"fairseq-ext translate: error: {message}"], res.stderr[-2000:]
+        assert "Traceback" not in res.stderr
