@@ -298,7 +298,12 @@ def main(argv=None):
         for p in todo.plans:  # worker node of a multi-node run: train only
             execute.run_on_worker_node(p)
         return 0
-    failed = [] if args.report else run_all(todo)
+    try:
+        failed = [] if args.report else run_all(todo)
+    except KeyboardInterrupt:  # Ctrl-C: the children were stopped (children.py); one line, no traceback
+        print(f"\n{parser.prog}: interrupted: the running command was stopped; finished rows are kept and reused: "
+              "run the same command again to go on", file=sys.stderr, flush=True)
+        return 130
     report(todo, args, failed)
     return 0
 

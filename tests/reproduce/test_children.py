@@ -74,3 +74,39 @@ def test_a_command_that_ends_on_its_own_is_not_signalled(tmp_path):
 
     assert children.run([sys.executable, "-c", "import sys; sys.exit(3)"]) == 3
     assert children._running == {}
+
+
+# The table command itself, with its one planned run replaced by the command above.
+MAIN = textwrap.dedent("""
+    import sys
+    from fairseq_ext.reproduce import __main__ as reproduce, execute
+    execute.run = lambda plan: execute.run_command([sys.executable, "-c", sys.argv[1], sys.argv[2]], sys.argv[3])
+    sys.exit(reproduce.main(["thesis-3.3", "--smoke", "--rows", "transformer", "--datasets", "iwslt15-en-vi",
+                             "--work-dir", sys.argv[4], "--data-root", sys.argv[4]]))
+""")
+
+
+def test_ctrl_c_of_the_table_command_is_one_line(tmp_path):
+    """Ctrl-C while a row runs: its command is stopped, and the table command says so in one
+    line (how to go on), not in two chained tracebacks."""
+    pids = tmp_path / "pids"
+    proc = subprocess.Popen([sys.executable, "-c", MAIN, CHILD, str(pids), str(tmp_path / "run" / "train.log"),
+                             str(tmp_path / "work")], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 120
+    while not pids.exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() < deadline, "the command did not start"
+        time.sleep(0.2)
+    child, worker = map(int, pids.read_text().split())
+    proc.send_signal(signal.SIGINT)
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=60) == 130
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines() == [
+        "reproduce.sh: interrupted: the running command was stopped; finished rows are kept and reused: run the same "
+        "command again to go on"], stderr
+    deadline = time.time() + 15
+    while (_alive(child) or _alive(worker)) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not _alive(child) and not _alive(worker)
