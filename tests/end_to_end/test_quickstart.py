@@ -85,3 +85,28 @@ def test_a_run_cut_by_the_time_cap_says_so_and_continues_and_a_users_file_surviv
     assert res.returncode != 0 and "checkpoint_avg5.pt" in res.stderr.strip().splitlines()[-1], res.stderr[-2000:]
     assert (save / "checkpoint_avg5.pt").read_bytes() == b"user's model"
     assert (save / "checkpoint_last.pt").is_file()
+
+
+def test_a_second_quickstart_into_one_save_dir_is_refused_before_it_starts(tmp_path):
+    """Two quickstarts into one SAVE_DIR: the second stops at once, naming the first, and
+    prepares no data (run A's model and score stay A's)."""
+    import os
+
+    from fairseq_ext.recipes.helpers import locks
+
+    save, data = tmp_path / "checkpoints" / "qs", tmp_path / "data"
+    hold = ("import sys, time; from fairseq_ext.recipes.helpers.locks import OutputLock; "
+            "OutputLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)")
+    env = {k: v for k, v in os.environ.items() if k != locks.HELD_ENV}
+    first = subprocess.Popen([sys.executable, "-c", hold, str(save)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert first.stdout.readline().strip() == "held"
+        res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra={**TINY, "SAVE_DIR": str(save), "DATA_DIR": str(data),
+                                                                  "FSX_HELD_LOCKS": ""})
+    finally:
+        first.kill()
+        first.wait()
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[-1].startswith(
+        f"quickstart.sh: error: SAVE_DIR {save} is being written by another command (pid {first.pid} on "), res.stderr
+    assert not data.exists()
