@@ -46,7 +46,11 @@ SELECTION = (
     "tests/test_ema.py",
     "tests/test_activation_checkpointing.py",
 )
-DESELECTED = ()
+DESELECTED = (
+    "tests/test_binaries.py::TestTranslation::test_insertion_transformer",  # 215 s alone
+    "tests/test_data_utils.py::TestBatchBySizeVec::test_compare_with_baseline",  # 55 s
+    "tests/test_data_utils.py::TestBatchBySizeFn::test_compare_with_baseline",  # 40 s
+)
 
 UTILS_PY = '''"""fairseq's sdist does not ship tests/utils.py: its command helpers, rewritten in
 fairseq_ext's tests/fairseq_compat/sdist_test_helpers.py (written by run_fairseq_tests.py)."""
@@ -217,7 +221,7 @@ def main(argv=None):
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
                "-o", "junit_family=xunit2", "--continue-on-collection-errors"]
     if args.workers != "0":
-        command += ["-n", args.workers, "--dist", "loadfile"]
+        command += ["-n", args.workers, "--dist", "load"]  # test_binaries alone is most of the time
     if args.plugin:
         command += ["-p", "fairseq_ext_loaded"]
         env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # the plugin loads checkpoints safely itself
