@@ -8,6 +8,7 @@ from fairseq_ext.reproduce.cells import format_number
 from fairseq_ext.reproduce.columns import Column
 from fairseq_ext.reproduce.layout import (TESTS, cell_text, has_paper_numbers, has_test, seed_count, shows_ratio,
                                           sub_columns)
+from fairseq_ext.reproduce.paper_checks import contradicted_differences
 from fairseq_ext.reproduce.records import Record
 from fairseq_ext.reproduce.scale import Scale, scale_lines
 from fairseq_ext.reproduce.tables import Table
@@ -128,6 +129,7 @@ def legend(table: Table, records: List[Record], smoke: bool = False) -> List[str
                         "undertrained and narrow, the data a small substitute." if smoke else ""))
     notes = dict.fromkeys(cell["note"] for r in records for cell in r["columns"].values() if cell.get("note"))
     lines += [f"ours, {note}" for note in notes]
+    lines += [f"paper, {line}." for line in contradicted_differences(table, {r["dataset"] for r in records})]
     reasons = list(dict.fromkeys(NO_TEST[s] for s in NO_TEST if s in sources))
     if reasons:
         lines.append("No sig. column: " + "; ".join(reasons) + ".")

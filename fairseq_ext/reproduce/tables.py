@@ -99,12 +99,18 @@ class Table:
 
     def reference(self, row: Row) -> Optional[Row]:
         """The row ``row`` is compared with: its ``compare_with``, else the baseline (None for
-        the baseline itself and in a table without one)."""
+        the baseline itself, for a row that reports on the reference's own model measured the
+        same way, such as thesis-4.6's second baseline row, and in a table without a baseline;
+        rows on the layers of one model, wt-2's, compare as configured)."""
         if row.compare_with:
-            return self.row(row.compare_with)
-        if self.baseline and row.id != self.baseline and row.runnable:
-            return self.row(self.baseline)
-        return None
+            reference = self.row(row.compare_with)
+        elif self.baseline and row.id != self.baseline and row.runnable:
+            reference = self.row(self.baseline)
+        else:
+            return None
+        if self.owner(reference).id == self.owner(row).id and reference.analysis == row.analysis:
+            return None  # one model measured alike: a difference of 0, a test of a system against itself
+        return reference
 
     def owner(self, row: Row) -> Row:
         """The row whose training ``row`` reports on (itself unless it names a ``model``)."""
