@@ -1,0 +1,172 @@
+"""fairseq_ext.tools.multi_run_tests: corpus BLEU from summed statistics against sacreBLEU's
+own, the stratified approximate randomization against a plain-Python recomputation of its
+definition on a hand-made example (2 runs x 5 sentences), its degenerate cases, compare-mt's
+subsample bootstrap recomputed the same way, and Holm's adjustment by hand."""
+import math
+import random
+
+import numpy as np
+import pytest
+from sacrebleu.metrics import BLEU
+
+from fairseq_ext.tools import multi_run_tests as mrt
+
+
+def bleu_by_hand(stats):
+    """sacreBLEU's corpus BLEU (exp smoothing) of one row of summed statistics, in plain Python."""
+    sys_len, ref_len, correct, total = stats[0], stats[1], list(stats[2:6]), list(stats[6:10])
+    if not any(correct) or 0 in total:
+        return 0.0
+    bp = 1.0 if sys_len >= ref_len else math.exp(1 - ref_len / sys_len)
+    logs, halve = [], 1.0
+    for c, t in zip(correct, total):
+        if c == 0:
+            halve *= 2
+            logs.append(math.log(100.0 / (halve * t)))
+        else:
+            logs.append(math.log(100.0 * c / t))
+    return bp * math.exp(sum(logs) / 4)
+
+
+def add(rows):
+    return [sum(column) for column in zip(*rows)]
+
+
+def test_corpus_bleu_is_sacrebleus():
+    metric = BLEU()
+    rng = random.Random(3)
+    for _ in range(300):
+        sys_len, ref_len = rng.randint(0, 40), rng.randint(1, 40)
+        total = [max(sys_len - i, 0) for i in range(4)]
+        correct = [rng.choice([0, rng.randint(0, t)]) if t else 0 for t in total]
+        stats = [sys_len, ref_len, *correct, *total]
+        ours = float(mrt.corpus_bleu(np.array(stats, dtype=float)))
+        assert ours == pytest.approx(metric._compute_score_from_stats(list(stats)).score, abs=1e-9), stats
+        assert ours == pytest.approx(bleu_by_hand(stats), abs=1e-9)
+
+
+def test_sentence_stats_sum_to_sacrebleus_corpus_score():
+    refs = ["the cat sat on the mat .", "a dog runs in the park", "it is raining today", "hello world"]
+    hyps = ["the cat sat on a mat .", "a dog runs in a park", "it rains today", "hello there world"]
+    stats = mrt.sentence_stats(refs, hyps, "detok-cased")
+    assert stats.shape == (4, 10)
+    assert float(mrt.corpus_bleu(stats.sum(0))) == pytest.approx(BLEU().corpus_score(hyps, [refs]).score)
+
+
+# two runs (seeds 1 and 2) of systems A and B on 5 sentences: hand-chosen statistics
+# (hyp_len, ref_len, correct 1-4, total 1-4)
+A = {1: [[8, 9, 6, 3, 1, 0, 8, 7, 6, 5], [5, 5, 4, 2, 1, 1, 5, 4, 3, 2], [12, 11, 9, 6, 4, 2, 12, 11, 10, 9],
+         [7, 8, 5, 2, 0, 0, 7, 6, 5, 4], [10, 10, 7, 5, 3, 2, 10, 9, 8, 7]],
+     2: [[9, 9, 6, 4, 2, 1, 9, 8, 7, 6], [4, 5, 3, 1, 0, 0, 4, 3, 2, 1], [11, 11, 8, 5, 3, 1, 11, 10, 9, 8],
+         [8, 8, 6, 3, 1, 0, 8, 7, 6, 5], [10, 10, 6, 4, 2, 1, 10, 9, 8, 7]]}
+B = {1: [[9, 9, 8, 6, 4, 2, 9, 8, 7, 6], [5, 5, 5, 3, 2, 1, 5, 4, 3, 2], [11, 11, 10, 7, 5, 3, 11, 10, 9, 8],
+         [8, 8, 6, 4, 2, 1, 8, 7, 6, 5], [10, 10, 8, 6, 4, 3, 10, 9, 8, 7]],
+     2: [[9, 9, 7, 5, 3, 1, 9, 8, 7, 6], [5, 5, 4, 2, 1, 0, 5, 4, 3, 2], [12, 11, 9, 7, 4, 2, 12, 11, 10, 9],
+         [8, 8, 7, 4, 2, 1, 8, 7, 6, 5], [10, 10, 7, 5, 3, 2, 10, 9, 8, 7]]}
+
+
+def ar_by_hand(a, b, shuffles, seed):
+    """The definition: the statistic is mean over runs of BLEU(B) - mean of BLEU(A); each
+    shuffle swaps sentence i of run pair k when the next double of default_rng(seed) (order:
+    shuffle, run, sentence) is below 0.5; p = (c + 1) / (R + 1), c = #{|shuffled| >= |observed|}."""
+    runs = sorted(a)
+    observed = (sum(bleu_by_hand(add(b[k])) for k in runs) - sum(bleu_by_hand(add(a[k])) for k in runs)) / len(runs)
+    doubles = np.random.default_rng(seed).random((shuffles, len(runs), len(a[runs[0]]))).tolist()
+    c = 0
+    for r in range(shuffles):
+        total = 0.0
+        for j, k in enumerate(runs):
+            new_a = [b[k][i] if doubles[r][j][i] < 0.5 else a[k][i] for i in range(len(a[k]))]
+            new_b = [a[k][i] if doubles[r][j][i] < 0.5 else b[k][i] for i in range(len(a[k]))]
+            total += bleu_by_hand(add(new_b)) - bleu_by_hand(add(new_a))
+        c += abs(total / len(runs)) >= abs(observed) - 1e-9
+    return observed, c, (c + 1) / (shuffles + 1)
+
+
+def arrays(runs):
+    return {k: np.array(v, dtype=float) for k, v in runs.items()}
+
+
+@pytest.mark.parametrize("seed", [1, 12345])
+def test_stratified_ar_is_its_definition(seed):
+    observed, c, p = ar_by_hand(A, B, 500, seed)
+    found = mrt.stratified_ar(arrays(A), arrays(B), shuffles=500, seed=seed)
+    assert found["delta"] == pytest.approx(observed, abs=1e-9) and observed > 0
+    assert (found["count"], found["p_value"]) == (c, p)
+    assert 0 < c < 500  # a case that is neither extreme
+    assert found["runs"] == [1, 2]
+    by_run = {k: bleu_by_hand(add(B[k])) for k in (1, 2)}
+    assert found["system_bleu"] == pytest.approx(by_run)
+    assert found["s_dev_system"] == pytest.approx(abs(by_run[1] - by_run[2]) / math.sqrt(2))
+
+
+def test_stratified_ar_blocks_do_not_change_the_draws(monkeypatch):
+    """The shuffles are drawn in blocks; blocks of 7 shuffles give the same p as one block."""
+    whole = mrt.stratified_ar(arrays(A), arrays(B), shuffles=100, seed=5)
+    monkeypatch.setattr(mrt, "BLOCK", 70)  # 70 doubles: 7 shuffles of 2 runs x 5 sentences
+    blocks = mrt.stratified_ar(arrays(A), arrays(B), shuffles=100, seed=5)
+    assert (blocks["count"], blocks["p_value"]) == (whole["count"], whole["p_value"]) == ar_by_hand(A, B, 100, 5)[1:]
+
+
+def test_identical_systems_give_p_1_and_a_sentence_better_everywhere_a_small_p():
+    same = mrt.stratified_ar(arrays(A), arrays(A), shuffles=200)
+    assert same["delta"] == 0 and same["count"] == 200 and same["p_value"] == 1.0
+    # B better than A on every sentence of 40, in both runs: no shuffle reaches the observed gap
+    rng = random.Random(0)
+    worse, better = {}, {}
+    for k in (1, 2):
+        worse[k], better[k] = [], []
+        for _ in range(40):
+            n = rng.randint(8, 14)
+            total = [n - i for i in range(4)]
+            worse[k].append([n, n, *(t // 3 for t in total), *total])
+            better[k].append([n, n, *(t - 1 for t in total), *total])
+    found = mrt.stratified_ar(arrays(worse), arrays(better), shuffles=999)
+    assert found["delta"] > 20 and found["count"] == 0 and found["p_value"] == 1 / 1000
+    # one run: the plain approximate randomization, symmetric in the two systems
+    one = mrt.stratified_ar({1: arrays(A)[1]}, {1: arrays(B)[1]}, shuffles=300, seed=2)
+    back = mrt.stratified_ar({1: arrays(B)[1]}, {1: arrays(A)[1]}, shuffles=300, seed=2)
+    assert one["p_value"] == back["p_value"] and one["delta"] == pytest.approx(-back["delta"])
+    assert one["s_dev_system"] is None
+
+
+def test_stratified_ar_refuses_what_it_cannot_pair():
+    with pytest.raises(ValueError, match="no run of both"):
+        mrt.stratified_ar({1: arrays(A)[1]}, {2: arrays(B)[2]})
+    with pytest.raises(ValueError, match="--shuffles must be at least 1"):
+        mrt.stratified_ar(arrays(A), arrays(B), shuffles=0)
+    with pytest.raises(ValueError, match="differ in shape"):
+        mrt.stratified_ar({1: arrays(A)[1]}, {1: arrays(B)[1][:4]})
+
+
+def test_subsample_bootstrap_is_compare_mts_procedure():
+    a, b = np.array(A[1] * 4, dtype=float), np.array(B[1] * 4, dtype=float)  # 20 sentences
+    found = mrt.subsample_bootstrap(a, b, samples=200, seed=9)
+    rng = np.random.default_rng(9)
+    wins_b = wins_a = 0
+    for _ in range(200):
+        ids = rng.integers(0, 20, 10).tolist()  # int(0.5 * 20) with replacement
+        score_a, score_b = (bleu_by_hand(add([rows[i].tolist() for i in ids])) for rows in (a, b))
+        wins_b += score_b > score_a
+        wins_a += score_a > score_b
+    assert (found["system_wins"], found["reference_wins"]) == (wins_b / 200, wins_a / 200)
+    assert found["better"] == "system" and found["better_in"] == wins_b / 200
+    assert found["p_value"] == pytest.approx(1 - wins_b / 200)
+    assert mrt.subsample_bootstrap(a, a, samples=50)["p_value"] == 1.0  # never strictly better
+
+
+def test_holm_by_hand():
+    # sorted: 0.01 * 3 = 0.03; 0.03 * 2 = 0.06; 0.04 * 1 = 0.04, raised to 0.06 (step-down is monotone)
+    assert mrt.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert mrt.holm([0.5, 0.2]) == pytest.approx([0.5, 0.4])
+    assert mrt.holm([0.9, 0.8, 0.7]) == pytest.approx([1.0, 1.0, 1.0])
+    assert mrt.holm([0.02]) == [0.02] and mrt.holm([]) == []
+
+
+def test_selection_sd_is_the_bootstrap_spread_of_each_run():
+    runs = arrays({1: A[1] * 10})
+    spread = mrt.selection_sd(runs, samples=300, seed=4)
+    rng = np.random.default_rng(4)
+    rows = runs[1]
+    scores = [bleu_by_hand(rows[rng.integers(0, 50, 50)].sum(0).tolist()) for _ in range(300)]
+    assert spread == pytest.approx(float(np.std(scores, ddof=1)))
