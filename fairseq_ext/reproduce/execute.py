@@ -173,10 +173,10 @@ def run_meteor(ap: AnalysisPlan) -> dict:
     """METEOR of the run's detokenized hypotheses (fairseq_ext.tools.meteor) into meteor.json;
     {"unavailable": why} when it cannot be computed here (tried again on the next run)."""
     done = read_record(ap.out, f"[{ap.run.table}/{ap.run.row}/{ap.run.dataset}] meteor")
-    if done is not None and "score" in done:
-        return done
-    eval_dir = os.path.join(ap.run.run_dir, "eval-test")
     language = read_prep_env(ap.run.data_dir).get("tgt", "")
+    if done is not None and "score" in done and done.get("implementation") == meteor.describe(language):
+        return done  # scored by this implementation (another one's score is made again)
+    eval_dir = os.path.join(ap.run.run_dir, "eval-test")
     try:
         result = meteor.corpus_score(read_lines(os.path.join(eval_dir, "hyp.detok")),
                                      read_lines(os.path.join(eval_dir, "ref.detok")), language)

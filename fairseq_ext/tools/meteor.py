@@ -1,45 +1,49 @@
 """METEOR without downloads, for the multi-source paper's tables (ms-1, ms-2).
 
-Libovický et al. (2018) report "BLEU and METEOR as implemented in MultEval": METEOR 1.5
-(Denkowski & Lavie 2014), a Java program run with its task "rank" settings, whose German,
-French, Spanish and Czech scores also match paraphrases from tables of hundreds of MB that
-come beside the jar, and whose English scores also match WordNet synonyms. None of that can
-be fetched when the score is computed, so this module scores with the maintained Python
-implementation instead, ``nltk.translate.meteor_score`` (nltk is pinned by the Makefile;
-the version goes into every result), and keeps from METEOR 1.5 what needs no data:
+Libovický et al. (2018) report "BLEU and METEOR (Denkowski and Lavie, 2011) as implemented in
+MultEval": the paper cites METEOR 1.3, which MultEval bundled (its later releases bundle
+METEOR 1.4). METEOR is a Java program whose German, French, Spanish and Czech scores also
+match paraphrases from tables of hundreds of MB that come beside the jar, and whose English
+scores also match WordNet synonyms. None of that can be fetched when the score is computed,
+so this module computes METEOR's formula itself, with the alignment of the maintained Python
+implementation, ``nltk.translate.meteor_score`` (nltk is pinned by the Makefile; the version
+goes into every result), and keeps what needs no data. It is not METEOR 1.3: its parameters
+are METEOR 1.5's (Denkowski & Lavie, 2014), the version whose jar can still be run to check
+it (docs/reproduction.md, "METEOR"):
 
   stages      exact, then stem (nltk's Snowball stemmer of the language: pure code, the
-              Snowball algorithms METEOR 1.5 also stems with). No synonym stage: nltk's
-              reads WordNet, a download, and gets a WordNet with no synsets here. No
-              paraphrase stage: nltk has none. Czech is exact only, because METEOR 1.5 has
-              no Czech stemmer either (its Czech stages are exact and paraphrase).
-  parameters  METEOR 1.5's "rank" alpha, beta, gamma of the language (``LANGUAGES``; the
-              jar prints them with ``-l LANG``), in nltk's formula
+              Snowball algorithms METEOR also stems with). No synonym stage (nltk's reads
+              WordNet, a download) and no paraphrase stage (nltk has none). Czech is exact
+              only, because METEOR has no Czech stemmer either.
+  parameters  METEOR 1.5's "rank" task, per language (``LANGUAGES``; the jar prints them with
+              ``-l LANG``): alpha, beta, gamma, and the stem module's weight (a stem match
+              counts that much, an exact one 1). Its delta, the weight of content against
+              function words, needs the function-word lists of the jar: every word is a content
+              word here, and delta cancels out of precision and recall.
+  formula     METEOR's (MeteorScorer.computeMetrics), on the weighted matches m_w:
+                  P = m_w / hypothesis words,  R = m_w / reference words
                   Fmean   = P * R / (alpha * P + (1 - alpha) * R)
-                  penalty = gamma * (chunks / matches) ** beta
-                  score   = Fmean * (1 - penalty)
-              Not METEOR 1.5's delta: nltk has no function-word lists, so content and
-              function words weigh the same (delta = 0.5); nor its module weights: a stem
-              match counts as much as an exact one.
+                  frag    = chunks / matches (unweighted); 0 when the hypothesis is the
+                            reference (every word matched in one chunk)
+                  score   = Fmean * (1 - gamma * frag ** beta)
+  corpus      as METEOR: the sentences' statistics (lengths, exact and stem matches, chunks)
+              are summed over the corpus and the formula applied once, times 100.
   tokens      the hypotheses and references are detokenized text; each line is
               Moses-tokenized for the language (sacremoses, no XML escapes, as
-              ``fairseq_ext.recipes.helpers.corpus`` tokenizes) and lowercased by nltk.
-  corpus      the mean of nltk's sentence scores, times 100. (METEOR 1.5 sums matches,
-              chunks and lengths over the corpus and applies the formula once.)
+              ``fairseq_ext.recipes.helpers.corpus`` tokenizes) and lowercased.
 
-nltk also aligns differently (greedily, where METEOR 1.5 searches for the alignment with the
-fewest chunks). The score therefore tracks METEOR 1.5 but is not comparable with the paper's
-to the last digit: see "METEOR" in docs/reproduction.md for how far apart they are on our
-German outputs. Languages METEOR 1.5 has no tuned parameters for raise
+nltk aligns greedily, where METEOR searches for the alignment with the fewest chunks, and
+knows no function words: the score tracks METEOR 1.5's exact+stem score within a few tenths
+(measured on our German outputs against the jar: docs/reproduction.md) but is not the paper's
+to the last digit. Languages METEOR 1.5 has no tuned parameters for raise
 :class:`MeteorUnavailable` instead of giving a number.
 
     python -m fairseq_ext.tools.meteor --hyp hyp.detok --ref ref.detok --lang de
 """
 import argparse
 import importlib.metadata
-import statistics
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_ext.common.data_text import read_lines
 from fairseq_ext.errors import FairseqExtError
@@ -56,24 +60,56 @@ class MeteorUnavailable(FairseqExtError):
 @dataclass(frozen=True)
 class Language:
     """How one target language is scored: METEOR 1.5's "rank" parameters for it, the
-    Snowball stemmer of its stem stage (None: no stem stage) and the METEOR 1.5 stages that
-    need data and are left out."""
+    Snowball stemmer of its stem stage (None: no stem stage) with the stage's weight, and the
+    METEOR 1.5 stages that need data and are left out."""
 
     name: str
     stemmer: Optional[str]
     alpha: float
     beta: float
     gamma: float
+    stem_weight: float
     left_out: str
 
 
 LANGUAGES: Dict[str, Language] = {
-    "cs": Language("Czech", None, 0.95, 0.2, 0.6, "paraphrase"),
-    "de": Language("German", "german", 0.95, 1.0, 0.55, "paraphrase"),
-    "en": Language("English", "english", 0.85, 0.2, 0.6, "synonym, paraphrase"),
-    "es": Language("Spanish", "spanish", 0.65, 1.3, 0.5, "paraphrase"),
-    "fr": Language("French", "french", 0.9, 1.4, 0.6, "paraphrase"),
+    "cs": Language("Czech", None, 0.95, 0.2, 0.6, 0.0, "paraphrase"),
+    "de": Language("German", "german", 0.95, 1.0, 0.55, 0.8, "paraphrase"),
+    "en": Language("English", "english", 0.85, 0.2, 0.6, 0.6, "synonym, paraphrase"),
+    "es": Language("Spanish", "spanish", 0.65, 1.3, 0.5, 0.8, "paraphrase"),
+    "fr": Language("French", "french", 0.9, 1.4, 0.6, 0.2, "paraphrase"),
 }
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """METEOR's sufficient statistics of one sentence pair, or summed over a corpus."""
+
+    hypothesis_words: int = 0
+    reference_words: int = 0
+    exact: int = 0
+    stem: int = 0
+    chunks: int = 0
+
+    def __add__(self, other: "Statistics") -> "Statistics":
+        return Statistics(*(a + b for a, b in zip(self.astuple(), other.astuple())))
+
+    def astuple(self) -> Tuple[int, ...]:
+        return (self.hypothesis_words, self.reference_words, self.exact, self.stem, self.chunks)
+
+
+def score_of(stats: Statistics, setup: "Language") -> float:
+    """METEOR (0-1) of sentence or corpus statistics: MeteorScorer.computeMetrics of METEOR
+    1.5, without function words."""
+    matches = stats.exact + stats.stem
+    weighted = stats.exact + setup.stem_weight * stats.stem
+    if weighted == 0 or stats.hypothesis_words == 0 or stats.reference_words == 0:
+        return 0.0
+    precision, recall = weighted / stats.hypothesis_words, weighted / stats.reference_words
+    fmean = precision * recall / (setup.alpha * precision + (1 - setup.alpha) * recall)
+    perfect = matches == stats.hypothesis_words == stats.reference_words and stats.chunks == 1
+    fragmentation = 0.0 if perfect else stats.chunks / matches
+    return max(fmean * (1 - setup.gamma * fragmentation ** setup.beta), 0.0)
 
 
 class _NoSynsets:
@@ -117,35 +153,94 @@ def describe(language: str) -> str:
         setup, version = _language(language), _nltk_version()
     except MeteorUnavailable as err:
         return str(err)
-    return (f"METEOR: nltk {version} meteor_score, {_stages(setup)}, no {setup.left_out}; "
-            f"METEOR 1.5 rank alpha={setup.alpha} beta={setup.beta} gamma={setup.gamma}, no delta; "
-            f"Moses-tokenized, lowercased; mean of sentence scores")
+    weight = f", stem weight {setup.stem_weight}" if setup.stemmer else ""
+    return (f"METEOR: METEOR 1.5's formula and rank parameters alpha={setup.alpha} beta={setup.beta} "
+            f"gamma={setup.gamma}{weight}, no function words; nltk {version} alignment, {_stages(setup)}, no "
+            f"{setup.left_out}; Moses-tokenized, lowercased; statistics summed over the corpus")
+
+
+BEAM = 40  # METEOR 1.5's default beam (-x)
+
+
+def align(hypothesis: Sequence[str], reference: Sequence[str], stem=None) -> List[Tuple[int, int, bool]]:
+    """METEOR's alignment of two lowercased token lists: (hypothesis position, reference
+    position, whether a stem match) for the most matches (each word once), of those the most
+    exact ones, then the fewest chunks, then the smallest sum of position distances, by a beam
+    search over the hypothesis words as METEOR's aligner does (beam :data:`BEAM`)."""
+    stems = ([stem(w) for w in hypothesis], [stem(w) for w in reference]) if stem else None
+    candidates = []
+    for i, word in enumerate(hypothesis):
+        exact = [(j, False) for j, other in enumerate(reference) if other == word]
+        by_stem = [(j, True) for j, other in enumerate(reference)
+                   if stems and other != word and stems[1][j] == stems[0][i]]
+        candidates.append(exact + by_stem)
+    # a state: (matches, -stem matches, -chunks, -distance, used reference positions (bits), pairs)
+    beam = [(0, 0, 0, 0, 0, ())]
+    for i, options in enumerate(candidates):
+        grown = []
+        for matches, stemmed, chunks, distance, used, pairs in beam:
+            grown.append((matches, stemmed, chunks, distance, used, pairs))
+            for j, is_stem in options:
+                if used >> j & 1:
+                    continue
+                last = pairs[-1] if pairs else None
+                joined = last is not None and last[0] == i - 1 and last[1] == j - 1
+                grown.append((matches + 1, stemmed - is_stem, chunks - (0 if joined else 1), distance - abs(i - j),
+                              used | 1 << j, pairs + ((i, j, is_stem),)))
+        grown.sort(key=lambda state: state[:4], reverse=True)
+        beam = grown[:BEAM]
+    return list(beam[0][5])
+
+
+class _Scorer:
+    """The sentence statistics of one language: Moses tokenization, lowercasing, the
+    alignment of :func:`align` with the language's Snowball stemmer."""
+
+    def __init__(self, language: str):
+        from nltk.stem.snowball import SnowballStemmer
+
+        self.setup = _language(language)
+        _nltk_version()
+        self.stem = SnowballStemmer(self.setup.stemmer).stem if self.setup.stemmer else None
+        self.tokenize = moses_tokenizer(language, escape=False)
+
+    def statistics(self, hypothesis: str, reference: str) -> Statistics:
+        hyp, ref = self.tokenize(hypothesis).lower().split(), self.tokenize(reference).lower().split()
+        pairs = align(hyp, ref, self.stem)
+        chunks = sum(1 for k, (i, j, _) in enumerate(pairs)
+                     if k == 0 or (pairs[k - 1][0], pairs[k - 1][1]) != (i - 1, j - 1))
+        stem = sum(1 for pair in pairs if pair[2])
+        return Statistics(len(hyp), len(ref), len(pairs) - stem, stem, chunks)
+
+
+def sentence_score(hypothesis: str, reference: str, language: str) -> float:
+    """METEOR (0-100) of one detokenized sentence against its reference; 100 for a
+    hypothesis equal to its reference."""
+    scorer = _Scorer(language)
+    return 100 * score_of(scorer.statistics(hypothesis, reference), scorer.setup)
+
+
+def corpus_statistics(hypotheses: Sequence[str], references: Sequence[str], language: str) -> Statistics:
+    """The summed statistics of parallel lists (MeteorUnavailable, InputError as
+    :func:`corpus_score`)."""
+    if len(hypotheses) != len(references):
+        raise InputError(f"METEOR: {len(hypotheses)} hypotheses but {len(references)} references")
+    if not hypotheses:
+        raise InputError("METEOR: no sentences to score")
+    scorer = _Scorer(language)
+    total = Statistics()
+    for hyp, ref in zip(hypotheses, references):
+        total = total + scorer.statistics(hyp, ref)
+    return total
 
 
 def corpus_score(hypotheses: List[str], references: List[str], language: str) -> dict:
     """METEOR of detokenized ``hypotheses`` against one reference each, on a 0-100 scale:
     ``{"score", "implementation", "language", "sentences"}``. Raises MeteorUnavailable for a
     language that cannot be scored, InputError for lists that are not parallel."""
-    setup = _language(language)
-    _nltk_version()
-    implementation = describe(language)
-    if len(hypotheses) != len(references):
-        raise InputError(f"METEOR: {len(hypotheses)} hypotheses but {len(references)} references")
-    if not hypotheses:
-        raise InputError("METEOR: no sentences to score")
-    from nltk.stem.snowball import SnowballStemmer
-    from nltk.translate.meteor_score import single_meteor_score
-
-    stemmer = SnowballStemmer(setup.stemmer) if setup.stemmer else _Unstemmed()
-    tokenize = moses_tokenizer(language, escape=False)
-    scores = [
-        single_meteor_score(tokenize(ref).split(), tokenize(hyp).split(), stemmer=stemmer,
-                            wordnet=_NoSynsets(), alpha=setup.alpha, beta=setup.beta,
-                            gamma=setup.gamma)
-        for hyp, ref in zip(hypotheses, references)
-    ]
-    return {"score": 100 * statistics.fmean(scores), "implementation": implementation,
-            "language": language, "sentences": len(scores)}
+    total = corpus_statistics(hypotheses, references, language)
+    return {"score": 100 * score_of(total, _language(language)), "implementation": describe(language),
+            "language": language, "sentences": len(hypotheses)}
 
 
 def main(argv=None):

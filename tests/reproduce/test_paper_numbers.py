@@ -2,6 +2,9 @@
 number in parentheses) is against the row the paper means, a row is never tested against its
 own model, and a printed difference that the table's own numbers contradict is said on the
 page."""
+import os
+import shlex
+
 import pytest
 
 from fairseq_ext.reproduce import planning
@@ -10,6 +13,8 @@ from fairseq_ext.reproduce.paper_checks import contradicted_differences, printed
 from fairseq_ext.reproduce.rows import build_rows
 from fairseq_ext.reproduce.scale import scales
 from fairseq_ext.reproduce.tables import load_setups, load_table, table_ids
+
+CONFIGS = os.path.join(os.path.dirname(planning.__file__), "..", "configs")
 
 # the three printed differences the papers' own numbers contradict (checked by hand)
 CONTRADICTED = {
@@ -72,3 +77,27 @@ def test_the_page_says_which_printed_difference_is_contradicted(tmp_path):
     assert ("paper, M-11 (iwslt15-en-vi, BLEU): the paper prints (+0.17) against Transformer, but its own numbers "
             "give 30.78 − 30.58 = +0.20; Δ paper shows the latter.") in page
     assert "Transparent" not in page.split("paper, ", 1)[1]  # only the data sets and rows of this page
+
+
+def test_the_multi_source_tables_are_scored_and_trained_as_the_paper_did(tmp_path):
+    """MultEval scores tokenized, lowercased text (the WMT multimodal task's preprocessing):
+    BLEU tok-lc. The Europarl models (ms-2, d_model 256) train on batches of 24 sentences
+    with the Noam peak of d_model 256; the Multi30k ones (ms-1, d_model 512) on 32 with 1.4e-4."""
+    setups = load_setups()
+    opts = planning.Options(work_dir=str(tmp_path), data_root=str(tmp_path / "d"), budget="100")
+    for table_id, batch, lr, d_model in (("ms-1", "32", "1.4e-4", 512), ("ms-2", "24", "1.98e-4", 256)):
+        table = load_table(table_id)
+        assert {d["bleu"] for d in table.datasets.values()} == {"tok-lc"}
+        plan = next(p for p in planning.plan_table(table, table.select("serial"), setups, opts) if p.row == "serial")
+        config = plan.train[plan.train.index("--config") + 1]
+        with open(os.path.join(CONFIGS, f"{config}.args"), encoding="utf-8") as f:
+            args = shlex.split(f.read(), comments=True)
+        train = args + plan.train[plan.train.index("--") + 1:]  # what fairseq-train gets: the last value wins
+
+        def last(flag, default=None):
+            return train[len(train) - train[::-1].index(flag)] if flag in train else default
+
+        assert last("--batch-size") == batch and float(last("--lr")) == float(lr)
+        assert int(last("--encoder-embed-dim", 512)) == d_model
+        assert float(lr) == pytest.approx(0.2 * d_model ** -0.5 * 4000 ** -0.5, rel=0.01)
+        assert plan.evaluate[plan.evaluate.index("--headline") + 1] == "tok-lc"
