@@ -101,3 +101,18 @@ def test_the_multi_source_tables_are_scored_and_trained_as_the_paper_did(tmp_pat
         assert int(last("--encoder-embed-dim", 512)) == d_model
         assert float(lr) == pytest.approx(0.2 * d_model ** -0.5 * 4000 ** -0.5, rel=0.01)
         assert plan.evaluate[plan.evaluate.index("--headline") + 1] == "tok-lc"
+
+
+def test_the_convergence_note_of_thesis_3_5_is_in_its_run_files():
+    """docs/reproduction.md quotes S-Agg's validation losses at 800 and 1524 updates: both are
+    in the stored training logs, as every number of that page comes from a stored file."""
+    import glob
+
+    runs = os.path.join(os.path.dirname(planning.__file__), "..", "..", "docs", "benchmarks", "thesis-3.5-cpu")
+    with open(os.path.join(runs, "..", "..", "reproduction.md"), encoding="utf-8") as f:
+        page = f.read()
+    assert "from 7.34 at 800 updates" in page and "to 6.77\n  at 1524" in page
+    logs = {name: open(path, encoding="utf-8").read()
+            for name in ("train.first800.log", "train.log") for path in glob.glob(os.path.join(runs, "s-agg", "*", name))}
+    assert "| loss 7.339 |" in logs["train.first800.log"] and "| num_updates 800 |" in logs["train.first800.log"]
+    assert "| loss 6.765 |" in logs["train.log"] and "| num_updates 1524 |" in logs["train.log"]
