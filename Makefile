@@ -14,8 +14,11 @@ PYTEST_ARGS ?=
 # TEST_WORKERS processes (pytest-xdist; a test file stays in one process, so its module
 # fixtures are built once). TEST_WORKERS=0 runs everything in this process.
 TEST_WORKERS ?= 2
+# make test-fairseq: fairseq's own tests (from the $(FAIRSEQ_SPEC) sdist) with fairseq_ext loaded;
+# FAIRSEQ_EXT_PLUGIN=0 runs them stock, for comparison (docs/testing.md).
+FAIRSEQ_EXT_PLUGIN ?= 1
 
-.PHONY: setup quickstart test test-fast clean-venv
+.PHONY: setup quickstart test test-fast test-fairseq clean-venv
 
 setup: $(STAMP)
 
@@ -44,6 +47,11 @@ test: setup
 
 test-fast: setup
 	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile tests $(PYTEST_ARGS)
+
+test-fairseq: setup
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) tests/fairseq_compat/run_fairseq_tests.py \
+		$(if $(filter 0,$(FAIRSEQ_EXT_PLUGIN)),--stock,--plugin) --spec "$(FAIRSEQ_SPEC)" \
+		--workers $(TEST_WORKERS) -- $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)
