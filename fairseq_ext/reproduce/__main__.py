@@ -19,8 +19,10 @@ to ours, with the scale of our runs. Finished runs and analyses are reused. The 
 WORK/TABLE/table[.SCALE].{md,csv,json,tex}, replaced only by a complete run of every row and
 data set; a subset (--rows, --datasets) writes table[.SCALE].rows-.../datasets-..., a run
 with failures or missing numbers ....partial. With --seeds each row is trained once per seed
-and the table (table[.SCALE].seeds-1-2-3...) shows mean ± sd over the seeds, marked against the
-reference row only where the difference holds at every seed (fairseq_ext.tools.seeds).
+and the table (table[.SCALE].seeds-1-2-3...) shows mean ± sd over the seeds each row shares
+with its reference row, marked by the stratified approximate randomization over those seeds
+(--test ar; --test bootstrap: only where every seed's bootstrap agrees). --correction holm
+corrects the marks for the number of rows tested against one reference row.
 """
 import argparse
 import os
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from typing import Dict, List
 
 from fairseq_ext.errors import FairseqExtError
-from fairseq_ext.reproduce import execute, significance
+from fairseq_ext.reproduce import execute, marks, significance
 from fairseq_ext.reproduce.analyses import plan_analyses
 from fairseq_ext.reproduce.files import table_name, write_reports
 from fairseq_ext.reproduce.markdown import markdown
@@ -129,6 +131,16 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--train-args", default="", help="more fairseq-train flags for every row, e.g. --train-args='--fp16'")
     ap.add_argument("--generate-args", default="", help="more fairseq-generate flags for every row")
     ap.add_argument("--samples", type=int, default=1000, help="paired bootstrap samples (default 1000)")
+    ap.add_argument("--test", choices=marks.TESTS,
+                    help="the test behind the BLEU marks: bootstrap (sacreBLEU's paired bootstrap of each run; over "
+                         "seeds, every seed's must agree), thesis (compare-mt's one-sided bootstrap on half-size "
+                         "subsamples, as the thesis ran it; over seeds as bootstrap) or ar (stratified approximate "
+                         "randomization over the seeds, Clark et al. 2011). Default: bootstrap with one seed, ar "
+                         "with several")
+    ap.add_argument("--shuffles", type=int, default=10000, help="--test ar: shuffles (default 10000, MultEval's)")
+    ap.add_argument("--correction", choices=marks.CORRECTIONS, default="none",
+                    help="multiplicity: holm corrects the marks of the rows tested against one reference row "
+                         "(default none; the legend always says how many there are)")
     ap.add_argument("--senteval", help="SentEval's data/probing directory: the probing columns' ten tasks "
                                        "(default: SentLen, WC and BShift generated from the training text)")
     return ap
@@ -176,6 +188,8 @@ def check_args(args) -> List[int]:
     """The checks of the options that need no table; returns the seeds."""
     if args.samples < 1:
         raise FairseqExtError(f"--samples must be at least 1, not {args.samples}")
+    if args.shuffles < 1:
+        raise FairseqExtError(f"--shuffles must be at least 1, not {args.shuffles}")
     return parse_seeds(args.seeds, args.seed)
 
 
@@ -249,12 +263,18 @@ def run_all(todo: Reproduction) -> List[str]:
 def report(todo: Reproduction, args, failed: List[str]) -> None:
     """The side-by-side table of what finished: printed, and written under WORK/TABLE/."""
     table, opts, seeds = todo.table, todo.opts, todo.seeds
+    test = args.test or marks.default_test(seeds)
     for ps in todo.by_seed.values():  # each seed's runs against the reference rows' runs of the same seed
-        significance.bootstrap(table, ps, n_samples=args.samples, seed=12345, rows=todo.rows)
+        significance.per_run(table, ps, "thesis" if test == "thesis" else "bootstrap", n_samples=args.samples,
+                             seed=12345, rows=todo.rows)
     if len(seeds) > 1:
         records = build_seed_rows(table, todo.by_seed, todo.rows, todo.analyses_by_seed)
     else:
         records = build_rows(table, todo.plans, todo.rows, todo.analyses)
+    if test == "ar":
+        marks.mark_pooled(table, records, todo.by_seed, args.shuffles)
+    marks.label(table, records, test, len(seeds) > 1, args.shuffles, args.correction)
+    marks.correct(table, records, args.correction)
     scales = scales_of(table, todo.plans, records)
     print(markdown(table, records, scales))
     partial = bool(failed) or not complete(records)

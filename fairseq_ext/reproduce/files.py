@@ -25,10 +25,12 @@ def _flat(record: Record) -> dict:
         out["seeds_done"] = " ".join(str(x) for x in record["seeds_done"])
     out["missing"] = "; ".join(record["missing"])
     for name, cell in record["columns"].items():
-        for key in ("paper", "ours", "ours_text", "sd", "n", "mark", "p_value", "p_t", "paper_delta", "delta",
-                    "delta_sd", "paper_ratio", "ratio"):
+        for key in ("paper", "ours", "ours_text", "sd", "n", "mark", "p_value", "test", "p_holm", "comparisons",
+                    "p_t", "paper_delta", "delta", "delta_sd", "paper_ratio", "ratio"):
             if key in cell:
                 out[f"{name} | {key}"] = cell[key]
+        if cell.get("timing_noise"):  # a speed shown as —: its sd over seeds in % of its mean, and whose
+            out[f"{name} | timing noise"] = f"sd {cell['timing_noise']['sd_percent']}% ({cell['timing_noise']['of']})"
     return out
 
 

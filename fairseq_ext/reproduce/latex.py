@@ -16,7 +16,8 @@ _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
 
 
 _LATEX_UNICODE = {"Δ": r"\(\Delta\)", "∆": r"\(\Delta\)", "±": r"\(\pm\)", "−": "-", "→": r"\(\rightarrow\)",
-                  "↔": r"\(\leftrightarrow\)", "×": r"\(\times\)", "–": "--", "’": "'", "ρ": r"\(\rho\)"}
+                  "↔": r"\(\leftrightarrow\)", "×": r"\(\times\)", "–": "--", "—": "---", "’": "'",
+                  "ρ": r"\(\rho\)"}
 
 
 _LATEX_MARKS = {"††": r"\dagger\dagger", "†": r"\dagger", "‡": r"\ddagger", "*": "*"}
@@ -73,8 +74,11 @@ def latex(table: Table, records: List[Record], scales: Optional[Dict[str, Scale]
         if dataset in scales:
             caption += f" ({dataset}). " + scale_summary(scales[dataset])
         if several:
-            caption += (" Ours: mean ± sd over the seeds (n per row); a mark only where the paired bootstrap "
-                        "is significant at every seed with one sign.")
+            caption += " Ours: mean ± sd over the seeds each row shares with its reference row (n per row)."
+        test = next((r for r in rows if r.get("test_name")), None)
+        if test:
+            caption += (f" Marks: {test['test_name']}"
+                        + (", Holm-corrected per reference row" if test.get("correction") == "holm" else "") + ".")
         out.write("\\begin{table}[t]\n\\centering\n\\small\n")
         out.write(f"\\caption{{{latex_escape(caption)}}}\n")
         out.write(f"\\begin{{tabular}}{{{'l' * lead}{'r' * len(layout)}}}\n\\toprule\n")

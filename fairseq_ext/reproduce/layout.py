@@ -10,6 +10,7 @@ from fairseq_ext.reproduce.records import Cell, Record
 from fairseq_ext.reproduce.tables import Table
 
 SPEEDS = ("train_speed", "train_time", "decode_speed", "decode_time")
+TIMINGS = SPEEDS + ("decode_speedup",)  # measurements of the machine as much as of the model
 
 # the test behind the marks of a column (its sig. sub-column)
 TESTS = {
@@ -100,20 +101,27 @@ def cell_text(table: Table, col: Column, cell: Cell, kind: str, record: Record) 
     if kind == "sig":
         if not cell.get("mark") and cell.get("p_value") is None:
             return ""
-        p = cell.get("p_value")
-        if "tested_seeds" in cell:  # over seeds: the largest per-seed p, the t-test beside it
-            p_t = cell.get("p_t")
-            return ((cell.get("mark") or "") + f" p_max={p:.3f}" + (f" p_t={p_t:.3f}" if p_t is not None else "")
-                    + (f" (n={len(cell['tested_seeds'])})" if len(cell["tested_seeds"]) < len(record["seeds"]) else ""))
-        return (cell.get("mark") or "") + (f" p={p:.3f}" if p is not None else "")
+        p, p_holm, p_t = cell.get("p_value"), cell.get("p_holm"), cell.get("p_t")
+        several = "seeds" in record and "tested_seeds" in cell
+        # over seeds by every seed's test: its largest p; the t-test over seeds beside any test
+        name = "p_max" if several and "ar" not in cell else "p"
+        text = (cell.get("mark") or "") + (f" {name}={p:.3f}" if p is not None else "")
+        text += f" p_holm={p_holm:.3f}" if p_holm is not None else ""
+        text += f" p_t={p_t:.3f}" if p_t is not None and several else ""
+        if several and len(cell["tested_seeds"]) < len(record["seeds"]):
+            text += f" (n={len(cell['tested_seeds'])})"
+        return text
+    if kind == "ratio_ours" and cell.get("timing_noise"):
+        return "—"
     value = cell.get("paper_ratio" if kind == "ratio_paper" else "ratio")
     spread = cell.get("ratio_sd") if kind == "ratio_ours" else None
     return format_number(value) + (f" ± {spread:.2f}" if spread is not None else "")
 
 
 def seed_count(record: Record) -> str:
-    """The n column of a table of several seeds: the seeds a row ran, of those asked for."""
+    """The n column of a table of several seeds: the seeds a row counts (those it and its
+    reference row ran), of those asked for."""
     if record["cited"]:
         return "–"
-    n, total = len(record["seeds_done"]), len(record["seeds"])
+    n, total = len(record.get("seeds_counted", record["seeds_done"])), len(record["seeds"])
     return str(n) if n == total else f"{n} of {total}"

@@ -8,10 +8,12 @@ from fairseq_ext.reproduce.cells import format_number
 from fairseq_ext.reproduce.columns import Column
 from fairseq_ext.reproduce.layout import (TESTS, cell_text, has_paper_numbers, has_test, seed_count, shows_ratio,
                                           sub_columns)
+from fairseq_ext.reproduce.marks import comparisons_text, test_text
 from fairseq_ext.reproduce.paper_checks import contradicted_differences
 from fairseq_ext.reproduce.records import Record
 from fairseq_ext.reproduce.scale import Scale, scale_lines
 from fairseq_ext.reproduce.tables import Table
+from fairseq_ext.tools.seeds import TIMING_NOISE
 from fairseq_ext.tools.significance import MARKS
 
 # why a column has no significance test (shown under the table)
@@ -113,20 +115,29 @@ def legend(table: Table, records: List[Record], smoke: bool = False) -> List[str
     if several:
         lines.append(
             f"Seeds: {len(several)} ({', '.join(str(s) for s in several)}), each row trained once per seed and paired "
-            "with its reference row by seed number. ours: the mean ± sample sd over the seeds that have the number "
-            "(n: the seeds a row ran); Δ ours and ratio ours: the mean ± sd of the per-seed differences and ratios "
-            "to the reference row's run of the same seed. sig.: a mark only where the per-seed test is significant "
-            "at every seed with one sign of the difference (an intersection-union test, "
-            "fairseq_ext.tools.seeds); p_max: the largest per-seed p; p_t: a paired t-test over seeds, shown "
-            "beside the mark, not as it (p_t in the CSV too; every seed's p and mark in the JSON).")
+            "with its reference row by seed number; a row counts only the seeds both it and its reference row "
+            "ran (n; a seed left out is named under the table). ours: the mean ± sample sd over those seeds; "
+            "Δ ours and ratio ours: the mean ± sd of the per-seed differences and ratios to the reference row's "
+            "run of the same seed. p_t: a paired t-test over seeds, shown beside the mark, not as it (p_t in the "
+            "CSV too; every seed's p and mark in the JSON).")
     sources = {c.source for c in table.columns}
     tests = [s for s in TESTS if s in sources and any(has_test(c) for c in table.columns if c.source == s)]
+    test = next((r["test"] for r in records if r.get("test")), None)
     for source in tests:
         text = TESTS[source].format(samples=samples)
+        if source == "bleu" and test:
+            text = test_text(test, bool(several), samples, next(r.get("shuffles") for r in records if r.get("test")))
+        elif several:
+            text += "; over seeds a mark only where it is significant at every seed with one sign, p_max its largest p"
         lines.append(f"sig. ({source}): {text}; marks as this paper's: {marks_text}; p: the test's p-value. "
                      "A mark says the difference is significant, its sign the direction."
                      + (" At smoke scale this is a check that the test runs, not evidence: the models are "
                         "undertrained and narrow, the data a small substitute." if smoke else ""))
+    correction = next((r["correction"] for r in records if r.get("correction")), "none")
+    counted = comparisons_text(table, records, correction)
+    lines += [counted] if counted else []
+    noisy = timing_noise_text(table, records)
+    lines += [noisy] if noisy else []
     notes = dict.fromkeys(cell["note"] for r in records for cell in r["columns"].values() if cell.get("note"))
     lines += [f"ours, {note}" for note in notes]
     lines += [f"paper, {line}." for line in contradicted_differences(table, {r["dataset"] for r in records})]
@@ -148,3 +159,20 @@ def legend(table: Table, records: List[Record], smoke: bool = False) -> List[str
             f"{r['label']} ({r['dataset']}): " + (", ".join(r["missing"]) if r["missing"] else r["status"])
             for r in incomplete) + ".")
     return lines
+
+
+def timing_noise_text(table: Table, records: List[Record]) -> Optional[str]:
+    """The footnote of the speeds and times shown as — (their sd over seeds too large)."""
+    found = []
+    for r in records:
+        for col in table.columns:
+            noise = r["columns"][col.name].get("timing_noise")
+            if noise:
+                spread = f"sd {noise['sd_percent']}% of the mean"
+                found.append(f"{col.name} of {r['label']}: {spread}" if noise["of"] == "row" else
+                             f"{col.name} ratio of {r['label']} (its reference row's {col.name}: {spread})")
+    if not found:
+        return None
+    return ("—: timing noise, not a result: " + "; ".join(found) + " over seeds (more than "
+            f"{round(100 * TIMING_NOISE)}%: the runs measured the machine's load); measure speeds with "
+            "fairseq-ext benchmark.")

@@ -45,6 +45,17 @@ class _CellExtras(Value, total=False):
     tested_seeds: List[int]
     per_seed_marks: Dict[int, str]
     per_seed_p: Dict[int, float]
+    # the test behind the marks (fairseq_ext.reproduce.marks): its --test value and name, the
+    # stratified approximate randomization's result (ar), the rows tested against the same
+    # reference row (comparisons) and the Holm-adjusted p (--correction holm)
+    test: str
+    test_name: str
+    correction: str
+    shuffles: int
+    ar: dict
+    comparisons: int
+    p_holm: Optional[float]
+    timing_noise: Dict[str, object]  # seeds: a speed or time shown as —: sd in % of the mean, and whose
 
 
 class Cell(_CellExtras):
@@ -59,6 +70,11 @@ class Cell(_CellExtras):
 class _RecordExtras(TypedDict, total=False):
     seeds: List[int]  # seeds: those asked for
     seeds_done: List[int]  # seeds: those whose run finished
+    seeds_counted: List[int]  # seeds: those it and its reference row finished, behind every number
+    test: str  # the test behind the BLEU marks (--test), its name, the correction, the shuffles
+    test_name: str
+    correction: str
+    shuffles: int
     n: int
     bleu_sd: Optional[float]
     delta_sd: Optional[float]

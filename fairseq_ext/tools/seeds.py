@@ -54,6 +54,18 @@ def mean_sd(values: Sequence[float]) -> Tuple[float, Optional[float]]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
 
 
+# a speed or time over seeds with a larger sd / mean measured the machine's load, not the model
+TIMING_NOISE = 0.25
+
+
+def variation(values: Sequence[float]) -> Optional[float]:
+    """The coefficient of variation, sample sd / |mean|; None for fewer than 2 values or a mean of 0."""
+    if len(values) < 2:
+        return None
+    mean, sd = mean_sd(values)
+    return sd / abs(mean) if mean else None
+
+
 def format_mean_sd(mean: Optional[float], sd: Optional[float], digits: int = 2) -> str:
     """``"34.12 ± 0.31"``; ``"34.12"`` when sd is None (one seed); ``"–"`` when there is no mean."""
     if mean is None:

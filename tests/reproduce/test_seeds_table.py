@@ -113,7 +113,7 @@ def test_seeds_table_shows_mean_sd_and_marks_only_what_holds_at_every_seed(tmp_p
     assert report_cli(tmp_path, "mma-4", "--budget", "60") == 0
     single = (out_dir / "table.smoke.60.md").read_text()
     capsys.readouterr()
-    assert report_cli(tmp_path, "mma-4", "--budget", "60", "--seeds", "1,2,3") == 0
+    assert report_cli(tmp_path, "mma-4", "--budget", "60", "--seeds", "1,2,3", "--test", "bootstrap") == 0
     out = capsys.readouterr().out
     assert (out_dir / "table.smoke.60.md").read_text() == single
     assert (out_dir / "table.smoke.60.seeds-1-2-3.md").read_text().startswith("## mma-4")
@@ -159,7 +159,7 @@ def test_a_missing_seed_is_reported_not_averaged(tmp_path, capsys):
     by_seed = make_seed_runs(tmp_path)
     missing = next(p for p in by_seed[2] if p.row == "plus-mma")
     os.remove(os.path.join(missing.run_dir, "result.json"))
-    assert report_cli(tmp_path, "mma-4", "--budget", "60", "--seeds", "1,2,3") == 0
+    assert report_cli(tmp_path, "mma-4", "--budget", "60", "--seeds", "1,2,3", "--test", "bootstrap") == 0
     out = capsys.readouterr().out
     out_dir = tmp_path / "runs" / "mma-4"
     assert not (out_dir / "table.smoke.60.seeds-1-2-3.md").exists()

@@ -35,6 +35,16 @@ def test_format_mean_sd():
     assert seeds.format_mean_sd(None, None) == "–"
 
 
+def test_variation_flags_timings_that_measured_the_load():
+    # decoding speeds of three seeds on a shared machine (the CPU benchmark's baseline): sd 84.05
+    # around 62.72 is 134% of the mean, far above the 25% a timing is still shown at
+    speeds = [159.7, 14.3, 14.2]
+    assert seeds.variation(speeds) == pytest.approx(seeds.mean_sd(speeds)[1] / seeds.mean_sd(speeds)[0])
+    assert seeds.variation(speeds) > 1.3 > seeds.TIMING_NOISE == 0.25
+    assert seeds.variation([2.0, 2.2]) == pytest.approx(math.sqrt(0.02) / 2.1)  # sd 0.141, 7%
+    assert seeds.variation([5.0]) is None and seeds.variation([0.0, 0.0]) is None
+
+
 REF = {1: 28.15, 2: 27.79, 3: 28.02}
 
 

@@ -1,0 +1,175 @@
+"""The marks of the BLEU column: which test stands behind them (``--test``), the stratified
+approximate randomization over seeds put on the records (:func:`mark_pooled`), the number of
+comparisons against each reference row and Holm's correction over them (``--correction``), and
+the sentences that say all this under the table.
+
+- ``bootstrap``: sacreBLEU's paired bootstrap of each run (two-sided, full-size resamples);
+  with several seeds a mark only where every seed's test agrees, with one sign
+  (:func:`fairseq_ext.tools.seeds.across_seeds`). The default with one seed.
+- ``thesis``: compare-mt's paired bootstrap as the thesis ran it (subsamples of half the
+  sentences, one-sided), per run, combined over seeds as ``bootstrap``.
+- ``ar``: stratified approximate randomization over every seed the row shares with its
+  reference row (:func:`fairseq_ext.tools.multi_run_tests.stratified_ar`). The default with
+  several seeds.
+"""
+from typing import Dict, List, Optional
+
+from fairseq_ext.reproduce import significance
+from fairseq_ext.reproduce.layout import has_test
+from fairseq_ext.reproduce.planning import RunPlan
+from fairseq_ext.reproduce.records import Record
+from fairseq_ext.reproduce.tables import Table
+from fairseq_ext.tools import multi_run_tests
+from fairseq_ext.tools.seeds import paired_t
+from fairseq_ext.tools.significance import MARKS, mark_for
+
+TESTS = ("bootstrap", "thesis", "ar")
+CORRECTIONS = ("none", "holm")
+
+
+def default_test(seeds: List[int]) -> str:
+    return "ar" if len(seeds) > 1 else "bootstrap"
+
+
+def test_text(test: str, several: bool, samples: int, shuffles: int) -> str:
+    """What the marks of the BLEU column come from, as one clause of the legend."""
+    if test == "ar":
+        return (f"stratified approximate randomization (Clark et al. 2011, MultEval; {shuffles} shuffles) of the "
+                "row against its reference row (column 'vs') over the seeds both ran: each shuffle swaps the two "
+                "rows' translations of every sentence with probability 0.5 within each seed's pair of runs; the "
+                "statistic is the difference of the mean over seeds of corpus BLEU (same flavour), two-sided, "
+                "p = (c + 1) / (shuffles + 1)")
+    if test == "thesis":
+        text = (f"compare-mt's paired bootstrap as the thesis ran it ({samples} subsamples of half the sentences, "
+                "one-sided: p = 1 - the share of subsamples in which the better row wins; sacreBLEU's BLEU in the "
+                "table's flavour) of the row's BLEU against its reference row's (column 'vs')")
+    else:
+        text = (f"sacreBLEU paired bootstrap ({samples} samples, two-sided, full-size resamples) of the row's BLEU "
+                "against its reference row's (column 'vs'), same flavour")
+    if several:
+        text += ("; over seeds a mark only where this test is significant at every seed with one sign of the "
+                 "difference (an intersection-union test, fairseq_ext.tools.seeds), p_max its largest p")
+    return text
+
+
+def test_name(test: str, several: bool) -> str:
+    """The test's short name (CSV/JSON field ``test``, the LaTeX caption)."""
+    name = {"bootstrap": "sacreBLEU paired bootstrap", "thesis": "compare-mt subsample bootstrap (the thesis')",
+            "ar": "stratified approximate randomization"}[test]
+    return name + (" at every seed" if several and test != "ar" else "")
+
+
+def _bleu_column(table: Table):
+    return next((c for c in table.columns if c.source == "bleu" and has_test(c)), None)
+
+
+def mark_pooled(table: Table, records: List[Record], by_seed: Dict[int, List[RunPlan]], shuffles: int,
+                seed: int = 12345) -> None:
+    """Every row's BLEU mark from the stratified approximate randomization over the seeds it
+    counts (``seeds_counted``; with one seed, that seed) against its reference row."""
+    col = _bleu_column(table)
+    if col is None:
+        return
+    plans = {(s, p.dataset, p.row): p for s, ps in by_seed.items() for p in ps}
+    for record in records:
+        if record["cited"] or not record["reference"] or record["status"] != "done":
+            continue
+        row, ref = table.row(record["row"]), table.row(record["reference"])
+        pairs = {s: (plans.get((s, record["dataset"], table.owner(ref).id)),
+                     plans.get((s, record["dataset"], table.owner(row).id)))
+                 for s in record.get("seeds_counted", list(by_seed))}
+        pairs = {s: pair for s, pair in pairs.items() if None not in pair and pair[0] is not pair[1]}
+        if pairs:
+            found = significance.pooled_ar({s: a for s, (a, _) in pairs.items()},
+                                           {s: b for s, (_, b) in pairs.items()}, shuffles, seed)
+            _put_ar(record, col.name, found, table.marks)
+
+
+def _put_ar(record: Record, column: str, found: dict, marks: str) -> None:
+    cell = record["columns"][column]
+    if "missing" in found:
+        why = f"no stratified approximate randomization ({found['missing']})"
+        cell.update(mark="", p_value=None, rule=f"no mark: {why}.")
+        record["missing"].append(f"{column}: {why}")
+    else:
+        p, runs = found["p_value"], found["runs"]
+        cell.update(mark=mark_for(p, marks), p_value=round(p, 4), tested_seeds=runs,
+                    ar={k: found[k] for k in ("runs", "shuffles", "seed", "delta", "count", "reference_mean",
+                                              "system_mean", "s_dev_reference", "s_dev_system", "s_sel_reference",
+                                              "s_sel_system")})
+        if len(runs) > 1:  # JSON made the seeds strings
+            ref_bleu, sys_bleu = ({int(k): v for k, v in found[name].items()} for name in ("reference_bleu",
+                                                                                           "system_bleu"))
+            cell["p_t"] = paired_t([ref_bleu[s] for s in runs], [sys_bleu[s] for s in runs])
+        cell["rule"] = (f"{cell['mark'] or 'no mark'}: stratified approximate randomization over "
+                        f"{_seeds(runs)} ({found['shuffles']} shuffles): Δ of the mean BLEU {found['delta']:+.2f}, "
+                        f"p = {p:.4g}.")
+        record["p_t"] = cell.get("p_t")
+    record["mark"], record["p_value"], record["rule"] = cell["mark"], cell["p_value"], cell.get("rule")
+
+
+def _seeds(runs: List[int]) -> str:
+    return (f"seed {runs[0]}" if len(runs) == 1 else
+            "seeds " + ", ".join(str(s) for s in runs[:-1]) + f" and {runs[-1]}")
+
+
+def label(table: Table, records: List[Record], test: str, several: bool, shuffles: int,
+          correction: str) -> None:
+    """The test behind the BLEU marks on every tested record and its BLEU cell: ``test`` (its
+    option value), ``test_name``, ``shuffles`` (``ar``) and ``correction``."""
+    col = _bleu_column(table)
+    for record in records:
+        if col is not None and record["reference"] and not record["cited"]:
+            info = {"test": test, "test_name": test_name(test, several), "correction": correction}
+            if test == "ar":
+                info["shuffles"] = shuffles
+            record.update(info)
+            record["columns"][col.name].update(info)
+
+
+def correct(table: Table, records: List[Record], correction: str = "none") -> None:
+    """Counts the comparisons against each reference row (per data set: the rows with a p
+    against it) into every tested cell's ``comparisons``; with ``holm``, adds ``p_holm`` and
+    keeps a mark only as strong as the Holm-adjusted p allows."""
+    col = _bleu_column(table)
+    if col is None:
+        return
+    families: Dict[tuple, List[Record]] = {}
+    for r in records:
+        if r["reference"] and not r["cited"] and r["columns"][col.name].get("p_value") is not None:
+            families.setdefault((r["dataset"], r["reference"]), []).append(r)
+    for family in families.values():
+        adjusted = multi_run_tests.holm([r["columns"][col.name]["p_value"] for r in family])
+        for r, p in zip(family, adjusted):
+            cell = r["columns"][col.name]
+            cell["comparisons"] = len(family)
+            if correction == "holm":
+                cell["p_holm"] = round(p, 4)
+                cell["mark"] = r["mark"] = _weaker(cell.get("mark", ""), mark_for(p, table.marks), table.marks)
+
+
+def _weaker(a: str, b: str, marks: str) -> str:
+    strength = {m: i for i, (_, m) in enumerate(MARKS[marks])}
+    if not a or not b:
+        return ""
+    return a if strength[a] >= strength[b] else b
+
+
+def comparisons_text(table: Table, records: List[Record], correction: str) -> Optional[str]:
+    """The legend's sentence on multiplicity: how many rows are tested against each reference row."""
+    col = _bleu_column(table)
+    if col is None:
+        return None
+    counts: Dict[str, int] = {}
+    for r in records:
+        cell = r["columns"][col.name]
+        if cell.get("comparisons"):
+            counts[f"{r['reference_label']} ({r['dataset']})"] = cell["comparisons"]
+    if not counts:
+        return None
+    listed = "; ".join(f"{n} against {name}" for name, n in counts.items())
+    if correction == "holm":
+        return (f"Comparisons: {listed}; marks Holm-corrected within each (p_holm: the adjusted p; "
+                "--correction holm).")
+    return (f"Comparisons: {listed}; marks not corrected for multiplicity (--correction holm corrects them, "
+            "Holm's step-down method within each).")
