@@ -1,6 +1,8 @@
 """One record per (data set, row) of a table trained with several seeds: each seed's records
 (:func:`fairseq_ext.reproduce.rows.build_rows`), combined per column into the mean ± sd over
-the seeds, with marks only where the per-seed tests agree (:mod:`fairseq_ext.tools.seeds`)."""
+the seeds the row shares with its reference row, with marks only where the per-seed tests
+agree (:mod:`fairseq_ext.tools.seeds`; the BLEU column's pooled test over seeds, ``--test ar``,
+replaces its mark afterwards: :mod:`fairseq_ext.reproduce.marks`)."""
 from typing import Dict, List, Optional
 
 from fairseq_ext.reproduce.cells import format_duration, printed_as_difference

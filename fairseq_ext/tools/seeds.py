@@ -8,8 +8,11 @@ several seeds, each row is trained once per seed and each seed's run is tested a
 reference row of the same seed. Seeds are paired by their number: only seeds for which both
 the row and the reference row have a run count, for the mark and for every mean and sd here.
 
-The mark is an intersection-union test (IUT; Berger 1982, Berger & Hsu 1996) over seeds. A
-difference is marked at level alpha only when
+The default mark of a table of several seeds is the stratified approximate randomization
+over the seeds (:func:`fairseq_ext.tools.multi_run_tests.stratified_ar`, ``--test ar``).
+The rule here is the stricter option (``--test bootstrap``, ``--test thesis``): an
+intersection-union test (IUT; Berger 1982, Berger & Hsu 1996) over seeds. A difference is
+marked at level alpha only when
 
 - the paired bootstrap gives p < alpha at every paired seed, and
 - the BLEU difference Δ has the same sign at every paired seed.
