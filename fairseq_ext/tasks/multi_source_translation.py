@@ -19,8 +19,9 @@ import os
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+import numpy as np
 import torch
-from fairseq.data import BaseWrapperDataset, data_utils
+from fairseq.data import BaseWrapperDataset, FairseqDataset, data_utils
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
@@ -69,6 +70,7 @@ class MultiSourceLanguagePairDataset(BaseWrapperDataset):
                 )
         self.extra_sources = extra_sources
         self.pad, self.eos, self.left_pad = pad, eos, left_pad
+        self._source_sizes = None
 
     def __getitem__(self, index):
         item = self.dataset[index]
@@ -100,12 +102,38 @@ class MultiSourceLanguagePairDataset(BaseWrapperDataset):
         batch["net_input"][keys.EXTRA_SRC_TOKENS] = torch.stack(padded, dim=1)  # B x (n-1) x J
         return batch
 
+    # fairseq's BaseWrapperDataset hands batching and filtering to the primary pair, which knows
+    # only its own source: these use the longest source of each example, so that --max-tokens
+    # and --max-source-positions hold for every source a batch carries.
+    @property
+    def source_sizes(self) -> np.ndarray:
+        """The length of the longest source of each example (as shuffled, when one is)."""
+        if self._source_sizes is None:
+            sizes = [np.asarray(self.dataset.src_sizes)] + [np.asarray(extra.sizes) for extra in self.extra_sources]
+            if self.shuffled is not None:
+                sizes[self.shuffled] = sizes[self.shuffled][self.permutation]
+            self._source_sizes = np.maximum.reduce(sizes)
+        return self._source_sizes
+
     def num_tokens(self, index):
-        return max([self.dataset.num_tokens(index)] + [extra.sizes[index] for extra in self.extra_sources])
+        tgt = self.dataset.tgt_sizes[index] if self.dataset.tgt_sizes is not None else 0
+        return max(int(self.source_sizes[index]), int(tgt))
+
+    def num_tokens_vec(self, indices):
+        sizes = self.source_sizes[indices]
+        if self.dataset.tgt_sizes is not None:
+            sizes = np.maximum(sizes, self.dataset.tgt_sizes[indices])
+        return sizes
 
     def size(self, index):
-        src, tgt = self.dataset.size(index)
-        return max([src] + [extra.sizes[index] for extra in self.extra_sources]), tgt
+        return int(self.source_sizes[index]), self.dataset.size(index)[1]
+
+    def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
+        return FairseqDataset.batch_by_size(self, indices, max_tokens, max_sentences, required_batch_size_multiple)
+
+    def filter_indices_by_size(self, indices, max_sizes):
+        return data_utils.filter_paired_dataset_indices_by_size(self.source_sizes, self.dataset.tgt_sizes, indices,
+                                                                max_sizes)
 
     @property
     def supports_prefetch(self):

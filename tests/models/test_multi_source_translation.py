@@ -190,3 +190,36 @@ def test_train_and_generate_two_sources(tmp_path):
          "--beam", "3", "--cpu"], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "BLEU4" in result.stdout
+
+
+def test_batching_and_filtering_count_every_source(tmp_path):
+    """--max-tokens and --max-source-positions hold for the extra sources too: fairseq's
+    wrapper would batch and filter by the primary source alone."""
+    from fairseq.data import Dictionary, LanguagePairDataset, ListDataset
+
+    from fairseq_ext.tasks.multi_source_translation import MultiSourceLanguagePairDataset
+
+    d = Dictionary()
+    for w in "abcdefgh":
+        d.add_symbol(w)
+
+    def sentences(lengths):
+        return [torch.tensor([d.index("a")] * (n - 1) + [d.eos()]) for n in lengths]
+
+    primary, extra, target = [4] * 13, [4, 30, 4, 4, 4, 4, 25, 4, 4, 4, 4, 4, 4], [5] * 13
+    src = sentences(primary)
+    pair = LanguagePairDataset(src, primary, d, sentences(target), target, d)
+    extras = [ListDataset(sentences(extra), sizes=extra)]
+    dataset = MultiSourceLanguagePairDataset(pair, extras, d.pad(), d.eos())
+    assert dataset.num_tokens(1) == 30 and dataset.size(6) == (25, 5)
+    indices = dataset.ordered_indices()
+    batches = dataset.batch_by_size(indices, max_tokens=40)
+    for batch in batches:  # padded to the longest of any source
+        assert len(batch) * max(max(primary[i], extra[i], target[i]) for i in batch) <= 40, batch
+    assert sorted(i for b in batches for i in b) == list(range(13))  # none dropped (13: not a multiple of 8)
+    kept, dropped = dataset.filter_indices_by_size(indices, (20, 20))
+    assert sorted(dropped) == [1, 6] and sorted(kept.tolist()) == [i for i in range(13) if i not in (1, 6)]
+    # an adversarial evaluation that shuffles the extra source moves its lengths along
+    shuffled = MultiSourceLanguagePairDataset(pair, extras, d.pad(), d.eos(), shuffled=1,
+                                              permutation=[1, 0] + list(range(2, 13)))
+    assert shuffled.num_tokens(0) == 30 and shuffled.num_tokens(1) == 5
