@@ -1,9 +1,13 @@
 """BLEU by source sentence length (thesis Sec. 3.5.1 / 4.5.1 / 5.6.4, Figs. 3.5-3.6; MLMHA
 paper Sec. 7.1; MMA paper Sec. 5.2, Fig. 2): the test sentences grouped by the length of
-their source (the whitespace-separated units of ``fairseq-ext evaluate``'s src.tok: the
-tokenized source with subwords merged) into buckets <10, 10-20, ..., 40-50, >=50
-(``--edges`` changes them), corpus BLEU per bucket and system (sacreBLEU, one flavour for
-all), and how many sentences each bucket holds.
+their source into buckets <10, 10-20, ..., 40-50, >=50 (``--edges`` changes them), corpus
+BLEU per bucket and system (sacreBLEU, one flavour for all), and how many sentences each
+bucket holds. The length counts subword tokens, as the thesis and the MLMHA paper bucket
+("source subword tokens"): the tokens of the binarized source the model read, without its
+end-of-sentence token (``--length-unit word``: the whitespace-separated units of
+``fairseq-ext evaluate``'s src.tok, the tokenized source with subwords merged). A bucket
+a-b holds lengths a to b-1 and the last one lengths of 50 and more, as compare-mt's
+cut-offs, which the thesis used, make them; the papers print the last one as ">50".
 
     python -m fairseq_ext.analysis.length_buckets --eval results/base-test results/m10-test --names base M-10 --out analysis/len
     python -m fairseq_ext.analysis.length_buckets --checkpoint base/checkpoint_best.pt m10/checkpoint_best.pt \\
@@ -69,16 +73,16 @@ def bucket_note(sentences: int, min_sentences: int) -> Optional[str]:
     return None
 
 
-def bucket_bleu(sources: List[str], refs: List[str], systems: Dict[str, List[str]], flavour: str,
+def bucket_bleu(lengths: Sequence[int], refs: List[str], systems: Dict[str, List[str]], flavour: str,
                 edges: Sequence[int] = DEFAULT_EDGES, min_sentences: int = DEFAULT_MIN_SENTENCES) -> List[dict]:
-    """A row per bucket: its name, how many sentences it holds, the corpus BLEU of each
-    system on them (None for an empty bucket) and :func:`bucket_note`."""
+    """A row per bucket of the source ``lengths``: its name, how many sentences it holds, the
+    corpus BLEU of each system on them (None for an empty bucket) and :func:`bucket_note`."""
     taken = {"bucket", "sentences", "note"} & set(systems)
     if taken:
         raise AnalysisError(f"--names: {', '.join(sorted(taken))} names a column of the table; choose another")
     groups: Dict[int, List[int]] = {}
-    for i, src in enumerate(sources):
-        groups.setdefault(bucket_of(len(src.split()), edges), []).append(i)
+    for i, length in enumerate(lengths):
+        groups.setdefault(bucket_of(length, edges), []).append(i)
     rows = []
     for b, name in enumerate(bucket_names(edges)):
         idx = groups.get(b, [])
@@ -90,6 +94,33 @@ def bucket_bleu(sources: List[str], refs: List[str], systems: Dict[str, List[str
         row["note"] = bucket_note(len(idx), min_sentences)
         rows.append(row)
     return rows
+
+
+def subword_lengths(eval_dir: str, sentences: int) -> List[int]:
+    """The source length of each evaluated sentence in subword tokens: the sizes of the
+    binarized source split the evaluation translated (its data, split and languages, from its
+    .evaluation-complete and the data's prep.env), less the end-of-sentence token."""
+    from fairseq.data import data_utils
+
+    done = read_evaluation_complete(eval_dir)
+    data, split = done.get("data", ""), done.get("split", "")
+    prep = data_text.read_prep_env(data) if data and os.path.isdir(data) else {}
+    src, tgt = done.get("src") or prep.get("src", ""), done.get("tgt") or prep.get("tgt", "")
+    if not src and data:  # fairseq's own rule: the one language pair binarized for the split
+        pairs = {os.path.basename(p).split(".")[1] for p in glob.glob(os.path.join(data, f"{split}.*-*.*.idx"))}
+        if len(pairs) == 1:
+            src, tgt = pairs.pop().split("-", 1)
+    prefix = os.path.join(data, f"{split}.{src}-{tgt}.{src}")
+    if not (data and src and tgt and os.path.exists(prefix + ".idx")):
+        raise AnalysisError(f"--length-unit subword needs the binarized source the evaluation {eval_dir} translated "
+                            f"({prefix or '?'}.idx, from its data={data or '?'}): not found; give --length-unit word "
+                            "to count the merged words of its src.tok")
+    dataset = data_utils.load_indexed_dataset(prefix, None)
+    lengths = [int(size) - 1 for size in dataset.sizes]  # copied while the dataset keeps its memory map open
+    if len(lengths) != sentences:
+        raise AnalysisError(f"{prefix} holds {len(lengths)} sentences, the evaluation {eval_dir} {sentences}: not "
+                            "the data it translated; give --length-unit word")
+    return lengths
 
 
 def length_unit(eval_dir: str) -> str:
@@ -131,10 +162,11 @@ def plot(rows: List[dict], systems: Sequence[str], flavour: str, path: str,
             if pale:
                 bar.set_facecolor((*bar.get_facecolor()[:3], 0.25))
                 bar.set_hatch("///")
+        # upright labels would overlap beside more than three bars a bucket
         ax.bar_label(bars, ["" if r[system] is None else f"{r[system]:.1f}" for r in rows], fontsize=label_size,
-                     padding=1.5)
+                     padding=1.5, rotation=90 if len(systems) > 3 else 0)
     top = max([r[s] for r in rows for s in systems if r[s] is not None] or [1.0])
-    ax.set_ylim(0, top * 1.15)
+    ax.set_ylim(0, top * (1.25 if len(systems) > 3 else 1.15))
     for i, r in enumerate(rows):
         if r["sentences"] == 0:
             ax.text(i, top * 0.04, "0 sentences", ha="center", va="bottom", color="grey", fontsize=8)
@@ -156,10 +188,11 @@ def plot(rows: List[dict], systems: Sequence[str], flavour: str, path: str,
     hist.set_ylabel("sentences")
     hist.set_xticks(x, [r["bucket"] for r in rows])
     hist.set_xlabel(f"source length ({unit})")
+    counted = ("the subword tokens of the binarized source the models read, without end of sentence"
+               if unit == "subword tokens" else f"the whitespace-separated units of the evaluated source (src.tok: {unit})")
     add_caption(fig, f"Corpus BLEU (sacreBLEU, {flavour}) of the sentences of each source-length bucket, per "
                      f"system ({', '.join(systems)}); below, the sentences in each bucket. Source length counts "
-                     f"the whitespace-separated units of the evaluated source (src.tok: {unit}). Hatched, "
-                     "pale: buckets with "
+                     f"{counted}; a-b holds a to b-1. Hatched, pale: buckets with "
                      f"fewer than {min_sentences} sentences (--min-bucket-sentences), too few for their BLEU "
                      "to be compared.")
     save_figure(fig, path, context)
@@ -176,6 +209,9 @@ def build_parser():
         "--data": dict(required=False, help="binarized data directory of --checkpoint")})
     command.evaluation_arguments(ap, significance=False)
     ap.add_argument("--edges", default=",".join(map(str, DEFAULT_EDGES)), help="bucket edges (default 10,20,30,40,50)")
+    ap.add_argument("--length-unit", choices=("subword", "word"), default="subword",
+                    help="count the source in subword tokens as the papers do (default; from the binarized data) "
+                         "or in words (src.tok, subwords merged)")
     ap.add_argument("--min-bucket-sentences", type=int, default=DEFAULT_MIN_SENTENCES, metavar="N",
                     help="a bucket with fewer sentences is noted in the table and drawn hatched and pale "
                          f"(default {DEFAULT_MIN_SENTENCES}: below it the sample alone moves a bucket's BLEU by "
@@ -226,8 +262,11 @@ def execute(args, figures: FigureContext):
         systems[name] = data_text.read_lines(os.path.join(d, f"hyp.{level}"))
     done = read_evaluation_complete(dirs[0])
     data = data_description(done.get("data") or args.data, done.get("split") or args.split)
-    unit = length_unit(dirs[0])
-    rows = bucket_bleu(sources, refs, systems, flavour, edges, args.min_bucket_sentences)
+    if args.length_unit == "subword":
+        lengths, unit = subword_lengths(dirs[0], len(sources)), "subword tokens"
+    else:
+        lengths, unit = [len(src.split()) for src in sources], length_unit(dirs[0])
+    rows = bucket_bleu(lengths, refs, systems, flavour, edges, args.min_bucket_sentences)
     write_table(rows, args.out, "buckets", f"BLEU ({flavour}) by source length ({unit}): {data}")
     plot(rows, names, flavour, os.path.join(args.out, "buckets.png"), args.min_bucket_sentences, unit, data, figures)
 

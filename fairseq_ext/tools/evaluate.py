@@ -232,7 +232,8 @@ def run(p: Plan, log: Callable[[str], None] = _log, echo: Callable[[str], None] 
 
         # success: the completion marker last, then the whole directory into place
         evaluations.write_evaluation_complete(out, [f"checkpoint={p.opts.checkpoint}", f"data={p.data}",
-                                                f"split={split}", f"sentences={n}", *marks])
+                                                f"split={split}", f"src={p.src}", f"tgt={p.tgt}",
+                                                f"sentences={n}", *marks])
         staged.finish()
     return {**scores, "dir": staged.out, "sentences": n}
 

@@ -154,7 +154,7 @@ def test_bucket_bleu_equals_sacrebleu_on_the_subset():
             "m n o p q", "good day to you"]
     hyps = ["the cat sat on a mat", "a b c e", "x y z w", "one two three four", "p q r", "m n o p q",
             "good day"]
-    rows = length_buckets.bucket_bleu(sources, refs, {"sys": hyps}, "detok-cased")
+    rows = length_buckets.bucket_bleu([len(s.split()) for s in sources], refs, {"sys": hyps}, "detok-cased")
     assert [r["bucket"] for r in rows] == ["<10", "10-20", "20-30", "30-40", "40-50", ">=50"]
     assert [r["sentences"] for r in rows] == [2, 3, 1, 0, 0, 1]
     idx = [2, 3, 6]  # 10 <= length < 20

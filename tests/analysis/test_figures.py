@@ -46,7 +46,7 @@ def test_bucket_counts_and_notes_equal_a_direct_recount():
     from sacrebleu.metrics import BLEU
 
     sources, refs, systems = tiny_eval_set()
-    rows = length_buckets.bucket_bleu(sources, refs, systems, "detok-cased", min_sentences=5)
+    rows = length_buckets.bucket_bleu([len(s.split()) for s in sources], refs, systems, "detok-cased", min_sentences=5)
     edges = [10, 20, 30, 40, 50]
     expected = [sum(1 for n in LENGTHS if lo <= n < hi) for lo, hi in zip([0] + edges, edges + [10 ** 9])]
     assert expected == [3, 7, 1, 0, 0, 2]
@@ -59,14 +59,14 @@ def test_bucket_counts_and_notes_equal_a_direct_recount():
         bleu = BLEU().corpus_score([hyps[i] for i in idx], [[refs[i] for i in idx]]).score
         assert rows[5][name] == pytest.approx(round(bleu, 2))
     # the default threshold: every bucket of this set is under 30
-    assert all(r["note"] for r in length_buckets.bucket_bleu(sources, refs, systems, "detok-cased"))
+    assert all(r["note"] for r in length_buckets.bucket_bleu([len(s.split()) for s in sources], refs, systems, "detok-cased"))
     with pytest.raises(AnalysisError, match="names a column"):
-        length_buckets.bucket_bleu(sources, refs, {"note": refs}, "detok-cased")
+        length_buckets.bucket_bleu([len(s.split()) for s in sources], refs, {"note": refs}, "detok-cased")
 
 
 def test_bucket_figure_shows_counts_units_and_flags_small_buckets(tmp_path):
     sources, refs, systems = tiny_eval_set()
-    rows = length_buckets.bucket_bleu(sources, refs, systems, "detok-cased", min_sentences=5)
+    rows = length_buckets.bucket_bleu([len(s.split()) for s in sources], refs, systems, "detok-cased", min_sentences=5)
     path = tmp_path / "b.png"
     fig = length_buckets.plot(rows, list(systems), "detok-cased", str(path), 5, "tokens, BPE merged",
                               "wmt14.en-de, test")
@@ -102,7 +102,7 @@ def test_length_buckets_command_writes_counts_notes_and_the_reading(tmp_path):
     for name, hyps in systems.items():
         fake_evaluation(str(tmp_path / name), hyps, refs, sources, "--remove-bpe")
     length_buckets.main(["--eval", str(tmp_path / "good"), str(tmp_path / "poor"), "--names", "A", "B", "--out",
-                         str(tmp_path / "out"), "--min-bucket-sentences", "3"])
+                         str(tmp_path / "out"), "--min-bucket-sentences", "3", "--length-unit", "word"])
     rows = json.loads((tmp_path / "out" / "buckets.json").read_text())
     assert [(r["bucket"], r["sentences"], r["note"]) for r in rows] == [
         ("<10", 3, None), ("10-20", 7, None), ("20-30", 1, "fewer than 3 sentences"), ("30-40", 0, "0 sentences"),
@@ -113,6 +113,36 @@ def test_length_buckets_command_writes_counts_notes_and_the_reading(tmp_path):
     with pytest.raises(AnalysisError, match="--min-bucket-sentences"):
         length_buckets.main(["--eval", str(tmp_path / "good"), "--out", str(tmp_path / "x"),
                              "--min-bucket-sentences", "0"])
+
+
+def test_lengths_count_the_subword_tokens_the_model_read_as_the_papers_bucket(tmp_path):
+    """The default unit: the binarized source of the evaluated split (its sizes less EOS),
+    not the merged words of src.tok; a bucket a-b holds a to b-1."""
+    import subprocess
+    import sys
+
+    bpe = ["wo@@ rd " * 6 + "end"] * 3 + ["a b c"] * 4 + ["x@@ y z " * 9] * 2  # 13, 3 and 27 subword tokens
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for lang in ("src", "tgt"):
+        (raw / f"test.{lang}").write_text("\n".join(bpe) + "\n")
+    preprocess = os.path.join(os.path.dirname(sys.executable), "fairseq-preprocess")
+    subprocess.run([preprocess, "--source-lang", "src", "--target-lang", "tgt", "--trainpref", str(raw / "test"),
+                    "--testpref", str(raw / "test"),
+                    "--destdir", str(tmp_path / "bin"), "--workers", "1", "--joined-dictionary"], check=True,
+                   capture_output=True)
+    merged = [line.replace("@@ ", "") for line in bpe]
+    fake_evaluation(str(tmp_path / "e"), merged, merged, merged, "--remove-bpe")
+    with open(tmp_path / "e" / ".evaluation-complete", "w") as f:
+        f.write(f"checkpoint=x.pt\ndata={tmp_path / 'bin'}\nsplit=test\nsrc=src\ntgt=tgt\n")
+    assert length_buckets.subword_lengths(str(tmp_path / "e"), 9) == [13] * 3 + [3] * 4 + [27] * 2
+    assert [len(line.split()) for line in merged] == [7] * 3 + [3] * 4 + [18] * 2
+    length_buckets.main(["--eval", str(tmp_path / "e"), "--out", str(tmp_path / "out"), "--edges", "10,20,30"])
+    rows = json.loads((tmp_path / "out" / "buckets.json").read_text())
+    assert [(r["bucket"], r["sentences"]) for r in rows] == [("<10", 4), ("10-20", 3), ("20-30", 2), (">=30", 0)]
+    assert "by source length (subword tokens)" in (tmp_path / "out" / "buckets.md").read_text().splitlines()[0]
+    with pytest.raises(AnalysisError, match="--length-unit word"):
+        length_buckets.subword_lengths(str(tmp_path / "e"), 8)
 
 
 @pytest.mark.parametrize("remove_bpe, unit", [("--remove-bpe", "tokens, BPE merged"),
