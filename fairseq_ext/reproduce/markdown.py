@@ -129,7 +129,9 @@ def legend(table: Table, records: List[Record], smoke: bool = False) -> List[str
             text = test_text(test, bool(several), samples, next(r.get("shuffles") for r in records if r.get("test")))
         elif several:
             text += "; over seeds a mark only where it is significant at every seed with one sign, p_max its largest p"
-        lines.append(f"sig. ({source}): {text}; marks as this paper's: {marks_text}; p: the test's p-value. "
+        whose = ("marks as this paper's" if table.marks_are_the_papers else
+                 "this paper prints no marks; ours follow the thesis' convention")
+        lines.append(f"sig. ({source}): {text}; {whose}: {marks_text}; p: the test's p-value. "
                      "A mark says the difference is significant, its sign the direction."
                      + (" At smoke scale this is a check that the test runs, not evidence: the models are "
                         "undertrained and narrow, the data a small substitute." if smoke else ""))

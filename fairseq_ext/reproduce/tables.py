@@ -85,6 +85,12 @@ class Table:
         paper = self.id.split("-")[0]
         return paper if paper in MARKS else "thesis"
 
+    @property
+    def marks_are_the_papers(self) -> bool:
+        """Whether :attr:`marks` are the paper's own (the multi-source paper prints none: its
+        tables get the thesis' marks)."""
+        return self.id.split("-")[0] in MARKS
+
     def column(self, name: str) -> Column:
         for c in self.columns:
             if c.name == name:

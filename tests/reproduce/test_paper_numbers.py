@@ -116,3 +116,16 @@ def test_the_convergence_note_of_thesis_3_5_is_in_its_run_files():
             for name in ("train.first800.log", "train.log") for path in glob.glob(os.path.join(runs, "s-agg", "*", name))}
     assert "| loss 7.339 |" in logs["train.first800.log"] and "| num_updates 800 |" in logs["train.first800.log"]
     assert "| loss 6.765 |" in logs["train.log"] and "| num_updates 1524 |" in logs["train.log"]
+
+
+def test_a_paper_without_marks_is_not_said_to_have_them(tmp_path):
+    """The multi-source paper prints ± intervals and no marks: its tables' legend says ours
+    follow the thesis' convention, where a thesis table says its marks are the paper's."""
+    for table_id, said in (("ms-1", "this paper prints no marks; ours follow the thesis' convention: † p < 0.05, ‡ p < 0.01"),
+                           ("thesis-3.2", "marks as this paper's: † p < 0.05, ‡ p < 0.01")):
+        table = load_table(table_id)
+        opts = planning.Options(work_dir=str(tmp_path / table_id), data_root=str(tmp_path / "d"), budget="100")
+        plans = planning.plan_table(table, table.select(table.rows[-1].id if table_id == "ms-1" else "m-10"),
+                                    load_setups(), opts)
+        page = markdown(table, build_rows(table, plans), scales(table, plans))
+        assert said in page, page[-1500:]
