@@ -129,3 +129,35 @@ def test_a_paper_without_marks_is_not_said_to_have_them(tmp_path):
                                     load_setups(), opts)
         page = markdown(table, build_rows(table, plans), scales(table, plans))
         assert said in page, page[-1500:]
+
+
+def test_an_update_of_the_word_translation_setup_holds_at_least_25k_target_tokens():
+    """wt-4/wt-6 (Xu et al. 2020, Sec. 2): "each training batch contained at least 25k target
+    tokens". --max-tokens bounds a batch's padded max(source, target) tokens, so the target
+    tokens of an update are fewer than --max-tokens x --update-freq: batched by fairseq's own
+    batch_by_size on Multi30k's training lengths (whitespace tokens of the local copy), the
+    setup's updates still hold 25k target tokens on average."""
+    import gzip
+
+    import numpy as np
+    from fairseq.data import data_utils
+
+    from script_utils import MULTI30K
+
+    if not (MULTI30K / "train.de.gz").exists():
+        pytest.skip(f"needs the local Multi30k copy in {MULTI30K}")
+    with open(os.path.join(CONFIGS, "wt-wmt14.args"), encoding="utf-8") as f:
+        args = shlex.split(f.read(), comments=True)
+    max_tokens, update_freq = int(args[args.index("--max-tokens") + 1]), int(args[args.index("--update-freq") + 1])
+    lengths = {}
+    for lang in ("en", "de"):
+        with gzip.open(MULTI30K / f"train.{lang}.gz", "rt", encoding="utf-8") as f:
+            lengths[lang] = np.array([len(line.split()) + 1 for line in f])  # + EOS
+    src, tgt = lengths["en"], lengths["de"]
+    budget = np.maximum(src, tgt)
+    batches = data_utils.batch_by_size(np.lexsort((src, tgt)), lambda i: budget[i], max_tokens=max_tokens,
+                                       required_batch_size_multiple=8)
+    target_per_batch = sum(int(tgt[b].sum()) for b in batches) / len(batches)
+    assert 0.8 < target_per_batch / max_tokens < 0.95  # fewer than the budget: why --update-freq is 8, not 6
+    assert target_per_batch * update_freq >= 25_000
+    assert target_per_batch * 6 < 25_000
