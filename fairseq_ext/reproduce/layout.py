@@ -88,6 +88,11 @@ def sub_columns(table: Table, records: List[Record]) -> List[Tuple[Column, str]]
     return out
 
 
+def p_text(p: float) -> str:
+    """"=0.013", or "<0.001" for a p-value that three decimals would print as 0.000."""
+    return "<0.001" if p < 0.0005 else f"={p:.3f}"
+
+
 def cell_text(table: Table, col: Column, cell: Cell, kind: str, record: Record) -> str:
     if kind == "paper":
         return printed_text(cell["paper"]) if col.printed else "–"
@@ -105,9 +110,9 @@ def cell_text(table: Table, col: Column, cell: Cell, kind: str, record: Record) 
         several = "seeds" in record and "tested_seeds" in cell
         # over seeds by every seed's test: its largest p; the t-test over seeds beside any test
         name = "p_max" if several and "ar" not in cell else "p"
-        text = (cell.get("mark") or "") + (f" {name}={p:.3f}" if p is not None else "")
-        text += f" p_holm={p_holm:.3f}" if p_holm is not None else ""
-        text += f" p_t={p_t:.3f}" if p_t is not None and several else ""
+        text = (cell.get("mark") or "") + (f" {name}{p_text(p)}" if p is not None else "")
+        text += f" p_holm{p_text(p_holm)}" if p_holm is not None else ""
+        text += f" p_t{p_text(p_t)}" if p_t is not None and several else ""
         if several and len(cell["tested_seeds"]) < len(record["seeds"]):
             text += f" (n={len(cell['tested_seeds'])})"
         return text

@@ -161,3 +161,10 @@ def test_an_update_of_the_word_translation_setup_holds_at_least_25k_target_token
     assert 0.8 < target_per_batch / max_tokens < 0.95  # fewer than the budget: why --update-freq is 8, not 6
     assert target_per_batch * update_freq >= 25_000
     assert target_per_batch * 6 < 25_000
+
+
+def test_a_p_value_below_printing_precision_is_not_printed_as_zero():
+    from fairseq_ext.reproduce.layout import p_text
+
+    assert p_text(0.0001) == "<0.001" and p_text(0.0004) == "<0.001"
+    assert p_text(0.0005) == "=0.001" and p_text(0.0134) == "=0.013" and p_text(1.0) == "=1.000"
