@@ -1,10 +1,11 @@
-"""The save-dir lock (fairseq_ext/guards/save_dir_lock.py) on the partial configs that fairseq's
+"""The save-dir lock (fairseq_ext/guards/save_dir_lock.py) and the resume checks
+(fairseq_ext/guards/resume.py) on the partial configs that fairseq's
 own tests give ``checkpoint_utils.load_checkpoint`` (tests/test_train.py's ``get_mock_cfg``,
 tests/test_checkpoint_utils_for_task_level_attributes.py): no ``no_save`` key, ``save_dir``
 None. There is nothing to lock, and fairseq's load goes on as without the plugin."""
 from omegaconf import OmegaConf
 
-from fairseq_ext.guards import save_dir_lock
+from fairseq_ext.guards import resume, save_dir_lock
 
 
 def test_a_config_without_save_dir_or_no_save_takes_no_lock():
@@ -23,3 +24,9 @@ def test_a_config_without_no_save_still_locks_its_save_dir(tmp_path):
         assert key in save_dir_lock._HELD
     finally:
         save_dir_lock._HELD.pop(key).release()
+
+
+def test_a_config_without_save_dir_has_nothing_to_resume_from():
+    cfg = OmegaConf.create({"checkpoint": {"save_dir": None, "restore_file": "checkpoint_last.pt",
+                                           "finetune_from_model": "/temp/checkpoint_pretrained.pt"}}).checkpoint
+    assert resume.check_restore(cfg) is None
