@@ -94,6 +94,11 @@ def markdown(table: Table, records: List[Record], scales: Optional[Dict[str, Sca
     return out.getvalue()
 
 
+# whose marks a table that prints none is given (Table.marks: its paper's where it has some)
+MARK_CONVENTION = {"thesis": "the thesis' convention", "mlmha": "the MLMHA paper's convention",
+                   "mma": "the MMA paper's convention", "wt": "the word-translation paper's convention"}
+
+
 def legend(table: Table, records: List[Record], smoke: bool = False) -> List[str]:
     marks = MARKS[table.marks]
     marks_text = ", ".join(f"{m} p < {p}" for p, m in sorted(marks, key=lambda x: -x[0]))
@@ -130,7 +135,7 @@ def legend(table: Table, records: List[Record], smoke: bool = False) -> List[str
         elif several:
             text += "; over seeds a mark only where it is significant at every seed with one sign, p_max its largest p"
         whose = ("marks as this paper's" if table.marks_are_the_papers else
-                 "this paper prints no marks; ours follow the thesis' convention")
+                 f"this table prints no marks; ours follow {MARK_CONVENTION[table.marks]}")
         lines.append(f"sig. ({source}): {text}; {whose}: {marks_text}; p: the test's p-value. "
                      "A mark says the difference is significant, its sign the direction."
                      + (" At smoke scale this is a check that the test runs, not evidence: the models are "

@@ -87,9 +87,11 @@ class Table:
 
     @property
     def marks_are_the_papers(self) -> bool:
-        """Whether :attr:`marks` are the paper's own (the multi-source paper prints none: its
-        tables get the thesis' marks)."""
-        return self.id.split("-")[0] in MARKS
+        """Whether :attr:`marks` are the ones this table prints: not for a paper without marks
+        (the multi-source paper's tables get the thesis' marks), nor for a table its paper
+        prints without any (``paper_significance: none...``, ``± values printed``)."""
+        printed = (self.paper_significance or "").strip()
+        return self.id.split("-")[0] in MARKS and not printed.startswith(("none", "±"))
 
     def column(self, name: str) -> Column:
         for c in self.columns:

@@ -119,14 +119,16 @@ def test_the_convergence_note_of_thesis_3_5_is_in_its_run_files():
 
 
 def test_a_paper_without_marks_is_not_said_to_have_them(tmp_path):
-    """The multi-source paper prints ± intervals and no marks: its tables' legend says ours
-    follow the thesis' convention, where a thesis table says its marks are the paper's."""
-    for table_id, said in (("ms-1", "this paper prints no marks; ours follow the thesis' convention: † p < 0.05, ‡ p < 0.01"),
+    """The multi-source paper prints ± intervals and no marks (and thesis-4.7 none): their
+    legend says ours follow the thesis' convention, where a table with marks says they are
+    the paper's."""
+    for table_id, said in (("ms-1", "this table prints no marks; ours follow the thesis' convention: † p < 0.05, ‡ p < 0.01"),
+                           ("thesis-4.7", "this table prints no marks; ours follow the thesis' convention"),
                            ("thesis-3.2", "marks as this paper's: † p < 0.05, ‡ p < 0.01")):
         table = load_table(table_id)
         opts = planning.Options(work_dir=str(tmp_path / table_id), data_root=str(tmp_path / "d"), budget="100")
-        plans = planning.plan_table(table, table.select(table.rows[-1].id if table_id == "ms-1" else "m-10"),
-                                    load_setups(), opts)
+        row = {"ms-1": "serial", "thesis-4.7": "ms-1", "thesis-3.2": "m-10"}[table_id]
+        plans = planning.plan_table(table, table.select(row), load_setups(), opts)
         page = markdown(table, build_rows(table, plans), scales(table, plans))
         assert said in page, page[-1500:]
 
