@@ -45,7 +45,8 @@ from fairseq.sequence_generator import SequenceGenerator
 from fairseq_ext.analysis import AnalysisError, command
 from fairseq_ext.analysis.batches import batches, to_device
 from fairseq_ext.analysis.capture import capture_cross_attention
-from fairseq_ext.analysis.figures import FigureContext, layer_axes, names_for, pyplot, save_figure
+from fairseq_ext.analysis.figures import (FigureContext, layer_axes, names_for, pyplot, save_figure, system_colour,
+                                         system_colours)
 from fairseq_ext.analysis.registry import Analysis
 from fairseq_ext.analysis.tables import write_table
 from fairseq_ext.common import checkpoints
@@ -179,16 +180,17 @@ def plot_dependency(summary: List[dict], per_sentence: List[dict], per_head: Lis
     one line per model, with its heads' D^l_h as dots."""
     plt = pyplot()
     names = [s["model"] for s in summary]
+    colours = system_colours(names)
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     a.boxplot([[r["D_Y"] for r in per_sentence if r["model"] == n] for n in names], showmeans=True)
     a.set_xticks(range(1, len(names) + 1), names)
     a.set_ylabel("D_Y (KL, nats)")
     a.set_title("(a) D_Y per sentence (Eq. 4.5; triangle: mean)")
-    for i, s in enumerate(summary):
+    for s in summary:
         layers = sorted(int(k[2:]) for k in s if k.startswith("D^") and k[2:].isdigit())
-        b.plot(layers, [s[f"D^{l}"] for l in layers], marker="o", color=f"C{i}", label=s["model"])
+        b.plot(layers, [s[f"D^{l}"] for l in layers], marker="o", color=colours[s["model"]], label=s["model"])
         heads = [r for r in per_head if r["model"] == s["model"]]
-        b.scatter([r["layer"] for r in heads], [r["D^l_h"] for r in heads], s=10, color=f"C{i}", alpha=0.4)
+        b.scatter([r["layer"] for r in heads], [r["D^l_h"] for r in heads], s=10, color=colours[s["model"]], alpha=0.4)
         b.set_xticks(layers)
     b.set_title("(b) cross-attention: D^l (Eq. 4.7), dots: heads")
     layer_axes(b, "decoder layer", "D^l (KL, nats)")
@@ -204,7 +206,7 @@ def plot_tokens(tokens: List[dict], path: str, context: Optional[FigureContext] 
                                                        2.6 * len(names)), squeeze=False, sharey=True)
     for ax, name in zip(axes[:, 0], names):
         sel = [r for r in tokens if r["model"] == name]
-        ax.bar(range(len(sel)), [r["D_yt"] for r in sel])
+        ax.bar(range(len(sel)), [r["D_yt"] for r in sel], color=system_colour(name))
         ax.set_xticks(range(len(sel)), [r["token"] for r in sel], rotation=45, ha="right")
         ax.set_ylabel("D_yt")
         if sel:  # the whole source, BPE joined, wrapped to the panel's width

@@ -41,7 +41,7 @@ from fairseq_ext.analysis import AnalysisError, command
 from fairseq_ext.analysis.attention_layers import encoder_head_types, mma_legend
 from fairseq_ext.analysis.capture import encoder_self_attention
 from fairseq_ext.analysis.figures import (FIGURE_WIDTH, FigureContext, add_caption, add_title, data_description,
-                                          file_stem, layer_axes, names_for, pyplot, save_figure)
+                                          file_stem, layer_axes, names_for, pyplot, save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
 from fairseq_ext.analysis.tables import write_table
 from fairseq_ext.common import checkpoints
@@ -177,12 +177,14 @@ def layer_plot(layer_rows: List[dict], path: str, data: str = "", context: Optio
     span = span_of(layer_rows)
     fig, axes = plt.subplots(1, 2, figsize=(FIGURE_WIDTH, 3.6))
     pairs = sorted({(r["model"], r["unit"]) for r in layer_rows})
+    colours = system_colours(list(dict.fromkeys(r["model"] for r in layer_rows)))
     for (model, unit) in pairs:
         sel = sorted((r for r in layer_rows if r["model"] == model and r["unit"] == unit), key=lambda r: r["layer"])
         dual = (model, "local") in pairs  # a Dual Contextual encoder: name both units
         label = f"{model} ({unit} FI)" if dual else model
         for ax, metric in zip(axes, ("distance", "entropy")):
-            ax.plot([r["layer"] for r in sel], [r[metric] for r in sel], marker="o", label=label)
+            ax.plot([r["layer"] for r in sel], [r[metric] for r in sel], marker="o", label=label,
+                    color=colours[model], linestyle="--" if unit == "local" else "-")
     for ax, metric in zip(axes, ("distance", "entropy")):
         layer_axes(ax, "encoder layer", f"mean attention {metric} ({UNITS[metric]})", legend=8)
     add_title(fig, "Encoder self-attention per layer" + (f", {data}" if data else ""))

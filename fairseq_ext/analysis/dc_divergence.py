@@ -23,7 +23,9 @@ import torch
 
 from fairseq_ext.analysis import AnalysisError, command
 from fairseq_ext.analysis.capture import encoder_self_attention
-from fairseq_ext.analysis.figures import FigureContext, layer_axes, names_for, pyplot, save_figure
+from fairseq_ext.analysis.figures import (FIGURE_WIDTH, FigureContext, add_caption, add_title, data_description,
+                                         integer_ticks, label_points, legend_outside, names_for, pyplot,
+                                         save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
 from fairseq_ext.analysis.tables import write_table
 from fairseq_ext.common import checkpoints
@@ -81,17 +83,45 @@ def build_parser():
     return ap
 
 
-def plot(rows, summary, names, path: str, context: Optional[FigureContext] = None):
-    """Fig. 5.4: (a) JS per DC layer, one series per model; (b) Ed per model."""
+HEADS_READING = {"max": "the element-wise maximum over the heads, renormalized (--heads max)",
+                 "mean": "the mean over the heads (--heads mean)",
+                 "each": "each head's JS, averaged over the heads (--heads each)"}
+
+
+def plot(rows, summary, names, path: str, context: Optional[FigureContext] = None, heads: str = "max",
+         data: str = ""):
+    """Fig. 5.4: (a) JS per DC layer, one series per model; (b) Ed per model; both in nats on
+    one y-axis from 0, each value written beside its point or bar."""
     plt = pyplot()
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.5))
+    colours = system_colours(names)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(FIGURE_WIDTH, 3.6), sharey=True,
+                               gridspec_kw={"width_ratios": [3, max(1, len(summary))]})
     for name in names:
         sel = [r for r in rows if r["model"] == name]
-        a.plot([r["layer"] for r in sel], [r["JS"] for r in sel], marker="o", label=name)
-    layer_axes(a, "encoder layer", "JS divergence")
-    b.bar(range(len(summary)), [s["Ed"] for s in summary])
+        xs, ys = [r["layer"] for r in sel], [r["JS"] for r in sel]
+        a.plot(xs, ys, marker="o", color=colours[name], label=name)
+        if len(names) == 1:  # several models' labels would cross where their lines do (the table has them)
+            label_points(a, xs, ys, [f"{y:.3f}" for y in ys], colours[name])
+    a.set_xlabel("encoder layer l (Dual Contextual)")
+    integer_ticks(a.xaxis)
+    a.set_ylabel("JS divergence (nats)")
+    a.set_title("(a) dv_l per layer", fontsize=10)
+    bars = b.bar(range(len(summary)), [s["Ed"] for s in summary], 0.6,
+                 color=[colours.get(s["model"], "grey") for s in summary])
+    b.bar_label(bars, [f"{s['Ed']:.3f}" for s in summary], fontsize=8, padding=2)
     b.set_xticks(range(len(summary)), [s["model"] for s in summary])
-    b.set_ylabel("Ed")
+    b.set_title("(b) Ed = mean over layers", fontsize=10)
+    top = max([r["JS"] for r in rows] + [s["Ed"] for s in summary] + [1e-3])
+    a.set_ylim(0, top * 1.2)  # from 0: the divergences compare by their size, not their differences alone
+    if len(names) > 1:
+        legend_outside(b, handles=a.get_legend_handles_labels()[0])
+    add_title(fig, "Jensen-Shannon divergence between the global and the local FI unit"
+              + (f": {data}" if data else ""))
+    add_caption(fig, "(a) dv_l = JS(α_g || α_l) of each Dual Contextual encoder layer l, in nats (natural log; "
+                     f"at most ln 2 = 0.693): α_g and α_l are a query token's attention over the sentence in the "
+                     f"global and the local FI unit, {HEADS_READING[heads]}, averaged over the query tokens of "
+                     "the split. (b) Ed, the mean of dv_l over the DC layers (thesis Fig. 5.4). The y-axis "
+                     "starts at 0.")
     save_figure(fig, path, context)
     return fig
 
@@ -106,7 +136,8 @@ def execute(args, figures: FigureContext):
         summary.append({"model": name, "Ed": round(sum(dv.values()) / len(dv), 5), "DC layers": len(dv)})
     write_table(rows, args.out, "per_layer", f"JS(global || local) per DC layer (heads: {args.heads})", ".5f")
     write_table(summary, args.out, "summary", "Ed: mean over the DC layers", ".5f")
-    plot(rows, summary, names, os.path.join(args.out, "dc_divergence.png"), figures)
+    plot(rows, summary, names, os.path.join(args.out, "dc_divergence.png"), figures, args.heads,
+         data_description(args.data, args.split))
 
 
 def main(argv=None):

@@ -15,7 +15,8 @@ from typing import Optional
 
 from fairseq_ext.analysis import AnalysisError
 from fairseq_ext.analysis.decoding import compare_decodings, comparison_command, significance_rows
-from fairseq_ext.analysis.figures import FigureContext, pyplot, save_figure
+from fairseq_ext.analysis.figures import (FigureContext, add_caption, add_title, flavour_of, marks_note, pyplot,
+                                         save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
 from fairseq_ext.common import checkpoints
 
@@ -38,18 +39,28 @@ def decoder_rows(name, checkpoint, data, split, out, generate_args, flavour, sam
         **{f"aux{l}": {"model": name, "decoder": f"aux{l}", "reads encoder layer": l} for l in options.aux_layers}})
 
 
-def plot(rows, path, context: Optional[FigureContext] = None):
+def plot(rows, path, context: Optional[FigureContext] = None, marks: str = "thesis"):
+    """BLEU per decoder in its model's colour (the auxiliary decoders hatched), each bar's
+    BLEU above it and, for the auxiliary decoders, the difference to the main one with its mark."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    colours = system_colours(list(dict.fromkeys(r["model"] for r in rows)))
+    fig, ax = plt.subplots(figsize=(max(6.5, 1.2 * len(rows) + 2), 3.6))
     labels = [f"{r['model']}:{r['decoder']}" for r in rows]
-    bars = ax.bar(range(len(rows)), [r["BLEU"] for r in rows],
-                  color=["C0" if r["decoder"] == "main" else "C1" for r in rows])
-    # the BLEU on each bar, with the auxiliary decoders' delta to the main one and its mark
+    bars = ax.bar(range(len(rows)), [r["BLEU"] for r in rows], color=[colours[r["model"]] for r in rows],
+                  edgecolor="black", linewidth=0.6)
+    for bar, r in zip(bars, rows):
+        if r["decoder"] != "main":
+            bar.set_hatch("//")
     ax.bar_label(bars, [f"{r['BLEU']:.2f}" + ("" if r["decoder"] == "main" else f"\n{r['delta']:+.2f}{r['mark']}")
-                        for r in rows], fontsize=8)
-    ax.margins(y=0.15)
-    ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right")
-    ax.set_ylabel(f"BLEU ({rows[0]['flavour']})")
+                        for r in rows], fontsize=8, padding=2)
+    ax.margins(y=0.2)
+    ax.set_xticks(range(len(rows)), labels, rotation=30 if len(rows) > 4 else 0, ha="right" if len(rows) > 4 else "center")
+    ax.set_ylabel(f"BLEU ({flavour_of(rows)})")
+    add_title(fig, "BLEU of the main and every auxiliary decoder, each decoding alone")
+    add_caption(fig, f"BLEU ({flavour_of(rows)}) of each decoder of a model translating alone (decode_from): main, "
+                     "or auxl, the auxiliary decoder on encoder layer l (hatched). Under an auxiliary decoder's "
+                     "BLEU: its difference to the main decoder and sacreBLEU's paired-bootstrap mark against it, "
+                     f"{marks_note(marks)}; no mark: not significant.")
     save_figure(fig, path, context)
     return fig
 

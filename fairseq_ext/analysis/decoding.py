@@ -86,7 +86,8 @@ def comparison_command(doc: str, rows_of: Callable[..., List[dict]], table: str,
     parser is the common arguments and :func:`~fairseq_ext.analysis.command.evaluation_arguments`;
     its run writes ``rows_of(name, checkpoint, data, split, out, generate_args, flavour,
     samples, cpu, marks, src, tgt)`` of every checkpoint as the table OUT/TABLE (titled
-    ``title``) and draws ``plot(rows, OUT/TABLE.png, figures)``."""
+    ``title``) and draws ``plot(rows, OUT/TABLE.png, figures, marks)`` (``marks``: --marks, the key
+    to the marks in the caption)."""
     def build_parser():
         ap = command.parser(doc)
         command.evaluation_arguments(ap)
@@ -98,7 +99,7 @@ def comparison_command(doc: str, rows_of: Callable[..., List[dict]], table: str,
             rows += rows_of(name, ckpt, args.data, args.split, args.out, shlex.split(args.generate_args),
                             args.flavour, args.samples, args.cpu, args.marks, args.src, args.tgt)
         write_table(rows, args.out, table, title)
-        plot(rows, os.path.join(args.out, f"{table}.png"), figures)
+        plot(rows, os.path.join(args.out, f"{table}.png"), figures, args.marks)
 
     def main(argv=None):
         return command.run(build_parser, execute, argv)

@@ -1,12 +1,16 @@
 """How the analyses draw: figures sized for the HTML report, their titles and captions, the
 note of what made them (:class:`FigureContext`, from the command's parsed arguments, added to
-every caption by :func:`save_figure`), the names models are shown by, and the grid of heatmap
+every caption by :func:`save_figure`), the names models are shown by and the colour each
+model has in every figure (:func:`system_colours`), legends beside the axes, labels beside
+points, 95% intervals of proportions and the key to significance marks, and the grid of heatmap
 panels on one colour scale (:func:`map_figure`)."""
 import dataclasses
+import math
 import os
 import re
 import textwrap
-from typing import List, Optional, Sequence
+import zlib
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_ext.analysis import AnalysisError
 from fairseq_ext.common import checkpoints, data_text
@@ -42,6 +46,86 @@ def layer_axes(ax, xlabel: str, ylabel: str, legend: Optional[float] = None) -> 
     integer_ticks(ax.xaxis)
     ax.set_ylabel(ylabel)
     ax.legend(**({} if legend is None else {"fontsize": legend}))
+
+
+# ---- one colour per model, in every figure ---------------------------------------------------
+# matplotlib's ten default colours, then ten more of other hues: a model keeps its colour in
+# every figure of a report (each analysis runs as its own process, so the colour depends on
+# the name alone).
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf", "#000080", "#808000", "#008080", "#800000", "#ff1493", "#4b0082", "#556b2f", "#b8860b",
+           "#00ced1", "#696969")
+# The project's systems (the CPU benchmark's rows, in the order its report draws them) take the
+# palette's colours in this order; names are compared by :func:`colour_key`.
+KNOWN_SYSTEMS = ("baseline", "m-00", "ms-1-plus-aif", "mma", "baseline-no-pos", "mma-no-pos", "m-10", "iter-c-agg",
+                 "transparent", "ms-1", "enc-dc", "m-10-plus-ms-1-plus-aif")
+ALIASES = {"transformer": "baseline", "base": "baseline", "dc": "enc-dc"}
+
+
+def colour_key(name: str) -> str:
+    """``name`` as :data:`KNOWN_SYSTEMS` spells it: "MS-1+AIF" -> "ms-1-plus-aif",
+    "baseline-nopos" -> "baseline-no-pos", "Transformer" -> "baseline"."""
+    key = re.sub(r"[^a-z0-9]+", "-", name.lower().replace("+", " plus ")).strip("-")
+    key = re.sub(r"(^|-)nopos$", r"\1no-pos", key)
+    return ALIASES.get(key, key)
+
+
+def system_colours(names: Sequence[str]) -> Dict[str, str]:
+    """The colour of each model of a figure: a known system its fixed colour, any other name
+    the palette colour its CRC-32 picks (the same in every figure), or, where that colour is
+    taken in this figure, the next free one (names in sorted order)."""
+    known = {n: PALETTE[KNOWN_SYSTEMS.index(colour_key(n)) % len(PALETTE)]
+             for n in names if colour_key(n) in KNOWN_SYSTEMS}
+    taken, out = set(known.values()), dict(known)
+    for name in sorted(n for n in dict.fromkeys(names) if n not in known):
+        start = zlib.crc32(colour_key(name).encode("utf-8"))
+        free = [PALETTE[(start + k) % len(PALETTE)] for k in range(len(PALETTE))]
+        out[name] = next((c for c in free if c not in taken), free[0])
+        taken.add(out[name])
+    return {n: out[n] for n in names}
+
+
+def system_colour(name: str) -> str:
+    """The colour of one model (:func:`system_colours` of it alone)."""
+    return system_colours([name])[name]
+
+
+# ---- what the figures of several numbers share ------------------------------------------------
+
+def legend_outside(ax, fontsize: float = 8.0, **kwargs):
+    """The legend of ``ax`` to the right of its axes, where it covers no data."""
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=fontsize, **kwargs)
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.959964) -> Tuple[float, float]:
+    """The Wilson score interval of a proportion, ``successes`` of ``n`` (95% for the default z)."""
+    if n <= 0:
+        raise ValueError(f"a proportion over {n} items has no interval")
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def label_points(ax, xs, ys, labels, colour=None, fontsize: float = 8.0, above: bool = True) -> None:
+    """``labels`` beside the points (xs, ys): above them (below with ``above`` false), offset
+    by a few points so that the marker never covers them."""
+    for x, y, text in zip(xs, ys, labels):
+        if text:
+            ax.annotate(text, (x, y), xytext=(0, 7 if above else -7), textcoords="offset points", ha="center",
+                        va="bottom" if above else "top", fontsize=fontsize, color=colour)
+
+
+def flavour_of(rows: Sequence[dict]) -> str:
+    """The BLEU flavour of a table's rows (their "flavour" column), for axis labels."""
+    return next((r["flavour"] for r in rows if r.get("flavour")), "sacreBLEU")
+
+
+def marks_note(marks: str = "thesis") -> str:
+    """The caption's key to the significance marks of ``marks`` (--marks)."""
+    from fairseq_ext.tools.significance import MARKS
+
+    return ", ".join(f"{mark} p < {bound:g}" for bound, mark in MARKS[marks])
 
 
 def names_for(checkpoints: Sequence[str], names: Optional[Sequence[str]]) -> List[str]:

@@ -17,7 +17,8 @@ from typing import Optional
 
 from fairseq_ext.analysis import AnalysisError
 from fairseq_ext.analysis.decoding import compare_decodings, comparison_command, significance_rows
-from fairseq_ext.analysis.figures import FigureContext, layer_axes, pyplot, save_figure
+from fairseq_ext.analysis.figures import (FigureContext, add_caption, add_title, flavour_of,
+                                         label_points, layer_axes, marks_note, pyplot, save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
 from fairseq_ext.common import checkpoints
 
@@ -43,14 +44,29 @@ def masking_rows(name: str, checkpoint: str, data: str, split: str, out: str, ge
                                                for i in range(1, n + 1)}})
 
 
-def plot(rows, path, context: Optional[FigureContext] = None):
+def plot(rows, path, context: Optional[FigureContext] = None, marks: str = "thesis"):
+    """ΔBLEU per masked layer, one series per model (its colour in every figure), each point
+    with its paired-bootstrap mark (and, for one model, its value) as in the table."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for model in dict.fromkeys(r["model"] for r in rows):
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    colours = system_colours(models)
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    for model in models:
         sel = [r for r in rows if r["model"] == model and r["delta"] is not None]
-        ax.plot([int(r["masked layer"][2:]) for r in sel], [r["delta"] for r in sel], marker="o", label=model)
+        xs, ys = [int(r["masked layer"][2:]) for r in sel], [r["delta"] for r in sel]
+        ax.plot(xs, ys, marker="o", color=colours[model], label=model)
+        # several models: the marks alone, so that labels of close points stay apart
+        labels = [f"{r['delta']:+.2f}{r['mark']}" if len(models) == 1 else r["mark"] for r in sel]
+        label_points(ax, xs, ys, labels, colours[model], above=False)
     ax.axhline(0, color="grey", linewidth=0.8)
-    layer_axes(ax, "masked encoder layer f^i (i = 1: lowest collected)", "ΔBLEU")
+    ax.margins(y=0.15)
+    layer_axes(ax, "masked encoder layer f^i (i = 1: lowest collected)", f"ΔBLEU ({flavour_of(rows)})", legend=8)
+    full = "; ".join(f"{r['model']} {r['BLEU']:.2f}" for r in rows if r["delta"] is None)
+    add_title(fig, "BLEU lost with one collected encoder layer masked")
+    add_caption(fig, f"ΔBLEU = the BLEU ({flavour_of(rows)}) of the model with the collected encoder layer f^i "
+                     f"removed from what its decoder reads (mask_source_layer i), minus the full model's BLEU "
+                     f"(full: {full}). Marks: sacreBLEU's paired bootstrap against the full model, "
+                     f"{marks_note(marks)}; no mark: not significant.")
     save_figure(fig, path, context)
     return fig
 

@@ -38,7 +38,7 @@ from typing import Dict, List, Optional, Sequence
 from fairseq_ext.analysis import AnalysisError, command
 from fairseq_ext.analysis.decoding import evaluate
 from fairseq_ext.analysis.figures import (FIGURE_WIDTH, FigureContext, add_caption, data_description, names_for,
-                                          pyplot, save_figure)
+                                          pyplot, save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
 from fairseq_ext.analysis.tables import write_table
 from fairseq_ext.common import data_text
@@ -150,10 +150,10 @@ def plot(rows: List[dict], systems: Sequence[str], flavour: str, path: str,
     x = list(range(len(rows)))
     width = 0.8 / max(1, len(systems))
     small = [0 < r["sentences"] < min_sentences for r in rows]
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colours = system_colours(systems)  # each model's colour in every figure of the report
     label_size = 8 if len(systems) * len(rows) <= 24 else 6.5
     for k, system in enumerate(systems):
-        colour = colours[k % len(colours)]
+        colour = colours[system]
         bars = ax.bar([i + (k - (len(systems) - 1) / 2) * width for i in x], [r[system] or 0 for r in rows],
                       width, label=system, color=colour, edgecolor=colour)
         for bar, pale, r in zip(bars, small, rows):

@@ -45,7 +45,9 @@ Tasks come from two places:
 
 Writes probing.{md,csv,json} (category, task, labels, train/test sizes, the majority-label
 accuracy, one column per model and layer; #AVG rows per category as the thesis' tables) and
-probing.png (accuracy per task and model; per layer when several layers are probed).
+probing.png (accuracy per task and model; per layer when several layers are probed; every
+accuracy with its 95% Wilson score interval over the task's test sentences, whose number is
+the table's "test" column).
 """
 import os
 import sys
@@ -53,7 +55,8 @@ from typing import Dict, List, Optional, Tuple
 
 from fairseq_ext.analysis import AnalysisError, command
 from fairseq_ext.analysis.encoder_features import pooled_features, primary_encoder, resolve_layer
-from fairseq_ext.analysis.figures import FigureContext, names_for, pyplot, save_figure
+from fairseq_ext.analysis.figures import (FigureContext, add_caption, add_title, legend_outside, names_for, pyplot,
+                                         save_figure, system_colours, wilson_interval)
 from fairseq_ext.analysis.probing_classifier import probe_task
 from fairseq_ext.analysis.probing_tasks import CATEGORY, GENERATED, PARTITIONS, Split, load_tasks
 from fairseq_ext.analysis.registry import Analysis
@@ -89,10 +92,25 @@ def summary_rows(results: Dict[str, Dict[str, dict]], tasks: Dict[str, Split], c
     return rows
 
 
+def accuracy_interval(accuracy: float, n: int) -> Tuple[float, float]:
+    """The 95% Wilson score interval (%, low and high) of an accuracy (%) over ``n`` test
+    sentences (the accuracy read back as a whole number of correct sentences)."""
+    low, high = wilson_interval(round(accuracy * n / 100), n)
+    return 100 * low, 100 * high
+
+
+def error_bars(task_rows: List[dict], column: str) -> List[List[float]]:
+    """matplotlib's yerr (below, above) of ``column``'s accuracies: their Wilson intervals."""
+    spans = [accuracy_interval(r[column], r["test"]) for r in task_rows]
+    return [[r[column] - lo for r, (lo, _) in zip(task_rows, spans)],
+            [hi - r[column] for r, (_, hi) in zip(task_rows, spans)]]
+
+
 def plot(rows: List[dict], columns: List[str], layer_columns: Dict[str, List[Tuple[int, str]]], path: str,
          context: Optional[FigureContext] = None):
-    """Accuracy per task and model (bars, the majority label marked), or per layer, one panel
-    per model, when several layers are probed."""
+    """Accuracy per task and model (bars in each model's colour, the majority label marked), or
+    per layer, one panel per model, when several layers are probed; every accuracy with its 95%
+    Wilson interval over the task's test sentences."""
     plt = pyplot()
     task_rows = [r for r in rows if r["task"] != "#AVG"]
     several_layers = any(len(v) > 1 for v in layer_columns.values())
@@ -100,21 +118,35 @@ def plot(rows: List[dict], columns: List[str], layer_columns: Dict[str, List[Tup
         fig, axes = plt.subplots(1, len(layer_columns), figsize=(5 * len(layer_columns), 3.5), squeeze=False)
         for ax, (model, cols) in zip(axes[0], layer_columns.items()):
             for r in task_rows:
-                ax.plot([l for l, _ in cols], [r[c] for _, c in cols], marker="o", label=r["task"])
+                acc = [r[c] for _, c in cols]
+                spans = [accuracy_interval(a, r["test"]) for a in acc]
+                ax.errorbar([l for l, _ in cols], acc, yerr=[[a - lo for a, (lo, _) in zip(acc, spans)],
+                                                             [hi - a for a, (_, hi) in zip(acc, spans)]],
+                            marker="o", capsize=3, label=f"{r['task']} (n = {r['test']})")
             ax.set_xlabel("encoder layer")
             ax.set_ylabel("probing accuracy (%)")
             ax.set_title(model)
-            ax.legend(fontsize=7)
+        legend_outside(axes[0][-1], fontsize=7)
     else:
-        fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(task_rows) * max(1, len(columns)) / 2), 3.5))
+        fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(task_rows) * max(1, len(columns)) / 2 + 1.5), 3.8))
+        colours = system_colours(columns)
         width = 0.8 / len(columns)
         for k, c in enumerate(columns):
-            ax.bar([i + k * width for i in range(len(task_rows))], [r[c] for r in task_rows], width, label=c)
+            ax.bar([i + k * width for i in range(len(task_rows))], [r[c] for r in task_rows], width, label=c,
+                   color=colours[c], yerr=error_bars(task_rows, c), capsize=2, error_kw={"linewidth": 0.8})
         ax.scatter([i + 0.4 - width / 2 for i in range(len(task_rows))], [r["majority"] for r in task_rows],
                    marker="_", s=300, color="black", label="majority label", zorder=3)
-        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(task_rows))], [r["task"] for r in task_rows])
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(task_rows))],
+                      [f"{r['task']}\n(n = {r['test']})" for r in task_rows])
         ax.set_ylabel("probing accuracy (%)")
-        ax.legend(fontsize=7)
+        ax.set_ylim(0, 100)
+        legend_outside(ax, fontsize=7)
+    add_title(fig, "Probing accuracy of the frozen encoder per task")
+    sizes = ", ".join(f"{r['task']} {r['test']}" for r in task_rows)
+    add_caption(fig, "Accuracy (%) of an MLP on the mean-pooled encoder layer, on each task's test sentences "
+                     f"(n: {sizes}). Error bars: 95% Wilson score intervals of each accuracy over its task's n "
+                     "sentences. Black dash: the accuracy of always answering the majority label.",
+                width=max(fig.get_figwidth(), 6.5))
     save_figure(fig, path, context)
     return fig
 

@@ -22,7 +22,7 @@ layer below (FULL: over the top layer).
 Without ``--projections`` the encoder layers' projections are trained first, as
 ``word_translation --parts encoder`` does (same options), and saved to OUT/projections.pt.
 Writes translate_from_layer.{md,csv,json} (Table 2 layout), translate_from_layer.png (BLEU-1
-and BLEU per layer, FULL dashed) and the hypotheses of every layer, OUT/hyp.layer<l>.bpe and
+and BLEU per layer, FULL dashed, the legend beside the panels) and the hypotheses of every layer, OUT/hyp.layer<l>.bpe and
 OUT/hyp.full.bpe, with OUT/ref.bpe.
 """
 import os
@@ -37,7 +37,8 @@ from sacrebleu.metrics import BLEU
 from fairseq_ext.analysis import command
 from fairseq_ext.analysis.batches import batches, to_device
 from fairseq_ext.analysis.encoder_features import layer_outputs, primary_encoder
-from fairseq_ext.analysis.figures import FigureContext, layer_axes, pyplot, save_figure
+from fairseq_ext.analysis.figures import (FIGURE_WIDTH, FigureContext, add_caption, add_title, integer_ticks,
+                                         legend_outside, names_for, pyplot, save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
 from fairseq_ext.analysis.tables import write_table
 from fairseq_ext.analysis.translation_probe_training import (add_training_arguments, load_for_training,
@@ -117,16 +118,32 @@ def table_rows(scores: Dict[str, Dict[str, float]], layers: Sequence[int]) -> Li
     return rows
 
 
-def plot(rows: List[dict], path: str, context: Optional[FigureContext] = None):
+def plot(models: Dict[str, List[dict]], path: str, context: Optional[FigureContext] = None):
+    """BLEU-1 and BLEU per encoder layer (a panel each), one line per model in its colour, the
+    FULL model's score a dashed line of the same colour; the legend beside the panels, where it
+    covers no line. ``models``: name -> the rows of :func:`table_rows`."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    layer_rows = [r for r in rows if r["layer"] != "FULL"]
-    full = [r for r in rows if r["layer"] == "FULL"]
-    for k, key in enumerate(("BLEU-1", "BLEU")):
-        ax.plot([r["layer"] for r in layer_rows], [r[key] for r in layer_rows], "o-", color=f"C{k}", label=key)
-        if full:
-            ax.axhline(full[0][key], color=f"C{k}", linestyle="--", label=f"{key} FULL")
-    layer_axes(ax, "encoder layer (0 = embeddings)", "score (BPE, lowercased)", legend=8)
+    colours = system_colours(list(models))
+    fig, axes = plt.subplots(1, 2, figsize=(FIGURE_WIDTH, 3.6))
+    for ax, key in zip(axes, ("BLEU-1", "BLEU")):
+        for name, rows in models.items():
+            layer_rows = [r for r in rows if r["layer"] != "FULL"]
+            ax.plot([r["layer"] for r in layer_rows], [r[key] for r in layer_rows], "o-", color=colours[name],
+                    label=f"{name}: from encoder layer l")
+            for r in rows:
+                if r["layer"] == "FULL":
+                    ax.axhline(r[key], color=colours[name], linestyle="--", label=f"{name}: FULL (beam search)")
+        ax.set_ylim(0, max(r[key] for rows in models.values() for r in rows) * 1.1)
+        ax.set_title(key, fontsize=10)
+        ax.set_xlabel("encoder layer l (0 = embeddings)")
+        integer_ticks(ax.xaxis)
+        ax.set_ylabel(f"{key} (BPE, lowercased)")
+    legend_outside(axes[1])
+    add_title(fig, "Translating straight from an encoder layer, without the decoder")
+    add_caption(fig, "Each source token's output of encoder layer l, through that layer's trained projection and "
+                     "the model's classifier, gives one target token (argmax; pad, BOS and EOS left out), in "
+                     "source order. BLEU-1 (brevity penalty x unigram precision) and BLEU on BPE units, "
+                     "lowercased (sacreBLEU). Dashed: FULL, the whole model with beam search, scored the same way.")
     save_figure(fig, path, context)
     return fig
 
@@ -167,7 +184,8 @@ def execute(args, figures: FigureContext):
     rows = table_rows(scores, layers)
     write_table(rows, args.out, "translate_from_layer",
                 f"Translating from encoder layers ({args.split}, BPE, lowercased)")
-    plot(rows, os.path.join(args.out, "translate_from_layer.png"), figures)
+    plot({names_for([args.checkpoint], args.names)[0]: rows}, os.path.join(args.out, "translate_from_layer.png"),
+         figures)
     print(f"written: {args.out}/translate_from_layer.{{md,csv,json,png}}, hyp.*.bpe, ref.bpe "
           f"({len(texts['ref'])} sentences)")
 

@@ -50,7 +50,8 @@ from typing import Dict, List, Optional
 from fairseq.models import ARCH_MODEL_REGISTRY
 
 from fairseq_ext.analysis import AnalysisError, command, decoding
-from fairseq_ext.analysis.figures import FigureContext, names_for, pyplot, save_figure
+from fairseq_ext.analysis.figures import (FigureContext, add_caption, add_title, flavour_of, legend_outside, marks_note,
+                                         names_for, pyplot, save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
 from fairseq_ext.analysis.tables import write_table
 from fairseq_ext.common import checkpoints
@@ -278,34 +279,41 @@ def word_order_rows(systems: Dict[str, Dict[str, dict]], data: str, split: str, 
     return rows
 
 
-def plot(rows: List[dict], path: str, context: Optional[FigureContext] = None):
-    """Grouped bars: per system, BLEU with and without encoder positions (the drop written
-    above the pair); a checkpoint without counterpart is a hollow, hatched bar marked
-    "alone", with no drop."""
+def plot(rows: List[dict], path: str, context: Optional[FigureContext] = None, marks: str = "mma"):
+    """Grouped bars in each system's colour: per system, BLEU with encoder positions (solid) and
+    without (pale, dotted), the drop and its mark written above the pair; a checkpoint without
+    counterpart is a hollow, hatched bar marked "alone", with no drop."""
+    from matplotlib.patches import Patch
+
     plt = pyplot()
     systems = list(dict.fromkeys(r["model"] for r in rows))
+    colours = system_colours(systems)
     paired = {s for s in systems if sum(r["model"] == s for r in rows) == 2}
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(systems), 3.5))
     width = 0.38
+    handles = []
     for offset, label, with_positions in ((-width / 2, "with encoder positions", True),
                                           (width / 2, "without (- Position Embedding)", False)):
-        xs, ys = [], []
-        for x, system in enumerate(systems):
-            if system not in paired:
-                continue
-            for r in rows:
-                if r["model"] == system and (r["encoder positions"] != "none") == with_positions:
-                    xs.append(x + offset)
-                    ys.append(r["BLEU"])
-        if xs:
-            bars = ax.bar(xs, ys, width, label=label)
-            ax.bar_label(bars, fmt="%.2f", fontsize=7)
+        drawn = [(x + offset, r) for x, system in enumerate(systems) if system in paired for r in rows
+                 if r["model"] == system and (r["encoder positions"] != "none") == with_positions]
+        if not drawn:
+            continue
+        bars = ax.bar([x for x, _ in drawn], [r["BLEU"] for _, r in drawn], width,
+                      color=[colours[r["model"]] for _, r in drawn], edgecolor=[colours[r["model"]] for _, r in drawn])
+        if not with_positions:
+            for bar in bars:
+                bar.set_facecolor((*bar.get_facecolor()[:3], 0.4))
+                bar.set_hatch("..")
+        ax.bar_label(bars, fmt="%.2f", fontsize=7)
+        handles.append(Patch(facecolor="0.35", edgecolor="0.35", label=label) if with_positions else
+                       Patch(facecolor=(0.35, 0.35, 0.35, 0.4), edgecolor="0.35", hatch="..", label=label))
     alone = [(x, r) for x, system in enumerate(systems) if system not in paired for r in rows if r["model"] == system]
     if alone:
         bars = ax.bar([x for x, _ in alone], [r["BLEU"] for _, r in alone], width, fill=False, edgecolor="grey",
-                      hatch="//", label="alone: no counterpart, no drop")
+                      hatch="//")
         ax.bar_label(bars, labels=[f"{r['BLEU']:.2f}\nalone, {'with' if r['encoder positions'] != 'none' else 'no'} "
                                    "positions" for _, r in alone], fontsize=7, color="grey")
+        handles.append(Patch(fill=False, edgecolor="grey", hatch="//", label="alone: no counterpart, no drop"))
     for x, system in enumerate(systems):
         drop = next((r for r in rows if r["model"] == system and r["delta"] is not None), None)
         if drop is not None:
@@ -313,9 +321,14 @@ def plot(rows: List[dict], path: str, context: Optional[FigureContext] = None):
             ax.annotate(f"Δ {drop['delta']:+.2f}{drop['mark']}", (x, top), xytext=(0, 12), textcoords="offset points",
                         ha="center", fontsize=8)
     ax.set_xticks(range(len(systems)), systems)
-    ax.set_ylabel(f"BLEU ({rows[0]['flavour']})" if rows else "BLEU")
+    ax.set_ylabel(f"BLEU ({flavour_of(rows)})")
     ax.margins(y=0.2)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never over one
+    legend_outside(ax, fontsize=7, handles=handles)  # beside the bars, never over one
+    add_title(fig, "BLEU with and without the encoder's positional embedding")
+    add_caption(fig, f"BLEU ({flavour_of(rows)}) of each system with encoder positions (solid) and of its "
+                     "counterpart trained without them (pale, dotted), in the system's colour. Δ: BLEU without "
+                     f"minus BLEU with, marked by sacreBLEU's paired bootstrap, {marks_note(marks)}; no mark: not "
+                     "significant.", width=max(fig.get_figwidth(), 6.5))
     save_figure(fig, path, context)
     return fig
 
@@ -342,7 +355,7 @@ def execute(args, figures: FigureContext):
                            args.samples, args.cpu, args.marks, args.src, args.tgt)
     write_table(rows, args.out, "word_order",
                 "Word order: BLEU with and without the encoder's positional embedding (MMA paper Table 3)")
-    plot(rows, os.path.join(args.out, "word_order.png"), figures)
+    plot(rows, os.path.join(args.out, "word_order.png"), figures, args.marks)
 
 
 def main(argv=None):

@@ -1,7 +1,11 @@
 """The figures and tables of length_buckets, attention_stats and attention_maps: counts and
 notes recomputed by hand, the attention distance against a plain-torch recomputation,
 one colour scale per compared figure, labelled units and a width the HTML report shows
-1:1 (no model needed; the trained-model checks are in test_analysis_maps.py)."""
+1:1; and every analysis' figure as a paper's reader needs it: units and an axis from 0 (DC
+divergence), titles, captions and the table's significance marks (layer masking, decoders),
+95% Wilson intervals recomputed by hand (probing), a legend over no line (translating from a
+layer), one colour per model in every figure, and a stored table read back to draw it again
+(no model needed; the trained-model checks are in test_analysis_maps.py)."""
 import json
 import os
 import struct
@@ -367,3 +371,179 @@ def test_every_figure_says_which_models_data_and_decoding_made_it(tmp_path):
     tasks = figures.FigureContext.of(SimpleNamespace(checkpoint=path, names=["M-10"], data=str(data), split="test"),
                                      "the probing tasks SentLen (870/84/84), reported on te")
     assert tasks.note().endswith("data: the probing tasks SentLen (870/84/84), reported on te.")
+
+
+# ---- what a reader of a paper needs on every figure: units, titles, marks, intervals, colours ---------
+
+def drawn(fig):
+    """``fig`` drawn (text and legend positions are known only then)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)  # save_figure closed it
+    canvas.draw()
+    return canvas.get_renderer()
+
+
+def test_dc_divergence_is_in_nats_on_an_axis_from_zero_with_title_and_caption(tmp_path):
+    from fairseq_ext.analysis import dc_divergence
+
+    rows = [{"model": "Enc-DC", "layer": l, "JS": v} for l, v in ((1, 0.103), (2, 0.092), (3, 0.151))]
+    fig = dc_divergence.plot(rows, [{"model": "Enc-DC", "Ed": 0.116}], ["Enc-DC"], str(tmp_path / "dc.png"),
+                             heads="mean", data="bin, test")
+    layers, ed = fig.axes
+    assert "nats" in layers.get_ylabel()
+    assert layers.get_ylim()[0] == 0 and ed.get_ylim()[0] == 0  # the axis does not magnify the differences
+    assert layers.get_ylim()[1] > 0.151
+    caption = " ".join(texts(fig))
+    assert "Jensen-Shannon divergence between the global and the local FI unit: bin, test" in texts(fig)
+    assert "JS(α_g || α_l)" in caption and "--heads mean" in caption and "starts at 0" in caption
+    assert {"0.103", "0.092", "0.151", "0.116"} <= set(texts(fig))
+
+
+def masking_rows(model="M-00"):
+    return [{"model": model, "masked layer": "none", "BLEU": 28.53, "delta": None, "p": None, "mark": "",
+             "flavour": "detok-cased"},
+            {"model": model, "masked layer": "f^1", "BLEU": 16.07, "delta": -12.46, "p": 0.0, "mark": "‡",
+             "flavour": "detok-cased"},
+            {"model": model, "masked layer": "f^2", "BLEU": 27.9, "delta": -0.63, "p": 0.03, "mark": "†",
+             "flavour": "detok-cased"},
+            {"model": model, "masked layer": "f^3", "BLEU": 28.4, "delta": -0.13, "p": 0.4, "mark": "",
+             "flavour": "detok-cased"}]
+
+
+def test_masking_figure_marks_each_layer_as_the_table_does(tmp_path):
+    from fairseq_ext.analysis import layer_dependency
+
+    fig = layer_dependency.plot(masking_rows(), str(tmp_path / "m.png"))
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.texts] == ["-12.46‡", "-0.63†", "-0.13"]
+    # each label at its point: the marks belong to the masked layer of the table's row
+    assert [t.xy for t in ax.texts] == [(1, -12.46), (2, -0.63), (3, -0.13)]
+    assert "BLEU lost with one collected encoder layer masked" in texts(fig)
+    caption = " ".join(texts(fig))
+    assert "‡ p < 0.01, † p < 0.05" in caption and "full: M-00 28.53" in caption
+    assert ax.get_ylabel() == "ΔBLEU (detok-cased)"
+    # several models: the marks alone beside the points
+    two = layer_dependency.plot(masking_rows() + masking_rows("M-10"), str(tmp_path / "m2.png"), marks="mma")
+    assert sorted(t.get_text() for t in two.axes[0].texts) == sorted(["‡", "†", "‡", "†"])
+    assert "†† p < 0.01" in " ".join(texts(two))
+
+
+def test_decoders_figure_has_a_title_a_caption_and_the_marks(tmp_path):
+    from fairseq_ext.analysis import decoders
+
+    rows = [{"model": "MS-1", "decoder": "main", "reads encoder layer": 3, "BLEU": 28.26, "delta": None, "p": None,
+             "mark": "", "flavour": "detok-cased"},
+            {"model": "MS-1", "decoder": "aux1", "reads encoder layer": 1, "BLEU": 27.1, "delta": -1.16, "p": 0.002,
+             "mark": "‡", "flavour": "detok-cased"}]
+    fig = decoders.plot(rows, str(tmp_path / "d.png"))
+    assert "27.10\n-1.16‡" in [t.get_text() for t in fig.axes[0].texts]
+    assert any(t.startswith("BLEU of the main and every auxiliary decoder") for t in texts(fig))
+    assert "‡ p < 0.01" in " ".join(texts(fig))
+
+
+def wilson_by_hand(k, n):
+    z = 1.959964
+    p = k / n
+    centre = (p + z ** 2 / (2 * n)) / (1 + z ** 2 / n)
+    half = z / (1 + z ** 2 / n) * (p * (1 - p) / n + z ** 2 / (4 * n ** 2)) ** 0.5
+    return 100 * (centre - half), 100 * (centre + half)
+
+
+def probing_rows():
+    return [{"category": "Surface", "task": "SentLen", "labels": 6, "train": 870, "test": 84, "majority": 16.67,
+             "baseline": 64.29, "MMA": 69.05},
+            {"category": "Surface", "task": "WC", "labels": 100, "train": 3600, "test": 400, "majority": 1.0,
+             "baseline": 15.5, "MMA": 15.5},
+            {"category": "Surface", "task": "#AVG", "labels": None, "train": None, "test": None, "majority": 8.84,
+             "baseline": 39.9, "MMA": 42.27}]
+
+
+def test_probing_draws_95_percent_wilson_intervals_over_each_tasks_test_sentences(tmp_path):
+    from fairseq_ext.analysis import probing
+
+    columns = ["baseline", "MMA"]
+    fig = probing.plot(probing_rows(), columns, {c: [(3, c)] for c in columns}, str(tmp_path / "p.png"))
+    ax = fig.axes[0]
+    bars = [c for c in ax.containers if hasattr(c, "errorbar")]
+    assert len(bars) == 2
+    for container, column in zip(bars, columns):
+        segments = container.errorbar.lines[2][0].get_segments()
+        correct = {"SentLen": round(0.6429 * 84) if column == "baseline" else round(0.6905 * 84), "WC": 62}
+        for segment, (task, n) in zip(segments, (("SentLen", 84), ("WC", 400))):
+            low, high = wilson_by_hand(correct[task], n)
+            assert (segment[0][1], segment[1][1]) == (pytest.approx(low, abs=1e-6), pytest.approx(high, abs=1e-6))
+    assert correct["SentLen"] == 58  # MMA: 58 of 84 sentences, 69.05%
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["SentLen\n(n = 84)", "WC\n(n = 400)"]
+    caption = " ".join(texts(fig))
+    assert "95% Wilson score intervals" in caption and "SentLen 84, WC 400" in caption
+
+
+def test_translate_from_layer_legend_covers_no_line(tmp_path):
+    from fairseq_ext.analysis import translate_from_layer
+
+    rows = [{"layer": l, "BLEU-1": b1, "BLEU": b} for l, b1, b in ((0, 31.6, 5.1), (1, 36.6, 7.2), (2, 37.8, 7.7),
+                                                                   (3, 37.4, 7.2))]
+    rows.append({"layer": "FULL", "BLEU-1": 50.4, "BLEU": 23.6})
+    fig = translate_from_layer.plot({"baseline": rows}, str(tmp_path / "t.png"))
+    renderer = drawn(fig)
+    legend = next(a.get_legend() for a in fig.axes if a.get_legend())
+    box = legend.get_window_extent(renderer)
+    for ax in fig.axes:
+        full = [line for line in ax.lines if line.get_linestyle() == "--"]
+        assert full, "the FULL line is drawn"
+        assert not box.overlaps(ax.get_window_extent(renderer))  # beside the axes: over no line at all
+        for line in full:
+            points = ax.transData.transform(list(zip(*line.get_data())))
+            assert not any(box.contains(x, y) for x, y in points)
+    assert "Translating straight from an encoder layer, without the decoder" in texts(fig)
+
+
+def test_one_model_has_one_colour_in_every_figure(tmp_path):
+    from matplotlib.colors import to_rgb
+
+    from fairseq_ext.analysis import probing, translate_from_layer, word_order
+
+    sources, refs, _ = tiny_eval_set()
+    systems = {"baseline": refs, "MMA": refs}
+    rows = length_buckets.bucket_bleu([len(s.split()) for s in sources], refs, systems, "detok-cased", min_sentences=1)
+    buckets = length_buckets.plot(rows, ["baseline", "MMA"], "detok-cased", str(tmp_path / "b.png"))
+    bar_colour = {c.get_label(): to_rgb(c.patches[0].get_facecolor()[:3]) for c in buckets.axes[0].containers}
+    # the other order, and a third model: the colours stay
+    layers = attention_stats.layer_plot(attention_stats.per_layer(stats_rows("MMA") + stats_rows("M-00")
+                                                                  + stats_rows("baseline")), str(tmp_path / "l.png"))
+    line_colour = {l.get_label(): to_rgb(l.get_color()) for l in layers.axes[0].lines}
+    columns = ["MMA", "baseline"]
+    probed = probing.plot(probing_rows(), columns, {c: [(3, c)] for c in columns}, str(tmp_path / "p.png"))
+    probe_colour = {c.get_label(): to_rgb(c.patches[0].get_facecolor()[:3]) for c in probed.axes[0].containers
+                    if hasattr(c, "errorbar")}
+    full = [{"layer": 0, "BLEU-1": 30.0, "BLEU": 5.0}, {"layer": "FULL", "BLEU-1": 50.0, "BLEU": 24.0}]
+    layer_fig = translate_from_layer.plot({"MMA": full}, str(tmp_path / "t.png"))
+    assert to_rgb(layer_fig.axes[0].lines[0].get_color()) == bar_colour["MMA"]
+    for name in ("baseline", "MMA"):
+        assert line_colour[name] == bar_colour[name] == probe_colour[name] == to_rgb(figures.system_colour(name))
+    assert bar_colour["baseline"] != bar_colour["MMA"]
+    order = word_order.plot([{"model": "MMA", "encoder positions": "sinusoidal", "BLEU": 30.1, "delta": None,
+                              "mark": "", "flavour": "detok-cased"}], str(tmp_path / "w.png"))
+    assert order.axes[0].patches[0].get_edgecolor()[:3] != bar_colour["MMA"]  # alone: hollow and grey
+    # names as the benchmark's rows spell them are the same model
+    assert figures.system_colour("MS-1+AIF") == figures.system_colour("ms-1-plus-aif")
+    assert figures.system_colour("baseline-nopos") == figures.system_colour("baseline-no-pos")
+
+
+def test_names_the_palette_does_not_know_keep_one_colour_and_differ_within_a_figure():
+    names = [f"run-{k}" for k in range(12)]
+    colours = figures.system_colours(names)
+    assert len(set(colours.values())) == 12
+    again = figures.system_colours(list(reversed(names)))
+    assert again == colours  # the order a figure lists them in changes nothing
+
+
+def test_a_table_kept_only_as_markdown_reads_back_as_its_rows(tmp_path):
+    from fairseq_ext.analysis import tables
+
+    rows = [{"model": "M-00", "masked layer": "f^1", "BLEU": 16.07, "delta": -12.46, "p": 0.0, "mark": "‡",
+             "|Y|": 3, "note": None, "text": "a - b"}]
+    tables.write_table(rows, str(tmp_path), "t")
+    os.remove(tmp_path / "t.json")
+    assert tables.read_table(str(tmp_path), "t") == rows
