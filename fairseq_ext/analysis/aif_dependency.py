@@ -45,8 +45,8 @@ from fairseq.sequence_generator import SequenceGenerator
 from fairseq_ext.analysis import AnalysisError, command
 from fairseq_ext.analysis.batches import batches, to_device
 from fairseq_ext.analysis.capture import capture_cross_attention
-from fairseq_ext.analysis.figures import (FigureContext, layer_axes, names_for, pyplot, save_figure, system_colour,
-                                         system_colours)
+from fairseq_ext.analysis.figures import (FIGURE_WIDTH, FigureContext, add_caption, layer_axes, names_for, pyplot,
+                                         save_figure, system_colour, system_colours)
 from fairseq_ext.analysis.registry import Analysis
 from fairseq_ext.analysis.tables import write_table
 from fairseq_ext.common import checkpoints
@@ -181,7 +181,7 @@ def plot_dependency(summary: List[dict], per_sentence: List[dict], per_head: Lis
     plt = pyplot()
     names = [s["model"] for s in summary]
     colours = system_colours(names)
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(FIGURE_WIDTH, 3.8))
     a.boxplot([[r["D_Y"] for r in per_sentence if r["model"] == n] for n in names], showmeans=True)
     a.set_xticks(range(1, len(names) + 1), names)
     a.set_ylabel("D_Y (KL, nats)")
@@ -194,6 +194,13 @@ def plot_dependency(summary: List[dict], per_sentence: List[dict], per_head: Lis
         b.set_xticks(layers)
     b.set_title("(b) cross-attention: D^l (Eq. 4.7), dots: heads")
     layer_axes(b, "decoder layer", "D^l (KL, nats)")
+    a.set_ylim(bottom=0)  # divergences compare by their size: both axes from 0
+    b.set_ylim(bottom=0)
+    add_caption(fig, "How much the main decoder depends on the auxiliary information it fuses: the main decoder "
+                     "against the ind-decoder (every AIF weight zero), both teacher-forced on the main decoder's "
+                     "greedy output. (a) D_Y, the mean over a sentence's tokens of KL(P_m(y_t) || P_ind(y_t)), "
+                     "one value per sentence (box: quartiles and median, whiskers 1.5 IQR). (b) D^l, the mean "
+                     "over heads of the KL between the two decoders' cross-attention in decoder layer l.")
     save_figure(fig, path, context)
     return fig
 
@@ -208,13 +215,15 @@ def plot_tokens(tokens: List[dict], path: str, context: Optional[FigureContext] 
         sel = [r for r in tokens if r["model"] == name]
         ax.bar(range(len(sel)), [r["D_yt"] for r in sel], color=system_colour(name))
         ax.set_xticks(range(len(sel)), [r["token"] for r in sel], rotation=45, ha="right")
-        ax.set_ylabel("D_yt")
+        ax.set_ylabel("D_yt (KL, nats)")
         if sel:  # the whole source, BPE joined, wrapped to the panel's width
             source = sel[0]["source"].replace("@@ ", "")
             width = int(fig.get_figwidth() * 11)
             ax.set_title(textwrap.fill(f"{name}, sentence {sel[0]['sentence']}: {source}", width), fontsize=9)
         else:
             ax.set_title(name)
+    add_caption(fig, "D_yt = KL(P_m(y_t) || P_ind(y_t)) of every token of the main decoder's greedy translation: "
+                     "how far the main decoder's distribution moves when the AIF weights are zeroed (Eq. 4.4).")
     save_figure(fig, path, context)
     return fig
 

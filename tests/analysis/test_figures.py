@@ -547,3 +547,33 @@ def test_a_table_kept_only_as_markdown_reads_back_as_its_rows(tmp_path):
     tables.write_table(rows, str(tmp_path), "t")
     os.remove(tmp_path / "t.json")
     assert tables.read_table(str(tmp_path), "t") == rows
+
+
+def test_aif_figures_are_in_nats_from_zero_with_captions(tmp_path):
+    from fairseq_ext.analysis import aif_dependency
+
+    summary = [{"model": "MS-1+AIF", "sentences": 2, "mean D_Y": 1.2, "D^1": 0.35, "D^2": 0.62, "mean D^l": 0.49}]
+    per_sentence = [{"model": "MS-1+AIF", "id": i, "|Y|": 5, "D_Y": d} for i, d in enumerate((1.0, 1.4))]
+    per_head = [{"model": "MS-1+AIF", "layer": l, "head": h, "D^l_h": 0.3 * l + 0.01 * h} for l in (1, 2)
+                for h in (1, 2)]
+    fig = aif_dependency.plot_dependency(summary, per_sentence, per_head, str(tmp_path / "a.png"))
+    assert [ax.get_ylim()[0] for ax in fig.axes] == [0, 0]
+    assert "KL(P_m(y_t) || P_ind(y_t))" in " ".join(texts(fig))
+    tokens = [{"model": "MS-1+AIF", "sentence": 5, "source": "a b", "position": 1, "token": "Ein", "D_yt": 0.5}]
+    fig = aif_dependency.plot_tokens(tokens, str(tmp_path / "t.png"))
+    assert fig.axes[0].get_ylabel() == "D_yt (KL, nats)" and "Eq. 4.4" in " ".join(texts(fig))
+
+
+def test_the_documentations_figures_redraw_from_the_stored_tables(tmp_path):
+    """scripts/redraw_report_figures.py draws every figure of docs/figures/ that comes from a
+    stored table, from that table alone."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "redraw_report_figures.py")
+    spec = importlib.util.spec_from_file_location("redraw_report_figures", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    written = module.redraw(str(tmp_path))
+    assert len(written) == 10
+    for png in written:
+        assert png_size(png)[0] <= 1100  # the report's width, shown 1:1
