@@ -80,7 +80,7 @@ def _same_file(a: str, b: str) -> bool:
 
 def cli_main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="fairseq-ext-average-checkpoints",
+        prog="fairseq-ext average-checkpoints",
         description="Average the parameters of fairseq checkpoints, loading them safely.",
     )
     parser.add_argument("--inputs", required=True, nargs="+",

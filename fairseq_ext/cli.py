@@ -52,11 +52,15 @@ CONSOLE_COMMANDS = {  # subcommand -> module with cli_main(argv)
 USAGE = __doc__.split("\n\n")[1]
 
 
-def run_recipe(name: str, args: List[str]) -> "NoReturn":  # noqa: F821
+def run_recipe(name: str, args: List[str], command: str = "") -> "NoReturn":  # noqa: F821
+    """Run the bash recipe ``name``; ``command`` is what the user typed (its --help names it)."""
     path = resources.recipe_path(name)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execvpe("bash", ["bash", path, *args], resources.command_environment())
+    env = resources.command_environment()
+    if command:
+        env["FSX_COMMAND"] = command
+    os.execvpe("bash", ["bash", path, *args], env)
 
 
 def resolve_train_config(args: List[str]) -> List[str]:
@@ -92,9 +96,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0 if rest else 2
         if rest[0] not in resources.DATA_RECIPES:
             return _fail(f"prepare: unknown data recipe {rest[0]!r} (choose from {', '.join(resources.DATA_RECIPES)})")
-        run_recipe(f"prepare-{rest[0]}.sh", rest[1:])
+        run_recipe(f"prepare-{rest[0]}.sh", rest[1:], f"fairseq-ext prepare {rest[0]}")
     if command in RECIPES:
-        run_recipe(RECIPES[command], resolve_train_config(rest) if command == "train" else rest)
+        run_recipe(RECIPES[command], resolve_train_config(rest) if command == "train" else rest,
+                   f"fairseq-ext {command}")
     if command == "analyze":
         names = sorted(registry.analyses())
         if not rest or rest[0] in ("-h", "--help"):

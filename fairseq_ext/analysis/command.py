@@ -11,7 +11,7 @@ from fairseq_ext.common.cli import setup_cli
 HELP = {
     "--checkpoint": "model checkpoint(s)",
     "--names": "a name per checkpoint (default: the checkpoint's directory)",
-    "--data": "binarized data directory (a prepare-*.sh output, or any fairseq-preprocess output)",
+    "--data": "binarized data directory (a fairseq-ext prepare output, or any fairseq-preprocess output)",
     "--split": None,
     "--out": "output directory (tables, JSON, CSV, PNG)",
     "--cpu": "run on the CPU even when a GPU is there",

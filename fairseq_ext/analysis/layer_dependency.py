@@ -9,7 +9,7 @@ flavour), for one or several models.
 
 Writes masking.{md,csv,json} (model, layer, BLEU, delta, p, mark; one row per masked layer)
 and masking.png (delta per masked layer, one series per model); the decodings stay in
-OUT/<model>/full and OUT/<model>/mask<i> (evaluate.sh directories).
+OUT/<model>/full and OUT/<model>/mask<i> (fairseq-ext evaluate directories).
 """
 import os
 import sys

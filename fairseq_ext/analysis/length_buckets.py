@@ -13,8 +13,8 @@ cut-offs, which the thesis used, make them; the papers print the last one as ">5
     python -m fairseq_ext.analysis.length_buckets --checkpoint base/checkpoint_best.pt m10/checkpoint_best.pt \\
         --data data-bin/wmt14.en-de --out analysis/len --generate-args "--beam 4 --lenpen 0.6"
 
-``--eval`` reads evaluate.sh directories (src.tok, hyp.*, ref.*) of the same data and split;
-``--checkpoint`` runs evaluate.sh first. Writes buckets.{md,csv,json} (bucket, sentences, BLEU of
+``--eval`` reads fairseq-ext evaluate directories (src.tok, hyp.*, ref.*) of the same data and split;
+``--checkpoint`` runs fairseq-ext evaluate first. Writes buckets.{md,csv,json} (bucket, sentences, BLEU of
 each system, a note on buckets with fewer than ``--min-bucket-sentences``) and buckets.png
 (BLEU per bucket and system above, the sentences per bucket below, every count written).
 
@@ -203,7 +203,7 @@ def build_parser():
     """This command's options (the report reads them to give it only what it takes)."""
     ap = command.AnalysisParser(__doc__)
     systems = ap.add_mutually_exclusive_group(required=True)
-    systems.add_argument("--eval", nargs="+", help="evaluate.sh output directories")
+    systems.add_argument("--eval", nargs="+", help="fairseq-ext evaluate output directories")
     command.common_arguments(ap, checkpoint_group=systems, overrides={
         "--checkpoint": dict(required=False, help="checkpoints to evaluate first"),
         "--data": dict(required=False, help="binarized data directory of --checkpoint")})
@@ -241,7 +241,7 @@ def evaluated(args):
                        for n, c in zip(names, args.checkpoint)]
     for d in args.eval:
         if not os.path.exists(os.path.join(d, ".evaluation-complete")):
-            raise AnalysisError(f"--eval {d}: not a complete evaluate.sh output")
+            raise AnalysisError(f"--eval {d}: not a complete fairseq-ext evaluate output")
     return names_for(args.eval, args.names), args.eval
 
 

@@ -36,7 +36,7 @@ Writes word_order.{md,csv,json} (per system: the row with positions, then the ro
 without; BLEU, delta = BLEU without - BLEU with, p and mark of that difference; with
 several systems Δ, p and mark against the first system's counterpart; a note on a
 checkpoint reported alone) and word_order.png (BLEU per system, with and without
-positions); the decodings stay in OUT/<system>/pos and OUT/<system>/nopos (evaluate.sh
+positions); the decodings stay in OUT/<system>/pos and OUT/<system>/nopos (fairseq-ext evaluate
 directories).
 """
 import argparse

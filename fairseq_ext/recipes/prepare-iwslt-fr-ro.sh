@@ -28,7 +28,7 @@ EN_FR_URL="${IWSLT15_EN_FR_URL:-https://wit3.fbk.eu/archive/2015-01/texts/en/fr/
 
 usage() {
     cat <<EOF
-Usage: $FSX_PROG --pair ro-en|en-ro|en-fr|fr-en --out DIR [--from DIR] [options]
+Usage: $FSX_COMMAND_NAME --pair ro-en|en-ro|en-fr|fr-en --out DIR [--from DIR] [options]
 
 Prepares the IWSLT Ro-En (2014) or En-Fr (2015) TED task for fairseq.
   --pair SRC-TGT   translation direction (required)

@@ -29,7 +29,7 @@ ES_EN_URL="${IWSLT14_ES_EN_URL:-https://wit3.fbk.eu/archive/2014-01/texts/es/en/
 
 usage() {
     cat <<EOF
-Usage: $FSX_PROG --out DIR [--pair de-en|en-de|es-en|en-es] [--from DIR] [options]
+Usage: $FSX_COMMAND_NAME --out DIR [--pair de-en|en-de|es-en|en-es] [--from DIR] [options]
 
 Prepares IWSLT'14 De-En or Es-En (WIT3 2014-01 release) for fairseq.
   --pair SRC-TGT      translation direction (default de-en)

@@ -22,7 +22,7 @@ BASE_URL="${IWSLT15_ENVI_URL:-https://nlp.stanford.edu/projects/nmt/data/iwslt15
 
 usage() {
     cat <<EOF
-Usage: $FSX_PROG --out DIR [--src en --tgt vi | --src vi --tgt en] [--from DIR] [options]
+Usage: $FSX_COMMAND_NAME --out DIR [--src en --tgt vi | --src vi --tgt en] [--from DIR] [options]
 
 Prepares IWSLT'15 En-Vi (Stanford release) for fairseq.
   --src L, --tgt L   direction (default en -> vi)

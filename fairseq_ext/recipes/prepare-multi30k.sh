@@ -24,7 +24,7 @@ LANGS="en de fr cs"
 
 usage() {
     cat <<EOF
-Usage: $FSX_PROG --out DIR [--src en] [--tgt de] [--from DIR] [options]
+Usage: $FSX_COMMAND_NAME --out DIR [--src en] [--tgt de] [--from DIR] [options]
 
 Prepares Multi30k task 1 for fairseq.
   --src L, --tgt L     any two of: $LANGS (default en -> de)

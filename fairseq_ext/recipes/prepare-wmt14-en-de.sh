@@ -25,7 +25,7 @@ CORPORA=(europarl-v7.de-en commoncrawl.de-en news-commentary-v9.de-en)
 
 usage() {
     cat <<EOF
-Usage: $FSX_PROG --out DIR [--src en --tgt de | --src de --tgt en] [--from DIR] [options]
+Usage: $FSX_COMMAND_NAME --out DIR [--src en --tgt de | --src de --tgt en] [--from DIR] [options]
 
 Prepares WMT'14 En-De (newstest2013 valid, newstest2014 test) for fairseq.
   --src L, --tgt L   direction (default en -> de)

@@ -2,8 +2,9 @@
 # Train with fairseq's own torch.distributed training: one process (CPU or one GPU),
 # several processes on one node, or several nodes, with the world size wired through.
 #
-#   scripts/train.sh DATA_BIN SAVE_DIR [--nproc N] [--nnodes M --node-rank R --master-addr HOST
-#                    --master-port PORT] [--config configs/iwslt.args] -- FAIRSEQ_TRAIN_ARGS...
+#   fairseq-ext train DATA_BIN SAVE_DIR [--nproc N] [--nnodes M --node-rank R --master-addr HOST
+#                     --master-port PORT] [--config iwslt] -- FAIRSEQ_TRAIN_ARGS...
+#   (scripts/train.sh in a checkout; --help prints the usage)
 #
 # Why a launcher: `torchrun ... fairseq-train --cpu` silently trains N independent
 # single-process worlds (fairseq only infers the world from torchrun's environment when it
@@ -21,9 +22,40 @@
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() {
+    cat <<EOF
+Usage: $FSX_COMMAND_NAME DATA_BIN SAVE_DIR [--config NAME|FILE] [--nproc N]
+           [--nnodes M --node-rank R --master-addr HOST --master-port PORT] -- FAIRSEQ_TRAIN_ARGS...
+
+Trains with fairseq-train and this package (--user-dir) on the binarized data DATA_BIN into
+SAVE_DIR, on one process (the CPU or one GPU), several on one node, or several nodes, with
+fairseq's own torch.distributed training. Rerun the same command to resume from
+SAVE_DIR/checkpoint_last.pt; one run writes a save dir at a time.
+
+  --config NAME|FILE   fairseq-train flags from a file (flags after -- win): one the package
+                       ships ($(fsx_config_names)), or your own
+  --nproc N            processes (GPUs) on this node (default 1)
+  --nnodes M, --node-rank R, --master-addr HOST, --master-port PORT
+                       a job over M nodes: run the same command on each, R = 0..M-1
+  -h, --help           this help
+
+Every process gets --distributed-init-method env:// --distributed-world-size N*M
+--distributed-rank and --device-id; the backend is NCCL on GPUs and gloo on the CPU (with
+fairseq's legacy_ddp). On the CPU, each process takes its share of the idle cores unless
+OMP_NUM_THREADS is set. docs/training.md has the details.
+
+Examples:
+  $FSX_COMMAND_NAME data-bin/iwslt15.en-vi checkpoints/mlmha --config iwslt -- --arch multilayer_transformer_mlmha_iwslt
+  $FSX_COMMAND_NAME data-bin/wmt14.en-de ckpt --nproc 8 --config wmt14 -- --arch multilayer_transformer_mlmha_wmt_en_de --fp16
+  # node 0 and node 1 of a 2 x 8 GPU job:
+  $FSX_COMMAND_NAME data-bin/wmt14.en-de ckpt --nproc 8 --nnodes 2 --node-rank 0 --master-addr node0 --master-port 29500 -- ...
+  $FSX_COMMAND_NAME data-bin/wmt14.en-de ckpt --nproc 8 --nnodes 2 --node-rank 1 --master-addr node0 --master-port 29500 -- ...
+EOF
+    exit "${1:-0}"
+}
 die() { fsx_die "$@"; }
 
+[[ ${1:-} == -h || ${1:-} == --help ]] && usage 0
 [[ $# -ge 2 ]] || usage 1
 DATA=$1 SAVE=$2
 shift 2
@@ -60,10 +92,13 @@ is_int "$NODE_RANK" && ((10#$NODE_RANK < NNODES)) ||
 is_int "$MASTER_PORT" && ((10#$MASTER_PORT >= 1 && 10#$MASTER_PORT <= 65535)) ||
     die "$PORT_SOURCE must be a port number (1-65535), not '$MASTER_PORT'"
 NODE_RANK=$((10#$NODE_RANK)) MASTER_PORT=$((10#$MASTER_PORT))
-[[ -d $DATA ]] || die "no binarized data directory $DATA (run a scripts/prepare-*.sh recipe first)"
+[[ -d $DATA ]] || die "no binarized data directory $DATA (make one with fairseq-ext prepare NAME, or fairseq-preprocess)"
 USER_DIR="$FSX_USER_DIR"
 CONFIG_ARGS=()
-[[ -z $CONFIG ]] || fsx_read_config "$CONFIG" CONFIG_ARGS
+if [[ -n $CONFIG ]]; then
+    CONFIG_FILE="$(fsx_config_path "$CONFIG")" || exit 1
+    fsx_read_config "$CONFIG_FILE" CONFIG_ARGS
+fi
 
 fsx_require_cmd fairseq-train
 # a --restore-file that does not exist is refused here (plain fairseq-train starts from scratch

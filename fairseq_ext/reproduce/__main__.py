@@ -1,16 +1,16 @@
 """Reproduce a results table of the papers: one command per table.
 
-    scripts/reproduce.sh --list                         # every table: data sets, rows, metrics
-    scripts/reproduce.sh --list thesis-3.2              # its rows, flags and printed numbers
-    scripts/reproduce.sh thesis-3.2 --dry-run           # the exact commands, row by row
-    scripts/reproduce.sh thesis-3.2 --rows transformer,m-10 --nproc 8     # at paper scale on 8 GPUs
-    scripts/reproduce.sh thesis-4.6 --smoke --budget 200                  # CPU smoke run
-    scripts/reproduce.sh thesis-3.5 --cpu-scale --rows s-agg,iter-s-agg   # models that translate, on a CPU
-    scripts/reproduce.sh thesis-3.2 --report                              # only the side-by-side table
-    scripts/reproduce.sh thesis-3.2 --smoke --seeds 1,2,3                 # each row once per seed: mean ± sd
+    fairseq-ext reproduce --list                         # every table: data sets, rows, metrics
+    fairseq-ext reproduce --list thesis-3.2              # its rows, flags and printed numbers
+    fairseq-ext reproduce thesis-3.2 --dry-run           # the exact commands, row by row
+    fairseq-ext reproduce thesis-3.2 --rows transformer,m-10 --nproc 8     # at paper scale on 8 GPUs
+    fairseq-ext reproduce thesis-4.6 --smoke --budget 200                  # CPU smoke run
+    fairseq-ext reproduce thesis-3.5 --cpu-scale --rows s-agg,iter-s-agg   # models that translate, on a CPU
+    fairseq-ext reproduce thesis-3.2 --report                              # only the side-by-side table
+    fairseq-ext reproduce thesis-3.2 --smoke --seeds 1,2,3                 # each row once per seed: mean ± sd
 
 (also: python -m fairseq_ext.reproduce ...). For each row and data set: prepare the data if
-missing, train (scripts/train.sh), average the last checkpoints where the paper did,
+missing, train (fairseq-ext train), average the last checkpoints where the paper did,
 evaluate (fairseq-ext evaluate) with the table's BLEU flavour, count the parameters, read the
 training and decoding speed; then run the analyses the table's columns read (python -m
 fairseq_ext.analysis.NAME, METEOR), test every row's BLEU against its reference row
@@ -97,7 +97,7 @@ def parse_from(values):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="reproduce.sh", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="fairseq-ext reproduce", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("table", nargs="?", help="table id, e.g. thesis-3.2, mlmha-6, mma-2, ms-1, wt-4 (see --list)")
     ap.add_argument("--list", action="store_true", help="list every table, or the rows of TABLE")
@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                              "(default data-bin)")
     ap.add_argument("--from", dest="data_from", action="append", metavar="DATASET=DIR",
                     help="local copy of a data set's release files (repeatable)")
-    ap.add_argument("--nproc", type=int, default=1, help="processes (GPUs) per node, through scripts/train.sh")
+    ap.add_argument("--nproc", type=int, default=1, help="processes (GPUs) per node, through fairseq-ext train")
     ap.add_argument("--nnodes", type=int, default=1)
     ap.add_argument("--node-rank", type=int, default=0)
     ap.add_argument("--master-addr", default="127.0.0.1")

@@ -1,5 +1,5 @@
 """Translate a split of a data-bin directory with a checkpoint and score it with sacreBLEU
-(``fairseq-ext evaluate``, scripts/evaluate.sh).
+(``fairseq-ext evaluate``; scripts/evaluate.sh in a checkout).
 
     fairseq-ext evaluate --checkpoint checkpoints/x/checkpoint_best.pt \\
         --data data-bin/iwslt15.en-vi [--split test] [--out DIR] [fairseq-generate options]
@@ -73,7 +73,7 @@ def build_parser() -> CommandParser:
     add = parser.add_argument
     add("--checkpoint", "--path", dest="checkpoint", default="", metavar="PATH",
         help="model checkpoint (several joined with ':' = ensemble)")
-    add("--data", default="", metavar="DIR", help="binarized data (prepare-*.sh output)")
+    add("--data", default="", metavar="DIR", help="binarized data (fairseq-ext prepare output, or any fairseq-preprocess output)")
     add("--split", "--gen-subset", dest="split", default="test", metavar="NAME", help="valid | test | ... (default test)")
     add("--out", default="", metavar="DIR",
         help="where outputs go (default: CKPT_DIR/eval-SET, SET the test or valid set prep.env names for the "

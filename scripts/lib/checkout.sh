@@ -23,7 +23,7 @@ fsx_exec_recipe() {
     local name="$1"
     shift
     export PYTHON="$FSX_CHECKOUT_PY"
-    exec bash "$FSX_CHECKOUT/fairseq_ext/recipes/$name" "$@"
+    FSX_COMMAND="scripts/$name" exec bash "$FSX_CHECKOUT/fairseq_ext/recipes/$name" "$@"
 }
 
 # fsx_exec_command COMMAND ARGS...: `fairseq-ext COMMAND ARGS...`

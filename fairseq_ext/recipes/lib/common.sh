@@ -22,6 +22,10 @@ FSX_INSTALL_DIR="$(cd "$FSX_USER_DIR/.." && pwd)"
 FSX_PROG="$(basename "$0")"
 # the Python helpers start their one-line errors with it, as fsx_die does
 export FSX_PROG
+# what the user typed to run this script, for its --help: `fairseq-ext prepare multi30k` (set
+# by fairseq-ext and scripts/, for this script only), else the script's own name
+FSX_COMMAND_NAME="${FSX_COMMAND:-$FSX_PROG}"
+unset FSX_COMMAND
 # the directory the user started in (quickstart.sh changes into the repository): never replaced
 FSX_CALLER_PWD="${FSX_CALLER_PWD:-$PWD}"
 export FSX_CALLER_PWD
@@ -104,6 +108,19 @@ fsx_read_config() {
     [[ -f "$1" ]] || fsx_die "no config file $1"
     read -r -a "$2" <<<"$(sed 's/#.*//' "$1" | tr '\n' ' ')"
 }
+
+# fsx_config_path NAME|FILE: a training config: an existing file as given, else one the
+# package ships (fairseq_ext/configs/NAME.args: iwslt, wmt14, quickstart, ...), as
+# `fairseq-ext train --config` reads it
+fsx_config_path() {
+    local base="${1#configs/}" candidate
+    [[ -f "$1" ]] && { echo "$1"; return; }
+    for candidate in "$FSX_USER_DIR/configs/$base" "$FSX_USER_DIR/configs/$base.args"; do
+        [[ -f "$candidate" ]] && { echo "$candidate"; return; }
+    done
+    fsx_die "--config $1: no such file, and not a config of the package ($(fsx_config_names))"
+}
+fsx_config_names() { (cd "$FSX_USER_DIR/configs" && ls -- *.args) | sed 's/\.args$//' | paste -sd ' ' | sed 's/ /, /g'; }
 
 # run as files, not modules: importing the package would load fairseq and torch every time
 fsx_tools() { "$FSX_PY" "$FSX_USER_DIR/recipes/helpers/corpus.py" "$@"; }
