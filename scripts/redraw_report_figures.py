@@ -71,9 +71,9 @@ def redraw(out: str) -> list:
 
     rows = read_table(stored("probing"), "probing")
     columns = [c for c in rows[0] if c not in ("category", "task", "labels", "train", "test", "majority")]
-    tasks = ", ".join(f"{r['task']} ({r['train']:,}/{r['test']:,}/{r['test']:,})" for r in rows if r["task"] != "#AVG")
+    tasks = ", ".join(f"{r['task']} ({r['train']:,} train, {r['test']:,} test)" for r in rows if r["task"] != "#AVG")
     probing.plot(rows, columns, {c: [(3, c)] for c in columns}, to("probing_benchmark.png"),
-                 Note(columns, f"data: the probing tasks {tasks}, reported on te"))
+                 Note(columns, f"data: the probing tasks {tasks}, reported on their test sentences (te)"))
 
     models = {name: read_table(stored("translate_from_layer", name), "translate_from_layer")
               for name in ("baseline", "MMA")}

@@ -188,7 +188,7 @@ def execute(args, figures: FigureContext):
     # its figures name the tasks, not the split of --data
     figures = FigureContext.of(args, "the probing tasks " + ", ".join(
         f"{t} ({len(d['tr']):,}/{len(d['va']):,}/{len(d['te']):,})" for t, d in tasks.items())
-        + f", reported on {report}")
+        + f", reported on their {'test' if report == 'te' else 'validation'} sentences ({report})")
     names = names_for(args.checkpoint, args.names)
     results: Dict[str, Dict[str, dict]] = {}
     layer_columns: Dict[str, List[Tuple[int, str]]] = {}
