@@ -2,6 +2,7 @@
 fairseq's own ``fairseq-*`` commands. Each subcommand is also ``python -m fairseq_ext ...``.
 
     fairseq-ext user-dir                      the directory to pass to fairseq's --user-dir
+    fairseq-ext config-dir [--out DIR]        the training configs as fairseq-hydra-train YAML
     fairseq-ext prepare NAME [options]        a data recipe: multi30k, iwslt14, iwslt15-en-vi,
                                               iwslt-fr-ro, wmt14-en-de (--help lists its options)
     fairseq-ext train DATA SAVE_DIR [--config NAME] [--nproc N ...] -- FAIRSEQ_TRAIN_FLAGS
@@ -44,6 +45,7 @@ PYTHON_COMMANDS = {  # subcommand -> module with main(argv)
     "benchmark": "fairseq_ext.selfcheck.benchmark",
     "selfcheck": "fairseq_ext.selfcheck.command",
     "selfcheck-pack": "fairseq_ext.selfcheck.pack",
+    "config-dir": "fairseq_ext.tools.hydra_configs",
 }
 CONSOLE_COMMANDS = {  # subcommand -> module with cli_main(argv)
     "average-checkpoints": "fairseq_ext.average_checkpoints",

@@ -19,11 +19,14 @@ Where the code lives (one concern per file):
 - this file: the model; ``multilayer_transformer_legacy.py``: the ``--arch`` presets;
 - ``fairseq_ext/modules/``: the math of each technique.
 """
+import contextlib
 import logging
+from contextvars import ContextVar
 from typing import Optional
 
 from fairseq.models import ARCH_MODEL_REGISTRY, register_model
 from fairseq.models.transformer import TransformerModel
+from omegaconf import OmegaConf, open_dict
 from torch import Tensor
 
 from fairseq_ext.criterions.multi_output_label_smoothed_cross_entropy import (
@@ -46,9 +49,11 @@ from fairseq_ext.modules.mixed_multihead_attention import DECODER_DEFAULT_MMA_HE
 
 logger = logging.getLogger(__name__)
 
-# set on args only while the model is built (fairseq copies args into the TransformerConfig
-# the encoder and decoder receive); never saved in a checkpoint
-_OPTIONS_ATTRIBUTE = "multilayer_options"
+# the parsed options of the model being built, for build_encoder / build_decoder (fairseq
+# hands them a TransformerConfig made from args, a Namespace or, under fairseq-hydra-train, the
+# model's DictConfig, which can hold neither the options' callables nor an unknown key);
+# never saved in a checkpoint
+_BUILDING: ContextVar[Optional[MultilayerOptions]] = ContextVar("multilayer_options", default=None)
 
 
 @register_model("multilayer_transformer")
@@ -63,15 +68,17 @@ class MultilayerTransformerModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        apply_defaults(args)
-        # multi-source translation: the n sources of the combination are the task's sentences
-        args.num_source_sentences = getattr(task, "num_source_sentences", 1)
-        options = parse_options(args, args.num_source_sentences)
-        setattr(args, _OPTIONS_ATTRIBUTE, options)
+        # args: fairseq-train's Namespace, or fairseq-hydra-train's model DictConfig (the
+        # defaults are written into it, so that its checkpoint holds every option)
+        with open_dict(args) if OmegaConf.is_config(args) else contextlib.nullcontext():
+            apply_defaults(args)
+            # multi-source translation: the n sources of the combination are the task's sentences
+            args.num_source_sentences = getattr(task, "num_source_sentences", 1)
+        token = _BUILDING.set(parse_options(args, args.num_source_sentences))
         try:
             return super().build_model(args, task)
         finally:
-            delattr(args, _OPTIONS_ATTRIBUTE)
+            _BUILDING.reset(token)
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
                 features_only: bool = False, alignment_layer: Optional[int] = None,
@@ -101,7 +108,12 @@ class MultilayerTransformerModel(TransformerModel):
 
     @staticmethod
     def options_of(cfg) -> MultilayerOptions:
-        return getattr(cfg, _OPTIONS_ATTRIBUTE)
+        """The options of the model :meth:`build_model` is building (``cfg``: its
+        TransformerConfig, which does not carry them)."""
+        options = _BUILDING.get()
+        if options is None:
+            raise RuntimeError("MultilayerTransformerModel's encoder and decoder are built by its build_model")
+        return options
 
     @classmethod
     def build_encoder(cls, cfg, src_dict, embed_tokens):

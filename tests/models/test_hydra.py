@@ -1,0 +1,105 @@
+"""fairseq-hydra-train with the plugin: the package's training configs as YAML
+(``fairseq-ext config-dir``), every plugin option settable under ``model:``, and a run through
+hydra that is the run through fairseq-train's flags (same losses, same weights), resumes,
+and decodes with fairseq-generate and fairseq-ext translate, for M-10 and MS-1+AIF."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+
+from fairseq_ext.tools import hydra_configs
+from model_utils import USER_DIR, clean_env
+
+TINY = {"encoder_layers": 2, "decoder_layers": 2, "encoder_embed_dim": 32, "decoder_embed_dim": 32,
+        "encoder_ffn_embed_dim": 64, "decoder_ffn_embed_dim": 64, "encoder_attention_heads": 2,
+        "decoder_attention_heads": 2}
+ROWS = {"m-10": {"joint_attention": "m-10"},
+        "ms-1-plus-aif": {"aux_decoder_layers": "1", "aux_fusion": "true"}}
+
+
+def command(name):
+    return [os.path.join(os.path.dirname(sys.executable), name)]
+
+
+def run(argv, cwd=None):
+    env = clean_env()
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, cwd=cwd)
+
+
+def test_every_training_config_is_written_as_yaml_with_its_flags(tmp_path):
+    res = run([sys.executable, "-m", "fairseq_ext", "config-dir", "--out", str(tmp_path / "cfg")])
+    assert res.returncode == 0 and res.stdout.strip() == str(tmp_path / "cfg"), res.stderr[-2000:]
+    assert sorted(os.listdir(tmp_path / "cfg")) == sorted(f"{n}.yaml" for n in hydra_configs.config_names())
+    quickstart = yaml.safe_load((tmp_path / "cfg" / "quickstart.yaml").read_text())
+    assert quickstart["common"]["user_dir"] == USER_DIR
+    assert quickstart["model"] == {"_name": "multilayer_transformer_iwslt", "share_all_embeddings": True,
+                                   "attention_dropout": 0.0, "activation_dropout": 0.0}
+    # the typed groups in full (each field overridable without +), linked fields as links
+    assert {k: quickstart["optimizer"][k] for k in ("_name", "adam_betas", "adam_eps", "lr")} == {
+        "_name": "adam", "adam_betas": "(0.9,0.98)", "adam_eps": 1e-9, "lr": "${optimization.lr}"}
+    assert quickstart["criterion"]["_name"] == "label_smoothed_cross_entropy"
+    assert quickstart["criterion"]["label_smoothing"] == 0.1
+    assert quickstart["checkpoint"] == {"no_epoch_checkpoints": True, "keep_last_epochs": 1}
+    assert quickstart["task"]["source_lang"] is None and quickstart["task"]["data"] == "DATA_BIN"
+    iwslt = yaml.safe_load((tmp_path / "cfg" / "iwslt.yaml").read_text())
+    assert iwslt["optimization"]["lr"] == [7e-4] and iwslt["task"]["max_source_positions"] == 150
+    assert {k: iwslt["lr_scheduler"][k] for k in ("_name", "warmup_updates", "warmup_init_lr", "lr")} == {
+        "_name": "cosine", "warmup_updates": 4000, "warmup_init_lr": 1e-7, "lr": "${optimization.lr}"}
+
+
+def losses(log):
+    return re.findall(r"loss[ =]([0-9.]+)", log)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", sorted(ROWS))
+def test_a_hydra_run_is_the_flags_run_and_resumes_and_decodes(tiny_trained, tmp_path, row):
+    bin_dir, _ = tiny_trained
+    cfg_dir = tmp_path / "cfg"
+    hydra_configs.write_config_dir(str(cfg_dir))
+    criterion = "multi_output_label_smoothed_cross_entropy" if row.startswith("ms") else "label_smoothed_cross_entropy"
+    model = {**TINY, **ROWS[row]}
+    overrides = [f"task.data={bin_dir}", "task.source_lang=src", "task.target_lang=tgt", "common.cpu=true",
+                 "common.seed=1", "common.log_interval=1", "common.log_format=simple", "dataset.max_tokens=500",
+                 "optimization.max_update=2", "optimization.lr=[0.001]", f"criterion._name={criterion}",
+                 "lr_scheduler.warmup_updates=10", f"checkpoint.save_dir={tmp_path / 'hydra'}",
+                 "hydra.run.dir=" + str(tmp_path / "hydra-out"), *(f"+model.{k}={v}" for k, v in model.items())]
+    hydra = run(command("fairseq-hydra-train") + ["--config-dir", str(cfg_dir), "--config-name", "quickstart",
+                                                   *overrides])
+    assert hydra.returncode == 0, hydra.stderr[-3000:]
+    flags = [f"--{k.replace('_', '-')}" + ("" if v == "true" else f"={v}") for k, v in model.items()]
+    plain = run(command("fairseq-train") + [bin_dir, "--user-dir", USER_DIR,
+        "--task", "translation", "-s", "src", "-t", "tgt", "--arch", "multilayer_transformer_iwslt",
+        "--share-all-embeddings", "--attention-dropout", "0.0", "--activation-dropout", "0.0", "--optimizer", "adam",
+        "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-9", "--clip-norm", "0.0", "--lr-scheduler", "inverse_sqrt",
+        "--warmup-init-lr", "1e-7", "--warmup-updates", "10", "--criterion", criterion, "--label-smoothing", "0.1",
+        "--no-epoch-checkpoints", "--keep-last-epochs", "1", "--num-workers", "0", "--cpu", "--seed", "1",
+        "--log-interval", "1", "--log-format", "simple", "--max-tokens", "500", "--max-update", "2", "--lr", "0.001",
+        "--save-dir", str(tmp_path / "flags"), *flags])
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    assert losses(hydra.stdout + hydra.stderr) == losses(plain.stdout + plain.stderr) != []
+    a = torch.load(tmp_path / "hydra" / "checkpoint_last.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "flags" / "checkpoint_last.pt", weights_only=False)["model"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    saved = torch.load(tmp_path / "hydra" / "checkpoint_last.pt", weights_only=False)["cfg"]["model"]
+    for key, value in ROWS[row].items():  # the options (and every default) in the checkpoint
+        assert str(saved[key]).lower() == value
+    # resumed: the same command with a larger max_update goes on from update 2
+    again = run(command("fairseq-hydra-train") + ["--config-dir", str(cfg_dir), "--config-name", "quickstart",
+                                                   *[o if o != "optimization.max_update=2" else
+                                                     "optimization.max_update=3" for o in overrides]])
+    assert again.returncode == 0 and "(epoch 1 @ 2 updates" in again.stdout + again.stderr, again.stderr[-3000:]
+    checkpoint = tmp_path / "hydra" / "checkpoint_last.pt"
+    assert torch.load(checkpoint, weights_only=False)["optimizer_history"][-1]["num_updates"] == 3
+    generate = run(command("fairseq-generate") + [bin_dir, "--user-dir", USER_DIR, "--path", str(checkpoint),
+                                                  "--gen-subset", "test", "--beam", "2", "--cpu", "-s", "src",
+                                                  "-t", "tgt"])
+    assert generate.returncode == 0 and "Translated" in generate.stdout + generate.stderr, generate.stderr[-2000:]
+    translate = run([sys.executable, "-m", "fairseq_ext", "translate", "--checkpoint", str(checkpoint), "--data",
+                     bin_dir, "--cpu", "--beam", "2"], cwd=tmp_path)
+    assert translate.returncode == 0, translate.stderr[-2000:]
