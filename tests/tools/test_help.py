@@ -12,7 +12,7 @@ from model_utils import REPO
 
 COMMANDS = [("prepare", "multi30k"), ("prepare", "iwslt15-en-vi"), ("prepare", "wmt14-en-de"), ("prepare", "iwslt14"),
             ("prepare", "iwslt-fr-ro"), ("train",), ("evaluate",), ("significance",), ("report",), ("reproduce",),
-            ("translate",), ("score",), ("benchmark",), ("selfcheck",), ("selfcheck-pack",),
+            ("translate",), ("score",), ("benchmark",), ("selfcheck",), ("selfcheck-pack",), ("config-dir",),
             ("average-checkpoints",), ("strip-aux",), ("analyze", "length_buckets")]
 
 
