@@ -39,6 +39,7 @@ succeeded. A rerun removes the previous evaluation when it starts, so after a fa
 --out holds no result, only the generate log and command to debug with (and significance
 refuses it): a stale result never passes for the new one.
 """
+import ast
 import json
 import os
 import shlex
@@ -46,7 +47,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from fairseq_ext import resources
 from fairseq_ext.common.cli import CommandParser, fail
@@ -255,6 +256,22 @@ def _adversarial(scores: dict, p: Plan, path: str) -> str:
             f"unshuffled {plain:.2f}, drop {plain - adv:.2f}")
 
 
+def _without_overrides(generate_args: Sequence[str]) -> Tuple[List[str], dict]:
+    """``generate_args`` without their ``--model-overrides`` (fairseq-generate would keep only
+    the last of two), and the overrides it held (a literal dict)."""
+    args, given = list(generate_args), {}
+    while "--model-overrides" in args:
+        i = args.index("--model-overrides")
+        if i + 1 >= len(args):
+            raise EvaluationError("--model-overrides needs a value")
+        try:
+            given.update(ast.literal_eval(args[i + 1]))
+        except (ValueError, SyntaxError, TypeError):
+            raise EvaluationError(f"--model-overrides {args[i + 1]!r}: not a literal dict") from None
+        del args[i:i + 2]
+    return args, given
+
+
 def evaluate(checkpoint: str, data: str, *, split: str = "test", out: Optional[str] = None, src: Optional[str] = None,
              tgt: Optional[str] = None, bpe: Optional[str] = None, headline: Optional[str] = None,
              generate_args: Sequence[str] = (), model_overrides: Optional[dict] = None, cpu: bool = False,
@@ -267,9 +284,10 @@ def evaluate(checkpoint: str, data: str, *, split: str = "test", out: Optional[s
     for flag, value in (("--out", out), ("--src", src), ("--tgt", tgt), ("--bpe", bpe), ("--headline", headline)):
         if value:
             argv += [flag, value]
-    argv += list(generate_args)
-    if model_overrides:
-        argv += ["--model-overrides", repr(model_overrides)]
+    generate_args, given = _without_overrides(generate_args)
+    argv += generate_args
+    if model_overrides or given:  # one --model-overrides: the caller's on top of those in generate_args
+        argv += ["--model-overrides", repr({**given, **(model_overrides or {})})]
     if cpu:
         argv.append("--cpu")
     silent = (lambda message: None) if quiet else _log

@@ -170,3 +170,18 @@ def test_a_p_value_below_printing_precision_is_not_printed_as_zero():
 
     assert p_text(0.0001) == "<0.001" and p_text(0.0004) == "<0.001"
     assert p_text(0.0005) == "=0.001" and p_text(0.0134) == "=0.013" and p_text(1.0) == "=1.000"
+
+
+def test_iwslt_rows_decode_sentences_longer_than_their_training_positions(tmp_path):
+    """configs/iwslt.args trains with 150 positions; IWSLT test sets hold longer sentences,
+    which fairseq-generate refuses: the evaluation raises the (sinusoidal) positions."""
+    table = load_table("thesis-3.3")
+    opts = planning.Options(work_dir=str(tmp_path), data_root=str(tmp_path / "d"), budget="100")
+    plan = next(p for p in planning.plan_table(table, table.select("m-10"), load_setups(), opts)
+                if p.dataset == "iwslt15-en-vi" and p.row == "m-10")
+    overrides = plan.evaluate[plan.evaluate.index("--model-overrides") + 1]
+    assert eval(overrides) == {"max_source_positions": 1024, "max_target_positions": 1024}
+    with open(os.path.join(CONFIGS, "iwslt.args"), encoding="utf-8") as f:
+        assert "--max-source-positions 150" in f.read()
+    with open(os.path.join(CONFIGS, "iwslt.args"), encoding="utf-8") as f:
+        assert "learned-pos" not in f.read()  # sinusoidal: the same model up to 150 positions

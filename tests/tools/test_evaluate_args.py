@@ -190,3 +190,29 @@ def test_a_default_output_holding_other_data_is_refused_not_replaced(data, tmp_p
     # the same data again is its own result to replace; an explicit --out is the user's choice
     (out / ".evaluation-complete").write_text(f"checkpoint={ckpt}\ndata={d.resolve()}\nsplit=test\n")
     assert plan(parse_args(["--checkpoint", str(ckpt), "--data", str(d)])).out == str(out)
+
+
+def test_model_overrides_of_the_generate_args_and_of_the_caller_are_merged(monkeypatch):
+    """An analysis' own overrides (layer masking) on top of a table's (more positions): one
+    --model-overrides, since fairseq-generate would keep only the last of two."""
+    from fairseq_ext.tools import evaluate as evaluation
+
+    args, given = evaluation._without_overrides(
+        ["--beam", "6", "--model-overrides", "{'max_source_positions': 1024}", "--lenpen", "1.1"])
+    assert args == ["--beam", "6", "--lenpen", "1.1"] and given == {"max_source_positions": 1024}
+    with pytest.raises(evaluation.EvaluationError, match="not a literal dict"):
+        evaluation._without_overrides(["--model-overrides", "__import__('os')"])
+
+    class Parsed(Exception):
+        pass
+
+    def parse_args(argv):
+        raise Parsed(argv)
+
+    monkeypatch.setattr(evaluation, "parse_args", parse_args)
+    with pytest.raises(Parsed) as parsed:
+        evaluation.evaluate("c.pt", "d", generate_args=["--model-overrides", "{'max_source_positions': 1024}"],
+                            model_overrides={"mask_source_layer": 2})
+    argv = parsed.value.args[0]
+    assert argv.count("--model-overrides") == 1
+    assert eval(argv[argv.index("--model-overrides") + 1]) == {"max_source_positions": 1024, "mask_source_layer": 2}
