@@ -19,6 +19,7 @@ losses either way (tests/models/test_hydra.py).
     fairseq-ext config-dir [--out DIR]     write the YAML files (default: a cache directory), print DIR
 """
 import argparse
+import importlib.metadata
 import os
 import shlex
 import sys
@@ -125,10 +126,14 @@ def write_config_dir(out: str) -> List[str]:
 
 
 def default_dir() -> str:
-    from fairseq_ext import __version__
-
+    """~/.cache/fairseq_ext/hydra-configs-VERSION (XDG_CACHE_HOME respected): one directory per
+    installed version of the package, since the files name its configs and its directory."""
+    try:
+        version = importlib.metadata.version("fairseq_ext")
+    except importlib.metadata.PackageNotFoundError:  # a checkout on PYTHONPATH, not installed
+        version = "checkout"
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache, "fairseq_ext", f"hydra-configs-{__version__}")
+    return os.path.join(cache, "fairseq_ext", f"hydra-configs-{version}")
 
 
 def main(argv: Optional[List[str]] = None) -> int:

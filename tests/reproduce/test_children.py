@@ -104,7 +104,7 @@ def test_ctrl_c_of_the_table_command_is_one_line(tmp_path):
     assert proc.wait(timeout=60) == 130
     assert "Traceback" not in stderr
     assert stderr.strip().splitlines() == [
-        "reproduce.sh: interrupted: the running command was stopped; finished rows are kept and reused: run the same "
+        "fairseq-ext reproduce: interrupted: the running command was stopped; finished rows are kept and reused: run the same "
         "command again to go on"], stderr
     deadline = time.time() + 15
     while (_alive(child) or _alive(worker)) and time.time() < deadline:
