@@ -221,6 +221,11 @@ def run(p: Plan, log: Callable[[str], None] = _log, echo: Callable[[str], None] 
         text = bleu.report(scores, p.headline, p.note)
         with open(os.path.join(out, "bleu.json"), "w", encoding="utf-8") as f:
             json.dump(scores, f, indent=2)
+        # chrF, chrF++ and TER on the reported flavour's text, before the reported BLEU line
+        metrics = bleu.more_metrics(scores, scores.get("headline", "detok-cased"))
+        with open(os.path.join(out, "metrics.json"), "w", encoding="utf-8") as f:
+            json.dump(metrics, f, indent=2)
+        text = text[:-1] + bleu.metric_lines(metrics) + text[-1:]
         marks = []
         if p.shuffle:
             marks = [f"shuffle_source={p.shuffle}", f"shuffle_seed={p.shuffle_seed}"]

@@ -16,7 +16,8 @@ line longer than the model's positions is cut. Then sacreBLEU in the four flavou
                          as the recipe tokenized its data (lowercased where it lowercased),
                          --tokenize none
 
-and last the reported one: the flavour evaluate reports for the recipe in prep.env (a
+then chrF2, chrF2++ and TER (sacreBLEU's, with their signatures) on the text of the reported
+flavour, and last the reported one: the flavour evaluate reports for the recipe in prep.env (a
 lowercased flavour on lowercased data), or --headline. Without prep.env the output is the
 model's tokens, and every flavour compares it with the reference as given.
 
@@ -71,8 +72,10 @@ def reference_tokenizer(env: Dict[str, str]):
     return side_tokenizer(env, "tgt") or (lambda line: line)
 
 
-def score_lines(hyp_detok: List[str], ref_detok: List[str], hyp_tok: List[str], ref_tok: List[str]) -> dict:
-    """bleu.score on the four texts (written to a temporary directory, as evaluation reads files)."""
+def score_lines(hyp_detok: List[str], ref_detok: List[str], hyp_tok: List[str], ref_tok: List[str],
+                flavour: str = "detok-cased") -> Tuple[dict, dict]:
+    """(bleu.score, bleu.more_metrics of ``flavour``) on the four texts (written to a temporary
+    directory, as evaluation reads files)."""
     with tempfile.TemporaryDirectory(prefix="fairseq-ext-score.") as tmp:
         paths = []
         for name, lines in (("hyp.detok", hyp_detok), ("ref.detok", ref_detok), ("hyp.tok", hyp_tok),
@@ -80,7 +83,8 @@ def score_lines(hyp_detok: List[str], ref_detok: List[str], hyp_tok: List[str], 
             paths.append(os.path.join(tmp, name))
             with open_text(paths[-1]) as f:
                 f.writelines(line + "\n" for line in lines)
-        return bleu.score(*paths)
+        results = bleu.score(*paths)
+        return results, bleu.more_metrics(results, flavour)
 
 
 def main(argv=None):
@@ -130,8 +134,9 @@ def main(argv=None):
         with staged_output_file(args.output) as f:
             f.writelines(line + "\n" for line in hyp_detok)
     tokenize = reference_tokenizer(env)
-    results = score_lines(hyp_detok, refs, hyp_tok, [tokenize(r) for r in refs])
-    for line in bleu.report(results, headline, note):
+    results, metrics = score_lines(hyp_detok, refs, hyp_tok, [tokenize(r) for r in refs], headline)
+    lines = bleu.report(results, headline, note)
+    for line in lines[:-1] + bleu.metric_lines(metrics) + lines[-1:]:  # the reported BLEU line last
         print(line, flush=True)
     return 0
 

@@ -139,6 +139,16 @@ def test_evaluate_and_adversarial_evaluation_of_a_multi_source_checkpoint(three_
     assert "--task multi_source_translation --extra-source-langs fr\\,de --remove-bpe" in cmd  # printf %q
     plain_bleu = json.loads((plain / "bleu.json").read_text())
     assert (plain / "ref.detok").read_text() == (three_sources / "text" / "test.raw.cs").read_text()
+    # chrF, chrF++ and TER beside BLEU, on the reported flavour's text (here detokenized, cased)
+    from sacrebleu.metrics import CHRF, TER
+
+    metrics = json.loads((plain / "metrics.json").read_text())
+    assert plain_bleu["headline"] == "detok-cased" and list(metrics) == ["chrF2", "chrF2++", "TER"]
+    hyps, refs = (plain / "hyp.detok").read_text().splitlines(), (plain / "ref.detok").read_text().splitlines()
+    assert metrics["chrF2"]["score"] == round(CHRF().corpus_score(hyps, [refs]).score, 2)
+    assert metrics["TER"]["score"] == round(TER(case_sensitive=True).corpus_score(hyps, [refs]).score, 2)
+    text = (plain / "bleu.txt").read_text().splitlines()
+    assert [line.split()[0] for line in text[-4:]] == ["chrF2", "chrF2++", "TER", "reported"]
 
     hyps = {}
     for lang in ("en", "de"):

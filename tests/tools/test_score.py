@@ -73,6 +73,11 @@ def test_score_equals_sacrebleu_on_the_written_translations(model, tmp_path):
     assert flavours["detok-cased"][0].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert flavours["tok-lc"][0].startswith("nrefs:1|case:lc|eff:no|tok:none")
     assert reported == ("detok-cased", flavours["detok-cased"][1], flavours["detok-cased"][0])  # Multi30k's
+    # chrF, chrF++ and TER on the reported flavour's text, before the reported line
+    lines = res.stdout.splitlines()
+    chrf = [line for line in lines if line.startswith("chrF2 [detok-cased]")]
+    assert len(chrf) == 1 and chrf[0].endswith(f" = {sacrebleu.corpus_chrf(written[:30], [refs]).score:.2f}")
+    assert [line.split()[0] for line in lines[-4:]] == ["chrF2", "chrF2++", "TER", "reported"]
     assert any(line.endswith("line 5 is not valid UTF-8 (byte 0xe9 at column 4): skipped, an empty output line "
                              "in its place") for line in res.stderr.splitlines()), res.stderr
     assert "29 lines translated, 1 skipped (not UTF-8: line 5; each scored as an empty hypothesis), 0 cut" \

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""sacreBLEU in the four flavours the papers use, with signatures (evaluation's scorer).
+"""sacreBLEU in the four flavours the papers use, with signatures (evaluation's scorer), and
+chrF, chrF++ and TER on the text of the reported flavour (:func:`more_metrics`).
 
   detok  cased : detokenized text, tokenize 13a, case-sensitive   (WMT'14, En-Vi, Multi30k)
   detok  lc    : the same, lowercased (-lc)
@@ -15,7 +16,7 @@ import json
 import os
 import sys
 
-from sacrebleu.metrics import BLEU
+from sacrebleu.metrics import BLEU, CHRF, TER
 
 if __package__:
     from .corpus import TextError, die, read_lines
@@ -48,6 +49,42 @@ def score(hyp_detok, ref_detok, hyp_tok=None, ref_tok=None):
     return results
 
 
+# beside BLEU, the metrics MT reviewers ask for today (sacreBLEU's, with their signatures), on
+# the text of the reported BLEU flavour: chrF (character 6-grams, beta 2), chrF++ (plus word
+# bigrams) and TER; a lowercased flavour scores them case-insensitive too
+METRICS = ("chrF2", "chrF2++", "TER")
+
+
+def metric(name, lowercase):
+    if name == "chrF2":
+        return CHRF(lowercase=lowercase)
+    if name == "chrF2++":
+        return CHRF(word_order=2, lowercase=lowercase)
+    if name == "TER":
+        return TER(case_sensitive=not lowercase)
+    raise ValueError(f"unknown metric {name!r} (one of {', '.join(METRICS)})")
+
+
+def more_metrics(results, flavour):
+    """chrF2, chrF2++ and TER of the files of ``flavour`` (a key of ``results``, from
+    :func:`score`): {metric: {score, signature, line, flavour}}."""
+    r = results[flavour]
+    hyps, refs = read(r["hyp"]), read(r["ref"])
+    out = {}
+    for name in METRICS:
+        scorer = metric(name, flavour.endswith("-lc"))
+        corpus = scorer.corpus_score(hyps, [refs])
+        sig = str(scorer.get_signature())
+        out[name] = {"score": round(corpus.score, 2), "signature": sig, "flavour": flavour,
+                     "line": corpus.format(signature=sig)}
+    return out
+
+
+def metric_lines(metrics):
+    """One line a metric: ``chrF2 [detok-cased]  chrF2|nrefs:1|... = 58.32``."""
+    return [f"{name + ' [' + m['flavour'] + ']':<25} {m['line']}" for name, m in metrics.items()]
+
+
 def report(results, headline=None, headline_note=""):
     """The printed lines: one per flavour, then the task's reported one (``headline``, which
     is also recorded in ``results``)."""
@@ -75,7 +112,9 @@ def main():
         results = score(args.hyp_detok, args.ref_detok, args.hyp_tok, args.ref_tok)
     except TextError as e:
         die(str(e))
-    for line in report(results, args.headline, args.headline_note):
+    lines = report(results, args.headline, args.headline_note)
+    flavour = results.get("headline", "detok-cased")
+    for line in lines[:-1] + metric_lines(more_metrics(results, flavour)) + lines[-1:]:
         print(line)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
