@@ -35,6 +35,8 @@ from fairseq_ext.tools.significance import paired_significance, table_lines
 
 # the name significance writes under (the markers of its directories)
 PROG = outputs.SIGNIFICANCE
+# every metric evaluate prints, each tested by sacreBLEU in the same call (its p-value and mark)
+METRICS = ("BLEU", "chrF2", "chrF2++", "TER")
 COMMAND = "fairseq-ext significance"
 SHIM = os.path.abspath(compare_mt_shim.__file__)
 
@@ -152,10 +154,10 @@ def run(opts: argparse.Namespace, log=_log) -> dict:
         out = staged.stage
         flavour = f"{opts.level}-{'lc' if opts.lc else 'cased'}"
         title = "bootstrap" if opts.method == "bs" else "approximate randomization"
-        log(f"sacreBLEU paired {title}, {samples} samples, BLEU {flavour}")
+        log(f"sacreBLEU paired {title}, {samples} samples, BLEU, chrF2, chrF2++ and TER ({flavour})")
         try:
             result = paired_significance(texts[0], texts[1], {name_b: texts[2]}, flavour=flavour,
-                                         method=opts.method, n_samples=samples, seed=seed)
+                                         method=opts.method, n_samples=samples, seed=seed, metrics=METRICS)
         except (ValueError, RuntimeError) as e:
             with open(os.path.join(out, "sacrebleu.log"), "w", encoding="utf-8") as f:
                 f.write(f"{e}\n")

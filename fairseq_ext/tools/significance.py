@@ -17,6 +17,7 @@ from typing import Dict, List, Sequence
 
 from fairseq_ext.common.cli import CommandParser
 from fairseq_ext.common.data_text import read_lines
+from fairseq_ext.recipes.helpers.bleu import metric as more_metric
 
 # BLEU flavours: name -> sacreBLEU settings. detok: detokenized text, 13a tokenization (WMT'14,
 # IWSLT'15 En-Vi, Multi30k); tok: Moses-tokenized text scored as is (multi-bleu.perl style:
@@ -58,13 +59,15 @@ def mark_for(p_value, marks: str = "thesis") -> str:
 
 def paired_significance(refs: Sequence[str], baseline: Sequence[str], systems: Dict[str, Sequence[str]], *,
                         flavour: str = "detok-cased", method: str = "bs", n_samples: int = 1000,
-                        seed: int = 12345, marks: str = "thesis") -> dict:
+                        seed: int = 12345, marks: str = "thesis", metrics: Sequence[str] = ("BLEU",)) -> dict:
     """sacreBLEU's paired test of each system against the baseline.
 
     Returns {"baseline": {...}, name: {...}} with, for each: ``bleu`` (the corpus score),
     ``mean`` and ``ci`` (bootstrap mean and 95% half-width; for ``ar`` from 1000 bootstrap
     resamples), ``p_value`` (None for the baseline) and ``mark`` (the papers' mark, see MARKS),
-    plus ``signature``.
+    plus ``signature``. ``metrics`` beyond BLEU (``chrF2``, ``chrF2++``, ``TER``: sacreBLEU's,
+    in the flavour's casing) are tested in the same call, on the same resamples, and reported
+    as ``metrics: {name: {score, mean, ci, p_value, mark, signature}}`` of each system.
     """
     from sacrebleu.significance import PairedTest
 
@@ -86,7 +89,9 @@ def paired_significance(refs: Sequence[str], baseline: Sequence[str], systems: D
     level = logging.getLogger("sacrebleu").level
     logging.getLogger("sacrebleu").setLevel(logging.WARNING)
     try:
-        test = PairedTest(named, {"BLEU": bleu_metric(flavour)}, references=[list(refs)], test_type=method,
+        scorers = {"BLEU": bleu_metric(flavour)}
+        scorers.update({name: more_metric(name, flavour.endswith("-lc")) for name in metrics if name != "BLEU"})
+        test = PairedTest(named, scorers, references=[list(refs)], test_type=method,
                           n_samples=n_samples, n_ar_confidence=0 if method == "ar" else -1, n_jobs=1)
         signatures, scores = test()
     finally:
@@ -95,10 +100,20 @@ def paired_significance(refs: Sequence[str], baseline: Sequence[str], systems: D
             os.environ.pop("SACREBLEU_SEED", None)
         else:
             os.environ["SACREBLEU_SEED"] = old_seed
-    signature = str(next(iter(signatures.values())))
+    per_metric = {metric: _tested(scores["System"], scores[metric], str(signatures[metric]), marks)
+                  for metric in scorers}
     out = {}
-    base_score = None
-    for name, result in zip(scores["System"], next(v for k, v in scores.items() if k != "System")):
+    for name, bleu in per_metric["BLEU"].items():
+        out[name] = {"bleu": bleu["score"], **{k: v for k, v in bleu.items() if k != "score"}}
+        if len(scorers) > 1:
+            out[name]["metrics"] = {metric: per_metric[metric][name] for metric in scorers if metric != "BLEU"}
+    return out
+
+
+def _tested(systems, results, signature: str, marks: str) -> Dict[str, dict]:
+    """One metric's results by system: score, mean, ci, p_value, mark, signature."""
+    out, base_score = {}, None
+    for name, result in zip(systems, results):
         p = result.p_value if name != "baseline" else None
         if name == "baseline":
             base_score = result.score
@@ -107,23 +122,31 @@ def paired_significance(refs: Sequence[str], baseline: Sequence[str], systems: D
             # so an observed difference of exactly 0 (e.g. identical output) gets the smallest
             # p-value, 1/(n+1): "significant". No difference is never significant here.
             p = 1.0
-        out[name] = {"bleu": round(float(result.score), 2), "mean": _opt(result.mean), "ci": _opt(result.ci),
+        out[name] = {"score": round(float(result.score), 2), "mean": _opt(result.mean), "ci": _opt(result.ci),
                      "p_value": None if p is None else round(float(p), 4), "mark": mark_for(p, marks),
                      "signature": signature}
     return out
 
 
 def table_lines(result: dict, *, method: str, n_samples: int, flavour: str, baseline_name: str = "baseline") -> List[str]:
-    """paired_significance's result as the printed table (significance.txt)."""
+    """paired_significance's result as the printed table (significance.txt): BLEU, then a block
+    for each other metric tested (TER: lower is better)."""
     title = "paired bootstrap" if method == "bs" else "approximate randomization"
-    lines = [f"sacreBLEU {title}, {n_samples} samples, BLEU {flavour}, p against {baseline_name}",
-             f"{'system':<20} {'BLEU':>6} {'mean ± 95% CI':>16} {'p':>8}  mark"]
-    for name, r in result.items():
-        ci = f"{r['mean']} ± {r['ci']}" if r["mean"] is not None else ""
-        p = "" if r["p_value"] is None else f"{r['p_value']:.4f}"
-        shown = baseline_name if name == "baseline" else name
-        lines.append(f"{shown:<20} {r['bleu']:>6.2f} {ci:>16} {p:>8}  {r['mark']}")
-    lines.append(f"signature: {next(iter(result.values()))['signature']}")
+    blocks = [("BLEU", {name: {**r, "score": r["bleu"]} for name, r in result.items()})]
+    for metric in next(iter(result.values())).get("metrics", {}):
+        blocks.append((metric, {name: r["metrics"][metric] for name, r in result.items()}))
+    lines = []
+    for metric, rows in blocks:
+        better = " (lower is better)" if metric == "TER" else ""
+        lines += ([""] if lines else []) + [
+            f"sacreBLEU {title}, {n_samples} samples, {metric} {flavour}{better}, p against {baseline_name}",
+            f"{'system':<20} {metric:>6} {'mean ± 95% CI':>16} {'p':>8}  mark"]
+        for name, r in rows.items():
+            ci = f"{r['mean']} ± {r['ci']}" if r["mean"] is not None else ""
+            p = "" if r["p_value"] is None else f"{r['p_value']:.4f}"
+            shown = baseline_name if name == "baseline" else name
+            lines.append(f"{shown:<20} {r['score']:>6.2f} {ci:>16} {p:>8}  {r['mark']}")
+        lines.append(f"signature: {next(iter(rows.values()))['signature']}")
     return lines
 
 

@@ -3,6 +3,7 @@ checked against the sacrebleu command line on the same files."""
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -194,3 +195,46 @@ def test_pipes_are_read_once_and_compared_as_files_are(tmp_path):
         assert res.returncode == 0, res.stdout + res.stderr
         results.append(json.loads((tmp_path / name / "significance.json").read_text()))
     assert results[0] == results[1]
+    # every metric evaluate prints is tested, with its own p-value and mark
+    assert list(results[0]["B"]["metrics"]) == ["chrF2", "chrF2++", "TER"]
+    assert all("p_value" in m and "mark" in m for m in results[0]["B"]["metrics"].values())
+    text = (tmp_path / "files" / "significance.txt").read_text()
+    assert "chrF2++ tok-cased, p against A" in text and "TER tok-cased (lower is better)" in text
+
+
+def test_each_metric_is_tested_as_the_sacrebleu_command_tests_it(tmp_path):
+    """chrF2, chrF2++ and TER tested in the same call as BLEU, each with its p-value and mark,
+    equal to `sacrebleu -m bleu chrf ter --paired-bs` on the same files (TER: lower is better)."""
+    from fairseq_ext.tools.significance import table_lines
+
+    refs, base, better, same = corpus()
+    ours = paired_significance(refs, base, {"better": better, "same": same}, n_samples=200,
+                               metrics=("BLEU", "chrF2", "chrF2++", "TER"))
+    assert list(ours["better"]["metrics"]) == ["chrF2", "chrF2++", "TER"]
+    systems = [("base", base), ("better", better), ("same", same)]
+    sacrebleu_cli(tmp_path, refs, systems, [])  # writes the files
+
+    def command_result(*metric):
+        """(scores, p-values) of the command's text table (its JSON cannot hold chrF's and
+        TER's float32 results)."""
+        cmd = [os.path.join(os.path.dirname(sys.executable), "sacrebleu"), str(tmp_path / "ref.txt"), "-i",
+               *(str(tmp_path / f"{n}.txt") for n, _ in systems), *metric, "--paired-bs", "--paired-bs-n", "200",
+               "--format", "text", "-w", "4"]
+        text = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, SACREBLEU_SEED="12345"),
+                              check=True).stdout
+        scores = [float(x) for x in re.findall(r"│\s+(?:Baseline: )?\S+\s+│\s+([0-9.]+) \(", text)]
+        return scores, [None] + [float(x) for x in re.findall(r"\(p = ([0-9.]+)\)", text)]
+
+    theirs = {"chrF2": command_result("-m", "chrf"), "chrF2++": command_result("-m", "chrf", "--chrf-word-order", "2"),
+              "TER": command_result("-m", "ter", "--ter-case-sensitive")}
+    for k, name in enumerate(["baseline", "better", "same"]):
+        for metric, (scores, ps) in theirs.items():
+            assert ours[name]["metrics"][metric]["score"] == pytest.approx(scores[k], abs=0.00501), (name, metric)
+            if name != "baseline":
+                assert ours[name]["metrics"][metric]["p_value"] == pytest.approx(ps[k], abs=1e-4), (name, metric)
+    assert ours["better"]["metrics"]["chrF2"]["mark"] == "‡" and ours["same"]["metrics"]["TER"]["mark"] == ""
+    lines = table_lines(ours, method="bs", n_samples=200, flavour="detok-cased")
+    assert "sacreBLEU paired bootstrap, 200 samples, TER detok-cased (lower is better), p against baseline" in lines
+    assert sum(line.startswith("signature: ") for line in lines) == 4
+    # BLEU alone: the result and its table as before, without a metrics key
+    assert "metrics" not in paired_significance(refs, base, {"better": better}, n_samples=20)["better"]
