@@ -28,16 +28,16 @@ _HELD: Dict[str, OutputLock] = {}
 def hold_save_dir(cfg) -> None:
     """Take the lock of ``cfg.save_dir`` (a ``CheckpointConfig``) for the rest of the process,
     on global rank 0; raise :class:`SaveDirBusyError` when another run holds it."""
-    # a config without a save dir or without --no-save (the mocks of fairseq's own tests of
-    # load_checkpoint) names nothing to lock
+    # a config without a save dir (the mocks of fairseq's own tests of load_checkpoint) names
+    # nothing to lock; one without a no_save key writes its save dir, as --no-save is off
     save_dir = getattr(cfg, "save_dir", None)
     if save_dir is None or getattr(cfg, "no_save", False) or "://" in str(save_dir) \
             or distributed_utils.get_global_rank() != 0:
         return
-    key = os.path.realpath(cfg.save_dir)
+    key = os.path.realpath(save_dir)
     if key in _HELD:
         return
-    lock = OutputLock(cfg.save_dir, what="--save-dir")
+    lock = OutputLock(save_dir, what="--save-dir")
     try:
         lock.acquire()
     except OutputBusyError as e:

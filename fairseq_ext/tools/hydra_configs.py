@@ -60,9 +60,7 @@ def config_dict(name: str) -> Dict[str, dict]:
     task = ["--task", "translation"] if "--task" not in flags else []
     argv = [PLACEHOLDER_DATA, "--user-dir", resources.user_dir(), *task, *flags]
     parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, input_args=argv)
-    full_parser = options.get_training_parser()
-    options.parse_args_and_arch(full_parser, input_args=argv, parse_known=True)
+    args = options.parse_args_and_arch(parser, input_args=argv)  # adds the model's and task's options to parser
     converted = convert_namespace_to_omegaconf(args)
     cfg = OmegaConf.to_container(converted, resolve=True)
     # the groups hydra builds from the YAML alone: every field written (interpolations such
@@ -74,7 +72,7 @@ def config_dict(name: str) -> Dict[str, dict]:
     out: Dict[str, dict] = {"common": {"user_dir": resources.user_dir()}}
     # the model last: a model without a dataclass holds every argument
     lookup = [g for g in GROUPS if g != "model"] + ["model"]
-    for dest in _given_dests(full_parser, flags):
+    for dest in _given_dests(parser, flags):
         group = next((g for g in lookup if isinstance(cfg.get(g), dict) and dest in cfg[g]), None)
         if group is None or dest in ("arch", "task", "criterion", "optimizer", "lr_scheduler", "user_dir"):
             continue

@@ -28,9 +28,9 @@ import sys
 from typing import List, Optional
 
 if __package__:
-    from .outputs import OutputError
+    from .outputs import OutputError, lock_name
 else:  # run as a file by the recipes (no package import: it would load fairseq and torch)
-    from outputs import OutputError
+    from outputs import OutputError, lock_name
 
 # the lock files held by this process or one of its parents, one a line
 HELD_ENV = "FSX_HELD_LOCKS"
@@ -46,7 +46,7 @@ def lock_path(target: str) -> str:
     """The lock file of ``target`` (a directory, existing or not): ``PARENT/.NAME.lock``."""
     target = os.path.realpath(target)
     parent, name = os.path.split(target.rstrip(os.sep))
-    return os.path.join(parent, f".{name}.lock")
+    return os.path.join(parent, lock_name(name))
 
 
 def held_by_parent(path: str) -> bool:

@@ -249,12 +249,18 @@ def _refusal(top: str, entry: str, writer: str) -> OutputError:
                        f"elsewhere, or remove {top} yourself")
 
 
+def lock_name(name: str) -> str:
+    """The name of the lock file of the output directory ``name``, which lies beside it
+    (locks.lock_path; common.sh's fsx_lock_output writes the same name)."""
+    return f".{name}.lock"
+
+
 def nested_lock(entry: str) -> str:
     """The lock file (locks.lock_path) of the nested output ``entry`` (a relative path), which
     lies beside it in its parent: the writer of the nested output removes it when done, a
     writer killed with SIGKILL leaves it; it is part of the nested output, not a user's file."""
     head, name = os.path.split(entry.rstrip("/"))
-    return os.path.join(head, f".{name}.lock") if head else f".{name}.lock"
+    return os.path.join(head, lock_name(name))
 
 
 def _check_nested(top: str, entry: str, owner: str) -> None:
