@@ -240,10 +240,23 @@ def profile(model, batch, cli, device):
     dec()
     out["cache_bytes"] = cache_bytes(state)
     if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        step()
-        out["cuda_peak_bytes"] = torch.cuda.max_memory_allocated()
+        out["cuda_peak_bytes"] = step_peak_bytes(model, step, device)
     return out
+
+
+def step_peak_bytes(model, step, device) -> int:
+    """The CUDA allocator's peak during one training step of ``model``, counting the memory
+    that is this model's (its parameters, gradients, activations and the step's temporaries),
+    not what other tensors hold: the stock model and its gradients stay on the device while a
+    variant is measured, and an absolute peak would count them in the variant's."""
+    model.zero_grad(set_to_none=True)
+    torch.cuda.synchronize(device)
+    resident = torch.cuda.memory_allocated(device)
+    own = sum(p.numel() * p.element_size() for p in model.parameters())
+    torch.cuda.reset_peak_memory_stats(device)
+    step()
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device) - resident + own
 
 
 def print_profiles(stock, variants, batch, cli, device) -> int:

@@ -106,9 +106,10 @@ def run_tests(out: str, device, tests: Optional[str], quick: bool, time_limit: f
     lines = ["# The model tests on the device", "",
              f"`{shown}`" + (" (`--quick`)" if quick else "") + f": {result}. Log: [tests.log](tests.log).", "",
              "Tolerances (tests/models/test_on_device.py): incremental = full to 1e-5 in fp32 (TF32 off), "
-             "0.02 in fp16, 0.1 in bf16; beam search batched = alone: the same hypotheses in fp32, the best "
-             "scores within those tolerances in half precision. A training test passes when the parameters are "
-             "in the flag's precision, every loss is finite and the loss falls.", ""]
+             "0.02 in fp16, 0.1 in bf16; beam search batched = alone: the same hypotheses in fp32; in half "
+             "precision every hypothesis both runs found has the same score within those tolerances. A training "
+             "test passes when the parameters are in the flag's precision, every loss is finite and the loss "
+             "falls.", ""]
     lines += outcome_matrix(cases)
     failures = [c for c in cases if c["outcome"] in ("failed", "error")]
     if failures:
@@ -188,7 +189,8 @@ def run_bench(out: str, device, quick: bool, time_limit: float, dtypes: Optional
              "the time ratio (median of the pairs [interquartile range]); 0.71 means 71% of the stock's steps per "
              "second, as the thesis gives its overheads (its times were measured on GTX GPUs, ours here). The FLOPs "
              "column is the stock's FLOPs over the row's: the speed the arithmetic alone would give. Peak memory: "
-             "the CUDA allocator's peak in a training step, over the stock's.", ""]
+             "the CUDA allocator's peak in a training step, counting the model's own parameters, gradients, "
+             "activations and temporaries, over the stock's.", ""]
     lines += bench_table(runs, dtypes, "base", "train", THESIS_TRAIN,
                          f"**Training, {plans[0][1]} config** (thesis: training steps per second relative to its "
                          "baseline, base config)")

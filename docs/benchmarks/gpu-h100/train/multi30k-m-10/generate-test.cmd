@@ -1,0 +1,1 @@
+fairseq-generate /work/main/pack/data/multi30k.en-de --user-dir /work/main/fairseq_ext --path /tmp/sc-train/train/multi30k-m-10/checkpoint_last.pt --gen-subset test --source-lang en --target-lang de --remove-bpe --batch-size 128 --beam 5 --max-len-a 1.2 --max-len-b 10 --model-overrides \{\'max_source_positions\':\ 1024\,\ \'max_target_positions\':\ 1024\} --fp16 
