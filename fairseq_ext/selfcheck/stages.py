@@ -107,7 +107,8 @@ def run_tests(out: str, device, tests: Optional[str], quick: bool, time_limit: f
              f"`{shown}`" + (" (`--quick`)" if quick else "") + f": {result}. Log: [tests.log](tests.log).", "",
              "Tolerances (tests/models/test_on_device.py): incremental = full to 1e-5 in fp32 (TF32 off), "
              "0.02 in fp16, 0.1 in bf16; beam search batched = alone: the same hypotheses in fp32; in half "
-             "precision every hypothesis both runs found has the same score within those tolerances. A training "
+             "precision each hypothesis of the batch has the log-probabilities that a teacher-forced forward "
+             "gives the sentence alone, within those tolerances. A training "
              "test passes when the parameters are in the flag's precision, every loss is finite and the loss "
              "falls.", ""]
     lines += outcome_matrix(cases)
