@@ -314,13 +314,6 @@ def parse_options(args, num_source_sentences: int = 1) -> MultilayerOptions:
     if aux_layers and args.decoder_layers_to_keep:
         raise OptionError("--aux-decoder-layers cannot be combined with --decoder-layers-to-keep")
 
-    if args.aux_fusion or (strategy.serial_sublayers and n > 1):
-        what = "--aux-fusion" if args.aux_fusion else f"--joint-attention {strategy.name}"
-        if args.decoder_normalize_before:
-            raise OptionError(f"{what} is implemented for post-norm decoder layers: unset --decoder-normalize-before")
-        if getattr(args, "checkpoint_activations", False):
-            raise OptionError(f"{what} cannot be combined with --checkpoint-activations")
-
     _fairseq_features(args, strategy, aux_layers)
 
     if args.dc_kernel_size < 1:

@@ -13,10 +13,10 @@ from fairseq_ext.models.multilayer_transformer_encoder import build_self_attenti
 from fairseq_ext.modules.attention_utils import reporting_weights, xavier_linear
 from fairseq_ext.modules.auxiliary_information_fusion import AuxiliaryInformationFusion
 from fairseq_ext.modules.multi_source_attention import SerialCrossAttentionStack
-from fairseq_ext.modules.post_self_attention import DecoderStepContext, run_after_self_attention
+from fairseq_ext.modules.post_self_attention import DecoderStepContext, SublayersAfterSelfAttention
 
 
-class MultilayerTransformerDecoderLayer(TransformerDecoderLayerBase):
+class MultilayerTransformerDecoderLayer(SublayersAfterSelfAttention, TransformerDecoderLayerBase):
     """fairseq's decoder layer with a choice of self-attention (standard | DC | MMA), the
     cross-attention of the joint attention strategy, and the sublayers that run right after
     self-attention (AIF, the lower serial cross-attentions; see
@@ -27,7 +27,6 @@ class MultilayerTransformerDecoderLayer(TransformerDecoderLayerBase):
         # read by the build_* hooks, which fairseq calls inside super().__init__
         self.options, self.layer_number = options, layer_number
         super().__init__(cfg, no_encoder_attn)
-        self.step_context = context
         n = options.num_joint_layers
         self.serial_stack = (
             SerialCrossAttentionStack(self.embed_dim, cfg.decoder.attention_heads, n, cfg.attention_dropout,
@@ -38,7 +37,7 @@ class MultilayerTransformerDecoderLayer(TransformerDecoderLayerBase):
         )
         self.aif = AuxiliaryInformationFusion(self.embed_dim, num_aux) if options.aux_fusion else None
         if self.serial_stack is not None or self.aif is not None:
-            run_after_self_attention(self, self.after_self_attention)
+            self.init_spot(context, num_aux_arguments=num_aux if self.aif is not None else 0)
 
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
         kind = self.options.decoder_self_attention[self.layer_number - 1]
@@ -59,13 +58,14 @@ class MultilayerTransformerDecoderLayer(TransformerDecoderLayerBase):
             removed_source=None if self.options.mask_source_layer is None else self.options.mask_source_layer - 1,
         ))
 
-    def after_self_attention(self, x):
-        """AIF (Eq. 4.3), then the serial sublayers over f^1..f^{n-1}: Z x B x C."""
-        context = self.step_context
+    def after_self_attention(self, x, spot):
+        """AIF (Eq. 4.3), then the serial sublayers over f^1..f^{n-1}: Z x B x C. ``x`` is the
+        self-attention sublayer's output: LN(x + SelfAttn(x)) post-norm, x + SelfAttn(LN(x))
+        pre-norm."""
         if self.aif is not None:
-            x = self.aif(x, context.aux_features)
-        if self.serial_stack is not None and context.memory is not None:
-            x = self.serial_stack(x, context.memory, context.padding_mask, context.incremental_state)
+            x = self.aif(x, spot.aux_features)
+        if self.serial_stack is not None and spot.encoder_out is not None:
+            x = self.serial_stack(x, spot.encoder_out, spot.encoder_padding_mask, spot.incremental_state)
         return x
 
 
@@ -110,6 +110,11 @@ class MultilayerTransformerDecoder(TransformerDecoderBase):
         self._layers_built += 1
         layer = MultilayerTransformerDecoderLayer(cfg, self.options, no_encoder_attn, self._layers_built,
                                                   self.step_context, num_aux=len(self.aux_layers))
+        if layer.has_sublayers_after_self_attention and cfg.checkpoint_activations:
+            # the checkpointed function must take the auxiliary states as arguments
+            # (fairseq_ext/modules/post_self_attention.py), so it is spot_forward, not forward
+            layer.checkpoint_spot_forward(cfg.offload_activations)
+            return wrap_layer(layer, cfg, checkpointed=True)
         return wrap_layer(layer, cfg)
 
     def forward(self, prev_output_tokens, encoder_out=None, incremental_state=None, features_only=False,
@@ -142,12 +147,7 @@ class MultilayerTransformerDecoder(TransformerDecoderBase):
                 )
                 aux_features.append(features)  # B x Z x C
         memory_out = self.memory_encoder_out(encoder_out)
-        memory, padding_mask = None, None
-        if memory_out is not None:
-            memory = memory_out["encoder_out"][0]
-            padding_mask = (memory_out["encoder_padding_mask"] or [None])[0]
-        with self.step_context.step([f.transpose(0, 1) for f in aux_features], memory, padding_mask,
-                                    incremental_state):
+        with self.step_context.step([f.transpose(0, 1) for f in aux_features]):
             x, extra = super().extract_features(prev_output_tokens, memory_out, incremental_state,
                                                 full_context_alignment, alignment_layer, alignment_heads)
         extra[keys.AUX_FEATURES] = aux_features

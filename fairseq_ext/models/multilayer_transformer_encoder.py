@@ -19,10 +19,11 @@ from fairseq_ext.modules.mixed_multihead_attention import MixedMultiheadAttentio
 from fairseq_ext.modules.source_feature_collector import collect_source_features, encoder_layer_outputs
 
 
-def wrap_layer(layer: nn.Module, cfg) -> nn.Module:
-    """Activation checkpointing and FSDP wrapping, as fairseq's build_*_layer do."""
+def wrap_layer(layer: nn.Module, cfg, checkpointed: bool = False) -> nn.Module:
+    """Activation checkpointing and FSDP wrapping, as fairseq's build_*_layer do
+    (``checkpointed``: the layer checkpoints a part of its forward itself)."""
     checkpoint = cfg.checkpoint_activations
-    if checkpoint:
+    if checkpoint and not checkpointed:
         layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
     return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
 

@@ -1,7 +1,8 @@
 """The model tests of the test suite's device: ``pytest --device cuda`` runs them on a GPU
 (``fairseq-ext selfcheck --stage tests`` does), the CPU runs them by default. For every row
-of the strategy table and every option set (DC, MMA, MS, AIF, the pre-classifier projection
-and one combination of all of them):
+of the strategy table and every option set (DC, MMA, MS, AIF, the pre-classifier projection,
+one combination of all of them, and serial with AIF in pre-norm layers with activation
+checkpointing):
 
 * a few steps of fairseq's own ``Trainer`` on one batch, in fp32, ``--fp16``,
   ``--memory-efficient-fp16``, ``--bf16`` (the plugin's guard keeps it off fairseq's TPU
@@ -35,6 +36,9 @@ OPTION_SETS = {
     "pre-classifier": ("--pre-classifier-projection",),
     "combined": ("--joint-attention", "m-10", "--encoder-self-attention", "dc", "--decoder-self-attention", "mma",
             "--dc-kernel-size", "2", "--aux-decoder-layers", "1", "--aux-fusion", "--pre-classifier-projection"),
+    # pre-norm layers and activation checkpointing with the sublayers that run after self-attention
+    "pre-norm-checkpointed": ("--encoder-normalize-before", "--decoder-normalize-before", "--checkpoint-activations",
+                              "--joint-attention", "serial", "--aux-decoder-layers", "1", "--aux-fusion"),
 }
 # fairseq's flag -> the dtype of the parameters it trains
 PRECISIONS = {

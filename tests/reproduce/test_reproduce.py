@@ -288,7 +288,7 @@ def test_one_table_end_to_end_at_a_tiny_budget(tmp_path):
     assert aif["delta"] == pytest.approx(aif["bleu"] - base["bleu"])
     # one auxiliary decoder and AIF on the smoke model (d 64, FFN 128, 4+4 layers, 4 heads):
     # a post-norm decoder stack (4 x (4 d^2 self + 4 d^2 cross + 2 d ffn) + biases/norms, no final
-    # norm: AIF needs post-norm decoder layers) and d^2 of AIF per layer
+    # norm: the smoke model is post-norm) and d^2 of AIF per layer
     run = tmp_path / "runs" / "thesis-4.6"
     res = {r: json.load(open(next((run / r).iterdir()) / "result.json")) for r in ("baseline", "ms-i-plus-aif")}
     extra = res["ms-i-plus-aif"]["params"] - res["baseline"]["params"]
