@@ -18,7 +18,7 @@ TEST_WORKERS ?= 2
 # FAIRSEQ_EXT_PLUGIN=0 runs them stock, for comparison (docs/testing.md).
 FAIRSEQ_EXT_PLUGIN ?= 1
 
-.PHONY: setup quickstart test test-fast test-fairseq clean-venv
+.PHONY: setup quickstart test test-fast test-fairseq comet-env clean-venv
 
 setup: $(STAMP)
 
@@ -52,6 +52,25 @@ test-fairseq: setup
 	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) tests/fairseq_compat/run_fairseq_tests.py \
 		$(if $(filter 0,$(FAIRSEQ_EXT_PLUGIN)),--stock,--plugin) --spec "$(FAIRSEQ_SPEC)" \
 		--workers $(TEST_WORKERS) -- $(PYTEST_ARGS)
+
+# COMET (unbabel-comet) pins numpy < 2 and protobuf < 5, which the main environment does not
+# allow: it gets its own environment, never part of `make setup`. Commands reach it with
+# --comet-python $(COMET_VENV)/bin/python (or FAIRSEQ_EXT_COMET_PYTHON); `make test` runs the
+# COMET tests when it exists (docs/evaluation.md).
+COMET_VENV ?= .comet-venv
+COMET_SPEC ?= unbabel-comet==2.2.7
+COMET_STAMP := $(COMET_VENV)/.comet-setup-done
+
+comet-env: $(COMET_STAMP)
+
+$(COMET_STAMP): Makefile
+	test -x $(COMET_VENV)/bin/python || $(PYTHON) -m venv $(COMET_VENV)
+	$(COMET_VENV)/bin/python -m pip install -q --upgrade pip setuptools wheel
+	$(COMET_VENV)/bin/python -m pip install -q $(PIP_EXTRA) "$(TORCH_SPEC)"
+	# torchmetrics 0.10 (COMET's pin) imports pkg_resources, which setuptools 81 dropped
+	$(COMET_VENV)/bin/python -m pip install -q "$(COMET_SPEC)" "setuptools<81"
+	$(COMET_VENV)/bin/python -c "import comet; from importlib.metadata import version; print('unbabel-comet', version('unbabel-comet'))"
+	touch $(COMET_STAMP)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -42,6 +42,9 @@ SOURCES: Dict[str, Source] = {
     "delta": Source(params=("of", "against_column"), required=("of",)),  # a printed difference column
     "adversarial": Source(params=("shuffled",), required=("shuffled",)),  # BLEU with one source shuffled
     "meteor": Source(),  # fairseq_ext.tools.meteor on the row's detokenized hypotheses
+    # sacreBLEU's chrF2 of the row's evaluation (eval-test/metrics.json), on the text of the data
+    # set's BLEU flavour; no paper prints it: every table gets it beside its BLEU (with_chrf)
+    "chrf": Source(),
     "layer_dependency": Source(params=("layer",), required=("layer",), analysis="layer_dependency"),
     "decoders": Source(params=("decoder",), required=("decoder",), analysis="decoders"),
     "probing": Source(params=("task", "category"), required=("task",), analysis="probing",
@@ -111,6 +114,23 @@ def read_columns(raw: dict, path: str) -> List[Column]:
     if len(set(names)) != len(names):
         raise TableConfigError(f"{path}: duplicate column names")
     return out
+
+
+CHRF_COLUMN = "chrF"
+
+
+def with_chrf(columns: List[Column]) -> List[Column]:
+    """The columns with ours chrF (sacreBLEU's chrF2, not printed by any of the papers) after
+    the first BLEU column and the paper's difference columns of it, unless the table names a
+    chrf column itself."""
+    if any(c.source == "chrf" for c in columns):
+        return columns
+    bleu = next((c for c in columns if c.source == "bleu"), None)
+    if bleu is None:
+        return columns
+    at = max(i for i, c in enumerate(columns)
+             if c is bleu or (c.source == "delta" and c.params.get("of") == bleu.name))
+    return columns[: at + 1] + [Column(name=CHRF_COLUMN, source="chrf", printed=False)] + columns[at + 1:]
 
 
 def check_params(where: str, column: Column, params: Dict[str, object], path: str) -> None:

@@ -34,7 +34,8 @@ NO_TEST = {
 
 
 def _header(col: Column, kind: str, smoke: bool, table: Optional[Table] = None) -> str:
-    name = col.name + ("" if col.printed else " [not in the paper's table]")
+    any_printed = table is None or any(has_paper_numbers(table, c) for c in table.columns)
+    name = col.name + ("" if col.printed or not any_printed else " [not in the paper's table]")
     alone = table is not None and not has_paper_numbers(table, col)
     return {"paper": f"{name}: paper", "ours": f"{name}: ours" if alone else "ours", "delta_paper": "Δ paper",
             "delta_ours": "Δ ours", "sig": "sig. (pipeline check)" if smoke else "sig.", "ratio_paper": "ratio paper",
@@ -148,6 +149,12 @@ def legend(table: Table, records: List[Record], smoke: bool = False) -> List[str
     notes = dict.fromkeys(cell["note"] for r in records for cell in r["columns"].values() if cell.get("note"))
     lines += [f"ours, {note}" for note in notes]
     lines += [f"paper, {line}." for line in contradicted_differences(table, {r["dataset"] for r in records})]
+    if "chrf" in sources:
+        flavours = ", ".join(dict.fromkeys(ds.get("bleu", "?") for key, ds in table.datasets.items()
+                                           if any(r["dataset"] == key for r in records)))
+        lines.append(f"chrF: ours, not the paper's: sacreBLEU's chrF2 (character 6-grams, beta 2) of the row's "
+                     f"evaluation, on the text its BLEU column scores ({flavours}), with its signature in the "
+                     "run's eval-test/metrics.json; no test behind it; –: an evaluation that wrote no chrF.")
     reasons = list(dict.fromkeys(NO_TEST[s] for s in NO_TEST if s in sources))
     if reasons:
         lines.append("No sig. column: " + "; ".join(reasons) + ".")

@@ -132,6 +132,15 @@ def _meteor(col, params, run, ref):
     return make_value(found["score"], note=found.get("implementation"))
 
 
+def _chrf(col, params, run, ref):
+    """chrF2 of the row's evaluation: what fairseq-ext evaluate wrote beside bleu.json, on the
+    text of the data set's BLEU flavour (an evaluation older than metrics.json has none)."""
+    if not run.result:
+        return make_value(missing="not run")
+    found = (run.json("eval-test", "metrics.json") or {}).get("chrF2")
+    return make_value(found["score"]) if found else make_value(None)
+
+
 def _layer_dependency(col, params, run, ref):
     layer = params["layer"]
     wanted = "none" if layer == "none" else f"f^{layer}"
@@ -215,6 +224,7 @@ READERS = {
     "decode_speedup": _decode_speedup,
     "adversarial": _adversarial,
     "meteor": _meteor,
+    "chrf": _chrf,
     "layer_dependency": _layer_dependency,
     "decoders": _decoders,
     "probing": _probing,

@@ -21,7 +21,7 @@ from typing import Dict, List, Optional
 
 import yaml
 
-from fairseq_ext.reproduce.columns import SOURCES, Column, TableConfigError, check_params, read_columns
+from fairseq_ext.reproduce.columns import SOURCES, Column, TableConfigError, check_params, read_columns, with_chrf
 from fairseq_ext.resources import CONFIG_DIR as SHIPPED_CONFIG_DIR
 from fairseq_ext.resources import TABLE_DIR as CONFIG_DIR
 from fairseq_ext.tools.significance import MARKS
@@ -304,7 +304,7 @@ def load_table(table_id: str, config_dir: str = CONFIG_DIR, setups: Optional[dic
     analysis_args = raw.get("analysis_args") or {}
     table = Table(id=raw["id"], paper=raw.get("paper", ""), source=raw.get("source", ""),
                   caption=raw.get("caption", ""), datasets=raw["datasets"], baseline=raw.get("baseline"),
-                  columns=read_columns(raw, path), rows=rows, path=path, adversarial=raw.get("adversarial", ""),
+                  columns=with_chrf(read_columns(raw, path)), rows=rows, path=path, adversarial=raw.get("adversarial", ""),
                   analysis_args={k: str(v) for k, v in analysis_args.items()},
                   paper_significance=str(raw.get("paper_significance", "") or ""))
     if table.id != table_id:

@@ -3,6 +3,7 @@ paper-tables.json is configured with every row and printed number; every row's f
 the model the table's #Params column describes; --list and --dry-run cover every table;
 the side-by-side report computes its deltas and ratios; and (slow) one table runs end to
 end at a tiny budget: data, training, evaluation, significance, table."""
+import csv
 import json
 import logging
 import os
@@ -168,6 +169,10 @@ def test_report_puts_our_numbers_next_to_the_papers(tmp_path):
         bleu, n, ups, sps = ours[p.row]
         with open(os.path.join(p.run_dir, "result.json"), "w") as f:
             json.dump({"bleu": bleu, "params": n, "train_ups": ups, "decode_sents_per_s": sps, "model": model}, f)
+        if p.row == "m-10":  # what fairseq-ext evaluate writes beside bleu.json; m-11's evaluation has none
+            os.makedirs(os.path.join(p.run_dir, "eval-test"))
+            with open(os.path.join(p.run_dir, "eval-test", "metrics.json"), "w") as f:
+                json.dump({"chrF2": {"score": 55.55, "signature": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no"}}, f)
         if p.row != "transformer":
             with open(os.path.join(p.run_dir, "significance.json"), "w") as f:
                 json.dump({"baseline": "transformer" if p.row == "m-10" else "m-10", "mark": "‡", "p_value": 0.001}, f)
@@ -185,12 +190,19 @@ def test_report_puts_our_numbers_next_to_the_papers(tmp_path):
     assert records["convseq2seq-gehring-et-al.-2017"]["status"] == "cited"
     md = markdown(table, list(records.values()), scales(table, plans))
     assert "| M-10 | Transformer | 92.7 | 92.5 | 2.59 | 3.00 | 0.71 | 0.75 | 29.08 (+0.71)‡ | 31.25 | +0.71 | +1.25 " \
-           "| ‡ p=0.001 |" in md
+           "| ‡ p=0.001 | 55.55 |" in md
+    assert m10["columns"]["chrF"]["ours"] == 55.55 and records["m-11"]["columns"]["chrF"]["ours"] is None
+    assert "chrF [not in the paper's table]: ours" in md and "chrF: ours, not the paper's: sacreBLEU's chrF2" in md
     assert "model: 6+6 layers, d_model 512, FFN 2048, 8 heads; 61.00M to 92.50M parameters" in md
     assert "training: 100 updates per row" in md
     paths = write_reports(table, list(records.values()), str(tmp_path / "out"))
     with open(paths["json"]) as f:
         assert len(json.load(f)["rows"]) == len(records)
+    with open(paths["csv"]) as f:
+        assert float(next(r for r in csv.DictReader(f) if r["row"] == "m-10")["chrF | ours"]) == 55.55
+    with open(paths["tex"]) as f:
+        tex = f.read()
+    assert "chrF" in tex and "55.55" in tex
 
 
 def test_a_finished_run_is_reused_and_other_settings_are_refused(tmp_path):
@@ -286,6 +298,7 @@ def test_one_table_end_to_end_at_a_tiny_budget(tmp_path):
     assert base["status"] == aif["status"] == "done" and aif["reference"] == "baseline-2"
     assert base["bleu"] is not None and aif["bleu"] is not None
     assert aif["delta"] == pytest.approx(aif["bleu"] - base["bleu"])
+    assert 0 < base["columns"]["chrF"]["ours"] < 100 and 0 < aif["columns"]["chrF"]["ours"] < 100
     # one auxiliary decoder and AIF on the smoke model (d 64, FFN 128, 4+4 layers, 4 heads):
     # a post-norm decoder stack (4 x (4 d^2 self + 4 d^2 cross + 2 d ffn) + biases/norms, no final
     # norm: the smoke model is post-norm) and d^2 of AIF per layer

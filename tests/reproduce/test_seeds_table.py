@@ -186,7 +186,7 @@ def test_a_table_no_paper_prints_shows_only_ours_and_one_parameter_count(tmp_pat
     assert report_cli(tmp_path, "configs/benchmarks/cpu-multi30k.yaml", "--rows", "mma", "--budget", "60",
                       "--seeds", "1,2") == 0
     out = capsys.readouterr().out
-    assert ": paper |" not in out and "| BLEU: ours | Δ ours | sig. (pipeline check) | #Params (M): ours |" in out
+    assert ": paper |" not in out and "| BLEU: ours | Δ ours | sig. (pipeline check) | chrF: ours | #Params (M): ours |" in out
     assert "| MMA (G,L,F,B) | Transformer (no option) | 2 | 29.50 ± 0.71 | +1.25 ± 1.06 |" in out
     assert "| 2.41 |" in out and "± 0.00" not in out
     assert "No paper prints these numbers: every column is ours" in out
