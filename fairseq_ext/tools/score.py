@@ -17,7 +17,9 @@ line longer than the model's positions is cut. Then sacreBLEU in the four flavou
                          --tokenize none
 
 then chrF2, chrF2++ and TER (sacreBLEU's, with their signatures) on the text of the reported
-flavour, and last the reported one: the flavour evaluate reports for the recipe in prep.env (a
+flavour, with --comet-model COMET's system score on the raw source, the detokenized
+translations and the raw reference (lowercased for a lowercased flavour; COMET runs in the
+Python of --comet-python, docs/evaluation.md), and last the reported one: the flavour evaluate reports for the recipe in prep.env (a
 lowercased flavour on lowercased data), or --headline. Without prep.env the output is the
 model's tokens, and every flavour compares it with the reference as given.
 
@@ -36,7 +38,7 @@ from fairseq_ext.common.data_text import FLAVOURS, env_headline, read_prep_env, 
 from fairseq_ext.common.output_file import check_output_file, staged_output_file
 from fairseq_ext.recipes.helpers import bleu
 from fairseq_ext.recipes.helpers.corpus import open_text
-from fairseq_ext.tools import translate
+from fairseq_ext.tools import comet, translate
 from fairseq_ext.tools.translate import InputError, logger
 
 PROG = "fairseq-ext score"
@@ -101,6 +103,7 @@ def main(argv=None):
                         help="the flavour reported last (default: the one fairseq-ext evaluate reports "
                              "for the recipe in DATA/prep.env)")
     translate.add_decoding_arguments(parser)
+    comet.add_arguments(parser)
     args = parser.parse_args(argv)
     translate.check_decoding_arguments(parser, args)
 
@@ -116,6 +119,7 @@ def main(argv=None):
                          "they must be parallel, one reference line per source line")
     if n_src == 0:  # sacreBLEU would fail on an empty corpus with a traceback
         raise InputError(f"--src {args.src} and --ref {args.ref} are empty: nothing to score")
+    comet_settings = comet.from_args(args)  # COMET's environment and model, before the model loads
     env = read_prep_env(args.data)
     headline, note = choose_headline(env, args.headline or "")
     if not env:
@@ -136,9 +140,23 @@ def main(argv=None):
     tokenize = reference_tokenizer(env)
     results, metrics = score_lines(hyp_detok, refs, hyp_tok, [tokenize(r) for r in refs], headline)
     lines = bleu.report(results, headline, note)
-    for line in lines[:-1] + bleu.metric_lines(metrics) + lines[-1:]:  # the reported BLEU line last
+    more = bleu.metric_lines(metrics)
+    if comet_settings is not None:
+        more.append(comet.metric_line(comet_score(comet_settings, args.src, hyp_detok, refs, headline)))
+    for line in lines[:-1] + more + lines[-1:]:  # the reported BLEU line last
         print(line, flush=True)
     return 0
+
+
+def comet_score(settings: comet.Comet, src_path: str, hyp_detok: List[str], refs: List[str], flavour: str) -> dict:
+    """COMET on the raw source, the detokenized translations and the raw references
+    (lowercased all three for a lowercased flavour, as the data were)."""
+    with translate.open_binary(src_path) as source:
+        src = [line or "" for line in translate.read_input(source, src_path)]
+    texts = (src, hyp_detok, refs)
+    if flavour.endswith("-lc"):
+        texts = tuple([line.lower() for line in lines] for lines in texts)
+    return comet.score(settings, *texts)
 
 
 if __name__ == "__main__":

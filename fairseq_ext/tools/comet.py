@@ -1,0 +1,191 @@
+"""COMET (Rei et al. 2020; ``unbabel-comet``) beside sacreBLEU's metrics, run where COMET is
+installed.
+
+COMET pins numpy < 2 and protobuf < 5, which this package's environment does not allow, so it
+runs in the Python of another environment: ``--comet-python PATH`` (or
+``$FAIRSEQ_EXT_COMET_PYTHON``; ``make comet-env`` makes one in ``.comet-venv``), or this
+Python when it has COMET. The model is ``--comet-model`` (or ``$FAIRSEQ_EXT_COMET_MODEL``): a
+model directory as COMET downloads it (``DIR/checkpoints/model.ckpt`` beside
+``DIR/hparams.yaml``), a ``.ckpt`` file in such a directory, or a model name that COMET
+downloads itself (``Unbabel/wmt22-comet-da``: that needs its hub or its cache).
+
+:func:`score` gives the system score (the mean of the segment scores, as ``comet-score``)
+with a signature naming the model, the references and COMET's version, like sacreBLEU's:
+COMET scores are comparable only between runs of the same model and version.
+:func:`compare` runs ``comet-compare`` (COMET's paired t-test and bootstrap resampling) on two
+systems, both as COMET's commands compute them (the model in half precision). On a GPU
+COMET batches there (``--cpu``: not), with its progress bar on a terminal's stderr.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+from fairseq_ext.errors import FairseqExtError
+
+ENV_MODEL, ENV_PYTHON = "FAIRSEQ_EXT_COMET_MODEL", "FAIRSEQ_EXT_COMET_PYTHON"
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "comet_worker.py")
+COMPARE = "from comet.cli.compare import compare_command; compare_command()"
+
+
+class CometError(FairseqExtError):
+    pass
+
+
+@dataclass(frozen=True)
+class Comet:
+    python: str  # the Python with unbabel-comet
+    version: str  # unbabel-comet's version there
+    model: str  # a .ckpt file, or a name COMET downloads
+    name: str  # the model's name in the signature
+    batch_size: int = 16
+    gpus: int = 1  # 0: the CPU (--cpu)
+
+    def signature(self, nrefs: int = 1) -> str:
+        return f"model:{self.name}|nrefs:{nrefs}|version:{self.version}"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("COMET (docs/evaluation.md)")
+    group.add_argument("--comet-model", default=os.environ.get(ENV_MODEL), metavar="DIR|CKPT|NAME",
+                       help=f"also score with this COMET model (default ${ENV_MODEL}): its directory "
+                            "(DIR/checkpoints/model.ckpt), a .ckpt, or a name COMET downloads")
+    group.add_argument("--comet-python", default=os.environ.get(ENV_PYTHON), metavar="PATH",
+                       help=f"the Python of an environment with unbabel-comet (default ${ENV_PYTHON}, "
+                            "else this Python; make comet-env makes .comet-venv/bin/python)")
+    group.add_argument("--comet-batch-size", type=int, default=16, metavar="N", help="segments a batch (16)")
+
+
+def model_name(model: str) -> str:
+    """The name a signature gives the model: a hub cache's ``models--ORG--NAME`` as ORG/NAME,
+    a model directory by its name, a name as given."""
+    found = re.search(r"models--([^/]+?)--([^/]+)", model)
+    if found:
+        return f"{found.group(1)}/{found.group(2)}"
+    path = os.path.abspath(model)
+    if path.endswith(".ckpt"):  # DIR/checkpoints/model.ckpt
+        path = os.path.dirname(os.path.dirname(path))
+    return os.path.basename(path) if os.path.exists(model) else model
+
+
+def resolve_model(model: str) -> str:
+    if os.path.isdir(model):
+        checkpoint = os.path.join(model, "checkpoints", "model.ckpt")
+        if not os.path.isfile(checkpoint):
+            raise CometError(f"--comet-model {model}: no checkpoints/model.ckpt in it (a COMET model directory "
+                             "holds checkpoints/model.ckpt and hparams.yaml)")
+        return checkpoint
+    if model.endswith(".ckpt") and not os.path.isfile(model):
+        raise CometError(f"--comet-model {model}: no such file")
+    return model
+
+
+def find_python(given: Optional[str]) -> str:
+    if given:
+        return shutil.which(given) or given
+    return sys.executable
+
+
+def comet_version(python: str, flag: str) -> str:
+    """unbabel-comet's version in ``python``; a one-line CometError naming ``flag`` if none."""
+    try:
+        proc = subprocess.run([python, "-c", "from importlib.metadata import version; "
+                                             "import comet; print(version('unbabel-comet'))"],
+                              capture_output=True, text=True)
+    except OSError as e:
+        raise CometError(f"{flag} {python}: cannot run it ({e.strerror})")
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        raise CometError(f"{flag} {python}: no unbabel-comet there ({why}); make comet-env makes an environment "
+                         "with it: --comet-python .comet-venv/bin/python")
+    return proc.stdout.strip()
+
+
+def from_args(args: argparse.Namespace) -> Optional[Comet]:
+    """The COMET settings of the command line, checked (None without --comet-model)."""
+    if not getattr(args, "comet_model", None):
+        return None
+    flag = "--comet-python" if args.comet_python else "--comet-model (this Python)"
+    python = find_python(args.comet_python)
+    model = resolve_model(args.comet_model)
+    return Comet(python=python, version=comet_version(python, flag), model=model,
+                 name=model_name(args.comet_model), batch_size=args.comet_batch_size,
+                 gpus=0 if getattr(args, "cpu", False) else 1)
+
+
+def _write(path: str, lines: Sequence[str]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(line.replace("\n", " ") + "\n" for line in lines)
+
+
+def _run(cmd: List[str], what: str, cwd: str) -> None:
+    """Run COMET in ``cwd`` (a folder of ours: with ``python -c`` the current folder comes first
+    on its path, where this package's folder would shadow COMET's own ``comet``). On a terminal
+    its progress bar shows on stderr; else its output is kept, and a failure is its last line."""
+    if sys.stderr.isatty():
+        if subprocess.run(cmd, stdout=subprocess.DEVNULL, cwd=cwd).returncode != 0:
+            raise CometError(f"{what} failed (its messages above)")
+        return
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as log:
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
+        if proc.returncode != 0:
+            log.seek(0)
+            lines = [line for line in log.read().splitlines() if line.strip()]
+            raise CometError(f"{what} failed: {lines[-1] if lines else 'no output'}")
+
+
+def score(comet: Comet, src: Sequence[str], hyp: Sequence[str], ref: Sequence[str]) -> dict:
+    """{score, segment_scores, signature, model, line}: COMET's system score of ``hyp``."""
+    if not (len(src) == len(hyp) == len(ref)):
+        raise CometError(f"COMET: {len(src)} sources, {len(hyp)} translations and {len(ref)} references")
+    with tempfile.TemporaryDirectory(prefix="fairseq-ext-comet.") as tmp:
+        files = {name: os.path.join(tmp, f"{name}.txt") for name in ("src", "hyp", "ref")}
+        for name, lines in (("src", src), ("hyp", hyp), ("ref", ref)):
+            _write(files[name], lines)
+        request, result = os.path.join(tmp, "request.json"), os.path.join(tmp, "result.json")
+        with open(request, "w", encoding="utf-8") as f:
+            json.dump({"model": comet.model, **files, "batch_size": comet.batch_size, "gpus": comet.gpus,
+                       "progress": sys.stderr.isatty()}, f)
+        with open(WORKER, encoding="utf-8") as f:
+            worker = f.read()
+        _run([comet.python, "-c", worker, request, result], f"COMET ({comet.name})", tmp)
+        with open(result, encoding="utf-8") as f:
+            out = json.load(f)
+    sig = comet.signature()
+    return {"score": round(out["system_score"], 4), "segment_scores": out["segment_scores"], "signature": sig,
+            "model": comet.name, "line": f"COMET|{sig} = {out['system_score']:.4f}"}
+
+
+def metric_line(result: dict) -> str:
+    """The printed line, aligned with sacreBLEU's metric lines."""
+    return f"{'COMET [' + result['model'] + ']':<25} {result['line']}"
+
+
+def compare(comet: Comet, src: Sequence[str], baseline: Sequence[str], system: Sequence[str],
+            ref: Sequence[str], num_splits: int = 300, sample_ratio: float = 0.4) -> dict:
+    """``comet-compare`` of ``system`` against ``baseline``: its paired t-test over the segment
+    scores and its bootstrap resampling ({p_value, baseline_mean, system_mean, wins, ties,
+    losses, signature})."""
+    with tempfile.TemporaryDirectory(prefix="fairseq-ext-comet.") as tmp:
+        files = {}
+        for name, lines in (("src", src), ("baseline", baseline), ("system", system), ("ref", ref)):
+            files[name] = os.path.join(tmp, f"{name}.txt")
+            _write(files[name], lines)
+        out = os.path.join(tmp, "compare.json")
+        _run([comet.python, "-c", COMPARE, "-s", files["src"], "-t", files["baseline"], files["system"],
+              "-r", files["ref"], "--model", comet.model, "--batch_size", str(comet.batch_size),
+              "--gpus", str(comet.gpus), "--num_splits", str(num_splits), "--sample_ratio", str(sample_ratio),
+              "--to_json", out], f"comet-compare ({comet.name})", tmp)
+        with open(out, encoding="utf-8") as f:
+            found = json.load(f)["statistical_results"][0]
+    boot, t_test = found["bootstrap_resampling"], found["paired_t-test"]
+    return {"p_value": float(t_test["p_value"]), "t_statistic": float(t_test["statistic"]),
+            "baseline_mean": boot["x-mean"], "system_mean": boot["y-mean"], "system_wins": boot["y_wins (%)"],
+            "baseline_wins": boot["x_wins (%)"], "ties": boot["ties (%)"], "num_splits": num_splits,
+            "sample_ratio": sample_ratio, "signature": comet.signature(), "model": comet.name}

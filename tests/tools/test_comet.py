@@ -1,0 +1,130 @@
+"""COMET beside sacreBLEU (fairseq_ext/tools/comet.py), for real: a tiny COMET model that the
+test builds locally (tests/tools/comet_tiny_model.py: random weights, a 2-layer XLM-R encoder,
+a sentencepiece vocabulary learnt from Multi30k lines), loaded and run by COMET's own code in
+the COMET environment (``make comet-env``, or ``$FAIRSEQ_EXT_COMET_PYTHON``); no mock of
+COMET. Our system scores, segment scores and paired tests equal those of COMET's own commands
+(``comet-score``, ``comet-compare``) on the same files. Without that environment those tests
+are skipped with the reason; the one-line errors are tested always."""
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from fairseq_ext.tools import comet
+from model_utils import MULTI30K, REPO
+from script_utils import head_gz, needs_multi30k, write_lines
+from test_translate import fairseq_ext, raw_text_model
+
+COMET_PYTHON = os.environ.get(comet.ENV_PYTHON) or os.path.join(REPO, ".comet-venv", "bin", "python")
+needs_comet = pytest.mark.skipif(not os.path.exists(COMET_PYTHON),
+                                 reason=f"no COMET environment ({COMET_PYTHON}): make comet-env makes one")
+BUILDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "comet_tiny_model.py")
+
+
+@pytest.fixture(scope="module")
+def tiny_comet(tmp_path_factory):
+    root = tmp_path_factory.mktemp("comet")
+    text = write_lines(root / "text.txt", head_gz(f"{MULTI30K}/train.en.gz", 300) + head_gz(f"{MULTI30K}/train.de.gz", 300))
+    model = root / "tiny-comet"
+    proc = subprocess.run([COMET_PYTHON, BUILDER, str(model), str(text)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return str(model)
+
+
+@pytest.fixture(scope="module")
+def texts(tmp_path_factory):
+    """13 Multi30k validation sentences: source, reference, and two systems (the reference
+    with a word dropped from every other line, and the reference's words reversed)."""
+    root = tmp_path_factory.mktemp("comet_texts")
+    src, ref = head_gz(f"{MULTI30K}/val.en.gz", 13), head_gz(f"{MULTI30K}/val.de.gz", 13)
+    a = [" ".join(r.split()[1:]) if i % 2 else r for i, r in enumerate(ref)]
+    b = [" ".join(reversed(r.split())) for r in ref]
+    return SimpleNamespace(**{name: (lines, str(write_lines(root / f"{name}.txt", lines)))
+                              for name, lines in (("src", src), ("ref", ref), ("a", a), ("b", b))})
+
+
+def settings(model):
+    args = SimpleNamespace(comet_model=model, comet_python=COMET_PYTHON, comet_batch_size=4, cpu=True)
+    return comet.from_args(args)
+
+
+def comet_command(command, *args):
+    proc = subprocess.run([COMET_PYTHON, "-c", f"from comet.cli.{command} import {command}_command; "
+                                               f"{command}_command()", *map(str, args)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+@needs_comet
+@needs_multi30k
+def test_the_system_and_segment_scores_are_comet_scores(tiny_comet, texts, tmp_path):
+    ours = comet.score(settings(tiny_comet), texts.src[0], texts.a[0], texts.ref[0])
+    out = tmp_path / "comet.json"
+    stdout = comet_command("score", "-s", texts.src[1], "-t", texts.a[1], "-r", texts.ref[1], "--model",
+                           os.path.join(tiny_comet, "checkpoints", "model.ckpt"), "--gpus", "0", "--batch_size", "4",
+                           "--to_json", out)
+    theirs = [segment["COMET"] for segment in json.loads(out.read_text())[texts.a[1]]]
+    assert ours["segment_scores"] == pytest.approx(theirs, abs=1e-6)
+    assert f"score: {ours['score']:.4f}" in stdout.splitlines()[-2]  # comet-score's system line
+    version = subprocess.run([COMET_PYTHON, "-c", "from importlib.metadata import version; "
+                                                  "print(version('unbabel-comet'))"],
+                             capture_output=True, text=True).stdout.strip()
+    assert ours["signature"] == f"model:tiny-comet|nrefs:1|version:{version}"
+    assert comet.metric_line(ours) == (f"COMET [tiny-comet]        COMET|model:tiny-comet|nrefs:1|version:{version} "
+                                       f"= {ours['score']:.4f}")
+    # another system gets another score: the model reads the translations
+    assert comet.score(settings(tiny_comet), texts.src[0], texts.b[0], texts.ref[0])["score"] != ours["score"]
+
+
+@needs_comet
+@needs_multi30k
+def test_the_paired_test_is_comet_compares(tiny_comet, texts, tmp_path):
+    ours = comet.compare(settings(tiny_comet), texts.src[0], texts.a[0], texts.b[0], texts.ref[0], num_splits=50)
+    out = tmp_path / "compare.json"
+    comet_command("compare", "-s", texts.src[1], "-t", texts.a[1], texts.b[1], "-r", texts.ref[1], "--model",
+                  os.path.join(tiny_comet, "checkpoints", "model.ckpt"), "--gpus", "0", "--batch_size", "4",
+                  "--num_splits", "50", "--sample_ratio", "0.4", "--to_json", out)
+    theirs = json.loads(out.read_text())["statistical_results"][0]
+    assert ours["p_value"] == pytest.approx(theirs["paired_t-test"]["p_value"], abs=1e-9)
+    assert ours["baseline_mean"] == pytest.approx(theirs["bootstrap_resampling"]["x-mean"], abs=1e-9)
+    assert ours["system_wins"] == theirs["bootstrap_resampling"]["y_wins (%)"]
+
+
+@pytest.mark.slow
+@needs_comet
+@needs_multi30k
+def test_fairseq_ext_score_prints_a_comet_line_with_its_signature(tiny_comet, tmp_path_factory, tmp_path):
+    data, checkpoint = raw_text_model(tmp_path_factory)
+    src = write_lines(tmp_path / "src.en", head_gz(f"{MULTI30K}/val.en.gz", 13))
+    ref = write_lines(tmp_path / "ref.de", head_gz(f"{MULTI30K}/val.de.gz", 13))
+    hyp = tmp_path / "hyp.de"
+    res = fairseq_ext("score", "--checkpoint", checkpoint, "--data", data, "--cpu", "--beam", "2", "--no-progress",
+                      "--src", src, "--ref", ref, "--output", hyp, "--comet-model", tiny_comet,
+                      "--comet-python", COMET_PYTHON, "--comet-batch-size", "4")
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = res.stdout.splitlines()
+    assert [line.split()[0] for line in lines[-5:]] == ["chrF2", "chrF2++", "TER", "COMET", "reported"]
+    expected = comet.score(settings(tiny_comet), open(src).read().splitlines(), hyp.read_text().splitlines(),
+                           open(ref).read().splitlines())
+    assert lines[-2] == comet.metric_line(expected)
+
+
+def test_a_python_without_comet_is_one_line_before_the_model_loads(tmp_path):
+    src = write_lines(tmp_path / "src.en", ["a house"])
+    ref = write_lines(tmp_path / "ref.de", ["ein Haus"])
+    model = tmp_path / "model"
+    (model / "checkpoints").mkdir(parents=True)
+    (model / "checkpoints" / "model.ckpt").write_bytes(b"")
+    res = fairseq_ext("score", "--checkpoint", tmp_path / "missing.pt", "--data", tmp_path, "--cpu", "--src", src,
+                      "--ref", ref, "--comet-model", model, "--comet-python", sys.executable)
+    assert res.returncode != 0
+    assert res.stderr.strip().splitlines()[-1].startswith(f"fairseq-ext score: error: --comet-python {sys.executable}: "
+                                                          "no unbabel-comet there"), res.stderr
+    assert "make comet-env" in res.stderr
+    res = fairseq_ext("score", "--checkpoint", tmp_path / "missing.pt", "--data", tmp_path, "--cpu", "--src", src,
+                      "--ref", ref, "--comet-model", tmp_path, "--comet-python", sys.executable)
+    assert f"--comet-model {tmp_path}: no checkpoints/model.ckpt in it" in res.stderr, res.stderr
