@@ -140,8 +140,10 @@ def _run(cmd: List[str], what: str, cwd: str) -> None:
             raise CometError(f"{what} failed: {lines[-1] if lines else 'no output'}")
 
 
-def score(comet: Comet, src: Sequence[str], hyp: Sequence[str], ref: Sequence[str]) -> dict:
-    """{score, segment_scores, signature, model, line}: COMET's system score of ``hyp``."""
+def score(comet: Comet, src: Sequence[str], hyp: Sequence[str], ref: Sequence[str],
+          flavour: str = "detok-cased") -> dict:
+    """COMET's system score of ``hyp`` as a metric entry beside sacreBLEU's (bleu.more_metrics):
+    {score, signature, flavour (the text scored), line, model, segment_scores}."""
     if not (len(src) == len(hyp) == len(ref)):
         raise CometError(f"COMET: {len(src)} sources, {len(hyp)} translations and {len(ref)} references")
     with tempfile.TemporaryDirectory(prefix="fairseq-ext-comet.") as tmp:
@@ -158,13 +160,9 @@ def score(comet: Comet, src: Sequence[str], hyp: Sequence[str], ref: Sequence[st
         with open(result, encoding="utf-8") as f:
             out = json.load(f)
     sig = comet.signature()
-    return {"score": round(out["system_score"], 4), "segment_scores": out["segment_scores"], "signature": sig,
-            "model": comet.name, "line": f"COMET|{sig} = {out['system_score']:.4f}"}
-
-
-def metric_line(result: dict) -> str:
-    """The printed line, aligned with sacreBLEU's metric lines."""
-    return f"{'COMET [' + result['model'] + ']':<25} {result['line']}"
+    return {"score": round(out["system_score"], 4), "signature": sig, "flavour": flavour,
+            "line": f"COMET|{sig} = {out['system_score']:.4f}", "model": comet.name,
+            "segment_scores": out["segment_scores"]}
 
 
 def compare(comet: Comet, src: Sequence[str], baseline: Sequence[str], system: Sequence[str],

@@ -23,6 +23,8 @@ Files written to --out:
   generate-SPLIT.txt   fairseq-generate output (+ .log, .cmd)
   hyp.tok / ref.tok    tokenized text          hyp.detok / ref.detok  detokenized text
   src.tok              source side             bleu.txt / bleu.json   the scores
+  metrics.json         chrF2, chrF2++ and TER on the reported flavour's text, with
+                       --comet-model COMET (docs/evaluation.md) and its segment scores
   .evaluation-complete what was evaluated; significance reads only directories with it
   .fairseq_ext-output  the marker: --out is replaced only when it holds one (or is empty)
 Multi-source data (prepare-multi30k.sh --extra-src): the task and its extra sources come from
@@ -54,6 +56,7 @@ from fairseq_ext.common.cli import CommandParser, fail
 from fairseq_ext.common.data_text import FLAVOURS, read_lines
 from fairseq_ext.errors import CommandError, DataError
 from fairseq_ext.recipes.helpers import bleu, corpus, evaluations, moses, outputs, staging
+from fairseq_ext.tools import comet as comet_metric
 from fairseq_ext.tools.evaluation_plan import EvaluationError, Options, Plan, has_option, plan
 
 # the name evaluation writes under (the markers of its directories): directories written by
@@ -94,6 +97,7 @@ def build_parser() -> CommandParser:
              "evaluated the same checkpoint); with --shuffle-source L, the adversarial evaluation of a "
              "multi-source model (source L's sentences replaced by other sentences of the split, "
              "--shuffle-seed N, default 1)")
+    comet_metric.add_arguments(parser)
     return parser
 
 
@@ -107,6 +111,27 @@ def parse_args(argv: Sequence[str]) -> Options:
     if "--" in rest:
         rest.remove("--")
     return Options(**vars(known), generate_args=rest)
+
+
+def comet_of(p: Plan, out: str, split: str, flavour: str) -> dict:
+    """COMET on the raw source (DATA/text/SPLIT.raw.SRC, else the detokenized source of
+    fairseq's S- lines), the detokenized translations and the detokenized reference, all three
+    lowercased for a lowercased flavour."""
+    raw_src = os.path.join(p.data, "text", f"{split}.raw.{p.src}")
+    hyp, ref = read_lines(os.path.join(out, "hyp.detok")), read_lines(os.path.join(out, "ref.detok"))
+    if p.src and os.path.isfile(raw_src) and evaluations.count_lines(raw_src) == len(hyp):
+        src = read_lines(raw_src)
+    else:
+        _warn(f"no {raw_src} with {len(hyp)} lines: COMET reads the detokenized source of fairseq's S- lines")
+        detok = moses.moses_detokenizer(p.src or "en")
+        src = [detok(line) for line in read_lines(os.path.join(out, "src.tok"))]
+    texts = (src, hyp, ref)
+    if flavour.endswith("-lc"):
+        texts = tuple([line.lower() for line in lines] for lines in texts)
+    try:
+        return comet_metric.score(p.comet, *texts, flavour="detok-lc" if flavour.endswith("-lc") else "detok-cased")
+    except comet_metric.CometError as e:
+        raise EvaluationError(str(e)) from None
 
 
 def generate_command(p: Plan, user_dir: str) -> List[str]:
@@ -223,6 +248,9 @@ def run(p: Plan, log: Callable[[str], None] = _log, echo: Callable[[str], None] 
             json.dump(scores, f, indent=2)
         # chrF, chrF++ and TER on the reported flavour's text, before the reported BLEU line
         metrics = bleu.more_metrics(scores, scores.get("headline", "detok-cased"))
+        if p.comet is not None:
+            log(f"COMET ({p.comet.name}) on {n} sentences")
+            metrics["COMET"] = comet_of(p, out, split, scores.get("headline", "detok-cased"))
         with open(os.path.join(out, "metrics.json"), "w", encoding="utf-8") as f:
             json.dump(metrics, f, indent=2)
         text = text[:-1] + bleu.metric_lines(metrics) + text[-1:]

@@ -6,11 +6,13 @@ import glob
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Sequence
+from types import SimpleNamespace
+from typing import Dict, List, Optional, Sequence
 
 from fairseq_ext.common.data_text import FLAVOURS, REMOVE_BPE, headline_for, read_prep_env
 from fairseq_ext.errors import CommandError
 from fairseq_ext.recipes.helpers import evaluations, outputs
+from fairseq_ext.tools import comet as comet_metric
 
 
 class EvaluationError(CommandError):
@@ -31,6 +33,9 @@ class Options:
     ref_tok: str = ""
     headline: str = ""
     unshuffled: str = ""
+    comet_model: Optional[str] = None
+    comet_python: Optional[str] = None
+    comet_batch_size: int = 16
     generate_args: List[str] = field(default_factory=list)
 
 
@@ -65,6 +70,7 @@ class Plan:
     shuffle_seed: str
     unshuffled: str
     out: str
+    comet: Optional[comet_metric.Comet] = None  # --comet-model: COMET's settings, checked
 
 
 def result_key(prep: Dict[str, str], split: str) -> str:
@@ -145,8 +151,14 @@ def plan(opts: Options) -> Plan:
     elif unshuffled:
         raise EvaluationError("--unshuffled is for the adversarial evaluation (--shuffle-source L)")
     out = out or check_default_out(default, data, opts.split)
+    try:
+        comet = comet_metric.from_args(SimpleNamespace(
+            comet_model=opts.comet_model, comet_python=opts.comet_python, comet_batch_size=opts.comet_batch_size,
+            cpu=has_option(args, "--cpu")))
+    except comet_metric.CometError as e:
+        raise EvaluationError(str(e)) from None
     return Plan(opts=opts, checkpoints=checkpoints, data=data, prep=prep, src=src, tgt=tgt,
                 remove_bpe=REMOVE_BPE[bpe], headline=headline, note=note, shuffle=shuffle, shuffle_seed=seed,
-                unshuffled=unshuffled, out=out)
+                unshuffled=unshuffled, out=out, comet=comet)
 
 

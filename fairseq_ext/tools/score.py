@@ -142,7 +142,7 @@ def main(argv=None):
     lines = bleu.report(results, headline, note)
     more = bleu.metric_lines(metrics)
     if comet_settings is not None:
-        more.append(comet.metric_line(comet_score(comet_settings, args.src, hyp_detok, refs, headline)))
+        more += bleu.metric_lines({"COMET": comet_score(comet_settings, args.src, hyp_detok, refs, headline)})
     for line in lines[:-1] + more + lines[-1:]:  # the reported BLEU line last
         print(line, flush=True)
     return 0
@@ -156,7 +156,7 @@ def comet_score(settings: comet.Comet, src_path: str, hyp_detok: List[str], refs
     texts = (src, hyp_detok, refs)
     if flavour.endswith("-lc"):
         texts = tuple([line.lower() for line in lines] for lines in texts)
-    return comet.score(settings, *texts)
+    return comet.score(settings, *texts, flavour="detok-lc" if flavour.endswith("-lc") else "detok-cased")
 
 
 if __name__ == "__main__":

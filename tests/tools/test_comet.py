@@ -74,8 +74,7 @@ def test_the_system_and_segment_scores_are_comet_scores(tiny_comet, texts, tmp_p
                                                   "print(version('unbabel-comet'))"],
                              capture_output=True, text=True).stdout.strip()
     assert ours["signature"] == f"model:tiny-comet|nrefs:1|version:{version}"
-    assert comet.metric_line(ours) == (f"COMET [tiny-comet]        COMET|model:tiny-comet|nrefs:1|version:{version} "
-                                       f"= {ours['score']:.4f}")
+    assert ours["line"] == f"COMET|model:tiny-comet|nrefs:1|version:{version} = {ours['score']:.4f}"
     # another system gets another score: the model reads the translations
     assert comet.score(settings(tiny_comet), texts.src[0], texts.b[0], texts.ref[0])["score"] != ours["score"]
 
@@ -110,7 +109,7 @@ def test_fairseq_ext_score_prints_a_comet_line_with_its_signature(tiny_comet, tm
     assert [line.split()[0] for line in lines[-5:]] == ["chrF2", "chrF2++", "TER", "COMET", "reported"]
     expected = comet.score(settings(tiny_comet), open(src).read().splitlines(), hyp.read_text().splitlines(),
                            open(ref).read().splitlines())
-    assert lines[-2] == comet.metric_line(expected)
+    assert lines[-2] == f"COMET [detok-cased]       {expected['line']}"
 
 
 def test_a_python_without_comet_is_one_line_before_the_model_loads(tmp_path):
@@ -128,3 +127,21 @@ def test_a_python_without_comet_is_one_line_before_the_model_loads(tmp_path):
     res = fairseq_ext("score", "--checkpoint", tmp_path / "missing.pt", "--data", tmp_path, "--cpu", "--src", src,
                       "--ref", ref, "--comet-model", tmp_path, "--comet-python", sys.executable)
     assert f"--comet-model {tmp_path}: no checkpoints/model.ckpt in it" in res.stderr, res.stderr
+
+
+@pytest.mark.slow
+@needs_comet
+@needs_multi30k
+def test_fairseq_ext_evaluate_writes_comet_beside_chrf(tiny_comet, tmp_path_factory, tmp_path):
+    data, checkpoint = raw_text_model(tmp_path_factory)
+    out = tmp_path / "eval"
+    res = fairseq_ext("evaluate", "--checkpoint", checkpoint, "--data", data, "--out", out, "--cpu", "--beam", "2",
+                      "--comet-model", tiny_comet, "--comet-python", COMET_PYTHON, "--comet-batch-size", "4")
+    assert res.returncode == 0, res.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    src = (data / "text" / "test.raw.en").read_text().splitlines()
+    expected = comet.score(settings(tiny_comet), src, (out / "hyp.detok").read_text().splitlines(),
+                           (out / "ref.detok").read_text().splitlines())
+    assert metrics["COMET"]["score"] == expected["score"] and len(metrics["COMET"]["segment_scores"]) == len(src)
+    assert f"COMET [detok-cased]       {expected['line']}" in res.stdout.splitlines()
+    assert "chrF2" in metrics
