@@ -31,7 +31,8 @@ from typing import List, Optional, Sequence
 from fairseq_ext.common.cli import CommandParser, fail
 from fairseq_ext.errors import CommandError
 from fairseq_ext.recipes.helpers import compare_mt_shim, corpus, evaluations, outputs, staging
-from fairseq_ext.tools.significance import paired_significance, table_lines
+from fairseq_ext.tools import comet as comet_metric
+from fairseq_ext.tools.significance import mark_for, paired_significance, table_lines
 
 # the name significance writes under (the markers of its directories)
 PROG = outputs.SIGNIFICANCE
@@ -67,6 +68,10 @@ def build_parser() -> CommandParser:
     add("--paired-bs", dest="method", action="store_const", const="bs", help="the paired bootstrap (default)")
     add("--out", default="", metavar="DIR",
         help="report directory (created; significance.txt/.json, index.html, report.txt)")
+    comet_metric.add_arguments(parser)
+    add("--comet-splits", type=int, default=300, metavar="N",
+        help="with --comet-model: comet-compare's bootstrap splits (default 300)")
+    add("--cpu", action="store_true", help="with --comet-model: COMET on the CPU even where there is a GPU")
     return parser
 
 
@@ -114,7 +119,32 @@ def check(opts: argparse.Namespace) -> argparse.Namespace:
                                "(not the same data/split?)")
     if not (opts.ref and opts.sys_a and opts.sys_b):
         raise CompareError("need --ref, --sys-a and --sys-b (or --eval-a/--eval-b)", usage=True)
+    opts.comet = None
+    if opts.comet_model:
+        try:
+            opts.comet = comet_metric.from_args(opts)
+        except comet_metric.CometError as e:
+            raise CompareError(str(e)) from None
+        opts.comet_texts = comet_texts(opts)
     return opts
+
+
+def comet_texts(opts: argparse.Namespace) -> List[str]:
+    """The files COMET reads: the source, system A, system B and the reference, as raw text.
+    With --eval-*: the evaluations' detokenized files and the data's raw source (prep.env's
+    DATA/text/SPLIT.raw.SRC, as the evaluation recorded it); else --src, --sys-a, --sys-b and
+    --ref as given (raw text: COMET reads what people read)."""
+    if not opts.eval_a:
+        if not opts.src:
+            raise CompareError("--comet-model needs --src: COMET reads the source sentences")
+        return [opts.src, opts.sys_a, opts.sys_b, opts.ref]
+    record = evaluations.read_evaluation_complete(opts.eval_a)
+    raw_src = os.path.join(record.get("data", ""), "text", f"{record.get('split', '')}.raw.{record.get('src', '')}")
+    if not (record.get("src") and os.path.isfile(raw_src)):
+        raise CompareError(f"--comet-model: no raw source for {opts.eval_a} ({raw_src}); pass --ref, --sys-a, "
+                           "--sys-b and --src as raw text instead")
+    return [raw_src, *(os.path.join(d, "hyp.detok") for d in (opts.eval_a, opts.eval_b)),
+            os.path.join(opts.eval_a, "ref.detok")]
 
 
 def _log(message: str) -> None:
@@ -164,6 +194,10 @@ def run(opts: argparse.Namespace, log=_log) -> dict:
             _tail(os.path.join(out, "sacrebleu.log"), 5)
             raise CompareError(f"the sacreBLEU paired test failed (log: {staged.out}/sacrebleu.log)") from None
         lines = table_lines(result, method=opts.method, n_samples=samples, flavour=flavour, baseline_name=name_a)
+        if opts.comet is not None:
+            log(f"COMET ({opts.comet.name}): comet-compare, paired t-test and {opts.comet_splits} bootstrap splits")
+            result[name_b]["comet"] = comet_compare(opts, staged.work)
+            lines += [""] + comet_lines(result[name_b]["comet"], name_a, name_b)
         with open(os.path.join(out, "significance.json"), "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1, ensure_ascii=False)
         with open(os.path.join(out, "significance.txt"), "w", encoding="utf-8") as f:
@@ -196,6 +230,28 @@ def run(opts: argparse.Namespace, log=_log) -> dict:
               f"{staged.out}/index.html") if code == 0 else ""
     log(f"significance: {staged.out}/significance.txt{extras}")
     return result
+
+
+def comet_compare(opts: argparse.Namespace, work: str) -> dict:
+    src, sys_a, sys_b, ref = ([*corpus.read_lines(_read_once(path, os.path.join(work, f"comet-{i}.piped")))]
+                              for i, path in enumerate(opts.comet_texts))
+    try:
+        found = comet_metric.compare(opts.comet, src, sys_a, sys_b, ref, num_splits=opts.comet_splits)
+    except comet_metric.CometError as e:
+        raise CompareError(str(e)) from None
+    return {**found, "mark": mark_for(found["p_value"])}
+
+
+def comet_lines(found: dict, name_a: str, name_b: str) -> List[str]:
+    """comet-compare's result as significance.txt prints it."""
+    return [f"COMET (comet-compare: paired t-test over the segment scores; bootstrap, {found['num_splits']} splits "
+            f"of {found['sample_ratio']:.0%} of the sentences), p against {name_a}",
+            f"{'system':<20} {'COMET':>8} {'wins':>6} {'p':>8}  mark",
+            f"{name_a:<20} {found['baseline_mean']:>8.4f} {found['baseline_wins']:>6.0%}",
+            f"{name_b:<20} {found['system_mean']:>8.4f} {found['system_wins']:>6.0%} {found['p_value']:>8.4f}  "
+            f"{found['mark']}",
+            f"ties: {found['ties']:.0%} of the splits; COMET: the mean over the bootstrap splits; "
+            f"signature: {found['signature']}"]
 
 
 def _read_once(path: str, copy: str) -> str:

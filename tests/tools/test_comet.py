@@ -145,3 +145,24 @@ def test_fairseq_ext_evaluate_writes_comet_beside_chrf(tiny_comet, tmp_path_fact
     assert metrics["COMET"]["score"] == expected["score"] and len(metrics["COMET"]["segment_scores"]) == len(src)
     assert f"COMET [detok-cased]       {expected['line']}" in res.stdout.splitlines()
     assert "chrF2" in metrics
+
+
+@needs_comet
+@needs_multi30k
+def test_fairseq_ext_significance_tests_comet_with_comet_compare(tiny_comet, texts, tmp_path):
+    out = tmp_path / "sig"
+    res = fairseq_ext("significance", "--ref", texts.ref[1], "--sys-a", texts.a[1], "--sys-b", texts.b[1],
+                      "--src", texts.src[1], "--names", "base sys", "--samples", "100", "--out", out, "--cpu",
+                      "--comet-model", tiny_comet, "--comet-python", COMET_PYTHON, "--comet-batch-size", "4",
+                      "--comet-splits", "50")
+    assert res.returncode == 0, res.stderr[-3000:]
+    found = json.loads((out / "significance.json").read_text())["sys"]["comet"]
+    expected = comet.compare(settings(tiny_comet), texts.src[0], texts.a[0], texts.b[0], texts.ref[0], num_splits=50)
+    assert found["p_value"] == pytest.approx(expected["p_value"], abs=1e-12)
+    assert found["mark"] == ("‡" if found["p_value"] < 0.01 else "†" if found["p_value"] < 0.05 else "")
+    text = (out / "significance.txt").read_text()
+    assert "COMET (comet-compare: paired t-test" in text and f"signature: {expected['signature']}" in text
+    # the source is required for COMET: one line before anything runs
+    res = fairseq_ext("significance", "--ref", texts.ref[1], "--sys-a", texts.a[1], "--sys-b", texts.b[1],
+                      "--out", tmp_path / "sig2", "--comet-model", tiny_comet, "--comet-python", COMET_PYTHON)
+    assert res.returncode != 0 and "--comet-model needs --src" in res.stderr.strip().splitlines()[-1]
