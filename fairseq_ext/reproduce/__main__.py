@@ -25,6 +25,7 @@ with its reference row, marked by the stratified approximate randomization over 
 corrects the marks for the number of rows tested against one reference row.
 """
 import argparse
+import dataclasses
 import os
 import shlex
 import sys
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from typing import Dict, List
 
 from fairseq_ext.errors import FairseqExtError
+from fairseq_ext.reproduce.columns import with_comet
 from fairseq_ext.reproduce import execute, marks, significance
 from fairseq_ext.reproduce.analyses import plan_analyses
 from fairseq_ext.reproduce.files import table_name, write_reports
@@ -42,6 +44,7 @@ from fairseq_ext.reproduce.rows import build_rows, complete
 from fairseq_ext.reproduce.scale import scales as scales_of
 from fairseq_ext.reproduce.seed_rows import build_seed_rows
 from fairseq_ext.reproduce.tables import Row, Table, load_setups, load_table, load_tables
+from fairseq_ext.tools import comet as comet_metric
 
 
 def list_tables(setups):
@@ -143,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default none; the legend always says how many there are)")
     ap.add_argument("--senteval", help="SentEval's data/probing directory: the probing columns' ten tasks "
                                        "(default: SentLen, WC and BShift generated from the training text)")
+    comet_metric.add_arguments(ap)  # a COMET column after chrF (docs/evaluation.md)
     return ap
 
 
@@ -199,7 +203,8 @@ def plan(table: Table, args, setups: dict, seeds: List[int]) -> Reproduction:
                    nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
                    master_port=args.master_port, cpu=args.cpu, data_from=parse_from(args.data_from),
                    extra_train=shlex.split(args.train_args), extra_generate=shlex.split(args.generate_args),
-                   substitute=args.substitute, senteval=os.path.abspath(args.senteval) if args.senteval else None)
+                   substitute=args.substitute, senteval=os.path.abspath(args.senteval) if args.senteval else None,
+                   comet=comet_metric.from_args(args))
     if scale_name(opts) and not opts.budget:
         opts.budget = str(scale_settings(setups, opts).get("budget", "200"))
     budget_flags(opts.budget)  # check it before anything runs
@@ -230,6 +235,8 @@ def print_dry_run(todo: Reproduction, args) -> None:
             where = f"{a.run.row} / {a.run.dataset}"
             if a.name == "meteor":
                 print(f"# {where}: METEOR of eval-test/hyp.detok (fairseq_ext.tools.meteor) -> {a.out}")
+            elif a.name == "comet":
+                print(f"# {where}: COMET ({a.comet.name}) of eval-test/hyp.detok (fairseq_ext.tools.comet) -> {a.out}")
             elif a.command is None:
                 print(f"# {where}: {a.name}: unavailable: {a.unavailable}")
             else:
@@ -307,6 +314,8 @@ def main(argv=None):
     if not args.table:
         parser.error("name a table (see --list)")
     table = load_table(args.table, setups=setups)
+    if args.comet_model:
+        table = dataclasses.replace(table, columns=with_comet(table.columns))
     if args.list:
         list_rows(table, setups)
         return 0

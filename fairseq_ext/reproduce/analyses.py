@@ -87,10 +87,15 @@ def plan_analyses(table: Table, plans: List[RunPlan], setups: dict, opts: Option
     wanted = list(table.analyses)
     if any(c.source == "meteor" for c in table.columns):
         wanted.append("meteor")
+    if opts.comet is not None and any(c.source == "comet" for c in table.columns):
+        wanted.append("comet")
     for plan in plans:
         for name in wanted:
             if name == "meteor":
                 out.append(AnalysisPlan(name, plan, os.path.join(plan.run_dir, "meteor.json")))
+                continue
+            if name == "comet":
+                out.append(AnalysisPlan(name, plan, os.path.join(plan.run_dir, "comet.json"), comet=opts.comet))
                 continue
             directory = analysis_dir(plan, name)
             cmd, why = ANALYSIS_COMMANDS[name](name, table, plan, directory, setups, opts, samples)

@@ -45,6 +45,8 @@ SOURCES: Dict[str, Source] = {
     # sacreBLEU's chrF2 of the row's evaluation (eval-test/metrics.json), on the text of the data
     # set's BLEU flavour; no paper prints it: every table gets it beside its BLEU (with_chrf)
     "chrf": Source(),
+    # COMET's system score of the row's translations (comet.json; fairseq-ext reproduce --comet-model)
+    "comet": Source(),
     "layer_dependency": Source(params=("layer",), required=("layer",), analysis="layer_dependency"),
     "decoders": Source(params=("decoder",), required=("decoder",), analysis="decoders"),
     "probing": Source(params=("task", "category"), required=("task",), analysis="probing",
@@ -131,6 +133,22 @@ def with_chrf(columns: List[Column]) -> List[Column]:
     at = max(i for i, c in enumerate(columns)
              if c is bleu or (c.source == "delta" and c.params.get("of") == bleu.name))
     return columns[: at + 1] + [Column(name=CHRF_COLUMN, source="chrf", printed=False)] + columns[at + 1:]
+
+
+COMET_COLUMN = "COMET"
+
+
+def with_comet(columns: List[Column]) -> List[Column]:
+    """The columns with ours COMET after chrF (after BLEU where there is none): what
+    ``--comet-model`` adds to a table that has a BLEU column."""
+    if any(c.source == "comet" for c in columns):
+        return columns
+    at = next((i for i, c in enumerate(columns) if c.source == "chrf"), None)
+    if at is None:
+        at = next((i for i, c in enumerate(columns) if c.source == "bleu"), None)
+    if at is None:
+        return columns
+    return columns[: at + 1] + [Column(name=COMET_COLUMN, source="comet", printed=False)] + columns[at + 1:]
 
 
 def check_params(where: str, column: Column, params: Dict[str, object], path: str) -> None:

@@ -16,7 +16,7 @@ from fairseq_ext.reproduce import children
 from fairseq_ext.reproduce.measure import (decoding_speed, model_summary, read_bleu, training_progress,
                                            training_speed)
 from fairseq_ext.reproduce.planning import ANALYSIS_DONE, AnalysisPlan, ReproduceError, RunPlan, shell_line
-from fairseq_ext.tools import meteor
+from fairseq_ext.tools import comet, meteor
 
 
 # what makes a result: the commands that trained and evaluated it (not the labels around them)
@@ -153,6 +153,9 @@ def run_analysis(ap: AnalysisPlan) -> None:
     if ap.name == "meteor":
         run_meteor(ap)
         return
+    if ap.name == "comet":
+        run_comet(ap)
+        return
     if ap.command is None:
         print(f"{where}: not run: {ap.unavailable}", flush=True)
         return
@@ -167,6 +170,28 @@ def run_analysis(ap: AnalysisPlan) -> None:
     os.makedirs(ap.out, exist_ok=True)
     with open(marker, "w", encoding="utf-8") as f:
         json.dump({"command": ap.command}, f, indent=1)
+
+
+def run_comet(ap: AnalysisPlan) -> dict:
+    """COMET (fairseq_ext.tools.comet) of the run's translations into comet.json: the data's
+    raw source, eval-test's detokenized hypotheses and reference (lowercased, all three, for a
+    lowercased BLEU flavour). Reused while the model and COMET's version are the same."""
+    where = f"[{ap.run.table}/{ap.run.row}/{ap.run.dataset}] COMET"
+    done = read_record(ap.out, where)
+    if done is not None and done.get("signature") == ap.comet.signature():
+        return done
+    eval_dir = os.path.join(ap.run.run_dir, "eval-test")
+    prep = read_prep_env(ap.run.data_dir)
+    hyp, ref = (read_lines(os.path.join(eval_dir, f"{name}.detok")) for name in ("hyp", "ref"))
+    src = read_lines(os.path.join(ap.run.data_dir, "text", f"test.raw.{prep.get('src', '')}"))
+    texts, flavour = (src, hyp, ref), "detok-cased"
+    if ap.run.bleu.endswith("-lc"):
+        texts, flavour = tuple([line.lower() for line in lines] for lines in texts), "detok-lc"
+    result = comet.score(ap.comet, *texts, flavour=flavour)
+    with open(ap.out, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1)
+    print(f"{where} ({ap.comet.name}): {result['score']:.4f}", flush=True)
+    return result
 
 
 def run_meteor(ap: AnalysisPlan) -> dict:

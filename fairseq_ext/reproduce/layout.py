@@ -51,6 +51,8 @@ def column_digits(table: Table, col: Column) -> int:
     (1 for #Params and seconds), so that small differences at small scale stay visible."""
     if col.source == "delta":
         return column_digits(table, table.column(col.params["of"]))
+    if col.source == "comet":  # a score between about 0 and 1, as COMET prints it
+        return 4
     found = [printed_decimals(cells.get(col.name)) for r in table.rows for cells in r.paper.values()]
     least = 1 if col.source in ("params", "decode_time") and has_paper_numbers(table, col) else 2
     return max([d for d in found if d is not None] + [least])

@@ -155,6 +155,11 @@ def legend(table: Table, records: List[Record], smoke: bool = False) -> List[str
         lines.append(f"chrF: ours, not the paper's: sacreBLEU's chrF2 (character 6-grams, beta 2) of the row's "
                      f"evaluation, on the text its BLEU column scores ({flavours}), with its signature in the "
                      "run's eval-test/metrics.json; no test behind it; –: an evaluation that wrote no chrF.")
+    if "comet" in sources:
+        lines.append("COMET: ours, not the paper's: COMET's system score (the mean of its segment scores, as "
+                     "comet-score computes it) of the row's translations against the raw source and the "
+                     "reference, in the run's comet.json with its signature (model, COMET version); comparable "
+                     "only between scores of the same model and version; no test behind it.")
     reasons = list(dict.fromkeys(NO_TEST[s] for s in NO_TEST if s in sources))
     if reasons:
         lines.append("No sig. column: " + "; ".join(reasons) + ".")

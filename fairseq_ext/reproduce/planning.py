@@ -48,6 +48,7 @@ class Options:
     extra_generate: List[str] = field(default_factory=list)
     substitute: bool = False  # use every data set's substitute (also implied by --smoke)
     senteval: Optional[str] = None  # SentEval's data/probing directory, for the probing columns
+    comet: Optional[object] = None  # fairseq_ext.tools.comet.Comet: --comet-model's settings, checked
 
 
 @dataclass
@@ -104,6 +105,7 @@ class AnalysisPlan:
     out: str  # output directory (meteor: the JSON file)
     command: Optional[List[str]] = None
     unavailable: str = ""  # why it cannot run with what is here (its columns say so)
+    comet: Optional[object] = None  # "comet": fairseq_ext.tools.comet.Comet
 
     @property
     def log(self) -> str:

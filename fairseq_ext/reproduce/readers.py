@@ -141,6 +141,13 @@ def _chrf(col, params, run, ref):
     return make_value(found["score"]) if found else make_value(None)
 
 
+def _comet(col, params, run, ref):
+    if not run.result:
+        return make_value(missing="not run")
+    found = run.json("comet.json")
+    return make_value(found["score"]) if found else make_value(missing="COMET not computed")
+
+
 def _layer_dependency(col, params, run, ref):
     layer = params["layer"]
     wanted = "none" if layer == "none" else f"f^{layer}"
@@ -225,6 +232,7 @@ READERS = {
     "adversarial": _adversarial,
     "meteor": _meteor,
     "chrf": _chrf,
+    "comet": _comet,
     "layer_dependency": _layer_dependency,
     "decoders": _decoders,
     "probing": _probing,

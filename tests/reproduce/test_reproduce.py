@@ -4,6 +4,7 @@ the model the table's #Params column describes; --list and --dry-run cover every
 the side-by-side report computes its deltas and ratios; and (slow) one table runs end to
 end at a tiny budget: data, training, evaluation, significance, table."""
 import csv
+import dataclasses
 import json
 import logging
 import os
@@ -15,6 +16,7 @@ import pytest
 from fairseq_ext.errors import FairseqExtError
 from fairseq_ext.reproduce import __main__ as cli
 from fairseq_ext.reproduce import execute, params, planning
+from fairseq_ext.reproduce.columns import with_comet
 from fairseq_ext.reproduce.files import write_reports
 from fairseq_ext.reproduce.markdown import markdown
 from fairseq_ext.reproduce.rows import build_rows
@@ -198,6 +200,14 @@ def test_report_puts_our_numbers_next_to_the_papers(tmp_path):
     paths = write_reports(table, list(records.values()), str(tmp_path / "out"))
     with open(paths["json"]) as f:
         assert len(json.load(f)["rows"]) == len(records)
+    # --comet-model: a COMET column after chrF, read from each run's comet.json
+    with open(os.path.join(next(p for p in plans if p.row == "m-10").run_dir, "comet.json"), "w") as f:
+        json.dump({"score": 0.8123, "signature": "model:Unbabel/wmt22-comet-da|nrefs:1|version:2.2.7"}, f)
+    with_comet_table = dataclasses.replace(table, columns=with_comet(table.columns))
+    names = [c.name for c in with_comet_table.columns]
+    assert names[names.index("chrF") + 1] == "COMET"
+    comet_md = markdown(with_comet_table, build_rows(with_comet_table, plans), scales(table, plans))
+    assert "| ‡ p=0.001 | 55.55 | 0.8123 |" in comet_md and "COMET: ours, not the paper's" in comet_md
     with open(paths["csv"]) as f:
         assert float(next(r for r in csv.DictReader(f) if r["row"] == "m-10")["chrF | ours"]) == 55.55
     with open(paths["tex"]) as f:

@@ -166,3 +166,27 @@ def test_fairseq_ext_significance_tests_comet_with_comet_compare(tiny_comet, tex
     res = fairseq_ext("significance", "--ref", texts.ref[1], "--sys-a", texts.a[1], "--sys-b", texts.b[1],
                       "--out", tmp_path / "sig2", "--comet-model", tiny_comet, "--comet-python", COMET_PYTHON)
     assert res.returncode != 0 and "--comet-model needs --src" in res.stderr.strip().splitlines()[-1]
+
+
+@needs_comet
+@needs_multi30k
+def test_reproduce_scores_a_finished_run_with_comet_once(tiny_comet, texts, tmp_path, capsys):
+    """The table runner's COMET step (fairseq-ext reproduce --comet-model): the data's raw
+    source, eval-test's detokenized files; comet.json is reused while the signature holds."""
+    from fairseq_ext.reproduce import execute
+    from fairseq_ext.reproduce.planning import AnalysisPlan
+
+    data, run_dir = tmp_path / "data", tmp_path / "run"
+    (data / "text").mkdir(parents=True)
+    (data / "prep.env").write_text("src=en\ntgt=de\n")
+    write_lines(data / "text" / "test.raw.en", texts.src[0])
+    write_lines(run_dir / "eval-test" / "hyp.detok", texts.a[0])
+    write_lines(run_dir / "eval-test" / "ref.detok", texts.ref[0])
+    run = SimpleNamespace(table="t", row="r", dataset="d", run_dir=str(run_dir), data_dir=str(data),
+                          bleu="detok-cased")
+    ap = AnalysisPlan("comet", run, str(run_dir / "comet.json"), comet=settings(tiny_comet))
+    found = execute.run_comet(ap)
+    assert found["score"] == comet.score(settings(tiny_comet), texts.src[0], texts.a[0], texts.ref[0])["score"]
+    assert json.loads((run_dir / "comet.json").read_text())["signature"] == ap.comet.signature()
+    (run_dir / "eval-test" / "hyp.detok").unlink()  # reused: not computed again
+    assert execute.run_comet(ap)["score"] == found["score"]
