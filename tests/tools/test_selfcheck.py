@@ -137,6 +137,18 @@ def test_pack_takes_a_wheel_and_else_the_source(monkeypatch, tmp_path):
     assert [c[-1] for c in sources] == ["antlr4-python3-runtime==4.9.3"]
 
 
+def test_pack_prepares_the_chosen_data_sets_only(monkeypatch, tmp_path, capsys):
+    calls = []
+    monkeypatch.setattr(pack.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or
+                        subprocess.CompletedProcess(cmd, 0, "", ""))
+    assert pack.main(["--out", str(tmp_path / "p"), "--no-wheels", "--datasets", "multi30k.en-de"]) == 0
+    assert [c[c.index("prepare") + 1] for c in calls] == ["multi30k"]
+    assert pack.main(["--out", str(tmp_path / "q"), "--no-wheels", "--datasets", "wmt14"]) == 1
+    assert "--datasets: unknown data set wmt14 (choose from multi30k.en-de, iwslt15.en-vi, or all)" \
+        in capsys.readouterr().err
+    assert not (tmp_path / "q").exists()
+
+
 def test_the_outcome_matrix_reads_every_test_id():
     """Option sets and precisions both hold dashes: each test id is split at a known precision."""
     assert stages.split_test_id("test_fairseq_trainer_steps_lower_the_loss[pre-classifier-memory-efficient-fp16]") \
