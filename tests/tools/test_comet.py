@@ -190,3 +190,20 @@ def test_reproduce_scores_a_finished_run_with_comet_once(tiny_comet, texts, tmp_
     assert json.loads((run_dir / "comet.json").read_text())["signature"] == ap.comet.signature()
     (run_dir / "eval-test" / "hyp.detok").unlink()  # reused: not computed again
     assert execute.run_comet(ap)["score"] == found["score"]
+
+
+def test_reproduce_takes_comet_from_the_evaluation_when_it_scored_it(tmp_path):
+    """With $FAIRSEQ_EXT_COMET_MODEL the runner's evaluate commands score COMET too: the COMET
+    step reads their metrics.json (same signature and flavour) instead of scoring again."""
+    from fairseq_ext.reproduce import execute
+    from fairseq_ext.reproduce.planning import AnalysisPlan
+
+    settings_ = comet.Comet(python="/nonexistent/python", version="2.2.7", model="m.ckpt", name="m")
+    (tmp_path / "eval-test").mkdir()
+    entry = {"score": 0.5, "signature": settings_.signature(), "flavour": "detok-cased", "line": "COMET|..."}
+    (tmp_path / "eval-test" / "metrics.json").write_text(json.dumps({"COMET": entry}))
+    run = SimpleNamespace(table="t", row="r", dataset="d", run_dir=str(tmp_path), data_dir=str(tmp_path),
+                          bleu="detok-cased")
+    ap = AnalysisPlan("comet", run, str(tmp_path / "comet.json"), comet=settings_)
+    assert execute.run_comet(ap)["score"] == 0.5  # not run: that Python does not exist
+    assert json.loads((tmp_path / "comet.json").read_text())["score"] == 0.5
