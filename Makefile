@@ -67,8 +67,10 @@ $(COMET_STAMP): Makefile
 	test -x $(COMET_VENV)/bin/python || $(PYTHON) -m venv $(COMET_VENV)
 	$(COMET_VENV)/bin/python -m pip install -q --upgrade pip setuptools wheel
 	$(COMET_VENV)/bin/python -m pip install -q $(PIP_EXTRA) "$(TORCH_SPEC)"
-	# torchmetrics 0.10 (COMET's pin) imports pkg_resources, which setuptools 81 dropped
-	$(COMET_VENV)/bin/python -m pip install -q "$(COMET_SPEC)" "setuptools<81"
+	# torchmetrics 0.10 (COMET's pin) imports pkg_resources, which setuptools 81 dropped;
+	# sentencepiece after 0.2.0 ships a protobuf-5 model file that COMET's protobuf < 5 cannot read
+	# (transformers needs it to convert a sentencepiece tokenizer)
+	$(COMET_VENV)/bin/python -m pip install -q "$(COMET_SPEC)" "setuptools<81" "sentencepiece==0.2.0"
 	$(COMET_VENV)/bin/python -c "import comet; from importlib.metadata import version; print('unbabel-comet', version('unbabel-comet'))"
 	touch $(COMET_STAMP)
 
