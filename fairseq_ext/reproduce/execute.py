@@ -181,28 +181,20 @@ def run_comet(ap: AnalysisPlan) -> dict:
     if done is not None and done.get("signature") == ap.comet.signature():
         return done
     eval_dir = os.path.join(ap.run.run_dir, "eval-test")
-    flavour = "detok-lc" if ap.run.bleu.endswith("-lc") else "detok-cased"
+    lowercase = ap.run.bleu.endswith("-lc")
     evaluated = (read_record(os.path.join(eval_dir, "metrics.json"), where) or {}).get("COMET")
-    if evaluated and evaluated.get("signature") == ap.comet.signature() and evaluated.get("flavour") == flavour:
+    if (evaluated and evaluated.get("signature") == ap.comet.signature()
+            and evaluated.get("flavour") == comet.text_flavour(lowercase)):
         result = evaluated  # the evaluation scored it already ($FAIRSEQ_EXT_COMET_MODEL reaches evaluate too)
     else:
-        result = comet.score(ap.comet, *_comet_texts(ap, eval_dir), flavour=flavour)
+        prep = read_prep_env(ap.run.data_dir)
+        src = read_lines(os.path.join(ap.run.data_dir, "text", f"test.raw.{prep.get('src', '')}"))
+        hyp, ref = (read_lines(os.path.join(eval_dir, f"{name}.detok")) for name in ("hyp", "ref"))
+        result = comet.score(ap.comet, src, hyp, ref, lowercase=lowercase)
     with open(ap.out, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)
     print(f"{where} ({ap.comet.name}): {result['score']:.4f}", flush=True)
     return result
-
-
-def _comet_texts(ap: AnalysisPlan, eval_dir: str):
-    """The data's raw source and eval-test's detokenized hypotheses and reference, lowercased
-    for a lowercased BLEU flavour."""
-    prep = read_prep_env(ap.run.data_dir)
-    hyp, ref = (read_lines(os.path.join(eval_dir, f"{name}.detok")) for name in ("hyp", "ref"))
-    src = read_lines(os.path.join(ap.run.data_dir, "text", f"test.raw.{prep.get('src', '')}"))
-    texts = (src, hyp, ref)
-    if ap.run.bleu.endswith("-lc"):
-        texts = tuple([line.lower() for line in lines] for lines in texts)
-    return texts
 
 
 def run_meteor(ap: AnalysisPlan) -> dict:

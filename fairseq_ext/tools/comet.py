@@ -140,12 +140,19 @@ def _run(cmd: List[str], what: str, cwd: str) -> None:
             raise CometError(f"{what} failed: {lines[-1] if lines else 'no output'}")
 
 
-def score(comet: Comet, src: Sequence[str], hyp: Sequence[str], ref: Sequence[str],
-          flavour: str = "detok-cased") -> dict:
+def text_flavour(lowercase: bool) -> str:
+    """The text COMET scores, named as sacreBLEU's flavours: always detokenized."""
+    return "detok-lc" if lowercase else "detok-cased"
+
+
+def score(comet: Comet, src: Sequence[str], hyp: Sequence[str], ref: Sequence[str], lowercase: bool = False) -> dict:
     """COMET's system score of ``hyp`` as a metric entry beside sacreBLEU's (bleu.more_metrics):
-    {score, signature, flavour (the text scored), line, model, segment_scores}."""
+    {score, signature, flavour (the text scored), line, model, segment_scores}. ``lowercase``:
+    all three texts lowercased (a lowercased BLEU flavour: the data were)."""
     if not (len(src) == len(hyp) == len(ref)):
         raise CometError(f"COMET: {len(src)} sources, {len(hyp)} translations and {len(ref)} references")
+    if lowercase:
+        src, hyp, ref = ([line.lower() for line in lines] for lines in (src, hyp, ref))
     with tempfile.TemporaryDirectory(prefix="fairseq-ext-comet.") as tmp:
         files = {name: os.path.join(tmp, f"{name}.txt") for name in ("src", "hyp", "ref")}
         for name, lines in (("src", src), ("hyp", hyp), ("ref", ref)):
@@ -160,7 +167,7 @@ def score(comet: Comet, src: Sequence[str], hyp: Sequence[str], ref: Sequence[st
         with open(result, encoding="utf-8") as f:
             out = json.load(f)
     sig = comet.signature()
-    return {"score": round(out["system_score"], 4), "signature": sig, "flavour": flavour,
+    return {"score": round(out["system_score"], 4), "signature": sig, "flavour": text_flavour(lowercase),
             "line": f"COMET|{sig} = {out['system_score']:.4f}", "model": comet.name,
             "segment_scores": out["segment_scores"]}
 

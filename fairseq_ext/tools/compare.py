@@ -125,19 +125,19 @@ def check(opts: argparse.Namespace) -> argparse.Namespace:
             opts.comet = comet_metric.from_args(opts)
         except comet_metric.CometError as e:
             raise CompareError(str(e)) from None
-        opts.comet_texts = comet_texts(opts)
+        opts.comet_files = comet_files(opts)
     return opts
 
 
-def comet_texts(opts: argparse.Namespace) -> List[str]:
-    """The files COMET reads: the source, system A, system B and the reference, as raw text.
-    With --eval-*: the evaluations' detokenized files and the data's raw source (prep.env's
-    DATA/text/SPLIT.raw.SRC, as the evaluation recorded it); else --src, --sys-a, --sys-b and
-    --ref as given (raw text: COMET reads what people read)."""
+def comet_files(opts: argparse.Namespace) -> Optional[List[str]]:
+    """With --eval-*, the files COMET reads: the data's raw source (DATA/text/SPLIT.raw.SRC, as
+    the evaluation recorded it), the evaluations' detokenized translations and reference. None
+    with --sys-*: COMET reads the compared files themselves, with --src (raw text: COMET reads
+    what people read)."""
     if not opts.eval_a:
         if not opts.src:
             raise CompareError("--comet-model needs --src: COMET reads the source sentences")
-        return [opts.src, opts.sys_a, opts.sys_b, opts.ref]
+        return None
     record = evaluations.read_evaluation_complete(opts.eval_a)
     raw_src = os.path.join(record.get("data", ""), "text", f"{record.get('split', '')}.raw.{record.get('src', '')}")
     if not (record.get("src") and os.path.isfile(raw_src)):
@@ -196,7 +196,11 @@ def run(opts: argparse.Namespace, log=_log) -> dict:
         lines = table_lines(result, method=opts.method, n_samples=samples, flavour=flavour, baseline_name=name_a)
         if opts.comet is not None:
             log(f"COMET ({opts.comet.name}): comet-compare, paired t-test and {opts.comet_splits} bootstrap splits")
-            result[name_b]["comet"] = comet_compare(opts, staged.work)
+            if opts.comet_files is None:  # the files read above (a pipe can be read only once)
+                src, sys_a, sys_b, ref = texts[3], texts[1], texts[2], texts[0]
+            else:
+                src, sys_a, sys_b, ref = (list(corpus.read_lines(path)) for path in opts.comet_files)
+            result[name_b]["comet"] = comet_compare(opts, src, sys_a, sys_b, ref)
             lines += [""] + comet_lines(result[name_b]["comet"], name_a, name_b)
         with open(os.path.join(out, "significance.json"), "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1, ensure_ascii=False)
@@ -232,9 +236,8 @@ def run(opts: argparse.Namespace, log=_log) -> dict:
     return result
 
 
-def comet_compare(opts: argparse.Namespace, work: str) -> dict:
-    src, sys_a, sys_b, ref = ([*corpus.read_lines(_read_once(path, os.path.join(work, f"comet-{i}.piped")))]
-                              for i, path in enumerate(opts.comet_texts))
+def comet_compare(opts: argparse.Namespace, src: List[str], sys_a: List[str], sys_b: List[str],
+                  ref: List[str]) -> dict:
     try:
         found = comet_metric.compare(opts.comet, src, sys_a, sys_b, ref, num_splits=opts.comet_splits)
     except comet_metric.CometError as e:

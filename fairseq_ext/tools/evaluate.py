@@ -125,11 +125,8 @@ def comet_of(p: Plan, out: str, split: str, flavour: str) -> dict:
         _warn(f"no {raw_src} with {len(hyp)} lines: COMET reads the detokenized source of fairseq's S- lines")
         detok = moses.moses_detokenizer(p.src or "en")
         src = [detok(line) for line in read_lines(os.path.join(out, "src.tok"))]
-    texts = (src, hyp, ref)
-    if flavour.endswith("-lc"):
-        texts = tuple([line.lower() for line in lines] for lines in texts)
     try:
-        return comet_metric.score(p.comet, *texts, flavour="detok-lc" if flavour.endswith("-lc") else "detok-cased")
+        return comet_metric.score(p.comet, src, hyp, ref, lowercase=flavour.endswith("-lc"))
     except comet_metric.CometError as e:
         raise EvaluationError(str(e)) from None
 

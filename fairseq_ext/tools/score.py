@@ -129,8 +129,8 @@ def main(argv=None):
     translator = translate.translator_from(args)
     tally = translate.Tally()
     with translate.open_binary(args.src) as source, translate.progress_bar(args.progress, n_src) as update:
-        lines = translate.read_input(source, args.src, strict=args.strict)
-        hyp_tok = list(translator.translate_tokenized(lines, batch_size=args.batch_size, tally=tally,
+        sources = list(translate.read_input(source, args.src, strict=args.strict))  # COMET reads them too
+        hyp_tok = list(translator.translate_tokenized(sources, batch_size=args.batch_size, tally=tally,
                                                       progress=update))
     hyp_detok = [translator.detokenize(h) for h in hyp_tok]
     logger.info(tally.summary(skipped_as="each scored as an empty hypothesis"))
@@ -142,21 +142,14 @@ def main(argv=None):
     lines = bleu.report(results, headline, note)
     more = bleu.metric_lines(metrics)
     if comet_settings is not None:
-        more += bleu.metric_lines({"COMET": comet_score(comet_settings, args.src, hyp_detok, refs, headline)})
+        # the raw source (a line that is not UTF-8: empty, as its translation), as the data were cased
+        src = [line or "" for line in sources]
+        more += bleu.metric_lines({"COMET": comet.score(comet_settings, src, hyp_detok, refs,
+                                                        lowercase=headline.endswith("-lc"))})
     for line in lines[:-1] + more + lines[-1:]:  # the reported BLEU line last
         print(line, flush=True)
     return 0
 
-
-def comet_score(settings: comet.Comet, src_path: str, hyp_detok: List[str], refs: List[str], flavour: str) -> dict:
-    """COMET on the raw source, the detokenized translations and the raw references
-    (lowercased all three for a lowercased flavour, as the data were)."""
-    with translate.open_binary(src_path) as source:
-        src = [line or "" for line in translate.read_input(source, src_path)]
-    texts = (src, hyp_detok, refs)
-    if flavour.endswith("-lc"):
-        texts = tuple([line.lower() for line in lines] for lines in texts)
-    return comet.score(settings, *texts, flavour="detok-lc" if flavour.endswith("-lc") else "detok-cased")
 
 
 if __name__ == "__main__":

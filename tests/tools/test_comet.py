@@ -151,10 +151,11 @@ def test_fairseq_ext_evaluate_writes_comet_beside_chrf(tiny_comet, tmp_path_fact
 @needs_multi30k
 def test_fairseq_ext_significance_tests_comet_with_comet_compare(tiny_comet, texts, tmp_path):
     out = tmp_path / "sig"
+    # the source as a pipe: read once, for sacreBLEU, compare-mt and COMET
     res = fairseq_ext("significance", "--ref", texts.ref[1], "--sys-a", texts.a[1], "--sys-b", texts.b[1],
-                      "--src", texts.src[1], "--names", "base sys", "--samples", "100", "--out", out, "--cpu",
+                      "--src", "/dev/stdin", "--names", "base sys", "--samples", "100", "--out", out, "--cpu",
                       "--comet-model", tiny_comet, "--comet-python", COMET_PYTHON, "--comet-batch-size", "4",
-                      "--comet-splits", "50")
+                      "--comet-splits", "50", stdin="\n".join(texts.src[0]) + "\n")
     assert res.returncode == 0, res.stderr[-3000:]
     found = json.loads((out / "significance.json").read_text())["sys"]["comet"]
     expected = comet.compare(settings(tiny_comet), texts.src[0], texts.a[0], texts.b[0], texts.ref[0], num_splits=50)
