@@ -50,6 +50,18 @@ NOT_STOCK_WITH_ONE_LAYER = ("hierarchical",)
 # the equations' families, tested module by module against the papers
 MLMHA = ("m-00", "m-01", "m-10", "m-11")
 MULTI_SOURCE = ("serial", "parallel", "flat", "hierarchical", "hierarchical-shared")
+# every row of the table and the option sets beside it, each the flags of one model: what the
+# tests of every precision and of pre-norm layers take through training and decoding
+OPTION_SETS = {
+    **{s: (() if s == "none" else ("--joint-attention", s)) for s in ALL_OPTIONS},
+    "dc": ("--encoder-self-attention", "dc", "--decoder-self-attention", "dc", "--dc-kernel-size", "2"),
+    "mma": ("--encoder-self-attention", "mma", "--decoder-self-attention", "mma"),
+    "ms": ("--aux-decoder-layers", "1,2"),
+    "aif": ("--aux-decoder-layers", "1", "--aux-fusion"),
+    "pre-classifier": ("--pre-classifier-projection",),
+    "combined": ("--joint-attention", "m-10", "--encoder-self-attention", "dc", "--decoder-self-attention", "mma",
+                 "--dc-kernel-size", "2", "--aux-decoder-layers", "1", "--aux-fusion", "--pre-classifier-projection"),
+}
 
 
 def perturb(module, seed=0, scale=0.2):

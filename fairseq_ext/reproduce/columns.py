@@ -132,7 +132,7 @@ def with_chrf(columns: List[Column]) -> List[Column]:
         return columns
     at = max(i for i, c in enumerate(columns)
              if c is bleu or (c.source == "delta" and c.params.get("of") == bleu.name))
-    return columns[: at + 1] + [Column(name=CHRF_COLUMN, source="chrf", printed=False)] + columns[at + 1:]
+    return _ours_after(columns, at, CHRF_COLUMN, "chrf")
 
 
 COMET_COLUMN = "COMET"
@@ -146,9 +146,12 @@ def with_comet(columns: List[Column]) -> List[Column]:
     at = next((i for i, c in enumerate(columns) if c.source == "chrf"), None)
     if at is None:
         at = next((i for i, c in enumerate(columns) if c.source == "bleu"), None)
-    if at is None:
-        return columns
-    return columns[: at + 1] + [Column(name=COMET_COLUMN, source="comet", printed=False)] + columns[at + 1:]
+    return columns if at is None else _ours_after(columns, at, COMET_COLUMN, "comet")
+
+
+def _ours_after(columns: List[Column], at: int, name: str, source: str) -> List[Column]:
+    """``columns`` with a column of ours (not printed by the paper) after position ``at``."""
+    return columns[: at + 1] + [Column(name=name, source=source, printed=False)] + columns[at + 1:]
 
 
 def check_params(where: str, column: Column, params: Dict[str, object], path: str) -> None:

@@ -24,18 +24,11 @@ import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
-from joint_attention_reference import ALL_OPTIONS
+from joint_attention_reference import OPTION_SETS as EVERY_OPTION_SET
 from model_utils import SMALL, USER_DIR, build, full_and_incremental, make_tiny_parallel_data, random_batch
 
 OPTION_SETS = {
-    **{s: (() if s == "none" else ("--joint-attention", s)) for s in ALL_OPTIONS},  # the strategy table
-    "dc": ("--encoder-self-attention", "dc", "--decoder-self-attention", "dc", "--dc-kernel-size", "2"),
-    "mma": ("--encoder-self-attention", "mma", "--decoder-self-attention", "mma"),
-    "ms": ("--aux-decoder-layers", "1,2"),
-    "aif": ("--aux-decoder-layers", "1", "--aux-fusion"),
-    "pre-classifier": ("--pre-classifier-projection",),
-    "combined": ("--joint-attention", "m-10", "--encoder-self-attention", "dc", "--decoder-self-attention", "mma",
-            "--dc-kernel-size", "2", "--aux-decoder-layers", "1", "--aux-fusion", "--pre-classifier-projection"),
+    **EVERY_OPTION_SET,  # the strategy table and the option sets beside it
     # pre-norm layers and activation checkpointing with the sublayers that run after self-attention
     "pre-norm-checkpointed": ("--encoder-normalize-before", "--decoder-normalize-before", "--checkpoint-activations",
                               "--joint-attention", "serial", "--aux-decoder-layers", "1", "--aux-fusion"),

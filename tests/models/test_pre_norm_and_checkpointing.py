@@ -16,20 +16,15 @@ import torch
 
 from fairseq_ext import keys
 from fairseq_ext.model_builder import make_dictionary
-from joint_attention_reference import ALL_OPTIONS, L_SMALL, perturb
+from joint_attention_reference import OPTION_SETS as EVERY_OPTION_SET
+from joint_attention_reference import L_SMALL, perturb
 from model_utils import SMALL, beam_search_rescored, build, full_and_incremental, random_batch
 
 PRE_NORM = ("--encoder-normalize-before", "--decoder-normalize-before")
 OPTION_SETS = {
-    **{s: (() if s == "none" else ("--joint-attention", s)) for s in ALL_OPTIONS},
-    "dc": ("--encoder-self-attention", "dc", "--decoder-self-attention", "dc", "--dc-kernel-size", "2"),
-    "mma": ("--encoder-self-attention", "mma", "--decoder-self-attention", "mma"),
-    "ms": ("--aux-decoder-layers", "1,2"),
-    "aif": ("--aux-decoder-layers", "1,2", "--aux-fusion"),
-    "pre-classifier": ("--pre-classifier-projection",),
+    **EVERY_OPTION_SET,
+    "aif": ("--aux-decoder-layers", "1,2", "--aux-fusion"),  # two auxiliary decoders: AIF's sum
     "serial+aif": ("--joint-attention", "serial", "--aux-decoder-layers", "1", "--aux-fusion"),
-    "combined": ("--joint-attention", "m-10", "--encoder-self-attention", "dc", "--decoder-self-attention", "mma",
-                 "--dc-kernel-size", "2", "--aux-decoder-layers", "1", "--aux-fusion", "--pre-classifier-projection"),
 }
 # the sets whose decoder layers run sublayers right after self-attention
 AFTER_SELF_ATTENTION = ("serial", "aif", "serial+aif", "combined")
