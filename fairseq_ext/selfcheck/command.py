@@ -6,15 +6,20 @@ and prints its summary.
     fairseq-ext selfcheck --out selfcheck --stage tests            # the model tests on the GPU
     fairseq-ext selfcheck --out selfcheck --stage bench            # fp16 and bf16 against stock
     fairseq-ext selfcheck --out selfcheck --stage train --data PACK/data   # again: resumes IWSLT
+    fairseq-ext selfcheck --out selfcheck --stage paper --data PACK/data   # thesis Table 3.3 rows, ~9 min
+    fairseq-ext selfcheck --out selfcheck --stage paper --data PACK/data --rows m-01,s-agg --seed 2
     fairseq-ext selfcheck --out /tmp/sc --device cpu --quick --stage all --data PACK/data
 
 Stages: env (device, driver, versions), tests (tests/models/test_on_device.py with
 ``pytest --device``), bench (the benchmark's rows beside the thesis' overheads), train
-(quickstart on Multi30k, baseline and M-10, then IWSLT'15 En-Vi while time lasts). Each stage
+(quickstart on Multi30k, baseline and M-10, then IWSLT'15 En-Vi while time lasts), paper (rows of
+thesis Table 3.3 on IWSLT'15 En-Vi trained at once for the stage's time, decoded on tst2013 with
+beam 6, scored beside the thesis' numbers; docs/selfcheck.md#the-paper-stage). Each stage
 stops within --time-limit seconds (default 540: one 9-minute command). ``--quick`` runs the
 same code at tiny sizes (what ``make test`` runs on the CPU; its numbers mean nothing).
 ``fairseq-ext selfcheck-pack`` gathers the wheels and data for a machine without internet.
 """
+import shlex
 import sys
 import time
 from typing import List, Optional
@@ -23,11 +28,12 @@ import torch
 
 from fairseq_ext.common.cli import CommandParser, fail, setup_cli
 from fairseq_ext.errors import CommandError
-from fairseq_ext.selfcheck import environment, stages, training
+from fairseq_ext.selfcheck import environment, paper, stages, training
 from fairseq_ext.selfcheck.report import STAGES, read_stage
 
 PROG = "fairseq-ext selfcheck"
-RUNNERS = {"env": environment.run, "tests": stages.run_tests, "bench": stages.run_bench, "train": training.run}
+RUNNERS = {"env": environment.run, "tests": stages.run_tests, "bench": stages.run_bench, "train": training.run,
+           "paper": paper.run_paper}
 
 
 def parser() -> CommandParser:
@@ -44,6 +50,23 @@ def parser() -> CommandParser:
     p.add_argument("--time-limit", type=float, default=540.0, metavar="SECONDS",
                    help="each stage stops within this many seconds (default 540)")
     p.add_argument("--quick", action="store_true", help="tiny sizes: the code path, not the numbers")
+    g = p.add_argument_group("the paper stage")
+    g.add_argument("--rows", default=paper.DEFAULT_ROWS, metavar="LIST",
+                   help=f"rows of thesis Table 3.3, a comma list (default {paper.DEFAULT_ROWS}); in the order "
+                        f"worth a GPU's minutes: {', '.join(r.id for r in paper.thesis_rows())}")
+    g.add_argument("--seed", default="1", metavar="LIST", help="training seeds, a comma list (default 1): every "
+                   "row trains once per seed, all at once")
+    g.add_argument("--max-tokens", metavar="LIST", help=f"tokens a batch (default {paper.SETTINGS['max_tokens']}); "
+                   "a comma list trains every value (a calibration grid)")
+    g.add_argument("--lr", metavar="LIST", help=f"peak learning rate (default {paper.SETTINGS['lr']:g}); a list "
+                   "as --max-tokens")
+    g.add_argument("--warmup", metavar="LIST", help=f"warm-up updates (default {paper.SETTINGS['warmup']}); a "
+                   "list as --max-tokens")
+    g.add_argument("--train-flags", default="", metavar="FLAGS",
+                   help="more fairseq-train flags for every run, after the stage's own (so they win)")
+    g.add_argument("--table-only", action="store_true",
+                   help="train nothing: rebuild OUT/paper.md from the runs under OUT/paper/runs (e.g. copied there "
+                        "from other machines)")
     return p
 
 
@@ -72,11 +95,15 @@ def main(argv: Optional[List[str]] = None) -> int:
             training.data_dir(args.data, training.MULTI30K)  # --data missing: said before any stage runs
         if "tests" in names:
             stages.find_tests(args.tests)
+        runs = paper.plan(args.rows, args.seed, args.max_tokens, args.lr, args.warmup, args.quick)
+        if "paper" in names and not args.table_only:
+            paper.paper_data(args.data)
         results = {}
         for name in names:
             start = time.time()
             lines = RUNNERS[name](out=args.out, device=device, data=args.data, tests=args.tests, quick=args.quick,
-                                  time_limit=args.time_limit, dtypes=dtypes)
+                                  time_limit=args.time_limit, dtypes=dtypes, runs=runs,
+                                  train_flags=shlex.split(args.train_flags), table_only=args.table_only)
             print("\n".join(lines) + f"\n\n({name}: {time.time() - start:.0f} s; {args.out}/{name}.md)\n", flush=True)
             results[name] = read_stage(args.out, name).get("result", "")
     except CommandError as e:

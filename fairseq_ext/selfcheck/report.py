@@ -8,7 +8,7 @@ import shlex
 import subprocess
 from typing import List, Optional, Union
 
-STAGES = ("env", "tests", "bench", "train")
+STAGES = ("env", "tests", "bench", "train", "paper")
 
 
 def now() -> str:

@@ -1,0 +1,415 @@
+"""The ``paper`` stage of the self-check: rows of thesis Table 3.3 (IWSLT'15 En->Vi) trained at
+the thesis' small config on one device for as long as one command allows, then decoded on
+tst2013 as the thesis decodes and scored beside the thesis' numbers.
+
+Every chosen row and seed trains at once, each in its own ``fairseq-ext train`` process on the
+one device: a model of the small config keeps a GPU far from busy on its own (its steps are
+bound by kernel launches), so several processes fill the gaps of each other's steps. Each
+training stops on fairseq's ``--stop-time-hours`` where the time that the evaluations need
+begins; each checkpoint is then decoded (``fairseq-ext evaluate``, the thesis' beam 6 and
+length penalty 1.1, every test sentence kept), and scored with sacreBLEU in the thesis'
+flavour (detokenized, case-sensitive) and chrF2.
+
+A run is kept in ``OUT/paper/runs/ROW-sSEED[-SETTINGS]/`` (``run.json``, its training log, the
+translations and scores; checkpoints under ``checkpoints/``). The table ``OUT/paper.md`` is
+built from every run found there, so runs of later commands, and runs copied there from other
+machines, add rows and seeds to the same table (``--table-only`` rebuilds it without
+training). A run that finished is never trained again: a second command with the same
+``--out`` trains only what is missing.
+
+The schedule is not the thesis' (a single cosine cycle over 200,000 updates of 2,048 tokens):
+a few minutes hold a few thousand updates, so every run trains with a larger batch and
+fairseq's ``inverse_sqrt`` schedule with a short warm-up (:data:`SETTINGS`), and the table
+says how much of the thesis' training each run saw."""
+import json
+import math
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+from fairseq_ext.common.data_text import env_headline, read_lines, read_prep_env
+from fairseq_ext.errors import CommandError
+from fairseq_ext.reproduce.measure import read_bleu, training_progress
+from fairseq_ext.reproduce.tables import Row, load_setups, load_table
+from fairseq_ext.selfcheck.report import table, write_stage
+
+TABLE, DATASET, FOLDER = "thesis-3.3", "iwslt15-en-vi", "iwslt15.en-vi"
+THESIS_UPDATES, THESIS_MAX_TOKENS = 200_000, 2_048  # configs/iwslt.args: the thesis' training
+DEFAULT_ROWS = "transformer,iter-c-agg"  # the baseline and the thesis' largest En-Vi gain
+# what every run trains with on a GPU, and why (docs/selfcheck.md#the-paper-stage): a batch 4x
+# the thesis' (the small model's step costs about the same time at 2,048 and 8,192 tokens on a
+# GPU, so a larger batch sees more text per second), a learning rate raised with the batch, and
+# a warm-up of 1,000 updates instead of 4,000 (a few thousand updates in all)
+SETTINGS = {"max_tokens": 8192, "lr": 1e-3, "warmup": 1000}
+SCHEDULE = ["--lr-scheduler", "inverse_sqrt", "--warmup-init-lr", "1e-7", "--no-epoch-checkpoints",
+            "--log-interval", "50"]
+# --quick: a model and schedule that train in seconds on a CPU, the same commands otherwise
+QUICK_MODEL = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32",
+               "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+               "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--max-update", "8",
+               "--max-epoch", "0"]
+QUICK_SETTINGS = {"max_tokens": 1000, "lr": 1e-3, "warmup": 4}
+QUICK_GENERATE = ["--beam", "2", "--max-len-a", "0", "--max-len-b", "5"]
+# kept back from training for the evaluations (all at once) and for the processes' start
+EVALUATE_SECONDS = {"cuda": 100, "cpu": 90}
+START_SECONDS = 20  # python, fairseq, the data and the model before fairseq's training clock starts
+
+
+@dataclass(frozen=True)
+class Run:
+    row: str
+    seed: int
+    max_tokens: int
+    lr: float
+    warmup: int
+
+    @property
+    def settings(self) -> str:
+        return f"max-tokens {self.max_tokens}, lr {self.lr:g}, warm-up {self.warmup}"
+
+    def name(self, default: dict) -> str:
+        """ROW-sSEED, with the settings that differ from the default appended."""
+        extra = [f"mt{self.max_tokens}" if self.max_tokens != default["max_tokens"] else "",
+                 f"lr{self.lr:g}" if self.lr != default["lr"] else "",
+                 f"wu{self.warmup}" if self.warmup != default["warmup"] else ""]
+        return "-".join([self.row, f"s{self.seed}", *[e for e in extra if e]])
+
+
+def numbers(value: str, kind, option: str) -> list:
+    try:
+        values = [kind(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v <= 0 for v in values):
+        raise CommandError(f"{option}: {value!r}: expected a comma list of positive numbers")
+    return values
+
+
+def thesis_rows() -> List[Row]:
+    """The own rows of Table 3.3 with an En-Vi number: the baseline first, then by the thesis'
+    En-Vi gain, largest first (the order in which rows are worth a GPU's minutes)."""
+    rows = [r for r in load_table(TABLE).rows if r.runnable and DATASET in r.paper]
+    base, others = rows[0], rows[1:]
+    return [base] + sorted(others, key=lambda r: -(thesis_number(r)[1] or 0.0))
+
+
+def thesis_number(row: Row) -> Tuple[Optional[float], Optional[float]]:
+    """(BLEU, gain over the thesis' baseline) as the thesis prints them: '31.13 (+0.55)'."""
+    printed = row.paper.get(DATASET, {}).get("BLEU", "").replace("−", "-")
+    found = re.findall(r"[-+]?\d+\.\d+", printed)
+    return (float(found[0]) if found else None), (float(found[1]) if len(found) > 1 else None)
+
+
+def chosen_rows(spec: str) -> List[Row]:
+    rows = {r.id: r for r in thesis_rows()}
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    unknown = [n for n in names if n not in rows]
+    if unknown or not names:
+        raise CommandError(f"--rows: unknown row {', '.join(unknown) or repr(spec)} of thesis Table 3.3 "
+                           f"(choose from {', '.join(rows)})")
+    return [rows[n] for n in names]
+
+
+def plan(rows: str, seeds: str, max_tokens: Optional[str], lr: Optional[str], warmup: Optional[str],
+         quick: bool) -> List[Run]:
+    """Every run of rows x seeds x settings (a grid when a setting has several values)."""
+    default = QUICK_SETTINGS if quick else SETTINGS
+    grid = [(m, l, w) for m in (numbers(max_tokens, int, "--max-tokens") if max_tokens else [default["max_tokens"]])
+            for l in (numbers(lr, float, "--lr") if lr else [default["lr"]])
+            for w in (numbers(warmup, int, "--warmup") if warmup else [default["warmup"]])]
+    return [Run(r.id, s, m, l, w) for r in chosen_rows(rows) for s in numbers(seeds, int, "--seed")
+            for m, l, w in grid]
+
+
+def target_tokens(log: str) -> Optional[int]:
+    """Target tokens trained on, from fairseq's end-of-epoch lines (``wpb`` = target tokens per
+    batch, averaged over the epoch's updates, times the epoch's updates)."""
+    if not os.path.exists(log):
+        return None
+    total, previous = 0.0, 0
+    with open(log, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if "| train |" not in line and " | train " not in line:
+                continue
+            wpb, upd = re.search(r"\bwpb ([0-9.]+)", line), re.search(r"\bnum_updates (\d+)", line)
+            if wpb and upd:
+                total += float(wpb.group(1)) * (int(upd.group(1)) - previous)
+                previous = int(upd.group(1))
+    return round(total) if previous else None
+
+
+def valid_loss(log: str) -> Optional[float]:
+    """The last validation loss fairseq printed (base 2, label-smoothed)."""
+    found = None
+    if os.path.exists(log):
+        with open(log, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                m = re.search(r"valid on 'valid' subset \|.*?\bloss ([0-9.]+)", line)
+                found = float(m.group(1)) if m else found
+    return found
+
+
+def train_command(run: Run, data: str, save: str, device, quick: bool, train_flags: List[str],
+                  row_flags: List[str]) -> List[str]:
+    precision = ["--fp16"] if device.type == "cuda" else ["--cpu"]
+    return [sys.executable, "-m", "fairseq_ext", "train", data, save, "--config", "iwslt", "--", *row_flags,
+            "--seed", str(run.seed), "--max-tokens", str(run.max_tokens), "--lr", f"{run.lr:g}",
+            "--warmup-updates", str(run.warmup), *SCHEDULE, *precision, *(QUICK_MODEL if quick else []),
+            *train_flags]
+
+
+def start(cmd: List[str], log: str, threads: int) -> subprocess.Popen:
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    with open(log, "a", encoding="utf-8") as f:
+        f.write("$ " + shlex.join(cmd) + "\n")
+    return subprocess.Popen(cmd, stdout=open(log, "a", encoding="utf-8"), stderr=subprocess.STDOUT, env=env)
+
+
+def wait_all(procs: Dict[str, subprocess.Popen], until: float, logs: Dict[str, str]) -> Dict[str, object]:
+    """Each process's exit status, or "timeout" for one still running at ``until`` (stopped)."""
+    codes: Dict[str, object] = {}
+    for name, proc in procs.items():
+        try:
+            codes[name] = proc.wait(timeout=max(1.0, until - time.time()))
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            with open(logs[name], "a", encoding="utf-8") as f:
+                f.write("\nstopped: the stage's time ran out\n")
+            codes[name] = "timeout"
+    return codes
+
+
+def read_json(path: str) -> dict:
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def run_paper(out: str, device, data: Optional[str], quick: bool, time_limit: float, runs: List[Run],
+              train_flags: List[str], table_only: bool = False, **_) -> List[str]:
+    """Train and evaluate ``runs`` (those not finished before), then write the table of every run
+    under OUT/paper/runs."""
+    root = os.path.join(out, "paper", "runs")
+    if not table_only:
+        deadline = time.time() + time_limit
+        folder = paper_data(data)
+        train_and_evaluate(root, folder, device, quick, deadline, runs, train_flags)
+    return write_table(out)
+
+
+def paper_data(data: Optional[str]) -> str:
+    if not data:
+        raise CommandError(f"--data: the paper stage needs the folder of prepared data (fairseq-ext selfcheck-pack "
+                           f"--datasets {FOLDER} writes it: PACK/data, with {FOLDER}/)")
+    folder = os.path.join(data, FOLDER)
+    prep = read_prep_env(folder)
+    if not prep:
+        raise CommandError(f"--data: no {FOLDER}/prep.env under {data} (fairseq-ext selfcheck-pack --datasets "
+                           f"{FOLDER} prepares it)")
+    return folder
+
+
+def train_and_evaluate(root: str, data: str, device, quick: bool, deadline: float, runs: List[Run],
+                       train_flags: List[str]) -> None:
+    default = QUICK_SETTINGS if quick else SETTINGS
+    rows = {r.id: r for r in thesis_rows()}
+    todo, commands, logs = [], {}, {}
+    for run in runs:
+        folder = os.path.join(root, run.name(default))
+        if read_json(os.path.join(folder, "run.json")).get("bleu") is not None:
+            continue  # finished by an earlier command: kept
+        os.makedirs(folder, exist_ok=True)
+        save = os.path.join(folder, "checkpoints")
+        commands[run] = train_command(run, data, save, device, quick, train_flags, rows[run.row].flags)
+        logs[run.name(default)] = os.path.join(folder, "train.log")
+        todo.append(run)
+    if not todo:
+        return
+    cores = os.cpu_count() or 1
+    threads = max(1, cores // len(todo))
+    train_until = deadline - EVALUATE_SECONDS[device.type]
+    hours = max(60.0, train_until - time.time() - START_SECONDS) / 3600
+    begun = time.time()
+    procs = {run.name(default): start(commands[run] + ["--stop-time-hours", f"{hours:.6f}"],
+                                      logs[run.name(default)], threads) for run in todo}
+    codes = wait_all(procs, train_until + 30, logs)
+    trained_s = time.time() - begun
+
+    generate = QUICK_GENERATE if quick else shlex.split(load_setups()["trainings"]["thesis-iwslt"]["generate"])
+    precision = ["--fp16"] if device.type == "cuda" else ["--cpu"]
+    evals, eval_logs = {}, {}
+    for run in todo:
+        name = run.name(default)
+        folder = os.path.join(root, name)
+        checkpoint = os.path.join(folder, "checkpoints", "checkpoint_last.pt")
+        if not os.path.exists(checkpoint):
+            continue
+        cmd = [sys.executable, "-m", "fairseq_ext", "evaluate", "--checkpoint", checkpoint, "--data", data,
+               "--out", os.path.join(folder, "eval-test"), *generate, *precision]
+        eval_logs[name] = os.path.join(folder, "evaluate.log")
+        evals[name] = start(cmd, eval_logs[name], threads)
+    begun_eval = time.time()
+    eval_codes = wait_all(evals, deadline, eval_logs)
+    evaluated_s = time.time() - begun_eval
+
+    flavour, _ = env_headline(read_prep_env(data))
+    prep = read_prep_env(data)
+    for run in todo:
+        name = run.name(default)
+        folder = os.path.join(root, name)
+        log = logs[name]
+        metrics = read_json(os.path.join(folder, "eval-test", "metrics.json"))
+        record = {"name": name, "row": run.row, "seed": run.seed, "max_tokens": run.max_tokens, "lr": run.lr,
+                  "warmup": run.warmup, "device": device_name(device), "precision": "fp16" if device.type == "cuda" else "fp32",
+                  "quick": quick, "concurrent_runs": len(todo), "data": data, "test_set": prep.get("test_set"),
+                  "bpe_merges": prep.get("bpe_merges"), "dict_size": prep.get("dict_size"),
+                  "train_command": commands[run], "train_returncode": codes.get(name),
+                  "train_wall_s": round(trained_s, 1), **training_progress(log),
+                  "target_tokens": target_tokens(log), "valid_loss": valid_loss(log),
+                  "eval_returncode": eval_codes.get(name), "eval_wall_s": round(evaluated_s, 1),
+                  "generate": generate, "bleu_flavour": flavour,
+                  "bleu": read_bleu(os.path.join(folder, "eval-test"), flavour),
+                  "chrf": (metrics.get("chrF2") or {}).get("score")}
+        with open(os.path.join(folder, "run.json"), "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1)
+            f.write("\n")
+
+
+def device_name(device) -> str:
+    import torch
+
+    if device.type == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({os.cpu_count()} cores)"
+
+
+def read_runs(root: str) -> List[dict]:
+    runs = []
+    if os.path.isdir(root):
+        for name in sorted(os.listdir(root)):
+            record = read_json(os.path.join(root, name, "run.json"))
+            if record:
+                record["folder"] = os.path.join(root, name)
+                runs.append(record)
+    return runs
+
+
+def sentence_stats(record: dict):
+    """sacreBLEU's statistics of each test sentence of a run (for the multi-run test), or None."""
+    from fairseq_ext.tools.multi_run_tests import sentence_stats as stats
+
+    folder = os.path.join(record["folder"], "eval-test")
+    detok = record.get("bleu_flavour", "detok-cased").startswith("detok")
+    hyp, ref = (os.path.join(folder, f"{n}.{'detok' if detok else 'tok'}") for n in ("hyp", "ref"))
+    if not (os.path.exists(hyp) and os.path.exists(ref)):
+        return None
+    return stats(read_lines(ref), read_lines(hyp), record["bleu_flavour"])
+
+
+def count(n: float) -> str:
+    return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n:,.0f}"
+
+
+def mean_sd(values: List[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def write_table(out: str) -> List[str]:
+    from fairseq_ext.tools.multi_run_tests import stratified_ar
+
+    found = read_runs(os.path.join(out, "paper", "runs"))
+    records = [r for r in found if r.get("bleu") is not None]
+    failed = [r for r in found if r.get("bleu") is None]
+    quick = any(r.get("quick") for r in found)
+    order = [r.id for r in thesis_rows()]
+    rows = {r.id: r for r in thesis_rows()}
+    base_id = order[0]
+    groups: Dict[Tuple[str, int, float, int], Dict[int, dict]] = {}
+    for r in records:
+        groups.setdefault((r["row"], r["max_tokens"], r["lr"], r["warmup"]), {})[r["seed"]] = r
+    body, json_rows = [], []
+    settings_vary = len({k[1:] for k in groups}) > 1
+    for key in sorted(groups, key=lambda k: (k[1:], order.index(k[0]))):
+        row_id, by_seed = key[0], groups[key]
+        seeds = sorted(by_seed)
+        runs = [by_seed[s] for s in seeds]
+        thesis_bleu, thesis_gain = thesis_number(rows[row_id])
+        bleu = [r["bleu"] for r in runs]
+        chrf = [r["chrf"] for r in runs if r.get("chrf") is not None]
+        base = groups.get((base_id,) + key[1:], {})
+        paired = [s for s in seeds if s in base]
+        delta = p = None
+        if row_id != base_id and paired:
+            # the difference of the mean BLEU over the paired seeds; p from the multi-run test
+            delta = statistics.mean(by_seed[s]["bleu"] - base[s]["bleu"] for s in paired)
+            ours, theirs = ({s: sentence_stats(g[s]) for s in paired} for g in (by_seed, base))
+            if all(v is not None for v in list(ours.values()) + list(theirs.values())):
+                p = stratified_ar(theirs, ours, shuffles=1000 if quick else 10000)["p_value"]
+        updates = [r.get("updates") or 0 for r in runs]
+        tokens = [r.get("target_tokens") or 0 for r in runs]
+        budget = [u * r["max_tokens"] / (THESIS_UPDATES * THESIS_MAX_TOKENS) for u, r in zip(updates, runs)]
+        wall = [r.get("train_wall_s") or 0 for r in runs]
+        loss = [r["valid_loss"] for r in runs if r.get("valid_loss") is not None]
+        label = rows[row_id].label
+        cells = [label, None if thesis_bleu is None else
+                 f"{thesis_bleu:.2f}" + ("" if thesis_gain is None else f" ({thesis_gain:+.2f})"),
+                 ", ".join(map(str, seeds)), mean_sd(bleu), None if delta is None else f"{delta:+.2f}",
+                 None if p is None else f"{p:.3f}", mean_sd(chrf) if chrf else None,
+                 f"{statistics.mean(updates):,.0f}", count(statistics.mean(tokens)),
+                 f"{100 * statistics.mean(budget):.2g}%", f"{statistics.mean(wall):.0f}",
+                 mean_sd(loss) if loss else None]
+        if settings_vary:
+            cells.insert(1, Run(row_id, 0, *key[1:]).settings)
+        body.append(cells)
+        json_rows.append({"row": row_id, "label": label, "max_tokens": key[1], "lr": key[2], "warmup": key[3],
+                          "seeds": seeds, "thesis_bleu": thesis_bleu, "thesis_gain": thesis_gain, "bleu": bleu,
+                          "chrf": chrf, "delta_to_baseline": delta, "p_value": p, "paired_seeds": paired,
+                          "updates": updates, "target_tokens": tokens, "thesis_budget_share": budget,
+                          "train_wall_s": wall, "valid_loss": loss})
+    header = ["row", "thesis BLEU (gain)", "seeds", "BLEU", "Δ to our baseline", "p (AR)", "chrF2", "updates",
+              "target tokens", "of the thesis' tokens", "training s", "valid loss"]
+    if settings_vary:
+        header.insert(1, "settings")
+    first = records[0] if records else {}
+    lines = ["# Thesis Table 3.3 on one device: IWSLT'15 En→Vi", ""]
+    if quick:
+        lines += ["`--quick`: a tiny model for a few updates; the numbers mean nothing.", ""]
+    lines += [
+        f"Each run: `fairseq-ext train --config iwslt` with the row's flags (thesis' small config: 4+4 layers, d 256, "
+        f"d_ff 1024, 4 heads, shared embeddings, max length 150), {first.get('precision', '?')} on "
+        f"{first.get('device', '?')}, {first.get('concurrent_runs', '?')} runs at once on the one device, stopped by "
+        "time; then `fairseq-ext evaluate` with "
+        f"`{' '.join(first.get('generate', []))}` on {first.get('test_set', '?')}. BLEU: sacreBLEU "
+        f"{first.get('bleu_flavour', '?')} (the thesis' flavour for En→Vi); chrF2 on the same text. Data: "
+        f"joint BPE with {first.get('bpe_merges', '?')} merges, {first.get('dict_size', '?')} types.", "",
+        f"Training: {SETTINGS['max_tokens'] if not first else first['max_tokens']} tokens a batch, lr "
+        f"{first.get('lr', SETTINGS['lr']):g}, inverse_sqrt with {first.get('warmup', SETTINGS['warmup'])} warm-up "
+        f"updates, where the thesis trains 2,048-token batches for 200,000 updates on a single cosine cycle. "
+        "\"of the thesis' tokens\" is updates × our --max-tokens over the thesis' 200,000 × 2,048 (both the cap "
+        "fairseq fills a batch to); \"target tokens\" counts the target tokens trained on. Δ: BLEU of the row "
+        "minus our baseline's, same seeds and settings; p: the multi-run approximate randomization test "
+        "(fairseq_ext.tools.multi_run_tests.stratified_ar) over the paired seeds. Several seeds: mean ± sd.", ""]
+    lines += table(header, body) if body else ["No finished run yet."]
+    if failed:
+        lines += ["", "Runs without a score (see their train.log and evaluate.log):", ""]
+        lines += [f"- {r['name']}: train exit {r.get('train_returncode')}, evaluate exit "
+                  f"{r.get('eval_returncode')}" for r in failed]
+    result = "ok" if records and not failed else ("no finished run" if not records else f"{len(failed)} runs failed")
+    write_stage(out, "paper", {"result": result, "quick": quick, "rows": json_rows,
+                               "runs": [{k: v for k, v in r.items() if k != "folder"} for r in records + failed]},
+                lines)
+    return lines
