@@ -8,6 +8,11 @@ TORCH_SPEC ?= torch==2.13.0
 PIP_EXTRA ?=
 FAIRSEQ_SPEC ?= fairseq-fixed==0.12.3.1
 STAMP := $(VENV)/.fairseq_ext-setup-done
+# The torch build of .venv: TORCH_SPEC and PIP_EXTRA given to make (on its command line or in the
+# environment) are recorded here, and a record that changes reinstalls torch; without them the
+# recorded build stays, so a plain `make test` after a CUDA set-up keeps the CUDA torch.
+TORCH_RECORD := $(VENV)/.fairseq_ext-torch
+TORCH_ASKED := $(filter command line environment,$(origin TORCH_SPEC) $(origin PIP_EXTRA))
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 # The tests run their models on one thread each (tests/conftest.py), so the suite spreads over
@@ -18,14 +23,24 @@ TEST_WORKERS ?= 2
 # FAIRSEQ_EXT_PLUGIN=0 runs them stock, for comparison (docs/testing.md).
 FAIRSEQ_EXT_PLUGIN ?= 1
 
-.PHONY: setup quickstart test test-fast test-fairseq comet-env clean-venv
+.PHONY: setup quickstart test test-fast test-fairseq comet-env clean-venv FORCE
 
 setup: $(STAMP)
 
-$(STAMP): setup.py Makefile
+# rewritten (and so newer than the stamp) only when it is missing or make was given another build
+$(TORCH_RECORD): FORCE
+	@mkdir -p $(VENV)
+	@printf "TORCH_SPEC='%s'\nPIP_EXTRA='%s'\n" "$(TORCH_SPEC)" "$(PIP_EXTRA)" >$@.new
+	@if [ ! -f $@ ] || { [ -n "$(TORCH_ASKED)" ] && ! cmp -s $@.new $@; }; then \
+		mv $@.new $@; echo "torch for $(VENV): $(TORCH_SPEC) $(PIP_EXTRA)"; else rm -f $@.new; fi
+
+$(STAMP): setup.py Makefile $(TORCH_RECORD)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q $(PIP_EXTRA) "$(TORCH_SPEC)"
+	# another build asked for (the record is newer than the last set-up): the old torch goes first,
+	# since pip takes torch 2.13.0+cpu as satisfying "torch==2.13.0" from a CUDA index
+	if [ -f $(STAMP) ] && [ $(TORCH_RECORD) -nt $(STAMP) ]; then $(PY) -m pip uninstall -q -y torch; fi
+	. "$(abspath $(TORCH_RECORD))" && $(PY) -m pip install -q $$PIP_EXTRA "$$TORCH_SPEC"
 	# fairseq's real dependencies, pinned; no torchaudio (it drags in another torch).
 	# tensorboardX: fairseq's --tensorboard-logdir writer (torch.utils.tensorboard would need
 	# the whole tensorboard), and without it every fairseq command starts with "Please install

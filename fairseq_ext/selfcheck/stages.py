@@ -171,6 +171,7 @@ def run_bench(out: str, device, quick: bool, time_limit: float, dtypes: Optional
     plans = [("base", "tiny" if quick else "base", BASE_ROWS[:1] + BASE_ROWS[4:5] if quick else BASE_ROWS),
              ("small", "tiny" if quick else "small", SMALL_ROWS[:1] if quick else SMALL_ROWS)]
     runs, total_rows, start = {}, len(dtypes) * sum(len(rows) for _, _, rows in plans), time.time()
+    os.makedirs(out, exist_ok=True)
     for config, size, rows in plans:
         for dtype in dtypes:
             args = ["--config", size, "--device", device.type, "--dtype", dtype, "--configs", *rows]

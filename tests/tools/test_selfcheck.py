@@ -14,7 +14,7 @@ from model_utils import DATA, REPO, clean_env
 from script_utils import M30K_SMALL, head_gz, needs_multi30k, write_lines
 
 IWSLT = os.path.join(DATA, "iwslt15-en-vi")
-IWSLT_SMALL = (("train", 71), ("tst2012", 13))
+IWSLT_SMALL = (("train", 71), ("tst2012", 13), ("tst2013", 11))
 
 
 def selfcheck(*args, timeout=600):
@@ -76,8 +76,16 @@ def test_selfcheck_cpu_mode_runs_every_stage_and_resumes(small_corpora, tmp_path
     for run in train["runs"]:
         assert run["train_returncode"] == 0 and run["eval_returncode"] == 0, run
         assert run["updates"] == 8 and run["bleu"] is not None
+    paper = read(str(out / "paper.json"))
+    assert paper["result"] == "ok" and [r["row"] for r in paper["rows"]] == ["transformer", "iter-c-agg"]
+    for run in paper["runs"]:  # the two rows trained at once, decoded on the thesis' test set
+        assert run["train_returncode"] == 0 and run["eval_returncode"] == 0 and run["concurrent_runs"] == 2, run
+        assert run["test_set"] == "tst2013" and run["bleu_flavour"] == "detok-cased" and run["updates"] == 8
+        assert run["chrf"] is not None and run["target_tokens"] > 0 and run["valid_loss"] > 0
+    assert paper["rows"][1]["paired_seeds"] == [1] and 0 < paper["rows"][1]["p_value"] <= 1
+    assert "| Iter-C-Agg | 31.13 (+0.55) | 1 |" in read(str(out / "paper.md"))
     index = read(str(out / "README.md"))
-    assert all(f"[{stage}.md]({stage}.md)" in index for stage in ("env", "tests", "bench", "train"))
+    assert all(f"[{stage}.md]({stage}.md)" in index for stage in ("env", "tests", "bench", "train", "paper"))
 
     # the next command with the same --out keeps each finished run (a run stopped by the time limit
     # resumes from its checkpoint_last.pt): nothing is trained or evaluated again
@@ -90,6 +98,12 @@ def test_selfcheck_cpu_mode_runs_every_stage_and_resumes(small_corpora, tmp_path
     assert [r["updates"] for r in again["runs"]] == [8, 8] and all(r["kept"] for r in again["runs"])
     assert [r["bleu"] for r in again["runs"]] == [r["bleu"] for r in train["runs"]]
     assert checkpoint.stat().st_mtime_ns == stamp and "(kept)" in read(str(out / "train.md"))
+    run_json = out / "paper" / "runs" / "iter-c-agg-s1" / "run.json"
+    stamp = run_json.stat().st_mtime_ns
+    res = selfcheck("selfcheck", "--out", str(out), "--device", "cpu", "--quick", "--stage", "paper",
+                    "--rows", "iter-c-agg", "--data", str(packed / "data"))
+    assert res.returncode == 0 and run_json.stat().st_mtime_ns == stamp  # a finished run is kept
+    assert read(str(out / "paper.json"))["rows"] == paper["rows"]
 
 
 def test_selfcheck_says_what_is_missing(tmp_path, capsys):
@@ -186,3 +200,27 @@ def test_a_benchmark_stopped_by_the_time_limit_keeps_its_finished_rows(monkeypat
     assert "- base-bf16: stopped after 48 s; rows finished: 1" in page
     assert "- small-bf16: stopped after 60 s; rows finished: 1" in page
     assert "batch 16 x 30/30, decoding 30 steps at beam 4" in page
+
+
+def test_paper_stage_plan_and_logs(tmp_path):
+    """The paper stage's rows, grid and what it reads from fairseq's log, without training."""
+    from fairseq_ext.errors import CommandError
+    from fairseq_ext.selfcheck import paper
+
+    rows = [r.id for r in paper.thesis_rows()]
+    assert rows[:3] == ["transformer", "iter-c-agg", "m-01"] and len(rows) == 9  # by the thesis' En-Vi gain
+    assert paper.thesis_number(paper.chosen_rows("m-10")[0]) == (30.71, 0.13)
+    runs = paper.plan("transformer,m-01", "1,2", "4096,8192", None, None, quick=False)
+    assert len(runs) == 8 and {r.lr for r in runs} == {paper.SETTINGS["lr"]}
+    assert {r.name(paper.SETTINGS) for r in runs} >= {"m-01-s2-mt4096", "m-01-s2"}
+    with pytest.raises(CommandError, match="--rows: unknown row luong"):
+        paper.plan("transformer,luong", "1", None, None, None, quick=False)
+    with pytest.raises(CommandError, match="--lr: '0,1e-3'"):
+        paper.plan("transformer", "1", None, "0,1e-3", None, quick=False)
+    log = tmp_path / "train.log"
+    log.write_text("epoch 001 | valid on 'valid' subset | loss 9.5 | nll_loss 9 | num_updates 100\n"
+                   "2026 | INFO | train | epoch 001 | loss 10 | wpb 6000.5 | bsz 200 | num_updates 100\n"
+                   "epoch 002 | valid on 'valid' subset | loss 8.25 | nll_loss 8 | num_updates 130\n"
+                   "2026 | INFO | train | epoch 002 | loss 9 | wpb 5000 | bsz 150 | num_updates 130\n")
+    assert paper.target_tokens(str(log)) == round(6000.5 * 100 + 5000 * 30)
+    assert paper.valid_loss(str(log)) == 8.25
