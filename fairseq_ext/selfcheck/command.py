@@ -56,10 +56,13 @@ def parser() -> CommandParser:
                         f"worth a GPU's minutes: {', '.join(r.id for r in paper.thesis_rows())}")
     g.add_argument("--seed", default="1", metavar="LIST", help="training seeds, a comma list (default 1): every "
                    "row trains once per seed, all at once")
+    g.add_argument("--updates", metavar="LIST", help=f"updates every run trains (default {paper.SETTINGS['updates']}; "
+                   "a run too slow for them stops before the evaluations' time and is marked); a comma list trains "
+                   "every value")
     g.add_argument("--max-tokens", metavar="LIST", help=f"tokens a batch (default {paper.SETTINGS['max_tokens']}); "
-                   "a comma list trains every value (a calibration grid)")
+                   "a list as --updates (a calibration grid)")
     g.add_argument("--lr", metavar="LIST", help=f"peak learning rate (default {paper.SETTINGS['lr']:g}); a list "
-                   "as --max-tokens")
+                   "as --updates")
     g.add_argument("--warmup", metavar="LIST", help=f"warm-up updates (default {paper.SETTINGS['warmup']}); a "
                    "list as --max-tokens")
     g.add_argument("--train-flags", default="", metavar="FLAGS",
@@ -95,7 +98,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             training.data_dir(args.data, training.MULTI30K)  # --data missing: said before any stage runs
         if "tests" in names:
             stages.find_tests(args.tests)
-        runs = paper.plan(args.rows, args.seed, args.max_tokens, args.lr, args.warmup, args.quick)
+        runs = paper.plan(args.rows, args.seed, args.updates, args.max_tokens, args.lr, args.warmup, args.quick)
         if "paper" in names and not args.table_only:
             paper.paper_data(args.data)
         results = {}

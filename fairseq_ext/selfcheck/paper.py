@@ -17,10 +17,14 @@ machines, add rows and seeds to the same table (``--table-only`` rebuilds it wit
 training). A run that finished is never trained again: a second command with the same
 ``--out`` trains only what is missing.
 
-The schedule is not the thesis' (a single cosine cycle over 200,000 updates of 2,048 tokens):
-a few minutes hold a few thousand updates, so every run trains with a larger batch and
-fairseq's ``inverse_sqrt`` schedule with a short warm-up (:data:`SETTINGS`), and the table
-says how much of the thesis' training each run saw."""
+Every run of a command trains the same number of updates (``--updates``), as the thesis
+compares its rows at equal updates, on the thesis' schedule (a single cosine cycle after a
+linear warm-up) compressed to those updates: a few minutes hold a few thousand updates where
+the thesis trains 200,000 of 2,048 tokens, so the batch is larger and the learning rate
+raised with it (:data:`SETTINGS`). Runs of the same settings and seed are comparable across
+commands and machines; the table says how much of the thesis' training each run saw. fairseq's
+``--stop-time-hours`` stops a run that is too slow for its updates before the evaluations'
+time: the table marks it, and compares no row with it."""
 import json
 import math
 import os
@@ -35,26 +39,26 @@ from typing import Dict, List, Optional, Tuple
 
 from fairseq_ext.common.data_text import env_headline, read_lines, read_prep_env
 from fairseq_ext.errors import CommandError
-from fairseq_ext.reproduce.measure import read_bleu, training_progress
+from fairseq_ext.reproduce.measure import read_bleu, training_progress, training_speed
 from fairseq_ext.reproduce.tables import Row, load_setups, load_table
 from fairseq_ext.selfcheck.report import table, write_stage
 
 TABLE, DATASET, FOLDER = "thesis-3.3", "iwslt15-en-vi", "iwslt15.en-vi"
 THESIS_UPDATES, THESIS_MAX_TOKENS = 200_000, 2_048  # configs/iwslt.args: the thesis' training
 DEFAULT_ROWS = "transformer,iter-c-agg"  # the baseline and the thesis' largest En-Vi gain
-# what every run trains with on a GPU, and why (docs/selfcheck.md#the-paper-stage): a batch 4x
-# the thesis' (the small model's step costs about the same time at 2,048 and 8,192 tokens on a
-# GPU, so a larger batch sees more text per second), a learning rate raised with the batch, and
-# a warm-up of 1,000 updates instead of 4,000 (a few thousand updates in all)
-SETTINGS = {"max_tokens": 8192, "lr": 1e-3, "warmup": 1000}
-SCHEDULE = ["--lr-scheduler", "inverse_sqrt", "--warmup-init-lr", "1e-7", "--no-epoch-checkpoints",
-            "--log-interval", "50"]
+# what every run trains with on a GPU, and why (docs/selfcheck.md#the-paper-stage): 3,000
+# updates, what two runs at once should reach in the ~400 s of training one 9-minute command
+# leaves (estimated from the quickstart model's 19.5 updates/s alone on an H100 in fp16; not
+# calibrated on a GPU yet); a batch 4x the thesis' (a small model's step is bound by kernel
+# launches, not arithmetic, so a larger batch sees more text per second), the learning rate
+# raised with it, and a warm-up of 500 updates instead of 4,000
+SETTINGS = {"updates": 3000, "max_tokens": 8192, "lr": 1e-3, "warmup": 500}
+SCHEDULE = ["--lr-scheduler", "cosine", "--warmup-init-lr", "1e-7", "--no-epoch-checkpoints", "--log-interval", "50"]
 # --quick: a model and schedule that train in seconds on a CPU, the same commands otherwise
 QUICK_MODEL = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32",
                "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-               "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--max-update", "8",
-               "--max-epoch", "0"]
-QUICK_SETTINGS = {"max_tokens": 1000, "lr": 1e-3, "warmup": 4}
+               "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--max-epoch", "0"]
+QUICK_SETTINGS = {"updates": 8, "max_tokens": 1000, "lr": 1e-3, "warmup": 4}
 QUICK_GENERATE = ["--beam", "2", "--max-len-a", "0", "--max-len-b", "5"]
 # kept back from training for the evaluations (all at once) and for the processes' start
 EVALUATE_SECONDS = {"cuda": 100, "cpu": 90}
@@ -65,20 +69,19 @@ START_SECONDS = 20  # python, fairseq, the data and the model before fairseq's t
 class Run:
     row: str
     seed: int
+    updates: int
     max_tokens: int
     lr: float
     warmup: int
 
     @property
     def settings(self) -> str:
-        return f"max-tokens {self.max_tokens}, lr {self.lr:g}, warm-up {self.warmup}"
+        return f"{self.updates:,} updates of {self.max_tokens} tokens, lr {self.lr:g}, warm-up {self.warmup}"
 
-    def name(self, default: dict) -> str:
-        """ROW-sSEED, with the settings that differ from the default appended."""
-        extra = [f"mt{self.max_tokens}" if self.max_tokens != default["max_tokens"] else "",
-                 f"lr{self.lr:g}" if self.lr != default["lr"] else "",
-                 f"wu{self.warmup}" if self.warmup != default["warmup"] else ""]
-        return "-".join([self.row, f"s{self.seed}", *[e for e in extra if e]])
+    @property
+    def name(self) -> str:
+        """The run's folder: its row, seed and settings (runs of other settings never mix)."""
+        return f"{self.row}-s{self.seed}-u{self.updates}-mt{self.max_tokens}-lr{self.lr:g}-wu{self.warmup}"
 
 
 def numbers(value: str, kind, option: str) -> list:
@@ -116,15 +119,22 @@ def chosen_rows(spec: str) -> List[Row]:
     return [rows[n] for n in names]
 
 
-def plan(rows: str, seeds: str, max_tokens: Optional[str], lr: Optional[str], warmup: Optional[str],
-         quick: bool) -> List[Run]:
+def plan(rows: str, seeds: str, updates: Optional[str], max_tokens: Optional[str], lr: Optional[str],
+         warmup: Optional[str], quick: bool) -> List[Run]:
     """Every run of rows x seeds x settings (a grid when a setting has several values)."""
     default = QUICK_SETTINGS if quick else SETTINGS
-    grid = [(m, l, w) for m in (numbers(max_tokens, int, "--max-tokens") if max_tokens else [default["max_tokens"]])
-            for l in (numbers(lr, float, "--lr") if lr else [default["lr"]])
-            for w in (numbers(warmup, int, "--warmup") if warmup else [default["warmup"]])]
-    return [Run(r.id, s, m, l, w) for r in chosen_rows(rows) for s in numbers(seeds, int, "--seed")
-            for m, l, w in grid]
+
+    def values(value, kind, option, key):
+        return numbers(value, kind, option) if value else [default[key]]
+
+    grid = [(u, m, l, w) for u in values(updates, int, "--updates", "updates")
+            for m in values(max_tokens, int, "--max-tokens", "max_tokens")
+            for l in values(lr, float, "--lr", "lr") for w in values(warmup, int, "--warmup", "warmup")]
+    for u, _, _, w in grid:
+        if w >= u:
+            raise CommandError(f"--warmup ({w}) must be below --updates ({u}): the cosine cycle follows the warm-up")
+    return [Run(r.id, s, *settings) for r in chosen_rows(rows) for s in numbers(seeds, int, "--seed")
+            for settings in grid]
 
 
 def target_tokens(log: str) -> Optional[int]:
@@ -159,8 +169,8 @@ def train_command(run: Run, data: str, save: str, device, quick: bool, train_fla
                   row_flags: List[str]) -> List[str]:
     precision = ["--fp16"] if device.type == "cuda" else ["--cpu"]
     return [sys.executable, "-m", "fairseq_ext", "train", data, save, "--config", "iwslt", "--", *row_flags,
-            "--seed", str(run.seed), "--max-tokens", str(run.max_tokens), "--lr", f"{run.lr:g}",
-            "--warmup-updates", str(run.warmup), *SCHEDULE, *precision, *(QUICK_MODEL if quick else []),
+            "--seed", str(run.seed), "--max-update", str(run.updates), "--max-tokens", str(run.max_tokens),
+            "--lr", f"{run.lr:g}", "--warmup-updates", str(run.warmup), *SCHEDULE, *precision, *(QUICK_MODEL if quick else []),
             *train_flags]
 
 
@@ -223,17 +233,16 @@ def paper_data(data: Optional[str]) -> str:
 
 def train_and_evaluate(root: str, data: str, device, quick: bool, deadline: float, runs: List[Run],
                        train_flags: List[str]) -> None:
-    default = QUICK_SETTINGS if quick else SETTINGS
     rows = {r.id: r for r in thesis_rows()}
     todo, commands, logs = [], {}, {}
     for run in runs:
-        folder = os.path.join(root, run.name(default))
+        folder = os.path.join(root, run.name)
         if read_json(os.path.join(folder, "run.json")).get("bleu") is not None:
             continue  # finished by an earlier command: kept
         os.makedirs(folder, exist_ok=True)
         save = os.path.join(folder, "checkpoints")
         commands[run] = train_command(run, data, save, device, quick, train_flags, rows[run.row].flags)
-        logs[run.name(default)] = os.path.join(folder, "train.log")
+        logs[run.name] = os.path.join(folder, "train.log")
         todo.append(run)
     if not todo:
         return
@@ -242,8 +251,8 @@ def train_and_evaluate(root: str, data: str, device, quick: bool, deadline: floa
     train_until = deadline - EVALUATE_SECONDS[device.type]
     hours = max(60.0, train_until - time.time() - START_SECONDS) / 3600
     begun = time.time()
-    procs = {run.name(default): start(commands[run] + ["--stop-time-hours", f"{hours:.6f}"],
-                                      logs[run.name(default)], threads) for run in todo}
+    procs = {run.name: start(commands[run] + ["--stop-time-hours", f"{hours:.6f}"],
+                                      logs[run.name], threads) for run in todo}
     codes = wait_all(procs, train_until + 30, logs)
     trained_s = time.time() - begun
 
@@ -251,7 +260,7 @@ def train_and_evaluate(root: str, data: str, device, quick: bool, deadline: floa
     precision = ["--fp16"] if device.type == "cuda" else ["--cpu"]
     evals, eval_logs = {}, {}
     for run in todo:
-        name = run.name(default)
+        name = run.name
         folder = os.path.join(root, name)
         checkpoint = os.path.join(folder, "checkpoints", "checkpoint_last.pt")
         if not os.path.exists(checkpoint):
@@ -267,16 +276,17 @@ def train_and_evaluate(root: str, data: str, device, quick: bool, deadline: floa
     flavour, _ = env_headline(read_prep_env(data))
     prep = read_prep_env(data)
     for run in todo:
-        name = run.name(default)
+        name = run.name
         folder = os.path.join(root, name)
         log = logs[name]
         metrics = read_json(os.path.join(folder, "eval-test", "metrics.json"))
-        record = {"name": name, "row": run.row, "seed": run.seed, "max_tokens": run.max_tokens, "lr": run.lr,
+        record = {"name": name, "row": run.row, "seed": run.seed, "updates_planned": run.updates,
+                  "max_tokens": run.max_tokens, "lr": run.lr,
                   "warmup": run.warmup, "device": device_name(device), "precision": "fp16" if device.type == "cuda" else "fp32",
                   "quick": quick, "concurrent_runs": len(todo), "data": data, "test_set": prep.get("test_set"),
                   "bpe_merges": prep.get("bpe_merges"), "dict_size": prep.get("dict_size"),
                   "train_command": commands[run], "train_returncode": codes.get(name),
-                  "train_wall_s": round(trained_s, 1), **training_progress(log),
+                  "train_wall_s": round(trained_s, 1), **training_progress(log), **training_speed(log),
                   "target_tokens": target_tokens(log), "valid_loss": valid_loss(log),
                   "eval_returncode": eval_codes.get(name), "eval_wall_s": round(evaluated_s, 1),
                   "generate": generate, "bleu_flavour": flavour,
@@ -328,6 +338,15 @@ def mean_sd(values: List[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
+def complete(record: dict) -> bool:
+    """The run trained all its planned updates (not stopped early by the time limit)."""
+    return (record.get("updates") or 0) >= record.get("updates_planned", 0)
+
+
+def settings_of(record: dict) -> Tuple[int, int, float, int]:
+    return record["updates_planned"], record["max_tokens"], record["lr"], record["warmup"]
+
+
 def write_table(out: str) -> List[str]:
     from fairseq_ext.tools.multi_run_tests import stratified_ar
 
@@ -335,12 +354,11 @@ def write_table(out: str) -> List[str]:
     records = [r for r in found if r.get("bleu") is not None]
     failed = [r for r in found if r.get("bleu") is None]
     quick = any(r.get("quick") for r in found)
-    order = [r.id for r in thesis_rows()]
     rows = {r.id: r for r in thesis_rows()}
-    base_id = order[0]
-    groups: Dict[Tuple[str, int, float, int], Dict[int, dict]] = {}
+    order, base_id = list(rows), next(iter(rows))
+    groups: Dict[tuple, Dict[int, dict]] = {}
     for r in records:
-        groups.setdefault((r["row"], r["max_tokens"], r["lr"], r["warmup"]), {})[r["seed"]] = r
+        groups.setdefault((r["row"],) + settings_of(r), {})[r["seed"]] = r
     body, json_rows = [], []
     settings_vary = len({k[1:] for k in groups}) > 1
     for key in sorted(groups, key=lambda k: (k[1:], order.index(k[0]))):
@@ -351,7 +369,8 @@ def write_table(out: str) -> List[str]:
         bleu = [r["bleu"] for r in runs]
         chrf = [r["chrf"] for r in runs if r.get("chrf") is not None]
         base = groups.get((base_id,) + key[1:], {})
-        paired = [s for s in seeds if s in base]
+        # compared over the seeds both trained to their planned updates (equal training)
+        paired = [s for s in seeds if s in base and complete(by_seed[s]) and complete(base[s])]
         delta = p = None
         if row_id != base_id and paired:
             # the difference of the mean BLEU over the paired seeds; p from the multi-run test
@@ -360,49 +379,53 @@ def write_table(out: str) -> List[str]:
             if all(v is not None for v in list(ours.values()) + list(theirs.values())):
                 p = stratified_ar(theirs, ours, shuffles=1000 if quick else 10000)["p_value"]
         updates = [r.get("updates") or 0 for r in runs]
+        short = [f"s{r['seed']}: {u:,} of {r['updates_planned']:,}" for r, u in zip(runs, updates) if not complete(r)]
         tokens = [r.get("target_tokens") or 0 for r in runs]
         budget = [u * r["max_tokens"] / (THESIS_UPDATES * THESIS_MAX_TOKENS) for u, r in zip(updates, runs)]
         wall = [r.get("train_wall_s") or 0 for r in runs]
+        ups = [r["train_ups"] for r in runs if r.get("train_ups")]  # fairseq's own, of its epochs
         loss = [r["valid_loss"] for r in runs if r.get("valid_loss") is not None]
         label = rows[row_id].label
         cells = [label, None if thesis_bleu is None else
                  f"{thesis_bleu:.2f}" + ("" if thesis_gain is None else f" ({thesis_gain:+.2f})"),
                  ", ".join(map(str, seeds)), mean_sd(bleu), None if delta is None else f"{delta:+.2f}",
                  None if p is None else f"{p:.3f}", mean_sd(chrf) if chrf else None,
-                 f"{statistics.mean(updates):,.0f}", count(statistics.mean(tokens)),
-                 f"{100 * statistics.mean(budget):.2g}%", f"{statistics.mean(wall):.0f}",
+                 f"{statistics.mean(updates):,.0f}" + (f" (stopped by time: {'; '.join(short)})" if short else ""),
+                 count(statistics.mean(tokens)), f"{100 * statistics.mean(budget):.2g}%",
+                 f"{statistics.mean(wall):.0f}", f"{statistics.mean(ups):.1f}" if ups else None,
                  mean_sd(loss) if loss else None]
         if settings_vary:
             cells.insert(1, Run(row_id, 0, *key[1:]).settings)
         body.append(cells)
-        json_rows.append({"row": row_id, "label": label, "max_tokens": key[1], "lr": key[2], "warmup": key[3],
-                          "seeds": seeds, "thesis_bleu": thesis_bleu, "thesis_gain": thesis_gain, "bleu": bleu,
-                          "chrf": chrf, "delta_to_baseline": delta, "p_value": p, "paired_seeds": paired,
-                          "updates": updates, "target_tokens": tokens, "thesis_budget_share": budget,
-                          "train_wall_s": wall, "valid_loss": loss})
+        json_rows.append({"row": row_id, "label": label, "updates_planned": key[1], "max_tokens": key[2],
+                          "lr": key[3], "warmup": key[4], "seeds": seeds, "thesis_bleu": thesis_bleu,
+                          "thesis_gain": thesis_gain, "bleu": bleu, "chrf": chrf, "delta_to_baseline": delta,
+                          "p_value": p, "paired_seeds": paired, "updates": updates, "target_tokens": tokens,
+                          "thesis_budget_share": budget, "train_wall_s": wall, "valid_loss": loss})
     header = ["row", "thesis BLEU (gain)", "seeds", "BLEU", "Δ to our baseline", "p (AR)", "chrF2", "updates",
-              "target tokens", "of the thesis' tokens", "training s", "valid loss"]
+              "target tokens", "of the thesis' tokens", "training s", "updates/s", "valid loss"]
     if settings_vary:
         header.insert(1, "settings")
     first = records[0] if records else {}
     lines = ["# Thesis Table 3.3 on one device: IWSLT'15 En→Vi", ""]
     if quick:
         lines += ["`--quick`: a tiny model for a few updates; the numbers mean nothing.", ""]
+    shown = Run(base_id, 0, *settings_of(first)).settings if first else ""
     lines += [
-        f"Each run: `fairseq-ext train --config iwslt` with the row's flags (thesis' small config: 4+4 layers, d 256, "
-        f"d_ff 1024, 4 heads, shared embeddings, max length 150), {first.get('precision', '?')} on "
-        f"{first.get('device', '?')}, {first.get('concurrent_runs', '?')} runs at once on the one device, stopped by "
-        "time; then `fairseq-ext evaluate` with "
-        f"`{' '.join(first.get('generate', []))}` on {first.get('test_set', '?')}. BLEU: sacreBLEU "
-        f"{first.get('bleu_flavour', '?')} (the thesis' flavour for En→Vi); chrF2 on the same text. Data: "
-        f"joint BPE with {first.get('bpe_merges', '?')} merges, {first.get('dict_size', '?')} types.", "",
-        f"Training: {SETTINGS['max_tokens'] if not first else first['max_tokens']} tokens a batch, lr "
-        f"{first.get('lr', SETTINGS['lr']):g}, inverse_sqrt with {first.get('warmup', SETTINGS['warmup'])} warm-up "
-        f"updates, where the thesis trains 2,048-token batches for 200,000 updates on a single cosine cycle. "
-        "\"of the thesis' tokens\" is updates × our --max-tokens over the thesis' 200,000 × 2,048 (both the cap "
-        "fairseq fills a batch to); \"target tokens\" counts the target tokens trained on. Δ: BLEU of the row "
-        "minus our baseline's, same seeds and settings; p: the multi-run approximate randomization test "
-        "(fairseq_ext.tools.multi_run_tests.stratified_ar) over the paired seeds. Several seeds: mean ± sd.", ""]
+        "Each run: `fairseq-ext train --config iwslt` with the row's flags (the thesis' small config: 4+4 layers, "
+        f"d 256, d_ff 1024, 4 heads, shared embeddings, max length 150) in {first.get('precision', '?')} on "
+        f"{first.get('device', '?')}, {first.get('concurrent_runs', '?')} runs at once on the one device; then "
+        f"`fairseq-ext evaluate {' '.join(first.get('generate', []))}` on {first.get('test_set', '?')} "
+        f"({first.get('bleu_flavour', '?')} sacreBLEU, the thesis' flavour for En→Vi; chrF2 on the same text). "
+        f"Data: joint BPE with {first.get('bpe_merges', '?')} merges, {first.get('dict_size', '?')} types.", "",
+        (f"Training: {shown}, " if shown and not settings_vary else "Training: ")
+        + "on the thesis' schedule (one cosine cycle after a linear warm-up) compressed to those updates; the thesis "
+        "trains 200,000 updates of 2,048 tokens. \"of the thesis' tokens\": updates × our --max-tokens over the "
+        "thesis' 200,000 × 2,048 (both the cap fairseq fills a batch to); \"target tokens\": the target tokens "
+        "trained on. \"training s\": the wall time of the trainings, all at once on the device. Δ: the row's "
+        "BLEU minus our baseline's, over the seeds both trained to their updates with the same settings; p: the "
+        "multi-run approximate randomization test (fairseq_ext.tools.multi_run_tests.stratified_ar) over those "
+        "seeds. Several seeds: mean ± sd.", ""]
     lines += table(header, body) if body else ["No finished run yet."]
     if failed:
         lines += ["", "Runs without a score (see their train.log and evaluate.log):", ""]

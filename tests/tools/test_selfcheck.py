@@ -98,7 +98,7 @@ def test_selfcheck_cpu_mode_runs_every_stage_and_resumes(small_corpora, tmp_path
     assert [r["updates"] for r in again["runs"]] == [8, 8] and all(r["kept"] for r in again["runs"])
     assert [r["bleu"] for r in again["runs"]] == [r["bleu"] for r in train["runs"]]
     assert checkpoint.stat().st_mtime_ns == stamp and "(kept)" in read(str(out / "train.md"))
-    run_json = out / "paper" / "runs" / "iter-c-agg-s1" / "run.json"
+    run_json = out / "paper" / "runs" / "iter-c-agg-s1-u8-mt1000-lr0.001-wu4" / "run.json"
     stamp = run_json.stat().st_mtime_ns
     res = selfcheck("selfcheck", "--out", str(out), "--device", "cpu", "--quick", "--stage", "paper",
                     "--rows", "iter-c-agg", "--data", str(packed / "data"))
@@ -210,13 +210,15 @@ def test_paper_stage_plan_and_logs(tmp_path):
     rows = [r.id for r in paper.thesis_rows()]
     assert rows[:3] == ["transformer", "iter-c-agg", "m-01"] and len(rows) == 9  # by the thesis' En-Vi gain
     assert paper.thesis_number(paper.chosen_rows("m-10")[0]) == (30.71, 0.13)
-    runs = paper.plan("transformer,m-01", "1,2", "4096,8192", None, None, quick=False)
+    runs = paper.plan("transformer,m-01", "1,2", None, "4096,8192", None, None, quick=False)
     assert len(runs) == 8 and {r.lr for r in runs} == {paper.SETTINGS["lr"]}
-    assert {r.name(paper.SETTINGS) for r in runs} >= {"m-01-s2-mt4096", "m-01-s2"}
+    assert "m-01-s2-u3000-mt4096-lr0.001-wu500" in {r.name for r in runs}
     with pytest.raises(CommandError, match="--rows: unknown row luong"):
-        paper.plan("transformer,luong", "1", None, None, None, quick=False)
+        paper.plan("transformer,luong", "1", None, None, None, None, quick=False)
     with pytest.raises(CommandError, match="--lr: '0,1e-3'"):
-        paper.plan("transformer", "1", None, "0,1e-3", None, quick=False)
+        paper.plan("transformer", "1", None, None, "0,1e-3", None, quick=False)
+    with pytest.raises(CommandError, match=r"--warmup \(500\) must be below --updates \(400\)"):
+        paper.plan("transformer", "1", "400", None, None, None, quick=False)
     log = tmp_path / "train.log"
     log.write_text("epoch 001 | valid on 'valid' subset | loss 9.5 | nll_loss 9 | num_updates 100\n"
                    "2026 | INFO | train | epoch 001 | loss 10 | wpb 6000.5 | bsz 200 | num_updates 100\n"
