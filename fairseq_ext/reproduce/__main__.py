@@ -45,6 +45,7 @@ from fairseq_ext.reproduce.scale import scales as scales_of
 from fairseq_ext.reproduce.seed_rows import build_seed_rows
 from fairseq_ext.reproduce.tables import Row, Table, load_setups, load_table, load_tables
 from fairseq_ext.tools import comet as comet_metric
+from fairseq_ext.tools import multi_run_tests
 
 
 def list_tables(setups):
@@ -141,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "randomization over the seeds, Clark et al. 2011). Default: bootstrap with one seed, ar "
                          "with several")
     ap.add_argument("--shuffles", type=int, default=10000, help="--test ar: shuffles (default 10000, MultEval's)")
+    ap.add_argument("--ar-statistic", choices=multi_run_tests.STATISTICS, default="concatenated",
+                    help="--test ar: the statistic, concatenated (MultEval's: BLEU of each row's runs concatenated, "
+                         "the default) or mean (the mean over seeds of per-run BLEU)")
     ap.add_argument("--correction", choices=marks.CORRECTIONS, default="none",
                     help="multiplicity: holm corrects the marks of the rows tested against one reference row "
                          "(default none; the legend always says how many there are)")
@@ -279,8 +283,8 @@ def report(todo: Reproduction, args, failed: List[str]) -> None:
     else:
         records = build_rows(table, todo.plans, todo.rows, todo.analyses)
     if test == "ar":
-        marks.mark_pooled(table, records, todo.by_seed, args.shuffles)
-    marks.label(table, records, test, len(seeds) > 1, args.shuffles, args.correction)
+        marks.mark_pooled(table, records, todo.by_seed, args.shuffles, statistic=args.ar_statistic)
+    marks.label(table, records, test, len(seeds) > 1, args.shuffles, args.correction, args.ar_statistic)
     marks.correct(table, records, args.correction)
     scales = scales_of(table, todo.plans, records)
     print(markdown(table, records, scales))

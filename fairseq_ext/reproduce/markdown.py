@@ -132,7 +132,9 @@ def legend(table: Table, records: List[Record], smoke: bool = False) -> List[str
     for source in tests:
         text = TESTS[source].format(samples=samples)
         if source == "bleu" and test:
-            text = test_text(test, bool(several), samples, next(r.get("shuffles") for r in records if r.get("test")))
+            tested = next(r for r in records if r.get("test"))
+            text = test_text(test, bool(several), samples, tested.get("shuffles"),
+                             tested.get("ar_statistic", "concatenated"))
         elif several:
             text += "; over seeds a mark only where it is significant at every seed with one sign, p_max its largest p"
         whose = ("marks as this paper's" if table.marks_are_the_papers else

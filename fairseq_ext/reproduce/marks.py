@@ -31,14 +31,16 @@ def default_test(seeds: List[int]) -> str:
     return "ar" if len(seeds) > 1 else "bootstrap"
 
 
-def test_text(test: str, several: bool, samples: int, shuffles: int) -> str:
+def test_text(test: str, several: bool, samples: int, shuffles: int, statistic: str = "concatenated") -> str:
     """What the marks of the BLEU column come from, as one clause of the legend."""
     if test == "ar":
-        return (f"stratified approximate randomization (Clark et al. 2011, MultEval; {shuffles} shuffles) of the "
-                "row against its reference row (column 'vs') over the seeds both ran: each shuffle swaps the two "
-                "rows' translations of every sentence with probability 0.5 within each seed's pair of runs; the "
-                "statistic is the difference of the mean over seeds of corpus BLEU (same flavour), two-sided, "
-                "p = (c + 1) / (shuffles + 1)")
+        what = ("the difference of the corpus BLEU of each row's runs concatenated (MultEval's)"
+                if statistic == "concatenated" else
+                "the difference of the mean over seeds of per-run corpus BLEU (--ar-statistic mean; not MultEval's)")
+        return (f"stratified approximate randomization (Clark et al. 2011, as MultEval runs it; {shuffles} shuffles) "
+                "of the row against its reference row (column 'vs') over the seeds both ran: each shuffle swaps the "
+                "two rows' translations of every sentence with probability 0.5 within each seed's pair of runs; the "
+                f"statistic is {what} (same flavour), two-sided, p = (c + 1) / (shuffles + 1)")
     if test == "thesis":
         text = (f"compare-mt's paired bootstrap as the thesis ran it ({samples} subsamples of half the sentences, "
                 "one-sided: p = 1 - the share of subsamples in which the better row wins; sacreBLEU's BLEU in the "
@@ -64,7 +66,7 @@ def _bleu_column(table: Table):
 
 
 def mark_pooled(table: Table, records: List[Record], by_seed: Dict[int, List[RunPlan]], shuffles: int,
-                seed: int = 12345) -> None:
+                seed: int = 12345, statistic: str = "concatenated") -> None:
     """Every row's BLEU mark from the stratified approximate randomization over the seeds it
     counts (``seeds_counted``; with one seed, that seed) against its reference row."""
     col = _bleu_column(table)
@@ -81,7 +83,7 @@ def mark_pooled(table: Table, records: List[Record], by_seed: Dict[int, List[Run
         pairs = {s: pair for s, pair in pairs.items() if None not in pair and pair[0] is not pair[1]}
         if pairs:
             found = significance.pooled_ar({s: a for s, (a, _) in pairs.items()},
-                                           {s: b for s, (_, b) in pairs.items()}, shuffles, seed)
+                                           {s: b for s, (_, b) in pairs.items()}, shuffles, seed, statistic)
             _put_ar(record, col.name, found, table.marks)
 
 
@@ -94,7 +96,8 @@ def _put_ar(record: Record, column: str, found: dict, marks: str) -> None:
     else:
         p, runs = found["p_value"], found["runs"]
         cell.update(mark=mark_for(p, marks), p_value=round(p, 4), tested_seeds=runs,
-                    ar={k: found[k] for k in ("runs", "shuffles", "seed", "delta", "count", "reference_mean",
+                    ar={k: found[k] for k in ("runs", "shuffles", "seed", "statistic", "delta", "count",
+                                              "reference_concatenated", "system_concatenated", "reference_mean",
                                               "system_mean", "s_dev_reference", "s_dev_system", "s_sel_reference",
                                               "s_sel_system")})
         if len(runs) > 1:  # JSON made the seeds strings
@@ -114,15 +117,15 @@ def _seeds(runs: List[int]) -> str:
 
 
 def label(table: Table, records: List[Record], test: str, several: bool, shuffles: int,
-          correction: str) -> None:
+          correction: str, statistic: str = "concatenated") -> None:
     """The test behind the BLEU marks on every tested record and its BLEU cell: ``test`` (its
-    option value), ``test_name``, ``shuffles`` (``ar``) and ``correction``."""
+    option value), ``test_name``, ``shuffles`` and ``ar_statistic`` (``ar``) and ``correction``."""
     col = _bleu_column(table)
     for record in records:
         if col is not None and record["reference"] and not record["cited"]:
             info = {"test": test, "test_name": test_name(test, several), "correction": correction}
             if test == "ar":
-                info["shuffles"] = shuffles
+                info.update(shuffles=shuffles, ar_statistic=statistic)
             record.update(info)
             record["columns"][col.name].update(info)
 

@@ -117,7 +117,7 @@ def _texts(plan: RunPlan) -> tuple:
 
 
 def pooled_ar(reference: Dict[int, RunPlan], system: Dict[int, RunPlan], shuffles: int = 10000,
-              seed: int = 12345) -> dict:
+              seed: int = 12345, statistic: str = "concatenated") -> dict:
     """The stratified approximate randomization of ``system``'s runs against ``reference``'s
     (seed -> run of the same seed; :func:`multi_run_tests.stratified_ar`), with MultEval's
     s_sel of each; cached in ``significance-ar.json`` of the system's run of its first seed.
@@ -132,7 +132,7 @@ def pooled_ar(reference: Dict[int, RunPlan], system: Dict[int, RunPlan], shuffle
             files[who, s] = (ref_file, hyp_file)
     flavour = system[seeds[0]].bleu
     key = {"reference": reference[seeds[0]].row, "flavour": flavour, "shuffles": shuffles, "seed": seed,
-           "seeds": seeds, "inputs": _digest([f for pair in files.values() for f in pair])}
+           "statistic": statistic, "seeds": seeds, "inputs": _digest([f for pair in files.values() for f in pair])}
     cache = os.path.join(system[seeds[0]].run_dir, "significance-ar.json")
     if os.path.exists(cache):
         with open(cache, encoding="utf-8") as f:
@@ -141,7 +141,7 @@ def pooled_ar(reference: Dict[int, RunPlan], system: Dict[int, RunPlan], shuffle
             return old
     stats = {who: {s: multi_run_tests.sentence_stats(read_lines(files[who, s][0]), read_lines(files[who, s][1]),
                                                       flavour) for s in seeds} for who in ("reference", "system")}
-    result = multi_run_tests.stratified_ar(stats["reference"], stats["system"], shuffles, seed)
+    result = multi_run_tests.stratified_ar(stats["reference"], stats["system"], shuffles, seed, statistic)
     result.update({f"s_sel_{who}": multi_run_tests.selection_sd(stats[who], seed=seed) for who in stats})
     entry = {**key, **result}
     with open(cache, "w", encoding="utf-8") as f:

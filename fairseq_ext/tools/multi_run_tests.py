@@ -9,14 +9,18 @@ sacreBLEU does (``smooth_method='exp'``, the papers' flavours).
 
 - :func:`stratified_ar`: stratified approximate randomization over runs (Riezler & Maxwell
   2005; Clark et al. 2011, "Better hypothesis testing for statistical machine translation:
-  controlling for optimizer instability", as MultEval implements it). Run ``k`` of system A is
-  paired with run ``k`` of system B (the same seed). The statistic is the difference of the
-  mean over runs of corpus BLEU, B minus A. Each of R shuffles swaps, for every sentence of
-  every run pair independently, the two systems' translations with probability 0.5 (a
-  sentence is only ever exchanged with the same sentence of the same run pair: the
-  stratification), and recomputes the statistic. With c the shuffles whose |statistic| is at
-  least the observed |statistic|, p = (c + 1) / (R + 1) (two-sided). Identical systems give
-  p = 1. With one run it is the plain approximate randomization test.
+  controlling for optimizer instability"), as MultEval implements it
+  (``multeval.significance.StratifiedApproximateRandomizationTest.getTwoSidedP``). Run ``k`` of
+  system A is paired with run ``k`` of system B (the same seed), and each system's runs are
+  concatenated: a data point is one sentence of one run. The statistic is the BLEU of B's
+  concatenated runs (the sum of the statistics of all its runs' sentences) minus the BLEU of
+  A's. Each of R shuffles swaps every data point between the two systems independently with
+  probability 0.5 (a sentence of run ``k`` is only ever exchanged with the same sentence of
+  run ``k`` of the other system: the stratification) and recomputes the statistic. With c the
+  shuffles whose |statistic| is at least the observed |statistic|, p = (c + 1) / (R + 1)
+  (two-sided). With one run it is the plain approximate randomization test.
+  ``statistic="mean"`` tests the difference of the mean over runs of per-run BLEU instead (the
+  same shuffles); it is not MultEval's.
 - :func:`subsample_bootstrap`: compare-mt 0.2.10's paired bootstrap
   (``compare_mt/sign_utils.py``, ``eval_with_paired_bootstrap``), which the thesis ran: 1000
   subsamples of ``int(0.5 n)`` sentences drawn with replacement, and p = 1 - the share of
@@ -76,25 +80,35 @@ def _paired(reference: Dict[int, np.ndarray], system: Dict[int, np.ndarray]) -> 
     return runs
 
 
+STATISTICS = ("concatenated", "mean")
+
+
 def stratified_ar(reference: Dict[int, np.ndarray], system: Dict[int, np.ndarray], shuffles: int = 10000,
-                  seed: int = 12345) -> dict:
+                  seed: int = 12345, statistic: str = "concatenated") -> dict:
     """Stratified approximate randomization of ``system`` against ``reference`` over the runs
     both have (run -> :func:`sentence_stats`; see the module docstring).
 
-    The shuffles are drawn from ``numpy.random.default_rng(seed)``: shuffle r swaps sentence i
-    of run pair k when the generator's next double is below 0.5, the doubles taken in the order
-    (shuffle, run pair in increasing run number, sentence). Returns ``runs``, ``shuffles``,
-    ``seed``, the per-run BLEU of both (``reference_bleu``, ``system_bleu``), their means,
+    ``statistic``: "concatenated" (MultEval's: BLEU of each system's runs concatenated) or
+    "mean" (the mean over runs of per-run BLEU). The shuffles are drawn from
+    ``numpy.random.default_rng(seed)``: shuffle r swaps sentence i of run pair k when the
+    generator's next double is below 0.5, the doubles taken in the order (shuffle, run pair in
+    increasing run number, sentence). Returns ``runs``, ``shuffles``, ``seed``, ``statistic``,
+    the per-run BLEU of both (``reference_bleu``, ``system_bleu``), their means, the BLEU of
+    the concatenated runs (``reference_concatenated``, ``system_concatenated``),
     ``s_dev_reference`` / ``s_dev_system`` (the sample sd of BLEU over runs, MultEval's s_dev;
-    None for one run), ``delta`` (system mean - reference mean), ``count`` (c) and ``p_value``."""
+    None for one run), ``delta`` (the statistic: system - reference), ``count`` (c) and
+    ``p_value``."""
     if shuffles < 1:
         raise ValueError(f"--shuffles must be at least 1, not {shuffles}")
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, not {statistic!r}")
     runs = _paired(reference, system)
     ref = np.stack([np.asarray(reference[k], dtype=np.float64) for k in runs])  # runs x n x 10
     sys_ = np.stack([np.asarray(system[k], dtype=np.float64) for k in runs])
     ref_sum, sys_sum, gain = ref.sum(1), sys_.sum(1), sys_ - ref
     ref_bleu, sys_bleu = corpus_bleu(ref_sum), corpus_bleu(sys_sum)
-    observed = sys_bleu.mean() - ref_bleu.mean()
+    ref_all, sys_all = float(corpus_bleu(ref_sum.sum(0))), float(corpus_bleu(sys_sum.sum(0)))
+    observed = sys_all - ref_all if statistic == "concatenated" else sys_bleu.mean() - ref_bleu.mean()
     rng = np.random.default_rng(seed)
     n_runs, n = ref.shape[:2]
     block = max(1, BLOCK // max(1, n_runs * n))
@@ -105,13 +119,17 @@ def stratified_ar(reference: Dict[int, np.ndarray], system: Dict[int, np.ndarray
         # A with B's translations of the swapped sentences, per run pair
         shuffled_ref = ref_sum[None] + np.stack([swap[:, k].astype(np.float64) @ gain[k] for k in range(n_runs)], 1)
         shuffled_sys = (ref_sum + sys_sum)[None] - shuffled_ref
-        delta = corpus_bleu(shuffled_sys).mean(1) - corpus_bleu(shuffled_ref).mean(1)
+        if statistic == "concatenated":
+            delta = corpus_bleu(shuffled_sys.sum(1)) - corpus_bleu(shuffled_ref.sum(1))
+        else:
+            delta = corpus_bleu(shuffled_sys).mean(1) - corpus_bleu(shuffled_ref).mean(1)
         count += int(np.sum(np.abs(delta) >= abs(observed) - 1e-9))  # float sums: a tie stays a tie
         done += size
-    return {"test": "ar", "runs": runs, "shuffles": shuffles, "seed": seed,
+    return {"test": "ar", "statistic": statistic, "runs": runs, "shuffles": shuffles, "seed": seed,
             "reference_bleu": {k: float(b) for k, b in zip(runs, ref_bleu)},
             "system_bleu": {k: float(b) for k, b in zip(runs, sys_bleu)},
             "reference_mean": float(ref_bleu.mean()), "system_mean": float(sys_bleu.mean()),
+            "reference_concatenated": ref_all, "system_concatenated": sys_all,
             "s_dev_reference": _sd(ref_bleu), "s_dev_system": _sd(sys_bleu),
             "delta": float(observed), "count": count, "p_value": (count + 1) / (shuffles + 1)}
 

@@ -88,7 +88,10 @@ def test_several_seeds_are_marked_by_the_stratified_randomization_over_them(tmp_
     assert "stratified approximate randomization over seeds 1 and 2 (999 shuffles)" in cell["rule"]
     line = next(line for line in out.splitlines() if line.startswith("| MMA (G,L,F,B) |"))
     assert "| ‡ p=0.001 p_t=" in line and "p_max" not in line  # the t-test over seeds beside it
-    for said in ("stratified approximate randomization (Clark et al. 2011, MultEval; 999 shuffles)",
+    assert cell["ar"]["statistic"] == "concatenated" and cell["ar"]["system_concatenated"] == pytest.approx(
+        expected["system_concatenated"])
+    for said in ("stratified approximate randomization (Clark et al. 2011, as MultEval runs it; 999 shuffles)",
+                 "the corpus BLEU of each row's runs concatenated (MultEval's)",
                  "within each seed's pair of runs", "Comparisons: 1 against Transformer (no option) (multi30k-en-de)",
                  "not corrected for multiplicity"):
         assert said in out, said
@@ -107,6 +110,13 @@ def test_several_seeds_are_marked_by_the_stratified_randomization_over_them(tmp_
     assert "| MMA (G,L,F,B) |" in capsys.readouterr().out
     with open(out_dir / "table.smoke.60.seeds-1-2.rows-mma.json") as f:
         assert next(r for r in json.load(f)["rows"] if r["row"] == "mma")["columns"]["BLEU"]["p_value"] == 0.5
+    # the mean over seeds of per-run BLEU, by name: a statistic of its own, not the cached result
+    assert report_cli(tmp_path, CPU, "--rows", "mma", "--budget", "60", "--seeds", "1,2", "--shuffles", "999",
+                      "--ar-statistic", "mean") == 0
+    assert "the mean over seeds of per-run corpus BLEU (--ar-statistic mean; not MultEval's)" in capsys.readouterr().out
+    with open(out_dir / "table.smoke.60.seeds-1-2.rows-mma.json") as f:
+        ar = next(r for r in json.load(f)["rows"] if r["row"] == "mma")["columns"]["BLEU"]["ar"]
+    assert ar["statistic"] == "mean" and ar["delta"] == pytest.approx(expected["system_mean"] - expected["reference_mean"])
 
 
 def test_the_thesis_test_is_compare_mts_subsample_bootstrap(tmp_path, capsys):

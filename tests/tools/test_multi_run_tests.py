@@ -65,8 +65,55 @@ B = {1: [[9, 9, 8, 6, 4, 2, 9, 8, 7, 6], [5, 5, 5, 3, 2, 1, 5, 4, 3, 2], [11, 11
          [8, 8, 7, 4, 2, 1, 8, 7, 6, 5], [10, 10, 7, 5, 3, 2, 10, 9, 8, 7]]}
 
 
+def multeval_ar(a, b, shuffles, seed):
+    """MultEval's StratifiedApproximateRandomizationTest.getTwoSidedP transcribed to plain
+    Python: each system's data points are its runs' sentences concatenated (run by run, runs
+    paired by position); overallDiff = |BLEU(sum of B's rows) - BLEU(sum of A's rows)|; each
+    shuffle draws one coin per data point and builds X from A's row where the coin says keep,
+    else B's, and Y from the other; c counts |BLEU(X) - BLEU(Y)| reaching overallDiff. The
+    coins: the doubles of default_rng(seed) in the order (shuffle, data point), below 0.5 = swap."""
+    runs = sorted(a)
+    rows_a = [row for k in runs for row in a[k]]
+    rows_b = [row for k in runs for row in b[k]]
+    observed = bleu_by_hand(add(rows_b)) - bleu_by_hand(add(rows_a))
+    doubles = np.random.default_rng(seed).random((shuffles, len(rows_a))).tolist()
+    c = 0
+    for r in range(shuffles):
+        x = [rb if doubles[r][i] < 0.5 else ra for i, (ra, rb) in enumerate(zip(rows_a, rows_b))]
+        y = [ra if doubles[r][i] < 0.5 else rb for i, (ra, rb) in enumerate(zip(rows_a, rows_b))]
+        c += abs(bleu_by_hand(add(y)) - bleu_by_hand(add(x))) >= abs(observed) - 1e-9
+    return observed, c, (c + 1) / (shuffles + 1)
+
+
+# two runs of 4 sentences where the two statistics disagree in sign: B is better by the mean of
+# per-run BLEU (+6.48) and worse by the BLEU of the concatenated runs (-2.25)
+FLIP_A = {1: [[7, 5, 3, 3, 2, 2, 7, 6, 5, 4], [4, 4, 3, 2, 1, 0, 4, 3, 2, 1], [9, 9, 7, 6, 5, 4, 9, 8, 7, 6],
+              [8, 6, 7, 6, 5, 4, 8, 7, 6, 5]],
+          2: [[3, 5, 1, 1, 0, 0, 3, 2, 1, 0], [1, 4, 0, 0, 0, 0, 1, 0, 0, 0], [7, 9, 1, 1, 0, 0, 7, 6, 5, 4],
+              [4, 6, 2, 2, 1, 0, 4, 3, 2, 1]]}
+FLIP_B = {1: [[5, 5, 2, 2, 1, 1, 5, 4, 3, 2], [1, 4, 0, 0, 0, 0, 1, 0, 0, 0], [12, 9, 6, 6, 5, 4, 12, 11, 10, 9],
+              [9, 6, 7, 6, 5, 5, 9, 8, 7, 6]],
+          2: [[6, 5, 2, 1, 1, 1, 6, 5, 4, 3], [6, 4, 2, 1, 1, 1, 6, 5, 4, 3], [12, 9, 3, 3, 3, 2, 12, 11, 10, 9],
+              [5, 6, 4, 3, 2, 1, 5, 4, 3, 2]]}
+
+
+@pytest.mark.parametrize("case", ["hand", "flip"])
+def test_stratified_ar_is_multevals(case):
+    a, b = (A, B) if case == "hand" else (FLIP_A, FLIP_B)
+    observed, c, p = multeval_ar(a, b, 400, 7)
+    found = mrt.stratified_ar(arrays(a), arrays(b), shuffles=400, seed=7)
+    assert found["statistic"] == "concatenated" and found["delta"] == pytest.approx(observed, abs=1e-9)
+    assert (found["count"], found["p_value"]) == (c, p)
+    assert found["system_concatenated"] - found["reference_concatenated"] == pytest.approx(observed)
+    if case == "flip":  # the old statistic, still there by name, says the opposite
+        mean = mrt.stratified_ar(arrays(a), arrays(b), shuffles=400, seed=7, statistic="mean")
+        assert observed == pytest.approx(-2.248, abs=1e-3) and mean["delta"] == pytest.approx(6.484, abs=1e-3)
+        assert mean["delta"] == pytest.approx(found["system_mean"] - found["reference_mean"])
+        assert (mean["count"], mean["p_value"]) == ar_by_hand(a, b, 400, 7)[1:]
+
+
 def ar_by_hand(a, b, shuffles, seed):
-    """The definition: the statistic is mean over runs of BLEU(B) - mean of BLEU(A); each
+    """statistic="mean": the statistic is mean over runs of BLEU(B) - mean of BLEU(A); each
     shuffle swaps sentence i of run pair k when the next double of default_rng(seed) (order:
     shuffle, run, sentence) is below 0.5; p = (c + 1) / (R + 1), c = #{|shuffled| >= |observed|}."""
     runs = sorted(a)
@@ -88,9 +135,9 @@ def arrays(runs):
 
 
 @pytest.mark.parametrize("seed", [1, 12345])
-def test_stratified_ar_is_its_definition(seed):
+def test_stratified_ar_mean_statistic_is_its_definition(seed):
     observed, c, p = ar_by_hand(A, B, 500, seed)
-    found = mrt.stratified_ar(arrays(A), arrays(B), shuffles=500, seed=seed)
+    found = mrt.stratified_ar(arrays(A), arrays(B), shuffles=500, seed=seed, statistic="mean")
     assert found["delta"] == pytest.approx(observed, abs=1e-9) and observed > 0
     assert (found["count"], found["p_value"]) == (c, p)
     assert 0 < c < 500  # a case that is neither extreme
@@ -105,7 +152,7 @@ def test_stratified_ar_blocks_do_not_change_the_draws(monkeypatch):
     whole = mrt.stratified_ar(arrays(A), arrays(B), shuffles=100, seed=5)
     monkeypatch.setattr(mrt, "BLOCK", 70)  # 70 doubles: 7 shuffles of 2 runs x 5 sentences
     blocks = mrt.stratified_ar(arrays(A), arrays(B), shuffles=100, seed=5)
-    assert (blocks["count"], blocks["p_value"]) == (whole["count"], whole["p_value"]) == ar_by_hand(A, B, 100, 5)[1:]
+    assert (blocks["count"], blocks["p_value"]) == (whole["count"], whole["p_value"]) == multeval_ar(A, B, 100, 5)[1:]
 
 
 def test_identical_systems_give_p_1_and_a_sentence_better_everywhere_a_small_p():
@@ -137,6 +184,8 @@ def test_stratified_ar_refuses_what_it_cannot_pair():
         mrt.stratified_ar(arrays(A), arrays(B), shuffles=0)
     with pytest.raises(ValueError, match="differ in shape"):
         mrt.stratified_ar({1: arrays(A)[1]}, {1: arrays(B)[1][:4]})
+    with pytest.raises(ValueError, match="statistic must be one of concatenated, mean"):
+        mrt.stratified_ar(arrays(A), arrays(B), statistic="median")
 
 
 def test_subsample_bootstrap_is_compare_mts_procedure():
