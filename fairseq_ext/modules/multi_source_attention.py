@@ -25,6 +25,7 @@ from typing import List, Optional
 
 import torch
 import torch.nn as nn
+from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.modules import LayerNorm
 from fairseq.modules.fairseq_dropout import FairseqDropout
 from torch import Tensor
@@ -35,15 +36,18 @@ from fairseq_ext.modules.attention_utils import (
     ReportsAttentionWeights,
     attend_by_sentence,
     attention_weights_for_output,
+    group_mask,
+    group_queries,
     head_weights_for_output,
     merge_heads,
     scaled_logits,
     softmax_float,
     source_mask,
     split_heads,
+    ungroup,
     xavier_linear,
 )
-from fairseq_ext.modules.stacked_source_attention import StackedSourceAttention
+from fairseq_ext.modules.stacked_source_attention import StackedSourceAttention, reorder_static, static_per_sentence
 
 
 def without_source(key_padding_mask: Optional[Tensor], num_sources: int, removed: Optional[int],
@@ -171,6 +175,7 @@ class ParallelCrossAttention(nn.Module, ReportsAttentionWeights):
         return torch.stack(outputs).sum(dim=0), attn_weights
 
 
+@with_incremental_state
 class HierarchicalCrossAttention(nn.Module, ReportsAttentionWeights):
     """Eq. 7-8: A^h_hier(Q, K_1:n, V_1:n) = A^h(Q, K_hier, V_hier) with
     K_hier = V_hier = concat_i A^h_i(Q, K_i, V_i): n independent multi-head attentions
@@ -178,9 +183,14 @@ class HierarchicalCrossAttention(nn.Module, ReportsAttentionWeights):
     multi-head attention, with its own projections, in which each target position attends
     its own n contexts. One residual, applied by the decoder layer.
 
-    Incremental decoding: every per-source attention caches its projected static keys and
-    values (fairseq's ``static_kv``); the second level's keys are the current step's
-    contexts, so it has nothing to cache."""
+    Incremental decoding (:meth:`decode_sources`): the n first-level attentions are computed
+    together, as fairseq's ``MultiheadAttention`` computes each (queries scaled before the
+    product, fp32 softmax): their static keys and values are projected by each attention's
+    own ``k_proj``/``v_proj`` on the first step, once per sentence (a beam's hypotheses share
+    one cached row, as in ``StackedSourceAttention``), and every step makes the n queries and
+    the n output projections in one batched matmul each. The second level's keys are the
+    current step's contexts, so it has nothing to cache. While the analyses record weights,
+    every step takes the path of the full forward (the n attentions one by one)."""
 
     def __init__(self, embed_dim: int, num_heads: int, num_sources: int, dropout: float = 0.0,
                  kdim: Optional[int] = None, removed_source: Optional[int] = None):
@@ -202,14 +212,19 @@ class HierarchicalCrossAttention(nn.Module, ReportsAttentionWeights):
         asked_heads = need_head_weights
         need_head_weights = need_head_weights or recording  # recording: per head, averaged on return
         want_weights = need_weights or need_head_weights
-        contexts, weights = [], []
-        for i, attn in enumerate(self.source_attentions):
-            source = key[:, :, i] if key is not None else None
-            context, w = attn(query=query, key=source, value=source, key_padding_mask=source_mask(key_padding_mask, i),
-                              incremental_state=incremental_state, static_kv=True, need_weights=want_weights,
-                              need_head_weights=need_head_weights)
-            contexts.append(context)  # Z x B x C
-            weights.append(w)
+        fused = incremental_state is not None and not recording and not self.training
+        if fused:
+            contexts, weights = self.decode_sources(query, key, key_padding_mask, incremental_state, want_weights,
+                                                    need_head_weights)
+        else:
+            contexts, weights = [], []
+            for i, attn in enumerate(self.source_attentions):
+                source = key[:, :, i] if key is not None else None
+                context, w = attn(query=query, key=source, value=source,
+                                  key_padding_mask=source_mask(key_padding_mask, i), incremental_state=incremental_state,
+                                  static_kv=True, need_weights=want_weights, need_head_weights=need_head_weights)
+                contexts.append(context)  # Z x B x C
+                weights.append(w)
         tgt_len, bsz, dim = query.shape
         # the second level: each of the Z x B positions attends its own n contexts
         hier = torch.stack(contexts, dim=0).reshape(len(contexts), tgt_len * bsz, dim)  # n x (Z B) x C
@@ -217,8 +232,9 @@ class HierarchicalCrossAttention(nn.Module, ReportsAttentionWeights):
         if self.removed_source is not None:
             context_mask = torch.zeros(tgt_len * bsz, len(contexts), dtype=torch.bool, device=query.device)
             context_mask[:, self.removed_source] = True
-        out, beta = self.context_attention(query=query.reshape(1, tgt_len * bsz, dim), key=hier, value=hier,
-                                           key_padding_mask=context_mask, need_weights=want_weights)
+        attend = self.decode_contexts if fused else self.context_attention
+        out, beta = attend(query=query.reshape(1, tgt_len * bsz, dim), key=hier, value=hier,
+                           key_padding_mask=context_mask, need_weights=want_weights)
         out = out.view(tgt_len, bsz, dim)
         if not want_weights:
             return out, None
@@ -229,6 +245,85 @@ class HierarchicalCrossAttention(nn.Module, ReportsAttentionWeights):
                                 per_source={i: w.transpose(0, 1) for i, w in enumerate(weights)})
             return out, head_weights_for_output(combined, need_weights, asked_heads)
         return out, combined
+
+
+    def decode_sources(self, query: Tensor, key: Optional[Tensor], key_padding_mask: Optional[Tensor],
+                       incremental_state, want_weights: bool, need_head_weights: bool):
+        """The n first-level attentions of one decoding step, together: each source's context
+        (Z x B x C) and, when asked, its weights as its ``MultiheadAttention`` returns them
+        (H x B x Z x J per head, or B x Z x J averaged)."""
+        attentions = self.source_attentions
+        first = attentions[0]
+        heads, head_dim = first.num_heads, first.head_dim
+
+        def project(memory: Tensor):  # J x R x n x C -> R x n x H x J x D, by each attention's own k/v_proj
+            def per_source(name):
+                out = torch.stack([getattr(a, name)(memory[:, :, i]) for i, a in enumerate(attentions)], dim=2)
+                return out.unflatten(-1, (heads, head_dim)).permute(1, 2, 3, 0, 4).contiguous()
+
+            return per_source("k_proj"), per_source("v_proj")
+
+        k, v = static_per_sentence(self, key, incremental_state, project)
+        stacked = self.stacked_projections()
+        tgt_len, bsz, dim = query.shape
+        q = torch.einsum("zbc,noc->zbno", query, stacked["q_proj_weight"]) + stacked["q_proj_bias"]
+        q = q * first.scaling  # Z x B x n x C
+        q = group_queries(q.unflatten(-1, (heads, head_dim)).permute(1, 2, 3, 0, 4), k.size(0))  # R x n x H x gZ x D
+        logits = torch.matmul(q, k.transpose(-1, -2))  # R x n x H x gZ x J
+        mask = group_mask(key_padding_mask, k.size(0))
+        if mask is not None:
+            mask = mask.to(torch.bool)
+            mask = mask[:, None, None, None, :] if mask.dim() == 2 else mask[:, :, None, None, :]
+            logits = logits.masked_fill(mask, float("-inf"))
+        probs = torch.softmax(logits.float(), dim=-1)  # fp32, as fairseq's utils.softmax
+        context = ungroup(torch.matmul(probs.type_as(logits), v), bsz)  # B x n x H x Z x D
+        context = context.permute(3, 0, 1, 2, 4).flatten(-2)  # Z x B x n x C
+        contexts = torch.einsum("zbni,noi->zbno", context, stacked["out_proj_weight"]) + stacked["out_proj_bias"]
+        contexts = contexts.unbind(2)
+        if not want_weights:
+            return list(contexts), [None] * len(attentions)
+        probs = ungroup(probs, bsz)  # B x n x H x Z x J
+        if need_head_weights:
+            return list(contexts), list(probs.permute(1, 2, 0, 3, 4).unbind(0))
+        return list(contexts), list(probs.mean(dim=2).unbind(1))
+
+    def stacked_projections(self) -> dict:
+        """The n first-level attentions' query and output projections stacked (n x C x C,
+        n x C), made again only when a weight changed (a training step, a load)."""
+        parts = [getattr(getattr(a, name), part) for name in ("q_proj", "out_proj") for part in ("weight", "bias")
+                 for a in self.source_attentions]
+        version = tuple((p.data_ptr(), p._version, p.dtype) for p in parts)
+        cached = self.__dict__.get("_stacked")
+        if cached is None or cached[0] != version or torch.is_grad_enabled():
+            n = len(self.source_attentions)
+            names = [f"{name}_{part}" for name in ("q_proj", "out_proj") for part in ("weight", "bias")]
+            cached = (version, {key: torch.stack(parts[i * n:(i + 1) * n]) for i, key in enumerate(names)})
+            # kept only without autograd: a stack that carries a graph is made again at every call
+            self.__dict__["_stacked"] = None if torch.is_grad_enabled() else cached
+        return cached[1]
+
+    def decode_contexts(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Optional[Tensor],
+                        need_weights: bool):
+        """The second level in decoding, as ``self.context_attention`` (a fairseq
+        ``MultiheadAttention``) computes it, without its general path: each of the N = Z B
+        positions attends its own n contexts, so the products are n-long sums, not matmuls.
+        query: 1 x N x C; key = value: the contexts n x N x C. Returns 1 x N x C and, when
+        asked, the head-averaged weights N x 1 x n."""
+        attn = self.context_attention
+        heads, head_dim = attn.num_heads, attn.head_dim
+        q = (attn.q_proj(query) * attn.scaling).view(-1, heads, 1, head_dim)  # N x H x 1 x D
+        k = attn.k_proj(key).view(key.size(0), -1, heads, head_dim).permute(1, 2, 0, 3)  # N x H x n x D
+        v = attn.v_proj(value).view(value.size(0), -1, heads, head_dim).permute(1, 2, 0, 3)
+        logits = (q * k).sum(-1)  # N x H x n
+        if key_padding_mask is not None:
+            logits = logits.masked_fill(key_padding_mask[:, None, :].to(torch.bool), float("-inf"))
+        probs = torch.softmax(logits.float(), dim=-1)  # fp32, as fairseq's utils.softmax
+        context = (probs.type_as(v).unsqueeze(-1) * v).sum(-2)  # N x H x D
+        out = attn.out_proj(context.reshape(1, -1, heads * head_dim))
+        return out, (probs.mean(dim=1).unsqueeze(1) if need_weights else None)
+
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor):
+        reorder_static(self, incremental_state, new_order)
 
 
 def flat_attention(q: Tensor, k: Tensor, v: Tensor, num_sources: int, key_padding_mask, dropout):

@@ -51,25 +51,12 @@ class StackedSourceAttention(nn.Module):
         cached, once per sentence, and nothing else. R is the batch in a full forward and,
         in decoding, one row per group of hypotheses with identical encoder states (a
         sentence's beam): the caller attends with ``group_queries(q, R)``."""
-        if incremental_state is not None:
-            cached = self._get_input_buffer(incremental_state)
-            if "static_k" in cached:
-                return cached["static_k"], cached["static_v"]
-        if memory is None or memory.dim() != 4:
-            raise ValueError(f"{self.__class__.__name__} expects stacked sources J x B x n x C")
-        group = identical_row_groups(memory) if incremental_state is not None else 1
-        if group > 1:
-            memory = memory[:, ::group]
-        k, v = self._project_sources(memory, self.k_proj), self._project_sources(memory, self.v_proj)
-        if key_layout is not None:
-            k = key_layout(k)
-        if value_layout is not None:
-            v = value_layout(v)
-        if incremental_state is not None:
-            # static_rows: the cached row each hypothesis reads (its size is the beam's batch)
-            rows = torch.arange(memory.size(1), device=k.device).repeat_interleave(group)
-            self._set_input_buffer(incremental_state, {"static_k": k, "static_v": v, "static_rows": rows})
-        return k, v
+
+        def project(rows: Tensor) -> Tuple[Tensor, Tensor]:
+            k, v = self._project_sources(rows, self.k_proj), self._project_sources(rows, self.v_proj)
+            return (key_layout(k) if key_layout is not None else k), (value_layout(v) if value_layout is not None else v)
+
+        return static_per_sentence(self, memory, incremental_state, project)
 
     def _project_sources(self, memory: Tensor, projections: nn.ModuleList) -> Tensor:
         """J x B x n x C -> B x n x H x J x D: source i through ``projections[i]`` (or the one
@@ -86,30 +73,61 @@ class StackedSourceAttention(nn.Module):
         return out.reshape(length, bsz, n, self.num_heads, self.head_dim).permute(1, 2, 3, 0, 4).contiguous()
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
-        buffer = self._get_input_buffer(incremental_state)
-        if "static_k" not in buffer:
-            return
-        rows = buffer["static_rows"]
-        # Every hypothesis of a sentence has the same static keys/values, and beam search
-        # reorders within sentences unless the batch shrinks: then nothing needs copying.
-        # fairseq's own encoder-decoder attention skips this copy the same way
-        # (MultiheadAttention.reorder_incremental_state).
-        if rows.size(0) == new_order.size(0):
-            return
-        k, v = buffer["static_k"], buffer["static_v"]
-        group = rows.size(0) // k.size(0)  # hypotheses per cached row, in consecutive blocks
-        rows = rows.index_select(0, new_order)
-        blocks = rows.view(-1, group) if group > 1 and rows.numel() % group == 0 else None
-        if blocks is not None and bool((blocks == blocks[:, :1]).all()):
-            keep = blocks[:, 0]  # the sentences left, each still a block of `group` hypotheses
-            rows = torch.arange(keep.numel(), device=rows.device).repeat_interleave(group)
-        else:  # any other reorder: one row per hypothesis from here on
-            keep, rows = rows, torch.arange(rows.numel(), device=rows.device)
-        self._set_input_buffer(incremental_state, {"static_k": k.index_select(0, keep),
-                                                   "static_v": v.index_select(0, keep), "static_rows": rows})
+        reorder_static(self, incremental_state, new_order)
 
     def _get_input_buffer(self, incremental_state) -> Dict[str, Optional[Tensor]]:
         return self.get_incremental_state(incremental_state, "attn_state") or {}
 
     def _set_input_buffer(self, incremental_state, buffer: Dict[str, Optional[Tensor]]):
         return self.set_incremental_state(incremental_state, "attn_state", buffer)
+
+
+def static_per_sentence(module, memory: Optional[Tensor], incremental_state,
+                        project: Callable[[Tensor], Tuple[Tensor, Tensor]]) -> Tuple[Tensor, Tensor]:
+    """The static keys and values ``project(memory)`` makes of the stacked sources (J x B x n
+    x C), for a module with fairseq's incremental state: in a full forward, projected from
+    every row; in decoding, projected on the first step from one row per group of identical
+    rows (a sentence's beam, ``identical_row_groups``), cached batch-first under the module's
+    ``attn_state`` with ``static_rows`` (the cached row each hypothesis reads) and returned
+    from the cache on every later step."""
+    if incremental_state is not None:
+        cached = module.get_incremental_state(incremental_state, "attn_state") or {}
+        if "static_k" in cached:
+            return cached["static_k"], cached["static_v"]
+    if memory is None or memory.dim() != 4:
+        raise ValueError(f"{module.__class__.__name__} expects stacked sources J x B x n x C")
+    group = identical_row_groups(memory) if incremental_state is not None else 1
+    if group > 1:
+        memory = memory[:, ::group]
+    k, v = project(memory)
+    if incremental_state is not None:
+        rows = torch.arange(memory.size(1), device=k.device).repeat_interleave(group)
+        module.set_incremental_state(incremental_state, "attn_state", {"static_k": k, "static_v": v,
+                                                                       "static_rows": rows})
+    return k, v
+
+
+def reorder_static(module, incremental_state, new_order: Tensor) -> None:
+    """Beam search's reorder of what :func:`static_per_sentence` cached."""
+    buffer = module.get_incremental_state(incremental_state, "attn_state") or {}
+    if "static_k" not in buffer:
+        return
+    rows = buffer["static_rows"]
+    # Every hypothesis of a sentence has the same static keys/values, and beam search
+    # reorders within sentences unless the batch shrinks: then nothing needs copying.
+    # fairseq's own encoder-decoder attention skips this copy the same way
+    # (MultiheadAttention.reorder_incremental_state).
+    if rows.size(0) == new_order.size(0):
+        return
+    k, v = buffer["static_k"], buffer["static_v"]
+    group = rows.size(0) // k.size(0)  # hypotheses per cached row, in consecutive blocks
+    rows = rows.index_select(0, new_order)
+    blocks = rows.view(-1, group) if group > 1 and rows.numel() % group == 0 else None
+    if blocks is not None and bool((blocks == blocks[:, :1]).all()):
+        keep = blocks[:, 0]  # the sentences left, each still a block of `group` hypotheses
+        rows = torch.arange(keep.numel(), device=rows.device).repeat_interleave(group)
+    else:  # any other reorder: one row per hypothesis from here on
+        keep, rows = rows, torch.arange(rows.numel(), device=rows.device)
+    module.set_incremental_state(incremental_state, "attn_state", {"static_k": k.index_select(0, keep),
+                                                                   "static_v": v.index_select(0, keep),
+                                                                   "static_rows": rows})

@@ -104,6 +104,7 @@ SENTENCE = {
     "m-01": lambda J: (N + 1) * J * D,  # K^i of every layer and sum_i V^i
     "flat": lambda J: 2 * N * J * D,
     "hierarchical-shared": lambda J: 2 * N * J * D,
+    "hierarchical": lambda J: 2 * N * J * D,  # each first-level attention's K^i and V^i
 }
 CACHE_FORMULA = {
     "no option": lambda t, J: 2 * t * D + 2 * J * D + J,
@@ -115,7 +116,7 @@ CACHE_FORMULA = {
     "m-01": lambda t, J: 2 * t * D,
     "flat": lambda t, J: 2 * t * D,
     "hierarchical-shared": lambda t, J: 2 * t * D,
-    "hierarchical": lambda t, J: 2 * t * D + N * (2 * J * D + J),  # n stock cross-attentions
+    "hierarchical": lambda t, J: 2 * t * D,  # + SENTENCE: the n first-level attentions decode together
     "serial": lambda t, J: 2 * t * D + N * (2 * J * D + J),
     "parallel": lambda t, J: 2 * t * D + N * (2 * J * D + J),
     "ms-1": lambda t, J: 2 * t * D + 2 * J * D + J,  # auxiliary decoders do not decode
