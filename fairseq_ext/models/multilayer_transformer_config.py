@@ -101,12 +101,33 @@ def add_options(parser) -> None:
 CONFIG_VERSION = 2
 
 
+def sync_nested_sizes(args) -> None:
+    """A config that writes the sizes nested (``encoder: {layers: 3}``, as fairseq's hydra
+    docs do) is built by fairseq from those groups alone: ``TransformerConfig.from_namespace``
+    takes each group's fields and the group's own defaults for the rest, and ignores the flat
+    ``encoder_layers`` & co. that the presets set. Every option derived from a size (n, the
+    auxiliary layers, DC and MMA per layer, the default MMA heads) reads the flat fields, so
+    they are set here to what fairseq will build."""
+    from fairseq.models.transformer import TransformerConfig
+    from fairseq.utils import safe_hasattr
+
+    nested = [side for side in ("encoder", "decoder") if safe_hasattr(args, side) and getattr(args, side) is not None]
+    if not nested:
+        return
+    built = TransformerConfig.from_namespace(args)
+    for side in nested:
+        group = getattr(built, side)
+        for f in fields(group):
+            setattr(args, f"{side}_{f.name}", getattr(group, f.name))
+
+
 def apply_defaults(args) -> None:
     """The base preset: fairseq's Transformer defaults, then every option of this plugin the
     command line and the presets left unset, from :class:`MultilayerTransformerConfig`."""
     from fairseq.models.transformer import base_architecture
 
     base_architecture(args)
+    sync_nested_sizes(args)
     for f in fields(MultilayerTransformerConfig):
         if getattr(args, f.name, None) is None and f.name != "joint_attention_layers":
             default = f.default

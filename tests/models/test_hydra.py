@@ -103,3 +103,85 @@ def test_a_hydra_run_is_the_flags_run_and_resumes_and_decodes(tiny_trained, tmp_
     translate = run([sys.executable, "-m", "fairseq_ext", "translate", "--checkpoint", str(checkpoint), "--data",
                      bin_dir, "--cpu", "--beam", "2"], cwd=tmp_path)
     assert translate.returncode == 0, translate.stderr[-2000:]
+
+
+# sizes as fairseq's hydra docs write them, at values no preset has (3 encoder layers, 2 decoder)
+NESTED = {"encoder": {"layers": 3, "embed_dim": 32, "ffn_embed_dim": 64, "attention_heads": 4},
+          "decoder": {"layers": 2, "embed_dim": 32, "ffn_embed_dim": 64, "attention_heads": 4}}
+FLAT = [f"--{side}-{key.replace('_', '-')}={value}" for side, group in NESTED.items() for key, value in group.items()]
+
+
+def nested_config(arch, *flags):
+    """The model config of a YAML as fairseq's hydra docs write it: ``_name``, the plugin's
+    options (the fields the flags change) and the sizes nested; fairseq's ``build_model``
+    then applies the preset, as fairseq-hydra-train does."""
+    from omegaconf import OmegaConf
+
+    from fairseq_ext.model_builder import parse_model_args
+
+    given, default = vars(parse_model_args(arch, *flags)), vars(parse_model_args(arch))
+    options = {k: v for k, v in given.items() if v != default.get(k) and k != "joint_attention_layers"}
+    return OmegaConf.create({"_name": arch, **options, **NESTED})
+
+
+@pytest.mark.parametrize("name", sorted(__import__("joint_attention_reference").OPTION_SETS))
+def test_nested_sizes_build_what_the_flat_flags_build(name):
+    """Every option set: a config with nested sizes builds the model the flat flags build
+    (n, auxiliary layers, DC, MMA heads and presets all read the sizes fairseq builds from):
+    the same parameters, initialised the same, the same output."""
+    from types import SimpleNamespace
+
+    from fairseq import models
+
+    from fairseq_ext.model_builder import build_model, make_dictionary
+    from joint_attention_reference import OPTION_SETS
+
+    dictionary = make_dictionary()
+    arch = "multilayer_transformer_iwslt"
+    flat, _ = build_model(arch, *FLAT, *OPTION_SETS[name], dictionary=dictionary, seed=0)
+    cfg = nested_config(arch, *OPTION_SETS[name])
+    torch.manual_seed(0)
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    nested = models.build_model(cfg, task).eval()
+    assert cfg.encoder_layers == 3 and cfg.decoder_layers == 2 and cfg.encoder_embed_dim == 32
+    a, b = flat.state_dict(), nested.state_dict()
+    assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+    src = torch.randint(4, len(dictionary), (2, 7))
+    prev = torch.randint(4, len(dictionary), (2, 5))
+    with torch.no_grad():
+        assert torch.equal(flat(src, torch.tensor([7, 7]), prev)[0], nested(src, torch.tensor([7, 7]), prev)[0])
+
+
+@pytest.mark.slow
+def test_a_hand_written_nested_yaml_trains_and_decodes(tiny_trained, tmp_path):
+    """fairseq-hydra-train with a YAML written as fairseq's docs write it (sizes nested) and a
+    command-line override of a nested size: M-10 over the 3 layers built, then fairseq-generate."""
+    bin_dir, _ = tiny_trained
+    config = {"common": {"user_dir": USER_DIR, "cpu": True, "seed": 1, "log_format": "simple"},
+              "task": {"_name": "translation", "data": bin_dir, "source_lang": "src", "target_lang": "tgt"},
+              "model": {"_name": "multilayer_transformer_iwslt", "share_all_embeddings": True,
+                        "joint_attention": "iter-c-agg", **NESTED},
+              "criterion": {"_name": "label_smoothed_cross_entropy", "label_smoothing": 0.1},
+              "optimizer": {"_name": "adam", "adam_betas": "(0.9,0.98)"}, "lr_scheduler": {"_name": "fixed"},
+              "optimization": {"lr": [0.001], "max_update": 2},
+              "dataset": {"max_tokens": 500},
+              "checkpoint": {"save_dir": str(tmp_path / "ck"), "no_epoch_checkpoints": True}}
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "mine.yaml").write_text(yaml.safe_dump(config))
+    hydra = run(command("fairseq-hydra-train") + ["--config-dir", str(tmp_path / "cfg"), "--config-name", "mine",
+                                                   "model.encoder.layers=4", "model.joint_attention=m-10",
+                                                   "hydra.run.dir=" + str(tmp_path / "out")])
+    assert hydra.returncode == 0, hydra.stderr[-3000:]
+    checkpoint = tmp_path / "ck" / "checkpoint_last.pt"
+    saved = torch.load(checkpoint, weights_only=False)
+    assert saved["cfg"]["model"]["encoder"]["layers"] == saved["cfg"]["model"]["encoder_layers"] == 4
+    assert saved["cfg"]["model"]["joint_attention_layers"] == 4  # n: every layer built
+    flags = [f for f in FLAT if not f.startswith("--encoder-layers")] + ["--encoder-layers=4"]
+    flat, _ = __import__("fairseq_ext.model_builder").model_builder.build_model(
+        "multilayer_transformer_iwslt", "--share-all-embeddings", "--joint-attention", "m-10", *flags,
+        dictionary=__import__("fairseq.data").data.Dictionary.load(os.path.join(bin_dir, "dict.src.txt")))
+    assert {k: v.shape for k, v in saved["model"].items()} == {k: v.shape for k, v in flat.state_dict().items()}
+    generate = run(command("fairseq-generate") + [bin_dir, "--user-dir", USER_DIR, "--path", str(checkpoint),
+                                                  "--gen-subset", "test", "--beam", "2", "--cpu", "-s", "src",
+                                                  "-t", "tgt"])
+    assert generate.returncode == 0 and "Translated" in generate.stdout + generate.stderr, generate.stderr[-2000:]
