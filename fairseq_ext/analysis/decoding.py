@@ -81,25 +81,29 @@ def significance_rows(sig: dict, flavour: str, cells: Dict[str, dict]) -> List[d
 
 
 def comparison_command(doc: str, rows_of: Callable[..., List[dict]], table: str, title: str,
-                       plot: Callable) -> Tuple[Callable, Callable]:
+                       plot: Callable, add_arguments: Optional[Callable] = None,
+                       options_of: Optional[Callable] = None) -> Tuple[Callable, Callable]:
     """(build_parser, main) of an analysis that compares decodings of each checkpoint: its
     parser is the common arguments and :func:`~fairseq_ext.analysis.command.evaluation_arguments`;
     its run writes ``rows_of(name, checkpoint, data, split, out, generate_args, flavour,
     samples, cpu, marks, src, tgt)`` of every checkpoint as the table OUT/TABLE (titled
     ``title``) and draws ``plot(rows, OUT/TABLE.png, figures, marks)`` (``marks``: --marks, the key
-    to the marks in the caption)."""
+    to the marks in the caption). ``add_arguments(parser)`` adds the analysis' own options;
+    ``options_of(args)`` gives rows_of and plot the keyword arguments made of them."""
     def build_parser():
         ap = command.parser(doc)
         command.evaluation_arguments(ap)
+        if add_arguments is not None:
+            add_arguments(ap)
         return ap
 
     def execute(args, figures):
-        rows = []
+        rows, extra = [], (options_of(args) if options_of is not None else {})
         for name, ckpt in zip(names_for(args.checkpoint, args.names), args.checkpoint):
             rows += rows_of(name, ckpt, args.data, args.split, args.out, shlex.split(args.generate_args),
-                            args.flavour, args.samples, args.cpu, args.marks, args.src, args.tgt)
+                            args.flavour, args.samples, args.cpu, args.marks, args.src, args.tgt, **extra)
         write_table(rows, args.out, table, title)
-        plot(rows, os.path.join(args.out, f"{table}.png"), figures, args.marks)
+        plot(rows, os.path.join(args.out, f"{table}.png"), figures, args.marks, **extra)
 
     def main(argv=None):
         return command.run(build_parser, execute, argv)

@@ -1,8 +1,10 @@
 """Encoder-layer dependency (thesis Sec. 3.5.4, Table 3.5; MLMHA paper Sec. 7.4, Table 7):
-BLEU with each collected encoder layer f^i removed from what the decoder reads
-(``--mask-source-layer i``: docs/analysis.md "Layer masking" says how for each strategy), the
-difference to the full model, and its paired-bootstrap significance (sacreBLEU, same
-flavour), for one or several models.
+BLEU with each collected encoder layer f^i masked in what the decoder reads
+(``--mask-source-layer i``), the difference to the full model, and its paired-bootstrap
+significance (sacreBLEU, same flavour), for one or several models. ``--mask-mode zero`` (the
+default) is the thesis' masking, "replacing the corresponding f^i with zeros" (Table 3.5's
+caption): the zeros still pass through the biased key/value projections; ``--mask-mode
+remove`` takes f^i out of the combination (docs/architectures.md, "Layer masking").
 
     python -m fairseq_ext.analysis.layer_dependency --checkpoint m00/checkpoint_best.pt m10/checkpoint_best.pt \\
         --names M-00 M-10 --data data-bin/wmt14.en-de --out analysis/masking --generate-args "--beam 4 --lenpen 0.6"
@@ -29,22 +31,26 @@ ANALYSIS = Analysis(
     lacks="its decoder reads one encoder layer (no --joint-attention over several layers)")
 
 
+MASK_MODES = {"zero": "replaced by zeros in", "remove": "removed from"}
+
+
 def masking_rows(name: str, checkpoint: str, data: str, split: str, out: str, generate_args, flavour, samples,
-                 cpu=False, marks="thesis", src=None, tgt=None):
+                 cpu=False, marks="thesis", src=None, tgt=None, mask_mode="zero"):
     options = checkpoints.options(checkpoint)
     n = options.num_joint_layers
     if options.strategy.name == "none" or n < 2:
         raise AnalysisError(f"{checkpoint}: the decoder reads one encoder layer (--joint-attention "
                             f"{options.strategy.name}, n = {n}): there is no layer to mask")
-    runs = {"full": None, **{f"mask{i}": {"mask_source_layer": i} for i in range(1, n + 1)}}
+    runs = {"full": None, **{f"mask{i}": {"mask_source_layer": i, "mask_source_mode": mask_mode}
+                             for i in range(1, n + 1)}}
     flavour, sig = compare_decodings(checkpoint, data, split, os.path.join(out, name), runs, generate_args, flavour,
                                      samples, cpu, marks, src, tgt)
-    return significance_rows(sig, flavour, {"full": {"model": name, "masked layer": "none"},
-                                            **{f"mask{i}": {"model": name, "masked layer": f"f^{i}"}
-                                               for i in range(1, n + 1)}})
+    return significance_rows(sig, flavour, {"full": {"model": name, "masked layer": "none", "masking": "–"},
+                                            **{f"mask{i}": {"model": name, "masked layer": f"f^{i}",
+                                                            "masking": mask_mode} for i in range(1, n + 1)}})
 
 
-def plot(rows, path, context: Optional[FigureContext] = None, marks: str = "thesis"):
+def plot(rows, path, context: Optional[FigureContext] = None, marks: str = "thesis", mask_mode: str = "zero"):
     """ΔBLEU per masked layer, one series per model (its colour in every figure), each point
     with its paired-bootstrap mark (and, for one model, its value) as in the table."""
     plt = pyplot()
@@ -64,15 +70,22 @@ def plot(rows, path, context: Optional[FigureContext] = None, marks: str = "thes
     full = "; ".join(f"{r['model']} {r['BLEU']:.2f}" for r in rows if r["delta"] is None)
     add_title(fig, "BLEU lost with one collected encoder layer masked")
     add_caption(fig, f"ΔBLEU = the BLEU ({flavour_of(rows)}) of the model with the collected encoder layer f^i "
-                     f"removed from what its decoder reads (mask_source_layer i), minus the full model's BLEU "
+                     f"{MASK_MODES[mask_mode]} what its decoder reads (mask_source_layer i, mask_source_mode "
+                     f"{mask_mode}), minus the full model's BLEU "
                      f"(full: {full}). Marks: sacreBLEU's paired bootstrap against the full model, "
                      f"{marks_note(marks)}; no mark: not significant.")
     save_figure(fig, path, context)
     return fig
 
 
+def add_arguments(ap):
+    ap.add_argument("--mask-mode", choices=sorted(MASK_MODES), default="zero",
+                    help="zero (default, the thesis' masking): f^i replaced by zeros, which still pass through "
+                         "the biased key/value projections; remove: f^i taken out of the combination")
+
+
 build_parser, main = comparison_command(__doc__, masking_rows, "masking", "BLEU with one collected encoder layer masked",
-                                        plot)
+                                        plot, add_arguments, lambda args: {"mask_mode": args.mask_mode})
 
 
 if __name__ == "__main__":

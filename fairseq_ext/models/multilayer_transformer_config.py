@@ -37,8 +37,13 @@ class MultilayerTransformerConfig(FairseqDataclass):
         default=None, metadata={"help": "n: the top n encoder layers collected (default: all when a strategy "
                                         "is set)"})
     mask_source_layer: Optional[int] = field(
-        default=None, metadata={"help": "analysis (thesis Table 3.5): replace collected layer f^I (1..n) by "
-                                        "zeros"})
+        default=None, metadata={"help": "analysis (thesis Table 3.5): mask collected layer f^I (1..n), as "
+                                        "--mask-source-mode says"})
+    mask_source_mode: ChoiceEnum(["zero", "remove"]) = field(
+        default="zero", metadata={"help": "--mask-source-layer: zero (default, the thesis' masking) feeds "
+                                          "zeros in place of f^I to what the decoder reads, so its biased "
+                                          "projections still add a constant; remove takes f^I out of the "
+                                          "combination, as the model built without it"})
     multi_source_shared_encoder: bool = field(
         default=False, metadata={"help": "--task multi_source_translation: one encoder for every source "
                                          "(default: one each)"})
@@ -161,6 +166,15 @@ class MultilayerOptions:
     mma_window: int
     pre_classifier_projection: bool
     encoder_positions: bool = True  # False: --no-encoder-positional-embeddings
+    mask_source_mode: str = "zero"  # zero: f^I replaced by zeros; remove: f^I taken out of the combination
+
+    @property
+    def removed_source(self) -> Optional[int]:
+        """The 0-based source the cross-attentions leave out (``--mask-source-mode remove``);
+        with ``zero`` they read the zeros the collector put in place of f^I."""
+        if self.mask_source_layer is None or self.mask_source_mode != "remove":
+            return None
+        return self.mask_source_layer - 1
 
     @property
     def serial_sublayers(self) -> bool:
@@ -352,4 +366,5 @@ def parse_options(args, num_source_sentences: int = 1) -> MultilayerOptions:
         dc_kernel_size=args.dc_kernel_size, encoder_mma_heads=encoder_heads, decoder_mma_heads=decoder_heads,
         mma_window=args.mma_window, pre_classifier_projection=bool(args.pre_classifier_projection),
         encoder_positions=not getattr(args, "no_encoder_positional_embeddings", False),
+        mask_source_mode=str(getattr(args, "mask_source_mode", None) or "zero"),
     )

@@ -31,8 +31,7 @@ class MultilayerTransformerDecoderLayer(SublayersAfterSelfAttention, Transformer
         self.serial_stack = (
             SerialCrossAttentionStack(self.embed_dim, cfg.decoder.attention_heads, n, cfg.attention_dropout,
                                       cfg.dropout, cfg.decoder.normalize_before,
-                                      removed_source=None if options.mask_source_layer is None
-                                      else options.mask_source_layer - 1)
+                                      removed_source=options.removed_source)
             if options.serial_sublayers and not no_encoder_attn else None
         )
         self.aif = AuxiliaryInformationFusion(self.embed_dim, num_aux) if options.aux_fusion else None
@@ -55,7 +54,7 @@ class MultilayerTransformerDecoderLayer(SublayersAfterSelfAttention, Transformer
             embed_dim=embed_dim, num_heads=cfg.decoder.attention_heads, num_sources=self.options.num_joint_layers,
             dropout=cfg.attention_dropout, layer_number=self.layer_number, kdim=cfg.encoder.embed_dim,
             q_noise=self.quant_noise, qn_block_size=self.quant_noise_block_size,
-            removed_source=None if self.options.mask_source_layer is None else self.options.mask_source_layer - 1,
+            removed_source=self.options.removed_source,
         ))
 
     def after_self_attention(self, x, spot):

@@ -16,8 +16,8 @@ TIMINGS = SPEEDS + ("decode_speedup",)  # measurements of the machine as much as
 TESTS = {
     "bleu": "sacreBLEU paired bootstrap ({samples} samples) of the row's BLEU against its reference row's "
             "(column 'vs'), same flavour",
-    "layer_dependency": "paired bootstrap of the BLEU with the layer masked against the same model unmasked "
-                        "(the analysis' own test, as the paper's)",
+    "layer_dependency": "paired bootstrap of the BLEU with the layer masked (f^i replaced by zeros, as the thesis "
+                        "masks) against the same model unmasked (the analysis' own test, as the paper's)",
     "decoders": "paired bootstrap of the auxiliary decoder's BLEU against the main decoder of the same model "
                 "(the analysis' own test; the paper reports none)",
 }

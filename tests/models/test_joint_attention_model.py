@@ -140,6 +140,31 @@ def test_masked_source_layer_is_zeros_in_the_stacked_memory(strategy, mask):
             assert torch.equal(memory[:, :, i - 1], states[i])
 
 
+@pytest.mark.parametrize("strategy", STACKED)
+def test_masking_zeroes_the_layer_and_remove_takes_it_out(strategy):
+    """--mask-source-mode zero (the default, the thesis' "replacing f^i with zeros"): the
+    decoder of the masked model computes what the unmasked model's decoder computes from a
+    memory whose f^i is zeros, biases of the key/value projections included; remove: the
+    layer leaves the combination, which differs where those biases are not zero."""
+    plain, _, dictionary = small_model(strategy)
+    zero, _, _ = small_model(strategy, "--mask-source-layer", "2", dictionary=dictionary)
+    remove, _, _ = small_model(strategy, "--mask-source-layer", "2", "--mask-source-mode", "remove",
+                               dictionary=dictionary)
+    for model in (zero, remove):
+        model.load_state_dict(plain.state_dict())
+    src, lengths, prev = random_batch(dictionary)
+    with torch.no_grad():
+        encoder_out = plain.encoder(src, src_lengths=lengths)
+        memory = encoder_out["joint_memory"][0].clone()
+        memory[:, :, 1] = 0
+        encoder_out["joint_memory"] = [memory]
+        expected = plain.decoder(prev, encoder_out=encoder_out)[0]
+        zeroed = zero(src, lengths, prev)[0]
+        removed = remove(src, lengths, prev)[0]
+    torch.testing.assert_close(zeroed, expected, atol=1e-10, rtol=0)
+    assert (torch.abs(removed - zeroed).max() > 1e-3), "with biased projections, zeros are not removal"
+
+
 @pytest.mark.parametrize("strategy", AGGREGATION)
 def test_masked_source_layer_is_zeros_before_aggregation(strategy):
     masked, _, dictionary = small_model(strategy, "--mask-source-layer", "2", n=2)
