@@ -178,12 +178,13 @@ def run_comet(ap: AnalysisPlan) -> dict:
     lowercased BLEU flavour). Reused while the model and COMET's version are the same."""
     where = f"[{ap.run.table}/{ap.run.row}/{ap.run.dataset}] COMET"
     done = read_record(ap.out, where)
-    if done is not None and done.get("signature") == ap.comet.signature():
+    lowercase = ap.run.bleu.endswith("-lc")
+    signature = ap.comet.signature(lowercase=lowercase)
+    if done is not None and done.get("signature") == signature:
         return done
     eval_dir = os.path.join(ap.run.run_dir, "eval-test")
-    lowercase = ap.run.bleu.endswith("-lc")
     evaluated = (read_record(os.path.join(eval_dir, "metrics.json"), where) or {}).get("COMET")
-    if (evaluated and evaluated.get("signature") == ap.comet.signature()
+    if (evaluated and evaluated.get("signature") == signature
             and evaluated.get("flavour") == comet.text_flavour(lowercase)):
         result = evaluated  # the evaluation scored it already ($FAIRSEQ_EXT_COMET_MODEL reaches evaluate too)
     else:

@@ -47,8 +47,11 @@ class Comet:
     batch_size: int = 16
     gpus: int = 1  # 0: the CPU (--cpu)
 
-    def signature(self, nrefs: int = 1) -> str:
-        return f"model:{self.name}|nrefs:{nrefs}|version:{self.version}"
+    def signature(self, nrefs: int = 1, lowercase: bool = False) -> str:
+        """sacreBLEU's way: model, references, casing of the texts scored (case:lc when all
+        three were lowercased, case:mixed as given) and COMET's version; scores compare only
+        under one signature."""
+        return f"model:{self.name}|nrefs:{nrefs}|case:{'lc' if lowercase else 'mixed'}|version:{self.version}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -166,7 +169,7 @@ def score(comet: Comet, src: Sequence[str], hyp: Sequence[str], ref: Sequence[st
         _run([comet.python, "-c", worker, request, result], f"COMET ({comet.name})", tmp)
         with open(result, encoding="utf-8") as f:
             out = json.load(f)
-    sig = comet.signature()
+    sig = comet.signature(lowercase=lowercase)
     return {"score": round(out["system_score"], 4), "signature": sig, "flavour": text_flavour(lowercase),
             "line": f"COMET|{sig} = {out['system_score']:.4f}", "model": comet.name,
             "segment_scores": out["segment_scores"]}

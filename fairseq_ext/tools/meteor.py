@@ -5,16 +5,22 @@ MultEval": the paper cites METEOR 1.3, which MultEval bundled (its later release
 METEOR 1.4). METEOR is a Java program whose German, French, Spanish and Czech scores also
 match paraphrases from tables of hundreds of MB that come beside the jar, and whose English
 scores also match WordNet synonyms. None of that can be fetched when the score is computed,
-so this module computes METEOR's formula itself, with the alignment of the maintained Python
-implementation, ``nltk.translate.meteor_score`` (nltk is pinned by the Makefile; the version
-goes into every result), and keeps what needs no data. It is not METEOR 1.3: its parameters
+so this module computes METEOR's formula itself, on an alignment of its own that searches as
+METEOR's aligner does (:func:`align`), with nltk's Snowball stemmers (nltk is pinned by the
+Makefile; its version goes into every result), and keeps what needs no data. It is not
+METEOR 1.3: its parameters
 are METEOR 1.5's (Denkowski & Lavie, 2014), the version whose jar can still be run to check
 it (docs/reproduction.md, "METEOR"):
 
   stages      exact, then stem (nltk's Snowball stemmer of the language: pure code, the
-              Snowball algorithms METEOR also stems with). No synonym stage (nltk's reads
-              WordNet, a download) and no paraphrase stage (nltk has none). Czech is exact
+              Snowball algorithms METEOR also stems with). No synonym stage (WordNet is a
+              download) and no paraphrase stage (METEOR's tables are too). Czech is exact
               only, because METEOR has no Czech stemmer either.
+  alignment   :func:`align`: the most matches (each word once), of those the most exact
+              ones, then the fewest chunks, then the smallest sum of distances, by a beam
+              search over the hypothesis words (beam 40, METEOR 1.5's default). nltk's own
+              ``meteor_score`` is not used: it aligns greedily, word by word (5 chunks where
+              METEOR finds 2 on "the cat sat on the mat" against "on the mat the cat sat").
   parameters  METEOR 1.5's "rank" task, per language (``LANGUAGES``; the jar prints them with
               ``-l LANG``): alpha, beta, gamma, and the stem module's weight (a stem match
               counts that much, an exact one 1). Its delta, the weight of content against
@@ -32,8 +38,8 @@ it (docs/reproduction.md, "METEOR"):
               Moses-tokenized for the language (sacremoses, no XML escapes, as
               ``fairseq_ext.recipes.helpers.corpus`` tokenizes) and lowercased.
 
-nltk aligns greedily, where METEOR searches for the alignment with the fewest chunks, and
-knows no function words: the score tracks METEOR 1.5's exact+stem score within a few tenths
+Without METEOR's function-word lists and its own tokenizer, the score tracks METEOR 1.5's
+exact+stem score within a few tenths
 (measured on our German outputs against the jar: docs/reproduction.md) but is not the paper's
 to the last digit. Languages METEOR 1.5 has no tuned parameters for raise
 :class:`MeteorUnavailable` instead of giving a number.
@@ -142,8 +148,8 @@ def _nltk_version() -> str:
         raise MeteorUnavailable(f"METEOR is unavailable: nltk is not installed ({NLTK_PIN})") from None
 
 
-def _stages(setup: Language) -> str:
-    return f"exact+stem (Snowball {setup.stemmer})" if setup.stemmer else "exact"
+def _stages(setup: Language, nltk_version: str) -> str:
+    return f"exact+stem (nltk {nltk_version}'s Snowball {setup.stemmer} stemmer)" if setup.stemmer else "exact"
 
 
 def describe(language: str) -> str:
@@ -155,7 +161,8 @@ def describe(language: str) -> str:
         return str(err)
     weight = f", stem weight {setup.stem_weight}" if setup.stemmer else ""
     return (f"METEOR: METEOR 1.5's formula and rank parameters alpha={setup.alpha} beta={setup.beta} "
-            f"gamma={setup.gamma}{weight}, no function words; nltk {version} alignment, {_stages(setup)}, no "
+            f"gamma={setup.gamma}{weight}, no function words; fairseq_ext's beam-search alignment (beam {BEAM}, "
+            f"METEOR's order: matches, exact matches, chunks, distance), {_stages(setup, version)}, no "
             f"{setup.left_out}; Moses-tokenized, lowercased; statistics summed over the corpus")
 
 

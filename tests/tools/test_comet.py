@@ -73,8 +73,10 @@ def test_the_system_and_segment_scores_are_comet_scores(tiny_comet, texts, tmp_p
     version = subprocess.run([COMET_PYTHON, "-c", "from importlib.metadata import version; "
                                                   "print(version('unbabel-comet'))"],
                              capture_output=True, text=True).stdout.strip()
-    assert ours["signature"] == f"model:tiny-comet|nrefs:1|version:{version}"
-    assert ours["line"] == f"COMET|model:tiny-comet|nrefs:1|version:{version} = {ours['score']:.4f}"
+    assert ours["signature"] == f"model:tiny-comet|nrefs:1|case:mixed|version:{version}"
+    assert ours["line"] == f"COMET|model:tiny-comet|nrefs:1|case:mixed|version:{version} = {ours['score']:.4f}"
+    lowered = comet.score(settings(tiny_comet), texts.src[0], texts.a[0], texts.ref[0], lowercase=True)
+    assert lowered["signature"] == f"model:tiny-comet|nrefs:1|case:lc|version:{version}"  # not comparable
     # another system gets another score: the model reads the translations
     assert comet.score(settings(tiny_comet), texts.src[0], texts.b[0], texts.ref[0])["score"] != ours["score"]
 
@@ -208,3 +210,19 @@ def test_reproduce_takes_comet_from_the_evaluation_when_it_scored_it(tmp_path):
     ap = AnalysisPlan("comet", run, str(tmp_path / "comet.json"), comet=settings_)
     assert execute.run_comet(ap)["score"] == 0.5  # not run: that Python does not exist
     assert json.loads((tmp_path / "comet.json").read_text())["score"] == 0.5
+
+
+def test_the_signature_names_the_casing_so_a_lowercased_score_is_never_taken_for_a_cased_one(tmp_path):
+    settings_ = comet.Comet(python="/nonexistent/python", version="2.2.7", model="m.ckpt", name="m")
+    assert settings_.signature() == "model:m|nrefs:1|case:mixed|version:2.2.7"
+    assert settings_.signature(lowercase=True) == "model:m|nrefs:1|case:lc|version:2.2.7"
+    from fairseq_ext.reproduce import execute
+    from fairseq_ext.reproduce.planning import AnalysisPlan
+
+    # a cased score kept by an earlier step is not the score of a lowercased table: scored again
+    (tmp_path / "comet.json").write_text(json.dumps({"score": 0.5, "signature": settings_.signature()}))
+    run = SimpleNamespace(table="t", row="r", dataset="d", run_dir=str(tmp_path), data_dir=str(tmp_path),
+                          bleu="tok-lc")
+    ap = AnalysisPlan("comet", run, str(tmp_path / "comet.json"), comet=settings_)
+    with pytest.raises(Exception):  # it tries to score (and that Python does not exist)
+        execute.run_comet(ap)
