@@ -10,6 +10,9 @@ from fairseq_ext.reproduce.records import Cell, Record
 from fairseq_ext.reproduce.tables import Table
 
 SPEEDS = ("train_speed", "train_time", "decode_speed", "decode_time")
+# a one-seed table's speeds and times come from one training log and one decoding each, taken at
+# different times on a machine that may be shared: printed as this, not as results
+NOT_COMPARABLE = "n.c."
 TIMINGS = SPEEDS + ("decode_speedup",)  # measurements of the machine as much as of the model
 
 # the test behind the marks of a column (its sig. sub-column)
@@ -120,6 +123,8 @@ def cell_text(table: Table, col: Column, cell: Cell, kind: str, record: Record) 
         return text
     if kind == "ratio_ours" and cell.get("timing_noise"):
         return "—"
+    if kind == "ratio_ours" and cell.get("not_comparable"):
+        return NOT_COMPARABLE
     value = cell.get("paper_ratio" if kind == "ratio_paper" else "ratio")
     spread = cell.get("ratio_sd") if kind == "ratio_ours" else None
     return format_number(value) + (f" ± {spread:.2f}" if spread is not None else "")

@@ -6,8 +6,8 @@ from typing import Dict, List, Optional
 
 from fairseq_ext.reproduce.cells import format_number
 from fairseq_ext.reproduce.columns import Column
-from fairseq_ext.reproduce.layout import (TESTS, cell_text, has_paper_numbers, has_test, seed_count, shows_ratio,
-                                          sub_columns)
+from fairseq_ext.reproduce.layout import (NOT_COMPARABLE, TESTS, cell_text, has_paper_numbers, has_test, seed_count,
+                                          shows_ratio, sub_columns)
 from fairseq_ext.reproduce.marks import comparisons_text, test_text
 from fairseq_ext.reproduce.paper_checks import contradicted_differences
 from fairseq_ext.reproduce.records import Record
@@ -148,6 +148,11 @@ def legend(table: Table, records: List[Record], smoke: bool = False) -> List[str
     lines += [counted] if counted else []
     noisy = timing_noise_text(table, records)
     lines += [noisy] if noisy else []
+    if any(cell.get("not_comparable") for r in records for cell in r["columns"].values()):
+        lines.append(f"{NOT_COMPARABLE}: not comparable: a speed or time of one run, from its training log or its "
+                     "decoding, measured once and at another time than its reference row's, on a machine that may "
+                     "be shared (its load, not the technique, can make the difference); the number is in the JSON. "
+                     "fairseq-ext benchmark measures speed ratios interleaved against the stock model.")
     notes = dict.fromkeys(cell["note"] for r in records for cell in r["columns"].values() if cell.get("note"))
     lines += [f"ours, {note}" for note in notes]
     lines += [f"paper, {line}." for line in contradicted_differences(table, {r["dataset"] for r in records})]

@@ -5,7 +5,7 @@ from typing import Dict, List, Optional
 
 from fairseq_ext.reproduce.cells import parse_duration, printed_mark, printed_value
 from fairseq_ext.reproduce.columns import Column
-from fairseq_ext.reproduce.layout import ours_text, shows_delta, shows_ratio
+from fairseq_ext.reproduce.layout import NOT_COMPARABLE, SPEEDS, ours_text, shows_delta, shows_ratio
 from fairseq_ext.reproduce.planning import AnalysisPlan, RunPlan, row_datasets
 from fairseq_ext.reproduce.readers import RunData, make_value, run_values
 from fairseq_ext.reproduce.records import Cell, Record, Value
@@ -95,6 +95,9 @@ def _record(table: Table, row: Row, dataset: str, ours, run_of) -> Record:
             cell["paper_ratio"] = cell["paper_value"] / ref_number if cell["paper_value"] and ref_number else None
             cell["ratio"] = (value["ours"] / ref_value["ours"]
                              if ref_value and value["ours"] and ref_value["ours"] else None)
+        if (col.source in SPEEDS or col.source == "decode_speedup") and not row.cited and value["ours"] is not None:
+            # one measurement, not interleaved against the reference row: kept in the JSON, not printed
+            cell.update(not_comparable=True, ours_text=NOT_COMPARABLE)
         if value.get("missing") and not row.cited:
             missing.append(f"{col.name}: {value['missing']}")
         cells[col.name] = cell

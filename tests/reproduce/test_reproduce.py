@@ -191,8 +191,10 @@ def test_report_puts_our_numbers_next_to_the_papers(tmp_path):
     assert records["transformer"]["delta"] is None
     assert records["convseq2seq-gehring-et-al.-2017"]["status"] == "cited"
     md = markdown(table, list(records.values()), scales(table, plans))
-    assert "| M-10 | Transformer | 92.7 | 92.5 | 2.59 | 3.00 | 0.71 | 0.75 | 29.08 (+0.71)‡ | 31.25 | +0.71 | +1.25 " \
+    # one seed: our speeds are one measurement each, at other times than the reference row's: not printed
+    assert "| M-10 | Transformer | 92.7 | 92.5 | 2.59 | n.c. | 0.71 | n.c. | 29.08 (+0.71)‡ | 31.25 | +0.71 | +1.25 " \
            "| ‡ p=0.001 | 55.55 |" in md
+    assert train["not_comparable"] and "n.c.: not comparable: a speed or time of one run" in md
     assert m10["columns"]["chrF"]["ours"] == 55.55 and records["m-11"]["columns"]["chrF"]["ours"] is None
     assert "chrF [not in the paper's table]: ours" in md and "chrF: ours, not the paper's: sacreBLEU's chrF2" in md
     assert "model: 6+6 layers, d_model 512, FFN 2048, 8 heads; 61.00M to 92.50M parameters" in md
