@@ -40,8 +40,7 @@ POSTPROCESS = {"subword_nmt": "subword_nmt", "subword-nmt": "subword_nmt", "sent
 RECIPE_TOKENIZER = {"wmt14-en-de": {"normalize": True, "aggressive": True}}
 # the XML escapes of the Moses tokenizer, undone before tokenizing (a corpus released
 # tokenized, such as IWSLT'15, carries them; tokenizing again would escape them twice)
-MOSES_ESCAPES = [("&bar;", "|"), ("&#124;", "|"), ("&lt;", "<"), ("&gt;", ">"), ("&bra;", "["), ("&ket;", "]"),
-                 ("&#91;", "["), ("&#93;", "]"), ("&quot;", '"'), ("&apos;", "'"), ("&amp;", "&")]
+MOSES_ESCAPES = corpus.MOSES_ESCAPES
 
 
 def read_prep_env(data: str) -> Dict[str, str]:
@@ -84,10 +83,7 @@ def read_lines(path: str) -> List[str]:
         raise DataError(str(e)) from None
 
 
-def unescape_moses(text: str) -> str:
-    for entity, char in MOSES_ESCAPES:
-        text = text.replace(entity, char)
-    return text
+unescape_moses = corpus.unescape_moses
 
 
 def recipe_tokenizer(lang: str, escape: bool, lowercase: bool = False, normalize: bool = False,

@@ -183,14 +183,10 @@ class HierarchicalCrossAttention(nn.Module, ReportsAttentionWeights):
     multi-head attention, with its own projections, in which each target position attends
     its own n contexts. One residual, applied by the decoder layer.
 
-    Incremental decoding (:meth:`decode_sources`): the n first-level attentions are computed
-    together, as fairseq's ``MultiheadAttention`` computes each (queries scaled before the
-    product, fp32 softmax): their static keys and values are projected by each attention's
-    own ``k_proj``/``v_proj`` on the first step, once per sentence (a beam's hypotheses share
-    one cached row, as in ``StackedSourceAttention``), and every step makes the n queries and
-    the n output projections in one batched matmul each. The second level's keys are the
-    current step's contexts, so it has nothing to cache. While the analyses record weights,
-    every step takes the path of the full forward (the n attentions one by one)."""
+    Incremental decoding computes the n first-level attentions together (:meth:`decode_sources`,
+    as fairseq's ``MultiheadAttention`` computes each), their static keys and values cached
+    once per sentence, and the second level as n-long sums (:meth:`decode_contexts`); while
+    the analyses record weights, a step takes the full forward's path."""
 
     def __init__(self, embed_dim: int, num_heads: int, num_sources: int, dropout: float = 0.0,
                  kdim: Optional[int] = None, removed_source: Optional[int] = None):
@@ -245,7 +241,6 @@ class HierarchicalCrossAttention(nn.Module, ReportsAttentionWeights):
                                 per_source={i: w.transpose(0, 1) for i, w in enumerate(weights)})
             return out, head_weights_for_output(combined, need_weights, asked_heads)
         return out, combined
-
 
     def decode_sources(self, query: Tensor, key: Optional[Tensor], key_padding_mask: Optional[Tensor],
                        incremental_state, want_weights: bool, need_head_weights: bool):

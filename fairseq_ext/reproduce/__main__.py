@@ -66,7 +66,8 @@ def list_rows(table, setups):
     for key, ds in table.datasets.items():
         sub = setups["datasets"][key].get("substitute")
         recipe = setups["datasets"][key].get("recipe") or f"no recipe: substitute {sub}"
-        print(f"data set {key}: {ds['task']}\n  BLEU {ds['bleu']}, training {ds['training']}, recipe: {recipe}")
+        print(f"data set {key}: {ds['task']}\n  BLEU {ds['bleu']}, training {ds['training']}, recipe: {recipe}"
+              + (f"\n  every row's --arch becomes {ds['arch']} here" if ds.get("arch") else ""))
     print(f"baseline row: {table.baseline}")
     print("columns:")
     for c in table.columns:
@@ -79,6 +80,12 @@ def list_rows(table, setups):
     for row in table.rows:
         numbers = "; ".join(f"{k}: " + ", ".join(f"{m} {v}" for m, v in cells.items()) for k, cells in row.paper.items())
         kind = f"cited ({row.cited})" if row.cited else " ".join(row.flags)
+        if not row.cited and "--arch" in row.flags:  # a data set that names its own size preset
+            for key, ds in table.datasets.items():
+                if ds.get("arch") and ds["arch"] != row.flags[row.flags.index("--arch") + 1]:
+                    flags = list(row.flags)
+                    flags[flags.index("--arch") + 1] = ds["arch"]
+                    kind += f"\n    on {key}: {' '.join(flags)}"
         print(f"- {row.id}  [{row.label}]\n    {kind}\n    paper: {numbers or '–'}")
         ref = table.reference(row)
         if ref is not None:

@@ -29,7 +29,7 @@ from fairseq_ext.tools.significance import MARKS
 TABLE_KEYS = {"id", "paper", "source", "caption", "datasets", "baseline", "columns", "metrics", "rows",
               "paper_significance", "paper_notes", "adversarial", "analysis_args"}
 ROW_KEYS = {"id", "label", "group", "cited", "flags", "paper", "note", "paper_note", "params_check",
-            "multi_source", "compare_with", "model", "analysis"}
+            "multi_source", "compare_with", "model", "analysis", "ours_only"}
 
 
 @dataclass
@@ -46,6 +46,7 @@ class Row:
     compare_with: Optional[str] = None  # the row of its delta and significance (default: the table's baseline)
     model: Optional[str] = None  # the row whose trained model this row reports on (default: its own)
     analysis: Dict[str, object] = field(default_factory=dict)  # per-row parameters of the analysis columns
+    ours_only: bool = False  # a reference row of ours that the paper does not print (no paper numbers)
 
     @property
     def runnable(self) -> bool:
@@ -202,7 +203,8 @@ def _row(r: dict, path: str, strict: bool = True) -> Row:
     return Row(id=str(r["id"]), label=str(r.get("label", r["id"])), flags=shlex.split(r.get("flags", "") or ""),
                cited=r.get("cited"), paper=r.get("paper") or {}, note=r.get("note", ""), group=r.get("group", ""),
                params_check=r.get("params_check", ""), multi_source=bool(r.get("multi_source", False)),
-               compare_with=r.get("compare_with"), model=r.get("model"), analysis=dict(analysis))
+               compare_with=r.get("compare_with"), model=r.get("model"), analysis=dict(analysis),
+               ours_only=bool(r.get("ours_only", False)))
 
 
 def _check_rows(table: Table, path: str) -> None:

@@ -1,32 +1,20 @@
-"""The ``paper`` stage of the self-check: rows of thesis Table 3.3 (IWSLT'15 En->Vi) trained at
-the thesis' small config on one device for as long as one command allows, then decoded on
-tst2013 as the thesis decodes and scored beside the thesis' numbers.
+"""The ``paper`` stage of the self-check: rows of thesis Table 3.3 (IWSLT'15 En->Vi) at the
+thesis' small config, trained on one device within one command, decoded on tst2013 as the
+thesis decodes (beam 6, length penalty 1.1) and scored (sacreBLEU detokenized and cased, the
+thesis' flavour, and chrF2) beside the thesis' numbers.
 
-Every chosen row and seed trains at once, each in its own ``fairseq-ext train`` process on the
-one device: a model of the small config keeps a GPU far from busy on its own (its steps are
-bound by kernel launches), so several processes fill the gaps of each other's steps. Each
-training stops on fairseq's ``--stop-time-hours`` where the time that the evaluations need
-begins; each checkpoint is then decoded (``fairseq-ext evaluate``, the thesis' beam 6 and
-length penalty 1.1, every test sentence kept), and scored with sacreBLEU in the thesis'
-flavour (detokenized, case-sensitive) and chrF2.
-
-A run is kept in ``OUT/paper/runs/ROW-sSEED[-SETTINGS]/`` (``run.json``, its training log, the
-translations and scores; checkpoints under ``checkpoints/``). The table ``OUT/paper.md`` is
-built from every run found there, so runs of later commands, and runs copied there from other
-machines, add rows and seeds to the same table (``--table-only`` rebuilds it without
-training). A run that finished is never trained again: a second command with the same
-``--out`` trains only what is missing.
-
-Every run of a command trains the same number of updates (``--updates``), as the thesis
-compares its rows at equal updates, on the thesis' schedule (a single cosine cycle after a
-linear warm-up) compressed to those updates: a few minutes hold a few thousand updates where
-the thesis trains 200,000 of 2,048 tokens, so the batch is larger and the learning rate
-raised with it (:data:`SETTINGS`). Runs of the same settings and seed are comparable across
-commands and machines; the table says how much of the thesis' training each run saw. fairseq's
-``--stop-time-hours`` stops a run that is too slow for its updates before the evaluations'
-time: the table marks it, and compares no row with it."""
+Every row and seed trains at once in its own ``fairseq-ext train`` process: a small model's
+steps are bound by kernel launches, so several processes fill each other's gaps on a GPU. Every
+run trains the same ``--updates`` (the thesis compares rows at equal updates) on the thesis'
+schedule, one cosine cycle after a linear warm-up, compressed to them, with a larger batch and
+learning rate than the thesis' 200,000 updates of 2,048 tokens (:data:`SETTINGS`); fairseq's
+``--stop-time-hours`` stops a run too slow for them before the evaluations' time, and the table
+marks it and compares no row with it. A run lives in ``OUT/paper/runs/NAME/`` (``run.json``,
+logs, translations, scores, ``checkpoints/``); ``OUT/paper.md`` is built from every run there,
+so later commands and runs copied from other machines add rows and seeds to the same table
+(``--table-only`` rebuilds it), and a finished run is never trained again."""
+import contextlib
 import json
-import math
 import os
 import re
 import shlex
@@ -42,6 +30,7 @@ from fairseq_ext.errors import CommandError
 from fairseq_ext.reproduce.measure import read_bleu, training_progress, training_speed
 from fairseq_ext.reproduce.tables import Row, load_setups, load_table
 from fairseq_ext.selfcheck.report import table, write_stage
+from fairseq_ext.tools.seeds import format_mean_sd, mean_sd as seed_mean_sd
 
 TABLE, DATASET, FOLDER = "thesis-3.3", "iwslt15-en-vi", "iwslt15.en-vi"
 THESIS_UPDATES, THESIS_MAX_TOKENS = 200_000, 2_048  # configs/iwslt.args: the thesis' training
@@ -170,7 +159,8 @@ def train_command(run: Run, data: str, save: str, device, quick: bool, train_fla
     precision = ["--fp16"] if device.type == "cuda" else ["--cpu"]
     return [sys.executable, "-m", "fairseq_ext", "train", data, save, "--config", "iwslt", "--", *row_flags,
             "--seed", str(run.seed), "--max-update", str(run.updates), "--max-tokens", str(run.max_tokens),
-            "--lr", f"{run.lr:g}", "--warmup-updates", str(run.warmup), *SCHEDULE, *precision, *(QUICK_MODEL if quick else []),
+            "--lr", f"{run.lr:g}", "--warmup-updates", str(run.warmup), *SCHEDULE, *precision,
+            *(QUICK_MODEL if quick else []),
             *train_flags]
 
 
@@ -201,10 +191,8 @@ def wait_all(procs: Dict[str, subprocess.Popen], until: float, logs: Dict[str, s
 
 
 def read_json(path: str) -> dict:
-    if not os.path.exists(path):
-        return {}
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    with open(path, encoding="utf-8") if os.path.exists(path) else contextlib.nullcontext(None) as f:
+        return json.load(f) if f else {}
 
 
 def run_paper(out: str, device, data: Optional[str], quick: bool, time_limit: float, runs: List[Run],
@@ -234,61 +222,48 @@ def paper_data(data: Optional[str]) -> str:
 def train_and_evaluate(root: str, data: str, device, quick: bool, deadline: float, runs: List[Run],
                        train_flags: List[str]) -> None:
     rows = {r.id: r for r in thesis_rows()}
-    todo, commands, logs = [], {}, {}
-    for run in runs:
-        folder = os.path.join(root, run.name)
-        if read_json(os.path.join(folder, "run.json")).get("bleu") is not None:
-            continue  # finished by an earlier command: kept
-        os.makedirs(folder, exist_ok=True)
-        save = os.path.join(folder, "checkpoints")
-        commands[run] = train_command(run, data, save, device, quick, train_flags, rows[run.row].flags)
-        logs[run.name] = os.path.join(folder, "train.log")
-        todo.append(run)
+    todo = [r for r in runs if read_json(os.path.join(root, r.name, "run.json")).get("bleu") is None]  # others kept
     if not todo:
         return
-    cores = os.cpu_count() or 1
-    threads = max(1, cores // len(todo))
+    folders = {r: os.path.join(root, r.name) for r in todo}
+    commands = {r: train_command(r, data, os.path.join(folders[r], "checkpoints"), device, quick, train_flags,
+                                 rows[r.row].flags) for r in todo}
+    logs = {r.name: os.path.join(folders[r], "train.log") for r in todo}
+    threads = max(1, (os.cpu_count() or 1) // len(todo))
     train_until = deadline - EVALUATE_SECONDS[device.type]
     hours = max(60.0, train_until - time.time() - START_SECONDS) / 3600
     begun = time.time()
-    procs = {run.name: start(commands[run] + ["--stop-time-hours", f"{hours:.6f}"],
-                                      logs[run.name], threads) for run in todo}
-    codes = wait_all(procs, train_until + 30, logs)
-    trained_s = time.time() - begun
+    for folder in folders.values():
+        os.makedirs(folder, exist_ok=True)
+    codes = wait_all({r.name: start(commands[r] + ["--stop-time-hours", f"{hours:.6f}"], logs[r.name], threads)
+                      for r in todo}, train_until + 30, logs)
+    trained_s, begun = time.time() - begun, time.time()
 
     generate = QUICK_GENERATE if quick else shlex.split(load_setups()["trainings"]["thesis-iwslt"]["generate"])
     precision = ["--fp16"] if device.type == "cuda" else ["--cpu"]
-    evals, eval_logs = {}, {}
-    for run in todo:
-        name = run.name
-        folder = os.path.join(root, name)
-        checkpoint = os.path.join(folder, "checkpoints", "checkpoint_last.pt")
-        if not os.path.exists(checkpoint):
-            continue
-        cmd = [sys.executable, "-m", "fairseq_ext", "evaluate", "--checkpoint", checkpoint, "--data", data,
-               "--out", os.path.join(folder, "eval-test"), *generate, *precision]
-        eval_logs[name] = os.path.join(folder, "evaluate.log")
-        evals[name] = start(cmd, eval_logs[name], threads)
-    begun_eval = time.time()
-    eval_codes = wait_all(evals, deadline, eval_logs)
-    evaluated_s = time.time() - begun_eval
+    evals = {r: [sys.executable, "-m", "fairseq_ext", "evaluate", "--checkpoint", checkpoint, "--data", data,
+                 "--out", os.path.join(folders[r], "eval-test"), *generate, *precision]
+             for r in todo for checkpoint in [os.path.join(folders[r], "checkpoints", "checkpoint_last.pt")]
+             if os.path.exists(checkpoint)}
+    eval_logs = {r.name: os.path.join(folders[r], "evaluate.log") for r in evals}
+    eval_codes = wait_all({r.name: start(cmd, eval_logs[r.name], threads) for r, cmd in evals.items()}, deadline,
+                          eval_logs)
+    evaluated_s = time.time() - begun
 
-    flavour, _ = env_headline(read_prep_env(data))
     prep = read_prep_env(data)
+    flavour, _ = env_headline(prep)
     for run in todo:
-        name = run.name
-        folder = os.path.join(root, name)
-        log = logs[name]
+        log, folder = logs[run.name], folders[run]
         metrics = read_json(os.path.join(folder, "eval-test", "metrics.json"))
-        record = {"name": name, "row": run.row, "seed": run.seed, "updates_planned": run.updates,
-                  "max_tokens": run.max_tokens, "lr": run.lr,
-                  "warmup": run.warmup, "device": device_name(device), "precision": "fp16" if device.type == "cuda" else "fp32",
-                  "quick": quick, "concurrent_runs": len(todo), "data": data, "test_set": prep.get("test_set"),
+        record = {"name": run.name, "row": run.row, "seed": run.seed, "updates_planned": run.updates,
+                  "max_tokens": run.max_tokens, "lr": run.lr, "warmup": run.warmup, "device": device_name(device),
+                  "precision": "fp16" if device.type == "cuda" else "fp32", "quick": quick,
+                  "concurrent_runs": len(todo), "data": data, "test_set": prep.get("test_set"),
                   "bpe_merges": prep.get("bpe_merges"), "dict_size": prep.get("dict_size"),
-                  "train_command": commands[run], "train_returncode": codes.get(name),
+                  "train_command": commands[run], "train_returncode": codes.get(run.name),
                   "train_wall_s": round(trained_s, 1), **training_progress(log), **training_speed(log),
                   "target_tokens": target_tokens(log), "valid_loss": valid_loss(log),
-                  "eval_returncode": eval_codes.get(name), "eval_wall_s": round(evaluated_s, 1),
+                  "eval_returncode": eval_codes.get(run.name), "eval_wall_s": round(evaluated_s, 1),
                   "generate": generate, "bleu_flavour": flavour,
                   "bleu": read_bleu(os.path.join(folder, "eval-test"), flavour),
                   "chrf": (metrics.get("chrF2") or {}).get("score")}
@@ -298,22 +273,14 @@ def train_and_evaluate(root: str, data: str, device, quick: bool, deadline: floa
 
 
 def device_name(device) -> str:
-    import torch
-
-    if device.type == "cuda" and torch.cuda.is_available():
-        return torch.cuda.get_device_name(device)
-    return f"cpu ({os.cpu_count()} cores)"
+    import torch  # noqa: F401 (torch.cuda)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({os.cpu_count()} cores)"
 
 
 def read_runs(root: str) -> List[dict]:
-    runs = []
-    if os.path.isdir(root):
-        for name in sorted(os.listdir(root)):
-            record = read_json(os.path.join(root, name, "run.json"))
-            if record:
-                record["folder"] = os.path.join(root, name)
-                runs.append(record)
-    return runs
+    found = [(name, read_json(os.path.join(root, name, "run.json"))) for name in
+             (sorted(os.listdir(root)) if os.path.isdir(root) else [])]
+    return [{**record, "folder": os.path.join(root, name)} for name, record in found if record]
 
 
 def sentence_stats(record: dict):
@@ -332,12 +299,6 @@ def count(n: float) -> str:
     return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n:,.0f}"
 
 
-def mean_sd(values: List[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
-
-
 def complete(record: dict) -> bool:
     """The run trained all its planned updates (not stopped early by the time limit)."""
     return (record.get("updates") or 0) >= record.get("updates_planned", 0)
@@ -350,6 +311,7 @@ def settings_of(record: dict) -> Tuple[int, int, float, int]:
 def write_table(out: str) -> List[str]:
     from fairseq_ext.tools.multi_run_tests import stratified_ar
 
+    spread = lambda values: format_mean_sd(*seed_mean_sd(values))  # noqa: E731  mean ± sd over seeds
     found = read_runs(os.path.join(out, "paper", "runs"))
     records = [r for r in found if r.get("bleu") is not None]
     failed = [r for r in found if r.get("bleu") is None]
@@ -388,12 +350,12 @@ def write_table(out: str) -> List[str]:
         label = rows[row_id].label
         cells = [label, None if thesis_bleu is None else
                  f"{thesis_bleu:.2f}" + ("" if thesis_gain is None else f" ({thesis_gain:+.2f})"),
-                 ", ".join(map(str, seeds)), mean_sd(bleu), None if delta is None else f"{delta:+.2f}",
-                 None if p is None else f"{p:.3f}", mean_sd(chrf) if chrf else None,
+                 ", ".join(map(str, seeds)), spread(bleu), None if delta is None else f"{delta:+.2f}",
+                 None if p is None else f"{p:.3f}", spread(chrf) if chrf else None,
                  f"{statistics.mean(updates):,.0f}" + (f" (stopped by time: {'; '.join(short)})" if short else ""),
                  count(statistics.mean(tokens)), f"{100 * statistics.mean(budget):.2g}%",
                  f"{statistics.mean(wall):.0f}", f"{statistics.mean(ups):.1f}" if ups else None,
-                 mean_sd(loss) if loss else None]
+                 spread(loss) if loss else None]
         if settings_vary:
             cells.insert(1, Run(row_id, 0, *key[1:]).settings)
         body.append(cells)

@@ -146,12 +146,13 @@ def test_sequence_generator_beam_search(strategy):
     beam_search_rescored(model.float(), dictionary, src, lengths, max_len_b=10)
 
 
+@pytest.mark.parametrize("mode", ["zero", "remove"])
 @pytest.mark.parametrize("strategy,mask", [("serial", L_SMALL), ("serial", 1), ("m-00", 2), ("m-11", 1),
                                            ("parallel", 2), ("flat", 3), ("hierarchical", 2)])
-def test_masked_models_decode_incrementally(strategy, mask):
-    model, _, dictionary = small_model(strategy, "--mask-source-layer", str(mask))
+def test_masked_models_decode_incrementally(strategy, mask, mode):
+    model, _, dictionary = small_model(strategy, "--mask-source-layer", str(mask), "--mask-source-mode", mode)
     if strategy == "serial" and mask == L_SMALL:
-        assert all(layer.encoder_attn.removed for layer in model.decoder.layers)
+        assert all(layer.encoder_attn.removed == (mode == "remove") for layer in model.decoder.layers)
     src, lengths, prev = random_batch(dictionary, beam=2)
     full, incremental = full_and_incremental(model, src, lengths, prev, permute_at=2, beam=2)
     torch.testing.assert_close(full, incremental, atol=1e-5, rtol=0)

@@ -65,3 +65,18 @@ def test_the_bleu_command_prints_them_before_the_reported_line(tmp_path):
     lines = res.stdout.splitlines()
     assert [line.split()[0] for line in lines] == ["detok-cased", "detok-lc", "chrF2", "chrF2++", "TER", "reported"]
     assert "[detok-lc]" in lines[2] and "case:lc" in lines[2]
+
+
+def test_tokenized_flavours_score_chrf_on_unescaped_text(tmp_path):
+    """Moses-tokenized text carries XML escapes (&quot;, &apos;): chrF of a tok flavour reads
+    the characters they stand for, as it reads the detokenized text's."""
+    hyp = ['he said &quot; yes &quot; .', 'it &apos;s late .']
+    ref = ['he said &quot; no &quot; .', 'it &apos;s late .']
+    plain = [line.replace("&quot;", '"').replace("&apos;", "'") for line in (hyp + ref)]
+    for name, lines in (("hyp.tok", hyp), ("ref.tok", ref), ("hyp", plain[:2]), ("ref", plain[2:])):
+        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    results = bleu.score(str(tmp_path / "hyp"), str(tmp_path / "ref"), str(tmp_path / "hyp.tok"),
+                         str(tmp_path / "ref.tok"))
+    tok = bleu.more_metrics(results, "tok-cased")
+    expected = sacrebleu_cli(tmp_path / "hyp", tmp_path / "ref")
+    assert tok["chrF2"]["score"] == pytest.approx(expected[0]["score"], abs=0.006)

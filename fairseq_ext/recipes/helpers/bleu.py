@@ -19,9 +19,9 @@ import sys
 from sacrebleu.metrics import BLEU, CHRF, TER
 
 if __package__:
-    from .corpus import TextError, die, read_lines
+    from .corpus import TextError, die, read_lines, unescape_moses
 else:  # run as a file (no package import: it would load fairseq and torch)
-    from corpus import TextError, die, read_lines  # one reader: UTF-8 checked, BOM/CR cleaned
+    from corpus import TextError, die, read_lines, unescape_moses  # one reader: UTF-8 checked, BOM/CR cleaned
 
 
 def read(path):
@@ -67,9 +67,12 @@ def metric(name, lowercase):
 
 def more_metrics(results, flavour):
     """chrF2, chrF2++ and TER of the files of ``flavour`` (a key of ``results``, from
-    :func:`score`): {metric: {score, signature, line, flavour}}."""
+    :func:`score`): {metric: {score, signature, line, flavour}}. A tokenized flavour's text is
+    scored with the Moses tokenizer's XML escapes undone (``&quot;`` is one character ``"``)."""
     r = results[flavour]
     hyps, refs = read(r["hyp"]), read(r["ref"])
+    if flavour.startswith("tok"):  # Moses-tokenized text carries XML escapes: chrF and TER read the characters
+        hyps, refs = [unescape_moses(h) for h in hyps], [unescape_moses(x) for x in refs]
     out = {}
     for name in METRICS:
         scorer = metric(name, flavour.endswith("-lc"))

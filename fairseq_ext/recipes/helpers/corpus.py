@@ -42,6 +42,17 @@ class TextError(Exception):
     (and the line)."""
 
 
+# the XML escapes of the Moses tokenizer (&quot; for ", ...), in the order that undoes them
+MOSES_ESCAPES = [("&bar;", "|"), ("&#124;", "|"), ("&lt;", "<"), ("&gt;", ">"), ("&bra;", "["), ("&ket;", "]"),
+                 ("&#91;", "["), ("&#93;", "]"), ("&quot;", '"'), ("&apos;", "'"), ("&amp;", "&")]
+
+
+def unescape_moses(text: str) -> str:
+    for entity, char in MOSES_ESCAPES:
+        text = text.replace(entity, char)
+    return text
+
+
 def die(msg):
     prog = os.environ.get("FSX_PROG")
     print(f"{prog}: error: {msg}" if prog else f"error: {msg}", file=sys.stderr)
