@@ -155,6 +155,8 @@ def legend(table: Table, records: List[Record], smoke: bool = False) -> List[str
                      "fairseq-ext benchmark measures speed ratios interleaved against the stock model.")
     notes = dict.fromkeys(cell["note"] for r in records for cell in r["columns"].values() if cell.get("note"))
     lines += [f"ours, {note}" for note in notes]
+    row_notes = {r["label"]: table.row(r["row"]).note for r in records if table.row(r["row"]).note}
+    lines += [f"{label}: {note}" for label, note in row_notes.items()]
     lines += [f"paper, {line}." for line in contradicted_differences(table, {r["dataset"] for r in records})]
     if "chrf" in sources:
         flavours = ", ".join(dict.fromkeys(ds.get("bleu", "?") for key, ds in table.datasets.items()
