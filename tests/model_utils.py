@@ -36,6 +36,20 @@ def build(arch: str = "multilayer_transformer_iwslt", *flags: str, dictionary=No
     return build_model(arch, *flags, dictionary=dictionary, seed=seed, model_cls=model_cls)
 
 
+def write_checkpoint(path, *flags: str, num_updates: int = 7, arch: str = "multilayer_transformer") -> str:
+    """A checkpoint as fairseq's trainer writes it (cfg as plain containers, cfg.model the
+    Namespace of an add_args model) of the SMALL model with ``flags``, on make_dictionary()."""
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from omegaconf import OmegaConf
+
+    model, args = build(arch, *SMALL, *flags, dictionary=make_dictionary())
+    torch.save({"args": None, "cfg": OmegaConf.to_container(convert_namespace_to_omegaconf(args)),
+                "model": model.state_dict(), "extra_state": {}, "last_optimizer_state": None,
+                "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "FairseqAdam",
+                                       "lr_scheduler_state": {"best": None}, "num_updates": num_updates}]}, path)
+    return str(path)
+
+
 def build_stock(arch: str = "transformer_iwslt_de_en", *flags: str, dictionary=None, seed: int = 0):
     return build(arch, *flags, dictionary=dictionary, seed=seed, model_cls=TransformerModel)
 

@@ -46,7 +46,7 @@ import pickle
 import re
 import sys
 import tempfile
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, Tuple
 
 import numpy as np
 import torch
@@ -296,34 +296,6 @@ def check_checkpoint_config(state: Any, path: str = "<checkpoint>") -> None:
                 raise UnsafeCheckpointError(f"refusing checkpoint {path}: {dotted} = {err}") from None
 
 
-# Functions that bring an older checkpoint's model configuration (the ``args`` Namespace /
-# ``cfg.model``) up to date, in place; registered by the model modules.
-CONFIG_UPGRADES: List[Callable[[Any], None]] = []
-
-
-def register_config_upgrade(upgrade: Callable[[Any], None]) -> None:
-    if upgrade not in CONFIG_UPGRADES:
-        CONFIG_UPGRADES.append(upgrade)
-
-
-def upgrade_checkpoint_config(state: Any) -> None:
-    """Run the registered upgrades on the model configuration(s) of a loaded checkpoint."""
-    if not isinstance(state, dict):
-        return
-    targets = []
-    cfg = state.get("cfg")
-    if cfg is not None:
-        model = cfg.get("model") if hasattr(cfg, "get") else None
-        if model is not None:
-            targets.append(model)
-    if state.get("args") is not None:
-        targets.append(state["args"])
-    for target in targets:
-        if isinstance(target, argparse.Namespace):
-            for upgrade in CONFIG_UPGRADES:
-                upgrade(target)
-
-
 def refused_pickle(path: str, error: pickle.UnpicklingError) -> UnsafePickleError:
     """torch's refusal of a global (10 lines advising weights_only=False) as one line naming it."""
     found = re.search(r"GLOBAL ([\w.]+)", str(error))
@@ -342,7 +314,6 @@ def load_checkpoint_state(path: str) -> dict:
         except pickle.UnpicklingError as error:
             raise refused_pickle(path, error) from None
     check_checkpoint_config(state, path)
-    upgrade_checkpoint_config(state)
     return state
 
 
@@ -372,7 +343,6 @@ def _checking_config(load_checkpoint_to_cpu):
         except pickle.UnpicklingError as error:
             raise refused_pickle(str(path), error) from None
         check_checkpoint_config(state, str(path))
-        upgrade_checkpoint_config(state)
         return state
 
     return load_checking_config

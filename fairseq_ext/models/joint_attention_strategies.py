@@ -157,8 +157,7 @@ STRATEGIES: Dict[str, JointAttentionStrategy] = {s.name: s for s in [
              lambda spec: HierarchicalCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources, spec.dropout,
                                                      kdim=spec.kdim, removed_source=spec.removed_source),
              multi_source=True),
-    # the first release's simplified hierarchical form (shared query projection, parameter-free
-    # second level), kept for the checkpoints trained with it
+    # a lighter hierarchical form (shared query projection, parameter-free second level)
     _stacked("hierarchical-shared", _flat_or_hierarchical(flat=False), multi_source=True),
 ]}
 

@@ -24,7 +24,7 @@ import logging
 from contextvars import ContextVar
 from typing import Optional
 
-from fairseq.models import ARCH_MODEL_REGISTRY, register_model
+from fairseq.models import register_model
 from fairseq.models.transformer import TransformerModel
 from omegaconf import OmegaConf, open_dict
 from torch import Tensor
@@ -33,11 +33,9 @@ from fairseq_ext.criterions.multi_output_label_smoothed_cross_entropy import (
     MultiOutputLabelSmoothedCrossEntropyCriterion,
 )
 from fairseq_ext import keys
-from fairseq_ext.guards.checkpoint_safety import register_config_upgrade
 from fairseq_ext.errors import OptionError
 from fairseq_ext.models.multi_source_encoder import MultiSourceEncoder
 from fairseq_ext.models.multilayer_transformer_config import (
-    CONFIG_VERSION,
     MultilayerOptions,
     add_options,
     apply_defaults,
@@ -45,7 +43,6 @@ from fairseq_ext.models.multilayer_transformer_config import (
 )
 from fairseq_ext.models.multilayer_transformer_decoder import MultilayerTransformerDecoder
 from fairseq_ext.models.multilayer_transformer_encoder import MultilayerTransformerEncoder
-from fairseq_ext.modules.mixed_multihead_attention import DECODER_DEFAULT_MMA_HEADS
 
 logger = logging.getLogger(__name__)
 
@@ -130,28 +127,3 @@ class MultilayerTransformerModel(TransformerModel):
     def build_decoder(cls, cfg, tgt_dict, embed_tokens):
         return MultilayerTransformerDecoder(cfg, cls.options_of(cfg), tgt_dict, embed_tokens,
                                             no_encoder_attn=cfg.no_cross_attention)
-
-
-def upgrade_checkpoint_args(model_args) -> None:
-    """Bring the model configuration of an older checkpoint of this plugin up to date
-    (run on every checkpoint load, see guards.checkpoint_safety.register_config_upgrade).
-
-    First release (no ``fairseq_ext_config_version``) -> 2:
-    - ``--decoder-mma-heads`` defaulted to ``L,B`` in every model, MMA or not; a head spec
-      without MMA is now refused, and the default is empty (meaning L,B);
-    - ``--joint-attention hierarchical`` was a simplified form (shared query projection,
-      parameter-free second level); ``hierarchical`` now follows the paper's Eq. 7-8, and the
-      old form is ``hierarchical-shared``.
-    """
-    if ARCH_MODEL_REGISTRY.get(getattr(model_args, "arch", None)) is not MultilayerTransformerModel:
-        return
-    if getattr(model_args, "fairseq_ext_config_version", None) is None:
-        if getattr(model_args, "decoder_self_attention", "standard") != "mma" \
-                and getattr(model_args, "decoder_mma_heads", "") == DECODER_DEFAULT_MMA_HEADS:
-            model_args.decoder_mma_heads = ""
-        if getattr(model_args, "joint_attention", None) == "hierarchical":
-            model_args.joint_attention = "hierarchical-shared"
-        model_args.fairseq_ext_config_version = CONFIG_VERSION
-
-
-register_config_upgrade(upgrade_checkpoint_args)

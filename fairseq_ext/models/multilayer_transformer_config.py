@@ -100,12 +100,6 @@ def add_options(parser) -> None:
     group.set_defaults(**{f.name: None for f in fields(MultilayerTransformerConfig) if f.type is bool})
 
 
-# Stored in every model configuration (``args.fairseq_ext_config_version``); checkpoints
-# without it are from the first release, and loading upgrades them
-# (multilayer_transformer.upgrade_checkpoint_args).
-CONFIG_VERSION = 2
-
-
 def sync_nested_sizes(args) -> None:
     """A config that writes the sizes nested (``encoder: {layers: 3}``, as fairseq's hydra
     docs do) is built by fairseq from those groups alone: ``TransformerConfig.from_namespace``
@@ -139,8 +133,6 @@ def apply_defaults(args) -> None:
             setattr(args, f.name, getattr(default, "value", default))
     if getattr(args, "joint_attention_layers", None) is None:
         args.joint_attention_layers = 1 if args.joint_attention == "none" else args.encoder_layers
-    if getattr(args, "fairseq_ext_config_version", None) is None:
-        args.fairseq_ext_config_version = CONFIG_VERSION
 
 
 # ----------------------------------------------------------------------------------------

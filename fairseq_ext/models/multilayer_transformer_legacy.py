@@ -6,12 +6,6 @@ One naming scheme: ``multilayer_transformer[_<technique>]_<size>``, where size i
 (Multi-Layer Multi-Head Attention), ``ms`` (multi-level supervision), ``dc`` (Dual
 Contextual encoder) or ``mma`` (Mixed Multi-Head encoder). Each preset sets only what
 differs, then calls its parent; command-line values win.
-
-The names of the first release stay registered as aliases, because checkpoints store the
-``--arch`` they were trained with: ``transformer_jas_*`` ("joint attention strategy") =
-``multilayer_transformer_mlmha_*``, ``transformer_ms_*``, ``transformer_dc_*``,
-``transformer_mma_*`` = ``multilayer_transformer_{ms,dc,mma}_*``,
-``transformer_deep_enc_shallow_dec`` = ``multilayer_transformer_deep_enc_shallow_dec``.
 """
 from fairseq.models import register_model_architecture
 
@@ -19,29 +13,14 @@ from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
 from fairseq_ext.models.multilayer_transformer_config import apply_defaults, parse_options
 
 MODEL = "multilayer_transformer"
-# old preset name -> new preset name
-ALIASES = {
-    "transformer_jas_iwslt": "multilayer_transformer_mlmha_iwslt",
-    "transformer_jas_wmt_en_de": "multilayer_transformer_mlmha_wmt_en_de",
-    "transformer_ms_iwslt": "multilayer_transformer_ms_iwslt",
-    "transformer_ms_wmt_en_de": "multilayer_transformer_ms_wmt_en_de",
-    "transformer_dc_iwslt": "multilayer_transformer_dc_iwslt",
-    "transformer_dc_wmt_en_de": "multilayer_transformer_dc_wmt_en_de",
-    "transformer_mma_iwslt": "multilayer_transformer_mma_iwslt",
-    "transformer_mma_wmt_en_de": "multilayer_transformer_mma_wmt_en_de",
-    "transformer_deep_enc_shallow_dec": "multilayer_transformer_deep_enc_shallow_dec",
-}
 PRESETS = {}
 
 
 def preset(name):
-    """Register an --arch preset (and the old names that alias it)."""
+    """Register an --arch preset."""
     def register(fn):
         PRESETS[name] = fn
         register_model_architecture(MODEL, name)(fn)
-        for old, new in ALIASES.items():
-            if new == name:
-                register_model_architecture(MODEL, old)(fn)
         return fn
     return register
 

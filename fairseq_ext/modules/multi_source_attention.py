@@ -16,10 +16,9 @@ Transformer Decoder", Sec. 3), applied with the top n encoder layers as the n so
   contexts (`HierarchicalCrossAttention`). With n = 1 the second level attends a single
   context with weight 1, so the output is the stock cross-attention followed by an affine
   map (W^O_2 W^V_2).
-- the first release's simplified hierarchical form (shared query projection, no per-source
-  output projections, a parameter-free second level) stays available as
-  ``hierarchical-shared`` for the checkpoints trained with it
-  (`FlatOrHierarchicalCrossAttention` with ``flat=False``).
+- ``hierarchical-shared``: a lighter hierarchical form (shared query projection, no
+  per-source output projections, a parameter-free second level;
+  `FlatOrHierarchicalCrossAttention` with ``flat=False``).
 """
 from typing import List, Optional
 
@@ -384,7 +383,7 @@ class FlatOrHierarchicalCrossAttention(StackedSourceAttention, ReportsAttentionW
         else:
             k, v = self.static_keys_values(key, incremental_state)  # B x n x H x J x D
             keys, values = list(k.unbind(1)), list(v.unbind(1))
-            if self.removed_source is not None:  # the first release's hierarchical form: drop the source
+            if self.removed_source is not None:  # hierarchical-shared: drop the source
                 keep = [i for i in range(len(keys)) if i != self.removed_source]
                 keys, values = [keys[i] for i in keep], [values[i] for i in keep]
                 if key_padding_mask is not None and key_padding_mask.dim() == 3:

@@ -109,7 +109,7 @@ def test_each_analysis_runs_on_the_models_it_can_analyse(tmp_path, monkeypatch):
     assert "no model to analyse: not run on base, M-00, MS-1+AIF, MMA: its encoder has no Dual Contextual" in page
 
 
-def test_the_page_says_what_each_model_is():
+def test_the_page_says_what_each_model_is(tmp_path):
     """The models' table of the page, from each checkpoint: shape, technique, parameters (a
     tied embedding counted once: the model's own parameters()) and updates."""
     from types import SimpleNamespace
@@ -117,9 +117,10 @@ def test_the_page_says_what_each_model_is():
     from fairseq import checkpoint_utils
 
     from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
-    from model_utils import FIXTURES, make_dictionary
+    from model_utils import make_dictionary, write_checkpoint
 
-    path = os.path.join(FIXTURES, "checkpoints_v0_1", "mlmha_m10_aux_aif.pt")
+    path = write_checkpoint(tmp_path / "m10-aif.pt", "--joint-attention", "m-10", "--aux-decoder-layers", "1",
+                            "--aux-fusion")
     dictionary = make_dictionary()
     task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
     task.build_model = lambda cfg, from_checkpoint=False: MultilayerTransformerModel.build_model(cfg, task)
@@ -137,9 +138,9 @@ def test_the_page_says_what_each_model_is():
 
 
 def test_a_page_of_earlier_analyses_describes_the_models_named_beside_them(tmp_path):
-    from model_utils import FIXTURES
+    from model_utils import write_checkpoint
 
-    path = os.path.join(FIXTURES, "checkpoints_v0_1", "s_agg.pt")
+    path = write_checkpoint(tmp_path / "s-agg.pt", "--joint-attention", "s-agg")
     earlier = tmp_path / "earlier"
     tables.write_table([{"model": "S-Agg", "BLEU": 1.0}], str(earlier), "t", "A table")
     (tmp_path / "bin").mkdir()

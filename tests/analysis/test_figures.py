@@ -335,9 +335,10 @@ def test_every_figure_says_which_models_data_and_decoding_made_it(tmp_path):
     from fairseq import checkpoint_utils
 
     from fairseq_ext.analysis import layer_dependency
-    from model_utils import FIXTURES
+    from model_utils import write_checkpoint
 
-    path = os.path.join(FIXTURES, "checkpoints_v0_1", "mlmha_m10_aux_aif.pt")
+    path = write_checkpoint(tmp_path / "m10-aif.pt", "--joint-attention", "m-10", "--aux-decoder-layers", "1",
+                            "--aux-fusion")
     state = checkpoint_utils.load_checkpoint_to_cpu(path)
     cfg, updates = state["cfg"]["model"], state["optimizer_history"][-1]["num_updates"]
     data = tmp_path / "multi30k-en-de"

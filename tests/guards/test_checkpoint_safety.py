@@ -328,22 +328,6 @@ def test_honest_checkpoints_of_every_option_load_and_translate_identically(tmp_p
         assert torch.equal(loaded.eval()(src, lengths, prev)[0], model(src, lengths, prev)[0])
 
 
-def test_checkpoint_from_before_the_mma_head_check_loads(tmp_path, honest):
-    """Earlier versions stored --decoder-mma-heads L,B in every model, MMA or not; a head
-    spec without MMA is now refused, so the load upgrades the stored default."""
-    model_args = argparse.Namespace(**vars(honest["cfg"]["model"]))
-    model_args.decoder_mma_heads = "L,B"
-    del model_args.fairseq_ext_config_version  # as in the first release's checkpoints
-    path = tmp_path / "old.pt"
-    torch.save({**honest, "cfg": {**honest["cfg"], "model": model_args}}, path)
-    dictionary = make_dictionary()
-    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
-    from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
-    task.build_model = lambda cfg, from_checkpoint=False: MultilayerTransformerModel.build_model(cfg, task)
-    (loaded,), cfg = checkpoint_utils.load_model_ensemble([str(path)], task=task)
-    assert cfg.model.decoder_mma_heads == ""
-
-
 # --- every load path, end to end -----------------------------------------------------------
 def craft(checkpoint, out, marker, section="model", field="adaptive_softmax_cutoff"):
     state = torch.load(checkpoint, weights_only=True)

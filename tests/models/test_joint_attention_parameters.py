@@ -120,8 +120,8 @@ def test_totals_match_thesis_tables_3_2_and_3_4(base_counts, strategy):
 
 def test_presets_of_the_mlmha_paper():
     with torch.device("meta"):
-        small, args = build("transformer_jas_iwslt")
-        base, base_args = build("transformer_jas_wmt_en_de")
+        small, args = build("multilayer_transformer_mlmha_iwslt")
+        base, base_args = build("multilayer_transformer_mlmha_wmt_en_de")
     assert (args.joint_attention, args.joint_attention_layers, args.encoder_layers) == ("m-00", 4, 4)
     assert (base_args.joint_attention, base_args.joint_attention_layers) == ("m-10", 6)
     for model, (u0, u1), n in ((small, (False, False), 4), (base, (True, False), 6)):

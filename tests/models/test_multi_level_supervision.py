@@ -32,8 +32,8 @@ def test_parameter_deltas_base_config():
     dictionary = make_dictionary(100)
     d, f, layers = 512, 2048, 6
     base, _ = build("multilayer_transformer_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
-    ms1, _ = build("transformer_ms_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
-    aif, _ = build("transformer_ms_wmt_en_de", "--share-all-embeddings", "--aux-fusion", dictionary=dictionary)
+    ms1, _ = build("multilayer_transformer_ms_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
+    aif, _ = build("multilayer_transformer_ms_wmt_en_de", "--share-all-embeddings", "--aux-fusion", dictionary=dictionary)
     decoder_stack = count_parameters(base.decoder) - count_parameters(base.decoder.embed_tokens)
     assert count_parameters(ms1) - count_parameters(base) == decoder_stack  # one aux decoder = one decoder stack
     assert abs(decoder_stack - layers * (8 * d * d + 2 * d * f)) < 0.01 * decoder_stack  # 25.17M

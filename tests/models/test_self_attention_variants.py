@@ -28,14 +28,14 @@ def test_parameter_deltas_base_config():
     d = 512
     base, _ = build("multilayer_transformer_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
     assert abs(count_parameters(base) / 1e6 - 61.2) < 0.05
-    enc_dc, _ = build("transformer_dc_wmt_en_de", "--share-all-embeddings", "--dc-kernel-size", "2",
+    enc_dc, _ = build("multilayer_transformer_dc_wmt_en_de", "--share-all-embeddings", "--dc-kernel-size", "2",
                       dictionary=dictionary)
     delta = count_parameters(enc_dc) - count_parameters(base)
     assert abs(delta - 6 * (4 + 2 * 2) * d * d) < 0.01 * delta  # +12.58M
     assert abs(count_parameters(enc_dc) / 1e6 - 73.9) < 0.15  # thesis Table 5.2
-    f3, _ = build("transformer_dc_wmt_en_de", "--share-all-embeddings", "--dc-kernel-size", "3", dictionary=dictionary)
+    f3, _ = build("multilayer_transformer_dc_wmt_en_de", "--share-all-embeddings", "--dc-kernel-size", "3", dictionary=dictionary)
     assert abs((count_parameters(f3) - count_parameters(base)) - 6 * (4 + 2 * 3) * d * d) < 0.01 * delta
-    mma, _ = build("transformer_mma_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
+    mma, _ = build("multilayer_transformer_mma_wmt_en_de", "--share-all-embeddings", dictionary=dictionary)
     assert count_parameters(mma) == count_parameters(base)
     proj, _ = build("multilayer_transformer_wmt_en_de", "--share-all-embeddings", "--pre-classifier-projection",
                     dictionary=dictionary)
@@ -143,13 +143,13 @@ def test_aux_decoders_share_the_pre_classifier_and_output_projection():
 
 
 def test_presets():
-    _, args = build("transformer_deep_enc_shallow_dec", dictionary=make_dictionary())
+    _, args = build("multilayer_transformer_deep_enc_shallow_dec", dictionary=make_dictionary())
     assert (args.encoder_layers, args.decoder_layers, args.encoder_embed_dim, args.encoder_ffn_embed_dim) == (10, 2, 512, 2048)
-    _, args = build("transformer_dc_iwslt")
+    _, args = build("multilayer_transformer_dc_iwslt")
     assert args.encoder_self_attention == "dc" and args.decoder_self_attention == "standard"
     # thesis Table 5.1: the Ch. 5 IWSLT config has d_ff 512; f = 2 reproduces Table 5.2's count
     assert args.encoder_embed_dim == 256 and args.encoder_ffn_embed_dim == 512 and args.dc_kernel_size == 2
-    _, args = build("transformer_mma_iwslt")
+    _, args = build("multilayer_transformer_mma_iwslt")
     assert args.encoder_self_attention == "mma"
     # the MMA paper's IWSLT setup: 6+6 layers, d 512, FFN 1024, 4 heads (one per function), dropout 0.3
     assert (args.encoder_layers, args.decoder_layers, args.encoder_embed_dim, args.encoder_ffn_embed_dim,
@@ -159,7 +159,7 @@ def test_presets():
     for e, d in ((6, 6), (7, 5), (8, 4), (9, 3), (10, 2), (11, 1)):  # word-translation paper, Table 4
         _, args = build(f"multilayer_transformer_enc{e}_dec{d}", dictionary=make_dictionary())
         assert (args.encoder_layers, args.decoder_layers, args.encoder_embed_dim) == (e, d, 512)
-    _, args = build("transformer_dc_iwslt", "--dc-kernel-size", "3")  # the command line wins over presets
+    _, args = build("multilayer_transformer_dc_iwslt", "--dc-kernel-size", "3")  # the command line wins over presets
     assert args.dc_kernel_size == 3
 
 

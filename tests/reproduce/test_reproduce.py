@@ -26,7 +26,7 @@ from model_utils import MULTI30K, REPO
 from fairseq_ext.reproduce.tables import TableConfigError, load_setups, load_table, load_tables, table_ids
 
 # every row of the papers' results tables with its printed numbers, written from the papers'
-# table list by scripts/make_table_configs.py --printed
+# table list (paper-tables.json) when the table configs were first written
 PRINTED = os.path.join(os.path.dirname(__file__), "..", "fixtures", "paper-tables-printed.json")
 
 
