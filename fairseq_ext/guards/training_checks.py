@@ -8,12 +8,17 @@ is asked to check them, and refuses with a :class:`~fairseq_ext.errors.OptionErr
 the flags (printed as one line by the plugin's error hook).
 """
 import logging
+from contextvars import ContextVar
+from typing import Optional
 
 from fairseq import trainer as fairseq_trainer
 
 from fairseq_ext.guards.patching import replace
 
 logger = logging.getLogger(__name__)
+# the checkpoint the trainer is loading for a warm start (the optimizer reset), else None: read
+# by the model's load_state_dict (fairseq_ext.models.warm_start)
+WARM_START: ContextVar[Optional[str]] = ContextVar("warm_start", default=None)
 
 
 def _unwrapped(model):
@@ -32,5 +37,20 @@ def _checking_model_and_criterion(original):
     return __init__
 
 
+def _warm_starting(original):
+    """A checkpoint loaded with the optimizer reset (``--finetune-from-model``, or
+    ``--restore-file`` with ``--reset-optimizer``) starts a new training from its weights: the
+    model may then have options the checkpoint's model had not (fairseq_ext.models.warm_start)."""
+    def load_checkpoint(self, filename, reset_optimizer=False, *args, **kwargs):
+        token = WARM_START.set(str(filename) if reset_optimizer else None)
+        try:
+            return original(self, filename, reset_optimizer, *args, **kwargs)
+        finally:
+            WARM_START.reset(token)
+
+    return load_checkpoint
+
+
 def install() -> None:
     replace(fairseq_trainer.Trainer, "__init__", _checking_model_and_criterion)
+    replace(fairseq_trainer.Trainer, "load_checkpoint", _warm_starting)

@@ -43,6 +43,7 @@ from fairseq_ext.models.multilayer_transformer_config import (
 )
 from fairseq_ext.models.multilayer_transformer_decoder import MultilayerTransformerDecoder
 from fairseq_ext.models.multilayer_transformer_encoder import MultilayerTransformerEncoder
+from fairseq_ext.models.warm_start import WARM_START, warm_start_state
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,17 @@ class MultilayerTransformerModel(TransformerModel):
             return super().build_model(args, task)
         finally:
             _BUILDING.reset(token)
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        """fairseq's load; in a warm start (``--finetune-from-model``, or ``--restore-file``
+        with ``--reset-optimizer``) the checkpoint may be of the stock model or of other options
+        of the same sizes: :func:`~fairseq_ext.models.warm_start.warm_start_state`."""
+        checkpoint = WARM_START.get()
+        if checkpoint is not None:
+            self.upgrade_state_dict(state_dict)
+            state_dict, summary = warm_start_state(self, state_dict)
+            logger.info(f"warm start from {checkpoint}: {summary}")
+        return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
                 features_only: bool = False, alignment_layer: Optional[int] = None,

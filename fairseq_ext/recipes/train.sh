@@ -34,6 +34,9 @@ SAVE_DIR/checkpoint_last.pt; one run writes a save dir at a time.
 
   --config NAME|FILE   fairseq-train flags from a file (flags after -- win): one the package
                        ships ($(fsx_config_names)), or your own
+  --init-from CKPT     start from the weights of CKPT, a checkpoint of fairseq's transformer or
+                       of this model with other options of the same sizes (fairseq's
+                       --finetune-from-model: optimizer, schedule and meters start afresh)
   --nproc N            processes (GPUs) on this node (default 1)
   --nnodes M, --node-rank R, --master-addr HOST, --master-port PORT
                        a job over M nodes: run the same command on each, R = 0..M-1
@@ -59,14 +62,14 @@ die() { fsx_die "$@"; }
 [[ $# -ge 2 ]] || usage 1
 DATA=$1 SAVE=$2
 shift 2
-NPROC=1 NNODES=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 CONFIG=""
+NPROC=1 NNODES=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 CONFIG="" INIT_FROM=""
 # the port: --master-port, else the environment's MASTER_PORT (as torchrun), else 29500
 PORT_SOURCE="--master-port"
 [[ -n ${MASTER_PORT:-} ]] && PORT_SOURCE="MASTER_PORT (from the environment)"
 MASTER_PORT=${MASTER_PORT:-29500}
 while [[ $# -gt 0 ]]; do
     case $1 in
-        --nproc | --nnodes | --node-rank | --master-addr | --master-port | --config)
+        --nproc | --nnodes | --node-rank | --master-addr | --master-port | --config | --init-from)
             [[ $# -ge 2 && $2 != --* ]] || die "option $1 needs a value"
             case $1 in
                 --nproc) NPROC=$2 ;;
@@ -75,6 +78,7 @@ while [[ $# -gt 0 ]]; do
                 --master-addr) MASTER_ADDR=$2 ;;
                 --master-port) MASTER_PORT=$2 PORT_SOURCE=--master-port ;;
                 --config) CONFIG=$2 ;;
+                --init-from) INIT_FROM=$2 ;;
             esac
             shift 2 ;;
         -h|--help) usage 0 ;;
@@ -117,7 +121,12 @@ else
         echo "[train.sh] CPU: $OMP_NUM_THREADS thread(s) per process (${CPU_THREADS[1]:-}; OMP_NUM_THREADS=N to choose)" >&2
     fi
 fi
-ARGS=("$DATA" --user-dir "$USER_DIR" --save-dir "$SAVE" "${CONFIG_ARGS[@]}" "$@")
+INIT_ARGS=()
+if [[ -n $INIT_FROM ]]; then
+    [[ -f $INIT_FROM ]] || die "--init-from: no checkpoint $INIT_FROM"
+    INIT_ARGS=(--finetune-from-model "$(cd "$(dirname "$INIT_FROM")" && pwd)/$(basename "$INIT_FROM")")
+fi
+ARGS=("$DATA" --user-dir "$USER_DIR" --save-dir "$SAVE" "${CONFIG_ARGS[@]}" "${INIT_ARGS[@]}" "$@")
 WORLD=$((NPROC * NNODES))
 if [[ $WORLD -eq 1 ]]; then
     [[ ${DEVICE_ARGS[0]} == --cpu ]] && DEVICE_ARGS=(--cpu)

@@ -26,6 +26,7 @@ GUARDED = {
     (checkpoint_utils, "load_checkpoint"): "fairseq.checkpoint_utils",
     (sys, "excepthook"): None,
     (fairseq_trainer.Trainer, "__init__"): "fairseq.trainer",
+    (fairseq_trainer.Trainer, "load_checkpoint"): "fairseq.trainer",
     (fairseq_train, "train"): "fairseq_cli.train",
     (dataclass_utils, "convert_namespace_to_omegaconf"): "fairseq.dataclass.utils",
 }

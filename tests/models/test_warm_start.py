@@ -1,0 +1,78 @@
+"""Warm start (fairseq_ext/models/warm_start.py): a stock fairseq Transformer's weights, or
+another option set's, loaded into any option set of the same sizes. Where the technique
+allows it the new model computes exactly what the loaded one computed; fairseq-train's
+--finetune-from-model and fairseq-ext train --init-from take that path, a plain resume does not."""
+import os
+import subprocess
+
+import pytest
+import torch
+
+from fairseq_ext.models.warm_start import warm_start_state
+from joint_attention_reference import OPTION_SETS
+from model_utils import SMALL, TINY_TRAIN_FLAGS, USER_DIR, build, build_stock, clean_env, make_dictionary, random_batch
+
+# the option sets whose warm start from the stock model starts from its outputs (docs/training.md)
+EXACT = ("none", "s-agg", "iter-s-agg", "m-00", "m-01", "m-10", "m-11", "parallel", "dc", "ms", "aif",
+         "pre-classifier")
+
+
+def outputs(model, batch):
+    with torch.no_grad():
+        return model.eval()(*batch)[0]
+
+
+@pytest.mark.parametrize("name", sorted(OPTION_SETS))
+def test_a_stock_checkpoint_loads_into_every_option_set(name):
+    dictionary = make_dictionary()
+    stock, _ = build_stock("transformer_iwslt_de_en", *SMALL, dictionary=dictionary, seed=3)
+    model, _ = build("multilayer_transformer_iwslt", *SMALL, *OPTION_SETS[name], dictionary=dictionary, seed=5)
+    state, summary = warm_start_state(model, stock.state_dict())
+    model.load_state_dict(state, strict=True)
+    loaded = stock.state_dict()
+    mine = model.state_dict()
+    assert all(torch.equal(mine[k], loaded[k]) for k in loaded if k in mine and mine[k].shape == loaded[k].shape)
+    assert summary.startswith(f"{sum(k in mine and mine[k].shape == v.shape for k, v in loaded.items())} tensors taken")
+    batch = random_batch(dictionary)
+    gap = float((outputs(model, batch) - outputs(stock, batch)).abs().max())
+    if name in EXACT:
+        assert gap < 1e-5, summary
+    else:  # the technique changes what the decoder reads: no identity start (and the test would see one)
+        assert gap > 1e-3, summary
+
+
+def test_another_option_set_of_ours_loads_and_a_new_aif_starts_closed():
+    dictionary = make_dictionary()
+    m10, _ = build("multilayer_transformer_iwslt", *SMALL, "--joint-attention", "m-10", dictionary=dictionary, seed=3)
+    fused, _ = build("multilayer_transformer_iwslt", *SMALL, "--joint-attention", "m-10", "--aux-decoder-layers", "1",
+                     "--aux-fusion", dictionary=dictionary, seed=5)
+    state, summary = warm_start_state(fused, m10.state_dict())
+    fused.load_state_dict(state)
+    batch = random_batch(dictionary)
+    torch.testing.assert_close(outputs(fused, batch), outputs(m10, batch), atol=1e-5, rtol=0)
+    # the auxiliary decoder is a copy of the main one, but for its stock cross-attention (the main
+    # decoder's is MLMHA's), AIF is closed
+    new = summary.split("new with their own initialisation (")[1]
+    assert all(part.startswith("decoder.aux_decoders.*.layers.*.encoder_attn") for part in new.rstrip(")").split(", "))
+    aux = dict(fused.decoder.aux_decoders[0].named_parameters())
+    same = [k for k, p in fused.decoder.named_parameters() if k in aux and aux[k].shape == p.shape]
+    assert len(same) > 20 and all(torch.equal(fused.decoder.get_parameter(k), aux[k]) for k in same)
+
+
+@pytest.mark.slow
+def test_fairseq_trains_on_from_a_checkpoint_of_other_options(tiny_trained, tmp_path):
+    """fairseq-ext train --init-from (fairseq's --finetune-from-model): the warm start's line in
+    the log, and training goes on; a plain --restore-file of the same checkpoint into M-10 is
+    still refused (a resume must match the run)."""
+    bin_dir, checkpoint = tiny_trained
+    flags = ["--arch", "multilayer_transformer", *TINY_TRAIN_FLAGS, "--joint-attention", "m-10", "--max-update", "2"]
+    res = subprocess.run(["fairseq-ext", "train", bin_dir, str(tmp_path / "m10"), "--init-from", checkpoint, "--",
+                          *flags], capture_output=True, text=True, env=clean_env(), timeout=600)
+    log = res.stdout + res.stderr
+    assert res.returncode == 0, log[-3000:]
+    assert f"warm start from {checkpoint}: " in log and "new with their own initialisation" in log
+    assert os.path.exists(tmp_path / "m10" / "checkpoint_last.pt")
+    plain = subprocess.run(["fairseq-train", bin_dir, "--user-dir", USER_DIR,
+                            *flags, "--save-dir", str(tmp_path / "resume"), "--restore-file", checkpoint],
+                           capture_output=True, text=True, env=clean_env(), timeout=600)
+    assert plain.returncode != 0 and "warm start" not in plain.stdout + plain.stderr
