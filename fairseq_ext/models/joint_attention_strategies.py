@@ -59,6 +59,7 @@ class MemorySpec:
     activation_dropout: float
     num_encoder_layers: int
     num_decoder_layers: int
+    merger_dropout: float = 0.0  # transparent attention: dropout on the mixing weights before their softmax
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,8 @@ STRATEGIES: Dict[str, JointAttentionStrategy] = {s.name: s for s in [
     # transparent attention, one learned mix of all L+1 states per decoder layer (Bapna et al. 2018)
     JointAttentionStrategy(
         "transparent", Memory.PER_DECODER_LAYER,
-        build_memory=lambda spec: TransparentCombination(spec.num_encoder_layers + 1, spec.num_decoder_layers),
+        build_memory=lambda spec: TransparentCombination(spec.num_encoder_layers + 1, spec.num_decoder_layers,
+                                                         spec.merger_dropout),
         memory_attribute="transparent",
         build_cross_attention=_source_select(lambda spec: spec.layer_number - 1, one_of_n_sources=False),
         collects_layers=False),

@@ -39,6 +39,15 @@ class MultilayerTransformerConfig(FairseqDataclass):
     mask_source_layer: Optional[int] = field(
         default=None, metadata={"help": "analysis (thesis Table 3.5): mask collected layer f^I (1..n), as "
                                         "--mask-source-mode says"})
+    merger_dropout: float = field(
+        default=0.0, metadata={"help": "--joint-attention transparent: dropout on the mixing weights before "
+                                       "their softmax, in training (Lingvo's transparent_merger_dropout_prob; "
+                                       "default 0)"})
+    collected_layer_norm: bool = field(
+        default=False, metadata={"help": "pre-norm encoder (--encoder-normalize-before): a LayerNorm of its own "
+                                         "for each collected layer below the top (the top is the encoder's final "
+                                         "LayerNorm), so that joint attention mixes layers at one scale (DLCL's "
+                                         "way; default off)"})
     mask_source_mode: ChoiceEnum(["zero", "remove"]) = field(
         default="zero", metadata={"help": "--mask-source-layer: zero (default, the thesis' masking) feeds "
                                           "zeros in place of f^I to what the decoder reads, so its biased "
@@ -159,6 +168,8 @@ class MultilayerOptions:
     pre_classifier_projection: bool
     encoder_positions: bool = True  # False: --no-encoder-positional-embeddings
     mask_source_mode: str = "zero"  # zero: f^I replaced by zeros; remove: f^I taken out of the combination
+    collected_layer_norm: bool = False  # a LayerNorm per collected layer below the top (pre-norm encoders)
+    merger_dropout: float = 0.0  # transparent attention's mixing weights, before their softmax
 
     @property
     def removed_source(self) -> Optional[int]:
@@ -342,6 +353,18 @@ def parse_options(args, num_source_sentences: int = 1) -> MultilayerOptions:
         raise OptionError("--aux-decoder-layers cannot be combined with --decoder-layers-to-keep")
 
     _fairseq_features(args, strategy, aux_layers)
+    merger = float(getattr(args, "merger_dropout", 0.0) or 0.0)
+    if not 0.0 <= merger < 1.0:
+        raise OptionError(f"--merger-dropout ({merger}) must be in [0, 1)")
+    if merger and strategy.name != "transparent":
+        raise OptionError(f"--merger-dropout applies to --joint-attention transparent (its mixing weights before their "
+                          f"softmax), not {strategy.name}: the layer aggregations mix with matrices, without such weights")
+    if getattr(args, "collected_layer_norm", False):
+        if not getattr(args, "encoder_normalize_before", False):
+            raise OptionError("--collected-layer-norm needs --encoder-normalize-before: a post-norm encoder's "
+                              "layers are normalised already")
+        if strategy.memory is Memory.NONE or (strategy.collects_layers and n < 2):
+            raise OptionError("--collected-layer-norm needs a --joint-attention strategy over several encoder layers")
 
     if args.dc_kernel_size < 1:
         raise OptionError(f"--dc-kernel-size ({args.dc_kernel_size}) must be at least 1")
@@ -359,4 +382,6 @@ def parse_options(args, num_source_sentences: int = 1) -> MultilayerOptions:
         mma_window=args.mma_window, pre_classifier_projection=bool(args.pre_classifier_projection),
         encoder_positions=not getattr(args, "no_encoder_positional_embeddings", False),
         mask_source_mode=str(getattr(args, "mask_source_mode", None) or "zero"),
+        collected_layer_norm=bool(getattr(args, "collected_layer_norm", False)),
+        merger_dropout=float(getattr(args, "merger_dropout", 0.0) or 0.0),
     )

@@ -6,6 +6,7 @@ import torch
 import torch.nn as nn
 from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import TransformerEncoderBase
+from fairseq.modules import LayerNorm
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from torch import Tensor
@@ -83,10 +84,16 @@ class MultilayerTransformerEncoder(TransformerEncoderBase):
         if build is not None:
             spec = MemorySpec(cfg.encoder.embed_dim, cfg.encoder.ffn_embed_dim,
                               options.num_joint_layers, cfg.activation_dropout, cfg.encoder.layers,
-                              cfg.decoder.layers)
+                              cfg.decoder.layers, options.merger_dropout)
             # registered under the strategy's own name (layer_aggregation, transparent),
             # which is part of the checkpoint's parameter names
             setattr(self, self.strategy.memory_attribute, build(spec))
+        # --collected-layer-norm (pre-norm): the states read below the top are residual streams,
+        # each gets a LayerNorm of its own (the top one is the encoder's final LayerNorm)
+        below_top = options.num_joint_layers - 1 if self.strategy.collects_layers else cfg.encoder.layers
+        self.collected_layer_norms = nn.ModuleList(
+            LayerNorm(cfg.encoder.embed_dim) for _ in range(below_top)
+        ) if options.collected_layer_norm and self.strategy.memory is not Memory.NONE else None
 
     @property
     def memory_module(self) -> Optional[nn.Module]:
@@ -112,6 +119,10 @@ class MultilayerTransformerEncoder(TransformerEncoderBase):
         if self.strategy.memory is Memory.NONE:
             return None
         states = encoder_layer_outputs(encoder_out)
+        if self.collected_layer_norms is not None:  # the states read below the top, each normalised
+            first = len(states) - 1 - len(self.collected_layer_norms)
+            states = states[:first] + [norm(state) for norm, state in zip(self.collected_layer_norms, states[first:-1])] \
+                + states[-1:]
         if not self.strategy.collects_layers:  # transparent: every state, embeddings included
             return self.memory_module(states)
         features = collect_source_features(states, self.options.num_joint_layers, self.options.mask_source_layer)

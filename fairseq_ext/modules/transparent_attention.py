@@ -2,24 +2,30 @@
 Models with Transparent Attention"; a baseline in the MLMHA paper, Tables 2-4).
 
 Decoder layer j reads its own memory sum_{i=0..L} softmax(w_{:, j})_i H^i_e with
-w in R^{(L+1) x M}; the embedding output H^0_e is included.
+w in R^{(L+1) x M}; the embedding output H^0_e is included. In training, ``merger_dropout``
+p drops the mixing weights before their softmax, softmax(Dropout_p(w_{:, j})) (each w_ij
+zeroed with probability p, the others scaled by 1 / (1 - p)), as Lingvo's
+``transparent_merger_dropout_prob`` and Neutron's transparent attention do.
 """
 from typing import List
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch import Tensor
 
 
 class TransparentCombination(nn.Module):
     """-> J x B x M x C: the memory of every decoder layer (the layer selects its slice)."""
 
-    def __init__(self, num_encoder_states: int, num_decoder_layers: int):
+    def __init__(self, num_encoder_states: int, num_decoder_layers: int, merger_dropout: float = 0.0):
         super().__init__()
+        self.merger_dropout = merger_dropout
         # zeros: every layer starts from the uniform average of the encoder states
         self.weight = nn.Parameter(torch.zeros(num_encoder_states, num_decoder_layers))
 
     def forward(self, encoder_states: List[Tensor]) -> Tensor:  # L+1 tensors J x B x C
         stacked = torch.stack(encoder_states, dim=2)  # J x B x (L+1) x C
-        mix = torch.softmax(self.weight.float(), dim=0).type_as(stacked)  # (L+1) x M
+        weight = F.dropout(self.weight, self.merger_dropout, self.training) if self.merger_dropout else self.weight
+        mix = torch.softmax(weight.float(), dim=0).type_as(stacked)  # (L+1) x M
         return torch.einsum("jbic,im->jbmc", stacked, mix)
