@@ -27,107 +27,44 @@ For each configuration, against the stock model built from the same dictionary a
 
 ``--json FILE`` writes every number (the table runner and docs/performance.md read it), after
 every row, so that a run stopped early keeps the rows it finished.
+
+``--mode updates``: full training updates as fairseq-train runs them, at the papers' batches.
+
+    fairseq-ext benchmark --mode updates --config small --vocab 32000 --max-tokens 480 2048 4960 16384 \\
+        --data data-bin/iwslt15.en-vi --device cuda --dtype fp16 --json small.json
+    fairseq-ext benchmark --mode updates --config base --max-tokens 4960 --data data-bin/wmt14.en-de \\
+        --device cuda --dtype fp16 --json base.json
+
+* an update is fairseq's own ``Trainer.train_step`` (forward, backward, Adam's step, in fp16
+  fairseq's loss scaler; the optimizer, schedule and label smoothing of configs/iwslt.args), the
+  stock model with fairseq's ``label_smoothed_cross_entropy``, the rows with the plugin's
+  ``multi_output_label_smoothed_cross_entropy``;
+* its batches are fairseq-train's: the sentence lengths of a corpus (``--data``: the split's
+  sizes of a binarized data dir, or the word counts of two text files; without it a fixed
+  distribution like IWSLT'15 En-Vi's), cut by fairseq's ``batch_by_size`` at each
+  ``--max-tokens``, shuffled as an epoch; token ids random in a dictionary of ``--vocab`` words;
+* stock and row run the same batches in blocks of ``--block`` updates, alternating A B, B A, ...,
+  ``--updates`` each after ``--warmup``; the speed is the median of the ratios of each pair of
+  blocks (stock's time / the row's) with its IQR; target tokens per second and achieved TFLOP/s
+  (FLOPs of the warm-up updates per target token, torch's FLOP counter, times the tokens per
+  second) of both;
+* decoding: fairseq's SequenceGenerator at ``--beam`` on ``--decode-sentences`` sentences of the
+  corpus in batches of ``--decode-batch`` (sorted by length as fairseq-generate batches them),
+  each batch forced to ``--decode-len`` steps (fairseq_ext/selfcheck/updates.py, batches.py).
 """
 import argparse
 import json
 import logging
 import shlex
-import statistics
-import time
 from contextlib import contextmanager
 
 import torch
 
 from fairseq_ext import keys
 from fairseq_ext.model_builder import build_model, make_dictionary
-
-DEFAULT_CONFIGS = [
-    "no option:",
-    "S-Agg:--joint-attention s-agg",
-    "Iter-C-Agg:--joint-attention iter-c-agg",
-    "transparent:--joint-attention transparent",
-    "M-00:--joint-attention m-00",
-    "M-10:--joint-attention m-10",
-    "M-11:--joint-attention m-11",
-    "serial:--joint-attention serial",
-    "flat:--joint-attention flat",
-    "hierarchical:--joint-attention hierarchical",
-    "MS-1:--aux-decoder-layers 1",
-    "MS-1+AIF:--aux-decoder-layers 1 --aux-fusion",
-    "MS-12+AIF:--aux-decoder-layers 1,2 --aux-fusion",
-    "MS-123+AIF:--aux-decoder-layers 1,2,3 --aux-fusion",
-    "Enc-DC:--encoder-self-attention dc",
-    "Dec-DC:--decoder-self-attention dc",
-    "MMA:--encoder-self-attention mma",
-]
-
-SIZES = {  # the stock architecture and the plugin's preset of the same size
-    "small": ("transformer_iwslt_de_en", "multilayer_transformer_iwslt",
-              ["--encoder-embed-dim", "256", "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024",
-               "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
-               "--encoder-layers", "4", "--decoder-layers", "4"]),
-    "base": ("transformer_wmt_en_de", "multilayer_transformer_wmt_en_de", []),
-    # a smoke-test size: the code path in seconds (fairseq-ext selfcheck --quick), not a measurement
-    "tiny": ("transformer_iwslt_de_en", "multilayer_transformer_iwslt",
-             ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
-              "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-              "--encoder-layers", "2", "--decoder-layers", "2"]),
-    # the model of the CPU benchmark table (docs/reproduction.md): the flags of its training setup, read in main
-    "quickstart": ("transformer_iwslt_de_en", "multilayer_transformer_iwslt", None),
-}
-QUICKSTART_SETUP = "cpu-quickstart"  # configs/tables/setups.yaml, trainings
-
-
-def size_flags(config: str) -> list:
-    """The model-size flags of ``--config``; quickstart's come from the table runner's setup,
-    so the benchmark times the very model the CPU benchmark table trains."""
-    flags = SIZES[config][2]
-    if flags is None:
-        from fairseq_ext.reproduce.tables import load_setups
-
-        flags = shlex.split(load_setups()["trainings"][QUICKSTART_SETUP]["flags"])
-    return flags
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def timed(fn, device) -> float:
-    sync(device)
-    start = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - start
-
-
-def quartiles(values):
-    if len(values) < 4:
-        return min(values), max(values)
-    q = statistics.quantiles(values, n=4)
-    return q[0], q[2]
-
-
-def interleaved_ratio(fn_stock, fn_variant, device, min_pairs, max_pairs, seconds, spread):
-    """Median of per-pair time ratios (variant / stock), its IQR, the pairs and the medians."""
-    for fn in (fn_stock, fn_variant):  # warm up both (allocator, caches, lazy init)
-        fn()
-    ratios, t_stock, t_var = [], [], []
-    start = time.perf_counter()
-    while len(ratios) < max_pairs:
-        a = timed(fn_stock, device)
-        b = timed(fn_variant, device)
-        t_stock.append(a)
-        t_var.append(b)
-        ratios.append(b / a)
-        if len(ratios) >= min_pairs:
-            q1, q3 = quartiles(ratios)
-            if q3 - q1 <= spread or time.perf_counter() - start > seconds:
-                break
-    q1, q3 = quartiles(ratios)
-    return {"ratio": statistics.median(ratios), "iqr": [q1, q3], "pairs": len(ratios),
-            "stock_s": statistics.median(t_stock), "variant_s": statistics.median(t_var)}
+from fairseq_ext.selfcheck import updates
+from fairseq_ext.selfcheck.measure import (DEFAULT_CONFIGS, SIZES, flops, generate_fn, interleaved_ratio,
+                                           resolve_configs, size_flags, sync)
 
 
 def train_step_fn(model, batch):
@@ -171,33 +108,6 @@ def decode_fn(model, batch, beam, steps, state_out=None):
                 state_out.update(state)
 
     return run
-
-
-def generate_fn(model, batch, dictionary, beam, steps):
-    """fairseq's own beam search (SequenceGenerator, as fairseq-generate decodes) with every
-    hypothesis forced to ``steps`` tokens: the whole decoding of a batch, with the search's
-    bookkeeping, on the same work for every model (what the thesis' decoding speeds time)."""
-    from fairseq.sequence_generator import SequenceGenerator
-
-    src, lengths, _ = batch
-    generator = SequenceGenerator([model], dictionary, beam_size=beam, min_len=steps, max_len_a=0, max_len_b=steps)
-    sample = {"net_input": {"src_tokens": src, "src_lengths": lengths}}
-
-    def run():
-        model.eval()
-        with torch.no_grad():
-            hypos = generator.generate([model], sample)
-        assert all(len(h[0]["tokens"]) == steps + 1 for h in hypos), "forced length not kept"
-
-    return run
-
-
-def flops(fn) -> int:
-    from torch.utils.flop_counter import FlopCounterMode
-
-    with FlopCounterMode(display=False) as counter:
-        fn()
-    return counter.get_total_flops()
 
 
 @contextmanager
@@ -281,13 +191,21 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="fairseq-ext benchmark", description=__doc__.split("\n\n")[0],
                                      epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=["steps", "updates"], default="steps",
+                        help="steps (default): forward + backward of a synthetic --batch x --src-len/--tgt-len "
+                             "batch, decoding and memory; updates: fairseq's training updates (optimizer step, "
+                             "loss scaler) at --max-tokens batches of real lengths, and beam search on them")
     parser.add_argument("--config", choices=sorted(SIZES), default="small", help="model size (default small)")
-    parser.add_argument("--configs", nargs="*", default=DEFAULT_CONFIGS, help="NAME:FLAGS entries")
-    parser.add_argument("--vocab", type=int, default=8000)
-    parser.add_argument("--batch", type=int, default=16, help="sentences per training batch and per decoding run")
+    parser.add_argument("--configs", nargs="*", default=None,
+                        help="NAME:FLAGS entries, or the NAME of a known row (e.g. M-10, Full-DC); default: "
+                             "a row per technique (steps), the thesis' training-overhead rows (updates)")
+    parser.add_argument("--vocab", type=int, default=None,
+                        help="dictionary size (default 8000 with --mode steps, 32000 with --mode updates)")
+    parser.add_argument("--batch", type=int, default=16,
+                        help="sentences per training batch and per decoding run (--mode steps)")
     parser.add_argument("--src-len", type=int, default=30)
     parser.add_argument("--tgt-len", type=int, default=30)
-    parser.add_argument("--steps", type=int, default=30, help="incremental decoding steps per run")
+    parser.add_argument("--steps", type=int, default=30, help="incremental decoding steps per run (--mode steps)")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--min-pairs", type=int, default=7)
     parser.add_argument("--max-pairs", type=int, default=41)
@@ -301,7 +219,20 @@ def main(argv=None):
     parser.add_argument("--profile", choices=["train", "decode"],
                         help="instead of ratios: torch.profiler's table of the stock model and of each --configs "
                              "entry (one training step, or one decoding run at --beam), by self CPU/CUDA time")
+    updates.add_arguments(parser)
     cli = parser.parse_args(argv)
+    if cli.mode == "steps":
+        given = [o for o, v in (("--max-tokens", cli.max_tokens), ("--data", cli.data)) if v]
+        if given:
+            parser.error(f"{', '.join(given)}: with --mode updates only")
+        cli.vocab = cli.vocab or 8000
+        cli.configs = DEFAULT_CONFIGS if cli.configs is None else cli.configs
+    else:
+        updates.check_arguments(cli, parser)
+    try:
+        cli.configs = resolve_configs(cli.configs)
+    except ValueError as e:
+        parser.error(str(e))
     logging.disable(logging.WARNING)
     if cli.threads:
         torch.set_num_threads(cli.threads)
@@ -314,6 +245,8 @@ def main(argv=None):
                      "are reference code, so the ratio would time them and not the technique; use --dtype bf16 "
                      "on a CPU")
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[cli.dtype]
+    if cli.mode == "updates":
+        return updates.run(cli, parser, device)
 
     dictionary = make_dictionary(cli.vocab - 4)
     g = torch.Generator().manual_seed(cli.seed)
