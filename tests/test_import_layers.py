@@ -141,9 +141,10 @@ def test_no_module_reaches_itself_through_its_imports():
     assert cycles(graph(PACKAGE)) == []
 
 
-def test_no_file_of_the_package_is_over_400_lines():
+def test_no_file_of_the_package_is_over_600_lines():
+    """A cap that keeps a module to one concern without pushing a cohesive one apart."""
     long = {name: n for name, path in modules(PACKAGE).items()
-            if (n := len(path.read_text(encoding="utf-8").splitlines())) > 400}
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > 600}
     assert long == {}
 
 

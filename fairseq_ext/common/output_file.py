@@ -5,7 +5,10 @@
   replace the model or a dictionary with translations);
 - it is written to a temporary file beside it and renamed into place when the command
   succeeds, so that a run that fails (a bad input line under ``--strict``, Ctrl-C) leaves an
-  existing file as it was.
+  existing file as it was; a symbolic link is followed (its target is the file replaced, the
+  link stays), and what is not a regular file (``/dev/null``, a FIFO, a terminal) is written
+  through, never replaced;
+- it is never an existing checkpoint (``.pt``), which would replace a model with text.
 """
 import contextlib
 import os
@@ -41,6 +44,9 @@ def check_output_file(output: Optional[str], option: str = "--output", inputs: O
     for checkpoint in (checkpoints or "").split(":"):
         if checkpoint and _same(output, checkpoint):
             raise OutputFileError(f"{option} {output} is the checkpoint: the model would be replaced by the output")
+    if os.path.isfile(output) and os.path.realpath(output).endswith((".pt", ".ckpt")):
+        raise OutputFileError(f"{option} {output} is a checkpoint: a model would be replaced by the output; name "
+                              "another file")
     if data and os.path.isdir(data):
         root = os.path.realpath(data)
         if os.path.realpath(output).startswith(root + os.sep):
@@ -51,7 +57,14 @@ def check_output_file(output: Optional[str], option: str = "--output", inputs: O
 @contextlib.contextmanager
 def staged_output_file(path: str) -> Iterator[TextIO]:
     """A text file (UTF-8, LF; gzip for .gz) written beside ``path`` and renamed onto it when
-    the block ends without an exception; on an exception it is removed and ``path`` untouched."""
+    the block ends without an exception; on an exception it is removed and ``path`` untouched.
+    A link's target is the file replaced; a path that exists and is not a regular file (a
+    device, a FIFO) is written through as it is."""
+    path = os.path.realpath(path)
+    if os.path.exists(path) and not os.path.isfile(path):
+        with open_text(path) as f:
+            yield f
+        return
     folder = os.path.dirname(os.path.abspath(path))
     suffix = ".tmp.gz" if path.endswith(".gz") else ".tmp"  # open_text compresses by the name
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=suffix, dir=folder)

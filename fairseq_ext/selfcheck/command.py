@@ -29,7 +29,7 @@ import torch
 from fairseq_ext.common.cli import CommandParser, fail, setup_cli
 from fairseq_ext.errors import CommandError
 from fairseq_ext.selfcheck import environment, paper, stages, training
-from fairseq_ext.selfcheck.report import STAGES, read_stage
+from fairseq_ext.selfcheck.report import STAGES, check_out, read_stage
 
 PROG = "fairseq-ext selfcheck"
 RUNNERS = {"env": environment.run, "tests": stages.run_tests, "bench": stages.run_bench, "train": training.run,
@@ -88,6 +88,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         args = p.parse_args(argv)
         names = chosen_stages(args.stage)
+        check_out(args.out)
         device = torch.device(args.device)
         if device.type == "cuda" and not torch.cuda.is_available():
             raise CommandError("--device cuda: torch sees no GPU (torch.cuda.is_available() is False)")

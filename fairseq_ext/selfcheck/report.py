@@ -15,6 +15,26 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
+INDEX_TITLE = "# fairseq_ext self-check"
+
+
+def check_out(out: str) -> None:
+    """Refuse an --out whose files the self-check would replace though it did not write them
+    (its README.md is the index of the stages; ``--out .`` in a checkout would replace the
+    project's)."""
+    from fairseq_ext.errors import CommandError
+
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise CommandError(f"--out {out}: exists and is not a folder")
+    index = os.path.join(out, "README.md")
+    if os.path.exists(index):
+        with open(index, encoding="utf-8", errors="replace") as f:
+            first = f.readline().strip()
+        if first != INDEX_TITLE:
+            raise CommandError(f"--out {out}: its README.md is not the self-check's index (it would be replaced): "
+                               "choose another folder")
+
+
 def write_stage(out: str, stage: str, record: dict, markdown: List[str]) -> str:
     """Write the stage's JSON and markdown; return the markdown's path."""
     os.makedirs(out, exist_ok=True)
@@ -60,7 +80,7 @@ def last_line(log: str) -> str:
 
 
 def write_index(out: str) -> None:
-    lines = ["# fairseq_ext self-check", "",
+    lines = [INDEX_TITLE, "",
              "Written by `fairseq-ext selfcheck`; one line per stage found here.", "",
              "| stage | written | result | summary |", "|---|---|---|---|"]
     for stage in STAGES:

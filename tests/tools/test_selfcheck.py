@@ -126,6 +126,13 @@ def test_selfcheck_says_what_is_missing(tmp_path, capsys):
         code, err = error(command.main, "--out", str(tmp_path), "--device", "cuda")
         assert code == 1 and "--device cuda: torch sees no GPU" in err
     assert not os.listdir(tmp_path)  # nothing written before the options are right
+    (tmp_path / "README.md").write_text("# my project\n")  # --out . in a checkout: its README is not ours
+    code, err = error(command.main, "--out", str(tmp_path), "--device", "cpu", "--stage", "env")
+    assert code == 1 and "its README.md is not the self-check's index" in err
+    assert (tmp_path / "README.md").read_text() == "# my project\n"
+    code, err = error(command.main, "--out", str(tmp_path / "README.md"), "--device", "cpu")
+    assert code == 1 and "exists and is not a folder" in err
+    (tmp_path / "README.md").unlink()
     (tmp_path / "mine.txt").write_text("a user's file\n")
     code, err = error(pack.main, "--out", str(tmp_path), "--no-wheels")
     assert code == 1 and "is not a pack" in err

@@ -9,6 +9,7 @@ import os
 import random
 import re
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -236,3 +237,35 @@ def test_data_without_dictionaries_or_of_another_preprocessing_is_one_line(tiny_
         errors = [line for line in res.stderr.splitlines() if "error" in line.lower()]
         assert res.returncode == 1 and errors == [f"fairseq-ext translate: error: {message}"], res.stderr[-2000:]
         assert "Traceback" not in res.stderr
+
+
+def test_an_output_file_is_never_a_checkpoint_and_special_files_are_written_through(tmp_path):
+    """Another checkpoint of the save dir is refused as --output; a link's target is written
+    and the link kept; a FIFO's reader and /dev/null get the text, never a renamed file."""
+    import threading
+
+    from fairseq_ext.common.output_file import OutputFileError, check_output_file, staged_output_file
+
+    best = tmp_path / "checkpoint_best.pt"
+    best.write_bytes(b"PK model")
+    with pytest.raises(OutputFileError, match="is a checkpoint: a model would be replaced by the output"):
+        check_output_file(str(best), checkpoints=str(tmp_path / "checkpoint_last.pt"))
+    target = tmp_path / "target.txt"
+    target.write_text("old\n")
+    link = tmp_path / "link.txt"
+    link.symlink_to(target)
+    with staged_output_file(str(link)) as f:
+        f.write("new\n")
+    assert link.is_symlink() and target.read_text() == "new\n"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo).read()))
+    reader.start()
+    with staged_output_file(str(fifo)) as f:
+        f.write("through\n")
+    reader.join(10)
+    assert got == ["through\n"] and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    with staged_output_file("/dev/null") as f:
+        f.write("nothing\n")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
