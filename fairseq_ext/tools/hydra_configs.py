@@ -28,6 +28,7 @@ from typing import Dict, List, Optional
 import yaml
 
 from fairseq_ext import resources
+from fairseq_ext.errors import FairseqExtError
 
 GROUPS = ("common", "dataset", "optimization", "checkpoint", "distributed_training", "model", "task", "criterion",
           "optimizer", "lr_scheduler", "generation", "bpe", "tokenizer")
@@ -106,13 +107,26 @@ def _interpolations(group: str, name: str) -> Dict[str, str]:
     return {k: v for k, v in defaults.items() if isinstance(v, str) and v.startswith("${")}
 
 
+HEADER = "# fairseq-hydra-train config written by `fairseq-ext config-dir`"
+
+
 def write_config_dir(out: str) -> List[str]:
-    """Write NAME.yaml for every config into ``out``; the paths written."""
+    """Write NAME.yaml for every config into ``out``; the paths written. A NAME.yaml there that
+    this command did not write (its first line is not ours) is a user's: refused, not replaced."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise FairseqExtError(f"--out {out}: exists and is not a folder")
+    for name in config_names():
+        path = os.path.join(out, f"{name}.yaml")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8", errors="replace") as f:
+                if not f.readline().startswith(HEADER):
+                    raise FairseqExtError(f"--out {out}: {name}.yaml there was not written by fairseq-ext config-dir "
+                                          "(it would be replaced): choose another folder")
     os.makedirs(out, exist_ok=True)
     paths = []
     for name in config_names():
         path = os.path.join(out, f"{name}.yaml")
-        text = (f"# fairseq-hydra-train config written by `fairseq-ext config-dir` from fairseq_ext/configs/{name}.args\n"
+        text = (f"{HEADER} from fairseq_ext/configs/{name}.args\n"
                 f"# (set task.data; add a plugin option with +model.NAME=VALUE)\n"
                 + yaml.safe_dump(config_dict(name), sort_keys=False, default_flow_style=None))
         tmp = path + ".tmp"
@@ -142,7 +156,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                         "~/.cache/fairseq_ext/hydra-configs-VERSION)")
     args = parser.parse_args(argv)
     out = os.path.abspath(args.out or default_dir())
-    write_config_dir(out)
+    try:
+        write_config_dir(out)
+    except FairseqExtError as e:
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return 1
     print(out)
     return 0
 

@@ -185,3 +185,20 @@ def test_a_hand_written_nested_yaml_trains_and_decodes(tiny_trained, tmp_path):
                                                   "--gen-subset", "test", "--beam", "2", "--cpu", "-s", "src",
                                                   "-t", "tgt"])
     assert generate.returncode == 0 and "Translated" in generate.stdout + generate.stderr, generate.stderr[-2000:]
+
+
+def test_config_dir_never_replaces_a_users_yaml(tmp_path):
+    """--out naming a folder with a user's iwslt.yaml, or a file, is refused in one line; a
+    folder it wrote before is written again."""
+    mine = tmp_path / "iwslt.yaml"
+    mine.write_text("model: {_name: mine}\n")
+    res = run([sys.executable, "-m", "fairseq_ext", "config-dir", "--out", str(tmp_path)])
+    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+        f"fairseq-ext config-dir: error: --out {tmp_path}: iwslt.yaml there was not written by fairseq-ext "
+        "config-dir (it would be replaced): choose another folder"]
+    assert mine.read_text() == "model: {_name: mine}\n"
+    res = run([sys.executable, "-m", "fairseq_ext", "config-dir", "--out", str(mine)])
+    assert res.returncode == 1 and "exists and is not a folder" in res.stderr and "Traceback" not in res.stderr
+    ours = tmp_path / "ours"
+    for _ in range(2):
+        assert run([sys.executable, "-m", "fairseq_ext", "config-dir", "--out", str(ours)]).returncode == 0
