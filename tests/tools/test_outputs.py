@@ -512,3 +512,18 @@ def test_the_temporary_directories_of_killed_runs_are_named_when_the_output_is_w
     assert res.returncode == 0, res.stderr
     assert res.stderr.splitlines()[0] == f"[quickstart.sh] WARNING: {want}"
     assert stale.is_dir()  # named, never removed: --keep-tmp keeps one on purpose
+
+
+def test_stale_staging_finds_the_folders_of_killed_runs_of_bash_and_python(tmp_path):
+    """A killed run leaves .NAME.tmp.XXXXXX (the recipes' mktemp) or .NAME.tmp.XXXXXXXX (Python's
+    mkdtemp, as `fairseq-ext evaluate` stages): both are reported, nothing else is."""
+    import tempfile
+
+    target = tmp_path / "eval-test"
+    bash_like = tmp_path / ".eval-test.tmp.Ab3dE9"
+    bash_like.mkdir()
+    python_like = tempfile.mkdtemp(prefix=".eval-test.tmp.", dir=tmp_path)
+    (tmp_path / ".eval-test.tmp.notours-at-all").mkdir()
+    (tmp_path / ".other.tmp.Ab3dE9").mkdir()
+    assert locks.stale_staging(str(target)) == sorted([str(bash_like), python_like])
+    assert "2 temporary directories of earlier runs" in locks.stale_staging_warning(str(target))

@@ -189,7 +189,8 @@ def lock_inherited_fd(target: str, fd: int, what: str, pid: int) -> int:
 
 def stale_staging(target: str) -> List[str]:
     """The temporary directories of earlier runs that wrote ``target`` and were killed before
-    they finished (``.NAME.tmp.XXXXXX`` beside it). Only meaningful while holding its lock:
+    they finished (``.NAME.tmp.`` and the random part beside it: 6 characters from the recipes'
+    ``mktemp``, 8 from Python's ``tempfile.mkdtemp``). Only meaningful while holding its lock:
     then no live run owns them."""
     target = os.path.realpath(target)
     parent, name = os.path.split(target)
@@ -197,8 +198,8 @@ def stale_staging(target: str) -> List[str]:
         return []
     prefix = f".{name}.tmp."
     return sorted(os.path.join(parent, entry) for entry in os.listdir(parent)
-                  if entry.startswith(prefix) and len(entry) == len(prefix) + 6
-                  and os.path.isdir(os.path.join(parent, entry)))
+                  if entry.startswith(prefix) and len(entry) - len(prefix) in (6, 8)
+                  and entry[len(prefix):].replace("_", "").isalnum() and os.path.isdir(os.path.join(parent, entry)))
 
 
 def stale_staging_warning(target: str, current: Optional[str] = None) -> Optional[str]:
