@@ -78,14 +78,18 @@ def model_name(model: str) -> str:
 
 
 def resolve_model(model: str) -> str:
+    """The checkpoint COMET loads: absolute (the worker runs in a folder of its own), or a
+    name COMET downloads as it is."""
     if os.path.isdir(model):
         checkpoint = os.path.join(model, "checkpoints", "model.ckpt")
         if not os.path.isfile(checkpoint):
             raise CometError(f"--comet-model {model}: no checkpoints/model.ckpt in it (a COMET model directory "
                              "holds checkpoints/model.ckpt and hparams.yaml)")
-        return checkpoint
-    if model.endswith(".ckpt") and not os.path.isfile(model):
-        raise CometError(f"--comet-model {model}: no such file")
+        return os.path.abspath(checkpoint)
+    if model.endswith(".ckpt"):
+        if not os.path.isfile(model):
+            raise CometError(f"--comet-model {model}: no such file")
+        return os.path.abspath(model)
     return model
 
 
@@ -103,8 +107,8 @@ def comet_version(python: str, flag: str) -> str:
                               capture_output=True, text=True)
     except OSError as e:
         raise CometError(f"{flag} {python}: cannot run it ({e.strerror})")
-    if proc.returncode != 0:
-        why = (proc.stderr.strip().splitlines() or ["?"])[-1]
+    if proc.returncode != 0 or not proc.stdout.strip():
+        why = (proc.stderr.strip().splitlines() or ["it printed no version"])[-1]
         raise CometError(f"{flag} {python}: no unbabel-comet there ({why}); make comet-env makes an environment "
                          "with it: --comet-python .comet-venv/bin/python")
     return proc.stdout.strip()
@@ -139,8 +143,15 @@ def _run(cmd: List[str], what: str, cwd: str) -> None:
         proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
         if proc.returncode != 0:
             log.seek(0)
-            lines = [line for line in log.read().splitlines() if line.strip()]
-            raise CometError(f"{what} failed: {lines[-1] if lines else 'no output'}")
+            raise CometError(f"{what} failed: {failure_line(log.read())}")
+
+
+def failure_line(output: str) -> str:
+    """The line that says why a Python program failed: its exception's line (the last one
+    naming an Error or Exception), not a traceback's caret or code line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip(" ^~\t")]
+    named = [line for line in lines if re.match(r"^[\w.]*(Error|Exception|Exit)\b", line)]
+    return (named or lines or ["no output"])[-1]
 
 
 def text_flavour(lowercase: bool) -> str:
@@ -167,6 +178,8 @@ def score(comet: Comet, src: Sequence[str], hyp: Sequence[str], ref: Sequence[st
         with open(WORKER, encoding="utf-8") as f:
             worker = f.read()
         _run([comet.python, "-c", worker, request, result], f"COMET ({comet.name})", tmp)
+        if not os.path.isfile(result):
+            raise CometError(f"COMET ({comet.name}): {comet.python} wrote no result (is it a Python with COMET?)")
         with open(result, encoding="utf-8") as f:
             out = json.load(f)
     sig = comet.signature(lowercase=lowercase)
@@ -190,6 +203,8 @@ def compare(comet: Comet, src: Sequence[str], baseline: Sequence[str], system: S
               "-r", files["ref"], "--model", comet.model, "--batch_size", str(comet.batch_size),
               "--gpus", str(comet.gpus), "--num_splits", str(num_splits), "--sample_ratio", str(sample_ratio),
               "--to_json", out], f"comet-compare ({comet.name})", tmp)
+        if not os.path.isfile(out):
+            raise CometError(f"comet-compare ({comet.name}): {comet.python} wrote no result (is it a Python with COMET?)")
         with open(out, encoding="utf-8") as f:
             found = json.load(f)["statistical_results"][0]
     boot, t_test = found["bootstrap_resampling"], found["paired_t-test"]

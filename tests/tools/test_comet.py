@@ -226,3 +226,22 @@ def test_the_signature_names_the_casing_so_a_lowercased_score_is_never_taken_for
     ap = AnalysisPlan("comet", run, str(tmp_path / "comet.json"), comet=settings_)
     with pytest.raises(Exception):  # it tries to score (and that Python does not exist)
         execute.run_comet(ap)
+
+
+def test_comet_failures_are_one_line_that_says_why(tmp_path, monkeypatch):
+    """A Python that prints no version (/bin/true) is refused before anything runs; a failure's
+    line is the exception's, not a traceback's caret; a model folder is passed absolute (the
+    worker runs in a folder of its own)."""
+    with pytest.raises(comet.CometError, match=r"--comet-python /bin/true: no unbabel-comet there \(it printed no "
+                                               r"version\)"):
+        comet.comet_version("/bin/true", "--comet-python")
+    traceback = ('Traceback (most recent call last):\n  File "<string>", line 3, in <module>\n'
+                 '    load_from_checkpoint(path)\n    ^^^^^^^^^^^^^^^^^^^^^^^^^^\n'
+                 'FileNotFoundError: [Errno 2] No such file: model.ckpt\n      ^\n')
+    assert comet.failure_line(traceback) == "FileNotFoundError: [Errno 2] No such file: model.ckpt"
+    model = tmp_path / "tiny" / "checkpoints"
+    model.mkdir(parents=True)
+    (model / "model.ckpt").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    assert comet.resolve_model("tiny") == str(model / "model.ckpt")
+    assert comet.resolve_model("Unbabel/wmt22-comet-da") == "Unbabel/wmt22-comet-da"  # a name COMET downloads
