@@ -51,6 +51,10 @@ def load_model(checkpoint: str, data: str, split: Optional[str] = None, override
     _check_checkpoint_file(checkpoint)
     if not os.path.isdir(data):
         raise DataError(f"--data {data}: no such directory")
+    if not any(name.startswith("dict.") and name.endswith(".txt") for name in os.listdir(data)):
+        # fairseq would infer the language pair from them and say only "Could not infer language pair"
+        raise DataError(f"--data {data} has no dict.*.txt: name the directory fairseq-preprocess (or fairseq-ext "
+                        "prepare) wrote for this model, with its dict.SRC.txt and dict.TGT.txt")
     arg_overrides = {"data": os.path.abspath(data)}
     arg_overrides.update(overrides or {})
     try:

@@ -36,6 +36,7 @@ from typing import Dict, List, Tuple
 from fairseq_ext.common.cli import setup_cli
 from fairseq_ext.common.data_text import FLAVOURS, env_headline, read_prep_env, side_tokenizer
 from fairseq_ext.common.output_file import check_output_file, staged_output_file
+from fairseq_ext.errors import DataError
 from fairseq_ext.recipes.helpers import bleu
 from fairseq_ext.recipes.helpers.corpus import open_text
 from fairseq_ext.tools import comet, translate
@@ -120,6 +121,8 @@ def main(argv=None):
     if n_src == 0:  # sacreBLEU would fail on an empty corpus with a traceback
         raise InputError(f"--src {args.src} and --ref {args.ref} are empty: nothing to score")
     comet_settings = comet.from_args(args)  # COMET's environment and model, before the model loads
+    if not os.path.isdir(args.data):  # said alone, not after a warning about its prep.env
+        raise DataError(f"--data {args.data}: no such directory")
     env = read_prep_env(args.data)
     headline, note = choose_headline(env, args.headline or "")
     if not env:

@@ -177,3 +177,11 @@ def test_src_and_ref_may_be_pipes(model, tmp_path):
     res = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=clean_env(), timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "BLEU" in res.stdout
+
+
+def test_a_data_directory_that_does_not_exist_is_one_line(tmp_path):
+    source = write_lines(tmp_path / "src.en", ["a"])
+    res = fairseq_ext("score", "--checkpoint", tmp_path / "none.pt", "--data", tmp_path / "nowhere", "--src", source,
+                      "--ref", source)
+    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+        f"fairseq-ext score: error: --data {tmp_path / 'nowhere'}: no such directory"]

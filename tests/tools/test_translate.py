@@ -226,7 +226,7 @@ def test_data_without_dictionaries_or_of_another_preprocessing_is_one_line(tiny_
     words = sum(1 for _ in open(os.path.join(bin_dir, "dict.tgt.txt"), encoding="utf-8"))
     (tmp_path / "in.txt").write_text("w1 w2 w3\n")
     for data, message in [
-            (bare, f"--data {bare} has no dict.src.txt: name the directory fairseq-preprocess (or fairseq-ext "
+            (bare, f"--data {bare} has no dict.*.txt: name the directory fairseq-preprocess (or fairseq-ext "
                    f"prepare) wrote for this model, with its dict.SRC.txt and dict.TGT.txt"),
             (other, f"--checkpoint {checkpoint} was not trained on --data {other}: its target vocabulary has "
                     f"{words + 4} entries (decoder.embed_tokens.weight), the target dictionary of --data has "
