@@ -63,7 +63,7 @@ import torch
 from fairseq_ext import keys
 from fairseq_ext.model_builder import build_model, make_dictionary
 from fairseq_ext.selfcheck import updates
-from fairseq_ext.selfcheck.measure import (DEFAULT_CONFIGS, SIZES, flops, generate_fn, interleaved_ratio,
+from fairseq_ext.selfcheck.timing import (DEFAULT_CONFIGS, SIZES, flops, generate_fn, interleaved_ratio,
                                            resolve_configs, size_flags, sync)
 
 

@@ -13,8 +13,8 @@ import torch
 
 from fairseq_ext.errors import OptionError
 from fairseq_ext.model_builder import build_model, make_dictionary
-from fairseq_ext.selfcheck.batches import corpus_lengths, decode_batches, pair_dataset, train_batches
-from fairseq_ext.selfcheck.measure import (SIZES, flops, generate_fn, interleaved_ratio, quartiles, size_flags,
+from fairseq_ext.selfcheck.corpus_batches import corpus_lengths, decode_batches, pair_dataset, train_batches
+from fairseq_ext.selfcheck.timing import (SIZES, flops, generate_fn, interleaved_ratio, quartiles, size_flags,
                                            sync)
 
 # the optimizer, schedule and loss of configs/iwslt.args and configs/wmt14.args (the papers' training)

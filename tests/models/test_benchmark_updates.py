@@ -14,7 +14,9 @@ import torch
 from model_utils import make_tiny_parallel_data
 
 from fairseq_ext.model_builder import make_dictionary
-from fairseq_ext.selfcheck import batches, benchmark, measure, updates
+from fairseq_ext.selfcheck import benchmark, updates
+from fairseq_ext.selfcheck import corpus_batches as batches
+from fairseq_ext.selfcheck import timing as measure
 from fairseq_ext.selfcheck.stages import BASE_ROWS
 
 TINY = measure.SIZES["tiny"]
