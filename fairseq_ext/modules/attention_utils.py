@@ -23,6 +23,21 @@ def xavier_linear(in_features: int, out_features: int, bias: bool = True, gain: 
     return m
 
 
+def made_while_unchanged(owner: nn.Module, name: str, tensors: List[Tensor], make):
+    """``make(tensors)`` (e.g. weights concatenated for one matmul), kept on ``owner`` under
+    ``name`` while no tensor changed (an in-place update bumps its version; a load replaces
+    it) and autograd is off (decoding): then every step reuses it instead of copying the
+    weights again. With autograd on it is made at every call, so that its graph is fresh."""
+    if torch.is_grad_enabled():
+        return make(tensors)
+    version = tuple((t.data_ptr(), t._version, t.dtype) for t in tensors)
+    cached = owner.__dict__.get(name)
+    if cached is None or cached[0] != version:
+        cached = (version, make(tensors))
+        owner.__dict__[name] = cached
+    return cached[1]
+
+
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
     """T x B x C -> B x H x T x (C / H)."""
     length, bsz, dim = x.shape

@@ -28,6 +28,7 @@ from fairseq_ext.modules.attention_utils import (
     ReportsAttentionWeights,
     attend_by_sentence,
     attention_weights_for_output,
+    made_while_unchanged,
     merge_heads,
     softmax_float,
     xavier_linear,
@@ -101,14 +102,7 @@ class MultiLayerMultiheadAttention(StackedSourceAttention, ReportsAttentionWeigh
         (decoding) the concatenation is kept until a weight changes (in-place updates bump
         a tensor's version), so it is not rebuilt at every step."""
         params = [t for p in self.q_proj for t in (p.weight, p.bias)]
-        if torch.is_grad_enabled():
-            return torch.cat(params[0::2]), torch.cat(params[1::2])
-        key = tuple((t.data_ptr(), t._version) for t in params)
-        cached = self.__dict__.get("_q_stacked")
-        if cached is None or cached[0] != key:
-            cached = (key, (torch.cat(params[0::2]), torch.cat(params[1::2])))
-            self.__dict__["_q_stacked"] = cached
-        return cached[1]
+        return made_while_unchanged(self, "_q_stacked", params, lambda ts: (torch.cat(ts[0::2]), torch.cat(ts[1::2])))
 
     def forward(
         self,

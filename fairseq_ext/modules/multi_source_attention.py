@@ -38,6 +38,7 @@ from fairseq_ext.modules.attention_utils import (
     group_mask,
     group_queries,
     head_weights_for_output,
+    made_while_unchanged,
     merge_heads,
     scaled_logits,
     softmax_float,
@@ -284,17 +285,12 @@ class HierarchicalCrossAttention(nn.Module, ReportsAttentionWeights):
     def stacked_projections(self) -> dict:
         """The n first-level attentions' query and output projections stacked (n x C x C,
         n x C), made again only when a weight changed (a training step, a load)."""
-        parts = [getattr(getattr(a, name), part) for name in ("q_proj", "out_proj") for part in ("weight", "bias")
-                 for a in self.source_attentions]
-        version = tuple((p.data_ptr(), p._version, p.dtype) for p in parts)
-        cached = self.__dict__.get("_stacked")
-        if cached is None or cached[0] != version or torch.is_grad_enabled():
-            n = len(self.source_attentions)
-            names = [f"{name}_{part}" for name in ("q_proj", "out_proj") for part in ("weight", "bias")]
-            cached = (version, {key: torch.stack(parts[i * n:(i + 1) * n]) for i, key in enumerate(names)})
-            # kept only without autograd: a stack that carries a graph is made again at every call
-            self.__dict__["_stacked"] = None if torch.is_grad_enabled() else cached
-        return cached[1]
+        projections = [(name, part) for name in ("q_proj", "out_proj") for part in ("weight", "bias")]
+        parts = [getattr(getattr(a, name), part) for name, part in projections for a in self.source_attentions]
+        names = [f"{name}_{part}" for name, part in projections]
+        n = len(self.source_attentions)
+        return made_while_unchanged(self, "_stacked", parts, lambda ts: {
+            key: torch.stack(ts[i * n:(i + 1) * n]) for i, key in enumerate(names)})
 
     def decode_contexts(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Optional[Tensor],
                         need_weights: bool):

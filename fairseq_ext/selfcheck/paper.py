@@ -13,7 +13,7 @@ marks it and compares no row with it. A run lives in ``OUT/paper/runs/NAME/`` (`
 logs, translations, scores, ``checkpoints/``); ``OUT/paper.md`` is built from every run there,
 so later commands and runs copied from other machines add rows and seeds to the same table
 (``--table-only`` rebuilds it), and a finished run is never trained again."""
-import contextlib
+import functools
 import json
 import os
 import re
@@ -83,12 +83,13 @@ def numbers(value: str, kind, option: str) -> list:
     return values
 
 
-def thesis_rows() -> List[Row]:
+@functools.lru_cache(maxsize=None)
+def thesis_rows() -> Tuple[Row, ...]:
     """The own rows of Table 3.3 with an En-Vi number: the baseline first, then by the thesis'
     En-Vi gain, largest first (the order in which rows are worth a GPU's minutes)."""
     rows = [r for r in load_table(TABLE).rows if r.runnable and DATASET in r.paper]
     base, others = rows[0], rows[1:]
-    return [base] + sorted(others, key=lambda r: -(thesis_number(r)[1] or 0.0))
+    return (base, *sorted(others, key=lambda r: -(thesis_number(r)[1] or 0.0)))
 
 
 def thesis_number(row: Row) -> Tuple[Optional[float], Optional[float]]:
@@ -165,10 +166,13 @@ def train_command(run: Run, data: str, save: str, device, quick: bool, train_fla
 
 
 def start(cmd: List[str], log: str, threads: int) -> subprocess.Popen:
+    """``cmd`` started with its output after a ``$ CMD`` line in ``log`` (the child keeps the
+    file open; this process closes its own handle)."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     with open(log, "a", encoding="utf-8") as f:
         f.write("$ " + shlex.join(cmd) + "\n")
-    return subprocess.Popen(cmd, stdout=open(log, "a", encoding="utf-8"), stderr=subprocess.STDOUT, env=env)
+        f.flush()
+        return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
 
 
 def wait_all(procs: Dict[str, subprocess.Popen], until: float, logs: Dict[str, str]) -> Dict[str, object]:
@@ -191,8 +195,10 @@ def wait_all(procs: Dict[str, subprocess.Popen], until: float, logs: Dict[str, s
 
 
 def read_json(path: str) -> dict:
-    with open(path, encoding="utf-8") if os.path.exists(path) else contextlib.nullcontext(None) as f:
-        return json.load(f) if f else {}
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def run_paper(out: str, device, data: Optional[str], quick: bool, time_limit: float, runs: List[Run],
@@ -273,7 +279,8 @@ def train_and_evaluate(root: str, data: str, device, quick: bool, deadline: floa
 
 
 def device_name(device) -> str:
-    import torch  # noqa: F401 (torch.cuda)
+    import torch
+
     return torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({os.cpu_count()} cores)"
 
 
@@ -287,12 +294,14 @@ def sentence_stats(record: dict):
     """sacreBLEU's statistics of each test sentence of a run (for the multi-run test), or None."""
     from fairseq_ext.tools.multi_run_tests import sentence_stats as stats
 
-    folder = os.path.join(record["folder"], "eval-test")
-    detok = record.get("bleu_flavour", "detok-cased").startswith("detok")
-    hyp, ref = (os.path.join(folder, f"{n}.{'detok' if detok else 'tok'}") for n in ("hyp", "ref"))
+    from fairseq_ext.reproduce.significance import FLAVOUR_FILES
+
+    flavour = record.get("bleu_flavour", "detok-cased")
+    hyp, ref = (os.path.join(record["folder"], "eval-test", name)
+                for name in FLAVOUR_FILES["tok" if flavour.startswith("tok") else "detok"])
     if not (os.path.exists(hyp) and os.path.exists(ref)):
         return None
-    return stats(read_lines(ref), read_lines(hyp), record["bleu_flavour"])
+    return stats(read_lines(ref), read_lines(hyp), flavour)
 
 
 def count(n: float) -> str:
