@@ -222,7 +222,8 @@ def main(argv=None):
     updates.add_arguments(parser)
     cli = parser.parse_args(argv)
     if cli.mode == "steps":
-        given = [o for o, v in (("--max-tokens", cli.max_tokens), ("--data", cli.data)) if v]
+        given = [o for o, v in (("--max-tokens", cli.max_tokens), ("--data", cli.data), ("--settle", cli.settle))
+                 if v is not None]
         if given:
             parser.error(f"{', '.join(given)}: with --mode updates only")
         cli.vocab = cli.vocab or 8000

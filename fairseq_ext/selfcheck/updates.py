@@ -8,6 +8,7 @@ import re
 import shlex
 import statistics
 import time
+from typing import List
 
 import torch
 
@@ -40,6 +41,10 @@ def add_arguments(parser) -> None:
                                                               "pairs of blocks (default 100)")
     up.add_argument("--warmup", type=int, default=5, help="untimed updates of each model first, on which the FLOPs "
                                                           "are counted (default 5)")
+    up.add_argument("--settle", type=float, metavar="SECONDS",
+                    help="before the first row, the stock model trains untimed over every batch until two passes "
+                         "take within 3%% of each other, for at most this long (default 60 on cuda, 0 on cpu): "
+                         "a GPU's first tens of seconds ran the same updates up to 3x slower")
     up.add_argument("--block", type=int, default=5, help="updates a block: stock and row alternate by blocks, "
                                                          "A B then B A; each such pair gives a ratio (default 5)")
     up.add_argument("--required-batch-size-multiple", type=int, default=8,
@@ -61,6 +66,8 @@ def check_arguments(cli, parser) -> None:
     cli.vocab = cli.vocab or 32000
     cli.configs = BASE_ROWS if cli.configs is None else cli.configs
     cli.max_tokens = cli.max_tokens or [DEFAULT_MAX_TOKENS.get(cli.config, 2048)]
+    if cli.settle is not None and cli.settle < 0:
+        parser.error(f"--settle {cli.settle}: must be 0 (none) or more seconds")
     for option, value in (("--updates", cli.updates), ("--warmup", cli.warmup), ("--block", cli.block),
                           ("--required-batch-size-multiple", cli.required_batch_size_multiple),
                           ("--decode-batch", cli.decode_batch), ("--beam", cli.beam),
@@ -108,9 +115,24 @@ def run_updates(trainer, samples, device):
     return time.perf_counter() - start, skipped
 
 
+def settle(trainer, samples, device, seconds: float, tolerance: float = 0.03) -> List[float]:
+    """Untimed passes of ``trainer`` over ``samples`` until one takes within ``tolerance`` of the
+    one before, or ``seconds`` have gone by: the seconds of each pass. On an H100 the stock
+    model's first ~40 s of updates ran up to 3x slower than the same updates later, which made
+    the first rows of a table wrong; one pass at least when ``seconds`` > 0."""
+    passes: List[float] = []
+    start = time.perf_counter()
+    while seconds > 0:
+        passes.append(run_updates(trainer, samples, device)[0])
+        if (len(passes) > 1 and abs(passes[-1] - passes[-2]) <= tolerance * passes[-2]
+                or time.perf_counter() - start >= seconds):
+            break
+    return passes
+
+
 def interleaved_updates(stock, variant, samples, warmup: int, block: int, device) -> dict:
     """Both trainers run the same ``samples``: the first ``warmup`` under torch's FLOP counter
-    (untimed), then blocks of ``block`` updates, stock and row alternating in the order A B,
+    and once more without it (untimed), then blocks of ``block`` updates, stock and row alternating in the order A B,
     B A, A B, ...: on a 2-core CPU in bf16 the model that ran first after the other one was 5-10%
     slower than when it ran second, so every pair of blocks (A B on some batches, B A on the
     next) gives one time ratio (row / stock) in which each model ran first once. The median
@@ -124,6 +146,7 @@ def interleaved_updates(stock, variant, samples, warmup: int, block: int, device
     for name, trainer in (("stock", stock), ("variant", variant)):
         with FlopCounterMode(display=False) as counter:
             run_updates(trainer, warm, device)
+        run_updates(trainer, warm, device)  # a new model's first plain updates (allocator, kernels)
         out[name] = {"flops_per_tgt_token": counter.get_total_flops() / warm_tokens, "block_seconds": [],
                      "skipped": 0}
     order = [("stock", stock), ("variant", variant)]
@@ -202,6 +225,8 @@ def run(cli, parser, device) -> int:
                                               cli.required_batch_size_multiple)
         except ValueError as e:
             parser.error(str(e))
+    settle_s = cli.settle if cli.settle is not None else (60.0 if device.type == "cuda" else 0.0)
+    passes = settle(stock, [s for samples, _ in sweep.values() for s in samples], device, settle_s)
     decoding = decode_batches(stock, src_sizes, tgt_sizes, dictionary, cli, device) if cli.decode_sentences else []
     device_name = (torch.cuda.get_device_name(device) if device.type == "cuda"
                    else f"cpu ({torch.get_num_threads()} threads)")
@@ -214,9 +239,12 @@ def run(cli, parser, device) -> int:
                "batches": [info for _, info in sweep.values()],
                "stock": {"arch": stock_arch, "criterion": STOCK_CRITERION,
                          "params": sum(p.numel() for p in stock.model.parameters())},
-               "configs": []}
+               "settle_passes_s": [round(p, 3) for p in passes], "configs": []}
     print(f"device {device_name}, {cli.dtype}, {cli.config} config ({arch} vs stock {stock_arch}), vocab {cli.vocab}; "
           f"data: {data_info['what']}")
+    if passes:
+        print(f"settled: the stock model ran every batch untimed {len(passes)} times first (seconds a pass: "
+              f"{', '.join(f'{p:.2f}' for p in passes)})")
     for info in results["batches"]:
         print(f"--max-tokens {info['max_tokens']}: {info['batches_in_epoch']} batches an epoch; left out: "
               f"{info['too_long']} pairs over {info['max_positions']} tokens, {info['dropped_by_batch_by_size']} "

@@ -87,6 +87,25 @@ def test_an_update_is_fairseqs_trainer_step_with_adam():
     assert trainer.get_lr() > 0  # the schedule of configs/iwslt.args steps too
 
 
+@pytest.mark.parametrize("times, seconds, expected", [
+    ([3.0, 1.5, 1.02, 1.0, 0.5], 60, [3.0, 1.5, 1.02, 1.0]),  # stops at the first pass within 3% of the last
+    ([1.0, 1.0], 0, []),  # --settle 0: nothing run
+    ([2.0, 1.0, 2.0, 1.0, 2.0], 0.001, [2.0]),  # out of time after one pass (never settled)
+])
+def test_settle_runs_passes_until_two_agree(monkeypatch, times, seconds, expected):
+    clock, ran = iter(range(1000)), []
+
+    def fake_run(trainer, samples, device):
+        ran.append(samples)
+        return times[len(ran) - 1], 0
+
+    monkeypatch.setattr(updates, "run_updates", fake_run)
+    if seconds == 0.001:  # the clock: 0 at the start, then past the limit
+        monkeypatch.setattr(updates.time, "perf_counter", lambda: next(clock))
+    assert updates.settle(None, ["a", "b"], torch.device("cpu"), seconds) == expected
+    assert all(s == ["a", "b"] for s in ran)
+
+
 def test_updates_mode_json_and_table(tmp_path, capsys):
     out = tmp_path / "updates.json"
     warmup, block, asked = 2, 2, 3
@@ -162,6 +181,8 @@ def test_every_row_of_the_thesis_overhead_list_runs_in_updates_mode(tmp_path, mo
     (["--mode", "updates", "--max-tokens", "0"], "--max-tokens 0: must be at least 1"),
     (["--mode", "updates", "--decode-len", "often"], "--decode-len often:"),
     (["--mode", "updates", "--profile", "train"], "--profile: with --mode steps only"),
+    (["--settle", "5"], "--settle: with --mode updates only"),
+    (["--mode", "updates", "--settle", "-1"], "--settle -1.0: must be 0 (none) or more seconds"),
 ])
 def test_errors_name_the_option(argv, message, capsys):
     with pytest.raises(SystemExit) as stop:
