@@ -190,12 +190,18 @@ else
     fi
     # fairseq-train's closing line names SAVE_DIR (not the temporary directory it trains in)
     # and the command that continues this run, as quickstart's own closing line does
+    # only this training's own lines and exit status count: a continued run's log starts with
+    # the old run's, whose "done training" must not pass for a continuation that was killed
+    log_start=$(($(stat -c %s "$FSX_STAGE/train.log" 2>/dev/null || echo 0) + 1))
+    train_status=0
     FAIRSEQ_EXT_SHOWN_SAVE_DIR="$SAVE_DIR" FAIRSEQ_EXT_CONTINUE_COMMAND="CONTINUE=1 $(quickstart_command)" \
         PYTHONUNBUFFERED=1 "$SCRIPTS/train.sh" "$DATA_DIR" "$FSX_STAGE" --config "$CONFIG" -- "${TRAIN_FLAGS[@]}" 2>&1 |
         tee -a "$FSX_STAGE/train.log" |
-        grep --line-buffered -E "train_inner|valid on|training ended|Stopping|Error" || true
-    if ! grep -q "done training" "$FSX_STAGE/train.log" || [[ ! -f "$FSX_STAGE/checkpoint_last.pt" ]]; then
+        { grep --line-buffered -E "train_inner|valid on|training ended|Stopping|Error" || true; } || train_status=$?
+    if [[ "$train_status" != 0 ]] || ! grep -q "done training" < <(tail -c "+$log_start" "$FSX_STAGE/train.log") ||
+        [[ ! -f "$FSX_STAGE/checkpoint_last.pt" ]]; then
         tail -n 20 "$FSX_STAGE/train.log" >&2
+        [[ "$CONTINUE" == 1 ]] && fsx_die "fairseq-train failed to continue the run (its last lines above); $SAVE_DIR is kept as it was"
         fsx_die "fairseq-train failed (log: $SAVE_DIR/train.log)"
     fi
     printf '%s\n' "$SIGNATURE" >"$FSX_STAGE/quickstart.settings"

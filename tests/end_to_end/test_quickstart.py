@@ -71,8 +71,23 @@ def test_a_run_cut_by_the_time_cap_says_so_and_continues_and_a_users_file_surviv
     words = shlex.split(command)
     given = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("/"))
     assert "TRAIN_MINUTES" not in given
-    res = run(words[len(given):], env_extra={**{k: v for k, v in env.items() if k != "TRAIN_MINUTES"}, **given},
-              cwd=SCRIPTS.parent)
+    continue_env = {**{k: v for k, v in env.items() if k != "TRAIN_MINUTES"}, **given}
+    # a continuation that fails (here: both checkpoints damaged, so fairseq-train has nothing to
+    # resume from) says so, and the run stays as it was: the old log's "done training" does not
+    # pass for the continuation's
+    good = {f: (save / f).read_bytes() for f in ("checkpoint_last.pt", "checkpoint_best.pt")}
+    for f, content in good.items():
+        (save / f).write_bytes(content[:1000])
+    log = (save / "train.log").read_bytes()
+    res = run(words[len(given):], env_extra=continue_env, cwd=SCRIPTS.parent)
+    assert res.returncode != 0, res.stderr[-3000:]
+    assert res.stderr.strip().splitlines()[-1].endswith(f"fairseq-train failed to continue the run (its last lines "
+                                                        f"above); {save} is kept as it was"), res.stderr[-2000:]
+    assert (save / "train.log").read_bytes() == log
+    assert all((save / f).read_bytes() == content[:1000] for f, content in good.items())
+    for f, content in good.items():
+        (save / f).write_bytes(content)
+    res = run(words[len(given):], env_extra=continue_env, cwd=SCRIPTS.parent)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "continuing" in res.stderr
     last = res.stderr.strip().splitlines()[-1]
