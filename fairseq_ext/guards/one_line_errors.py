@@ -5,7 +5,10 @@ would be the last line of a 30-line traceback. :func:`install` wraps ``sys.excep
 :class:`~fairseq_ext.errors.FairseqExtError` is printed as one line,
 ``<program>: error: <message>``, and the process exits with status 1 (Python's status for an
 uncaught exception); every other exception goes to the previous hook and keeps its
-traceback. Set ``FAIRSEQ_EXT_TRACEBACK=1`` to see the traceback of ours too.
+traceback. fairseq-hydra-train's job never reaches the hook: hydra catches the job's exception,
+prints "Error executing job" and a traceback, and exits; so a failed job's result
+(``hydra.core.utils.JobReturn.return_value``, read after the job) says ours in the same one
+line. Set ``FAIRSEQ_EXT_TRACEBACK=1`` to see the traceback of ours too.
 """
 import os
 import sys
@@ -14,17 +17,41 @@ from fairseq_ext.errors import FairseqExtError, error_line
 from fairseq_ext.guards.patching import replace
 
 
+def _said_in_one_line(exc) -> bool:
+    """Print ``exc`` as ``<program>: error: <message>`` if it is ours (and no traceback was asked for)."""
+    if not isinstance(exc, FairseqExtError) or os.environ.get("FAIRSEQ_EXT_TRACEBACK"):
+        return False
+    program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "fairseq"
+    sys.stderr.write(error_line(program, str(exc)) + "\n")
+    sys.stderr.flush()
+    return True
+
+
 def _printing_ours_as_one_line(previous_hook):
     def excepthook(exc_type, exc, tb):
-        if issubclass(exc_type, FairseqExtError) and not os.environ.get("FAIRSEQ_EXT_TRACEBACK"):
-            program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "fairseq"
-            sys.stderr.write(error_line(program, str(exc)) + "\n")
-            sys.stderr.flush()
-            return
-        previous_hook(exc_type, exc, tb)
+        if not _said_in_one_line(exc):
+            previous_hook(exc_type, exc, tb)
 
     return excepthook
 
 
+class _GuardedProperty(property):
+    """A property that takes attributes (the guard's marker)."""
+
+
+def _failed_job_in_one_line(original: property):
+    def return_value(job):
+        if job.status.name == "FAILED" and _said_in_one_line(job._return_value):
+            sys.exit(1)
+        return original.fget(job)
+
+    return _GuardedProperty(return_value, original.fset, original.fdel, original.__doc__)
+
+
 def install() -> None:
     replace(sys, "excepthook", _printing_ours_as_one_line)
+    try:
+        from hydra.core.utils import JobReturn
+    except ImportError:  # pragma: no cover (hydra is a fairseq dependency)
+        return
+    replace(JobReturn, "return_value", _failed_job_in_one_line)

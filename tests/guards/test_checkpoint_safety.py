@@ -339,7 +339,20 @@ def craft(checkpoint, out, marker, section="model", field="adaptive_softmax_cuto
     return out
 
 
+def hydra_train(bin_dir, path):
+    """fairseq-hydra-train resuming from ``path``, with the package's quickstart YAML."""
+    from fairseq_ext.tools import hydra_configs
+
+    root = os.path.dirname(path)
+    hydra_configs.write_config_dir(os.path.join(root, "cfg"))
+    return ["fairseq-hydra-train", "--config-dir", os.path.join(root, "cfg"), "--config-name", "quickstart",
+            f"task.data={bin_dir}", "task.source_lang=src", "task.target_lang=tgt", "common.cpu=true",
+            "dataset.max_tokens=500", "optimization.max_update=4", f"checkpoint.restore_file={path}",
+            f"checkpoint.save_dir={os.path.join(root, 'hydra')}", f"hydra.run.dir={os.path.join(root, 'hydra-out')}"]
+
+
 LOAD_PATHS = {
+    "hydra-train": hydra_train,
     "generate": lambda b, p: ["fairseq-generate", b, "--user-dir", USER_DIR, "--cpu", "--path", p],
     "interactive": lambda b, p: ["fairseq-interactive", b, "--user-dir", USER_DIR, "--cpu", "--path", p],
     "validate": lambda b, p: ["fairseq-validate", b, "--user-dir", USER_DIR, "--cpu", "--path", p,
