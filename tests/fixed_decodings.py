@@ -8,7 +8,7 @@ def fixed_decodings(outputs, refs, flavour):
     """evaluate(checkpoint, data, split, out, ...) writing ``refs`` and ``outputs[checkpoint]``
     where evaluate.sh would (``ref.detok``, ``hyp.detok`` in ``out``) and reporting their BLEU
     in ``flavour`` as the headline."""
-    from fairseq_ext.tools.significance import bleu_metric
+    from fairseq_ext.tools.statistics import bleu_metric
 
     def evaluate(checkpoint, data, split, out, overrides=None, generate_args=(), cpu=False, src=None, tgt=None):
         os.makedirs(out, exist_ok=True)

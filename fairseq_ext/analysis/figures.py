@@ -123,7 +123,7 @@ def flavour_of(rows: Sequence[dict]) -> str:
 
 def marks_note(marks: str = "thesis") -> str:
     """The caption's key to the significance marks of ``marks`` (--marks)."""
-    from fairseq_ext.tools.significance import MARKS
+    from fairseq_ext.tools.statistics import MARKS
 
     return ", ".join(f"{mark} p < {bound:g}" for bound, mark in MARKS[marks])
 

@@ -45,7 +45,7 @@ from fairseq_ext.reproduce.scale import scales as scales_of
 from fairseq_ext.reproduce.seed_rows import build_seed_rows
 from fairseq_ext.reproduce.tables import Row, Table, load_setups, load_table, load_tables
 from fairseq_ext.tools import comet as comet_metric
-from fairseq_ext.tools import multi_run_tests
+from fairseq_ext.tools import statistics
 
 
 def list_tables(setups):
@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "randomization over the seeds, Clark et al. 2011). Default: bootstrap with one seed, ar "
                          "with several")
     ap.add_argument("--shuffles", type=int, default=10000, help="--test ar: shuffles (default 10000, MultEval's)")
-    ap.add_argument("--ar-statistic", choices=multi_run_tests.STATISTICS, default="concatenated",
+    ap.add_argument("--ar-statistic", choices=statistics.STATISTICS, default="concatenated",
                     help="--test ar: the statistic, concatenated (MultEval's: BLEU of each row's runs concatenated, "
                          "the default) or mean (the mean over seeds of per-run BLEU)")
     ap.add_argument("--correction", choices=marks.CORRECTIONS, default="none",

@@ -13,8 +13,7 @@ from fairseq_ext.reproduce.paper_checks import contradicted_differences
 from fairseq_ext.reproduce.records import Record
 from fairseq_ext.reproduce.scale import Scale, scale_lines
 from fairseq_ext.reproduce.tables import Table
-from fairseq_ext.tools.seeds import TIMING_NOISE
-from fairseq_ext.tools.significance import MARKS
+from fairseq_ext.tools.statistics import MARKS, TIMING_NOISE
 
 # why a column has no significance test (shown under the table)
 NO_TEST = {

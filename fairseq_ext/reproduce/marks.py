@@ -5,11 +5,11 @@ the sentences that say all this under the table.
 
 - ``bootstrap``: sacreBLEU's paired bootstrap of each run (two-sided, full-size resamples);
   with several seeds a mark only where every seed's test agrees, with one sign
-  (:func:`fairseq_ext.tools.seeds.across_seeds`). The default with one seed.
+  (:func:`fairseq_ext.tools.statistics.across_seeds`). The default with one seed.
 - ``thesis``: compare-mt's paired bootstrap as the thesis ran it (subsamples of half the
   sentences, one-sided), per run, combined over seeds as ``bootstrap``.
 - ``ar``: stratified approximate randomization over every seed the row shares with its
-  reference row (:func:`fairseq_ext.tools.multi_run_tests.stratified_ar`). The default with
+  reference row (:func:`fairseq_ext.tools.statistics.stratified_ar`). The default with
   several seeds.
 """
 from typing import Dict, List, Optional
@@ -19,9 +19,8 @@ from fairseq_ext.reproduce.layout import has_test
 from fairseq_ext.reproduce.planning import RunPlan
 from fairseq_ext.reproduce.records import Record
 from fairseq_ext.reproduce.tables import Table
-from fairseq_ext.tools import multi_run_tests
-from fairseq_ext.tools.seeds import paired_t
-from fairseq_ext.tools.significance import MARKS, mark_for
+from fairseq_ext.tools import statistics
+from fairseq_ext.tools.statistics import MARKS, mark, paired_t
 
 TESTS = ("bootstrap", "thesis", "ar")
 CORRECTIONS = ("none", "holm")
@@ -50,7 +49,7 @@ def test_text(test: str, several: bool, samples: int, shuffles: int, statistic: 
                 "against its reference row's (column 'vs'), same flavour")
     if several:
         text += ("; over seeds a mark only where this test is significant at every seed with one sign of the "
-                 "difference (an intersection-union test, fairseq_ext.tools.seeds), p_max its largest p")
+                 "difference (an intersection-union test, fairseq_ext.tools.statistics), p_max its largest p")
     return text
 
 
@@ -95,7 +94,7 @@ def _put_ar(record: Record, column: str, found: dict, marks: str) -> None:
         record["missing"].append(f"{column}: {why}")
     else:
         p, runs = found["p_value"], found["runs"]
-        cell.update(mark=mark_for(p, marks), p_value=round(p, 4), tested_seeds=runs,
+        cell.update(mark=mark(p, marks), p_value=round(p, 4), tested_seeds=runs,
                     ar={k: found[k] for k in ("runs", "shuffles", "seed", "statistic", "delta", "count",
                                               "reference_concatenated", "system_concatenated", "reference_mean",
                                               "system_mean", "s_dev_reference", "s_dev_system", "s_sel_reference",
@@ -142,13 +141,13 @@ def correct(table: Table, records: List[Record], correction: str = "none") -> No
         if r["reference"] and not r["cited"] and r["columns"][col.name].get("p_value") is not None:
             families.setdefault((r["dataset"], r["reference"]), []).append(r)
     for family in families.values():
-        adjusted = multi_run_tests.holm([r["columns"][col.name]["p_value"] for r in family])
+        adjusted = statistics.holm([r["columns"][col.name]["p_value"] for r in family])
         for r, p in zip(family, adjusted):
             cell = r["columns"][col.name]
             cell["comparisons"] = len(family)
             if correction == "holm":
                 cell["p_holm"] = round(p, 4)
-                cell["mark"] = r["mark"] = _weaker(cell.get("mark", ""), mark_for(p, table.marks), table.marks)
+                cell["mark"] = r["mark"] = _weaker(cell.get("mark", ""), mark(p, table.marks), table.marks)
 
 
 def _weaker(a: str, b: str, marks: str) -> str:

@@ -41,7 +41,7 @@ class _CellExtras(Value, total=False):
     ratio_sd: Optional[float]
     ratio_n: int
     p_t: Optional[float]  # seeds: the paired t-test over seeds (shown beside the mark, not as it)
-    rule: str  # seeds: how the mark over seeds was decided (fairseq_ext.tools.seeds.across_seeds)
+    rule: str  # seeds: how the mark over seeds was decided (fairseq_ext.tools.statistics.across_seeds)
     tested_seeds: List[int]
     per_seed_marks: Dict[int, str]
     per_seed_p: Dict[int, float]

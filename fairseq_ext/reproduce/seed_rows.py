@@ -1,7 +1,7 @@
 """One record per (data set, row) of a table trained with several seeds: each seed's records
 (:func:`fairseq_ext.reproduce.rows.build_rows`), combined per column into the mean ± sd over
 the seeds the row shares with its reference row, with marks only where the per-seed tests
-agree (:mod:`fairseq_ext.tools.seeds`; the BLEU column's pooled test over seeds, ``--test ar``,
+agree (:func:`fairseq_ext.tools.statistics.across_seeds`; the BLEU column's pooled test over seeds, ``--test ar``,
 replaces its mark afterwards: :mod:`fairseq_ext.reproduce.marks`)."""
 from typing import Dict, List, Optional
 
@@ -12,7 +12,7 @@ from fairseq_ext.reproduce.planning import AnalysisPlan, RunPlan
 from fairseq_ext.reproduce.records import Cell, Record
 from fairseq_ext.reproduce.rows import build_rows
 from fairseq_ext.reproduce.tables import Row, Table
-from fairseq_ext.tools import seeds as stats
+from fairseq_ext.tools import statistics as stats
 
 
 def build_seed_rows(table: Table, plans_by_seed: Dict[int, List[RunPlan]], rows: Optional[List[Row]] = None,
@@ -23,7 +23,7 @@ def build_seed_rows(table: Table, plans_by_seed: Dict[int, List[RunPlan]], rows:
     (``seeds_counted``: those both it and its reference row ran; every seed it ran when it has
     no reference row, or shares no seed with it): the mean ± sd over those that have a number
     (``n``), Δ and ratio the mean of the per-seed ones, and where a per-seed test stands behind
-    the column the mark of :func:`fairseq_ext.tools.seeds.across_seeds` (``p_value`` is its
+    the column the mark of :func:`fairseq_ext.tools.statistics.across_seeds` (``p_value`` is its
     largest per-seed p, ``p_t`` the paired t-test over seeds). A seed that did not run, lacks a
     number or is left out for want of a reference run is named in the record's ``missing``.
     Speeds and times whose sd over seeds exceeds a quarter of their mean are not shown

@@ -15,8 +15,8 @@ from typing import Dict, List, Optional
 from fairseq_ext.common.data_text import read_lines
 from fairseq_ext.reproduce.planning import RunPlan
 from fairseq_ext.reproduce.tables import Row, Table
-from fairseq_ext.tools import multi_run_tests
-from fairseq_ext.tools.significance import mark_for, paired_significance
+from fairseq_ext.tools import statistics
+from fairseq_ext.tools.significance import paired_significance
 
 FLAVOUR_FILES = {"detok": ("hyp.detok", "ref.detok"), "tok": ("hyp.tok", "ref.tok")}
 
@@ -96,15 +96,15 @@ def _bootstrap(refs, baseline, systems, flavour, n_samples, seed, marks) -> dict
 
 
 def _thesis(refs, baseline, systems, flavour, n_samples, seed, marks) -> dict:
-    """compare-mt's subsample bootstrap (:func:`multi_run_tests.subsample_bootstrap`) of each
+    """compare-mt's subsample bootstrap (:func:`statistics.subsample_bootstrap`) of each
     system against the baseline, on sacreBLEU's statistics in ``flavour``."""
-    base = multi_run_tests.sentence_stats(refs, baseline, flavour)
-    out = {"baseline": {"bleu": round(float(multi_run_tests.corpus_bleu(base.sum(0))), 2)}}
+    base = statistics.sentence_stats(refs, baseline, flavour)
+    out = {"baseline": {"bleu": round(float(statistics.corpus_bleu(base.sum(0))), 2)}}
     for name, hyps in systems.items():
-        stats = multi_run_tests.sentence_stats(refs, hyps, flavour)
-        found = multi_run_tests.subsample_bootstrap(base, stats, n_samples, seed=seed)
-        out[name] = {"bleu": round(float(multi_run_tests.corpus_bleu(stats.sum(0))), 2),
-                     "p_value": round(found["p_value"], 4), "mark": mark_for(found["p_value"], marks),
+        stats = statistics.sentence_stats(refs, hyps, flavour)
+        found = statistics.subsample_bootstrap(base, stats, n_samples, seed=seed)
+        out[name] = {"bleu": round(float(statistics.corpus_bleu(stats.sum(0))), 2),
+                     "p_value": round(found["p_value"], 4), "mark": statistics.mark(found["p_value"], marks),
                      "better": found["better"], "better_in": found["better_in"]}
     return out
 
@@ -119,7 +119,7 @@ def _texts(plan: RunPlan) -> tuple:
 def pooled_ar(reference: Dict[int, RunPlan], system: Dict[int, RunPlan], shuffles: int = 10000,
               seed: int = 12345, statistic: str = "concatenated") -> dict:
     """The stratified approximate randomization of ``system``'s runs against ``reference``'s
-    (seed -> run of the same seed; :func:`multi_run_tests.stratified_ar`), with MultEval's
+    (seed -> run of the same seed; :func:`statistics.stratified_ar`), with MultEval's
     s_sel of each; cached in ``significance-ar.json`` of the system's run of its first seed.
     Returns the result, or {"missing": why} when a run has no translations."""
     seeds = sorted(set(reference) & set(system))
@@ -139,10 +139,10 @@ def pooled_ar(reference: Dict[int, RunPlan], system: Dict[int, RunPlan], shuffle
             old = json.load(f)
         if all(old.get(k) == v for k, v in key.items()):
             return old
-    stats = {who: {s: multi_run_tests.sentence_stats(read_lines(files[who, s][0]), read_lines(files[who, s][1]),
+    stats = {who: {s: statistics.sentence_stats(read_lines(files[who, s][0]), read_lines(files[who, s][1]),
                                                       flavour) for s in seeds} for who in ("reference", "system")}
-    result = multi_run_tests.stratified_ar(stats["reference"], stats["system"], shuffles, seed, statistic)
-    result.update({f"s_sel_{who}": multi_run_tests.selection_sd(stats[who], seed=seed) for who in stats})
+    result = statistics.stratified_ar(stats["reference"], stats["system"], shuffles, seed, statistic)
+    result.update({f"s_sel_{who}": statistics.selection_sd(stats[who], seed=seed) for who in stats})
     entry = {**key, **result}
     with open(cache, "w", encoding="utf-8") as f:
         json.dump(entry, f, indent=1)

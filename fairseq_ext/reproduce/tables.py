@@ -24,7 +24,7 @@ import yaml
 from fairseq_ext.reproduce.columns import SOURCES, Column, TableConfigError, check_params, read_columns, with_chrf
 from fairseq_ext.resources import CONFIG_DIR as SHIPPED_CONFIG_DIR
 from fairseq_ext.resources import TABLE_DIR as CONFIG_DIR
-from fairseq_ext.tools.significance import MARKS
+from fairseq_ext.tools.statistics import MARKS
 
 TABLE_KEYS = {"id", "paper", "source", "caption", "datasets", "baseline", "columns", "metrics", "rows",
               "paper_significance", "paper_notes", "adversarial", "analysis_args"}
@@ -81,7 +81,7 @@ class Table:
     @property
     def marks(self) -> str:
         """The significance marks of the table's paper (a key of
-        :data:`fairseq_ext.tools.significance.MARKS`): the paper its id names ("mma-3"), else
+        :data:`fairseq_ext.tools.statistics.MARKS`): the paper its id names ("mma-3"), else
         the thesis' marks."""
         paper = self.id.split("-")[0]
         return paper if paper in MARKS else "thesis"

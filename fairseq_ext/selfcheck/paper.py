@@ -30,7 +30,7 @@ from fairseq_ext.errors import CommandError
 from fairseq_ext.reproduce.measure import read_bleu, training_progress, training_speed
 from fairseq_ext.reproduce.tables import Row, load_setups, load_table
 from fairseq_ext.selfcheck.report import table, write_stage
-from fairseq_ext.tools.seeds import format_mean_sd, mean_sd as seed_mean_sd
+from fairseq_ext.tools.statistics import format_mean_sd, mean_sd as seed_mean_sd
 
 TABLE, DATASET, FOLDER = "thesis-3.3", "iwslt15-en-vi", "iwslt15.en-vi"
 THESIS_UPDATES, THESIS_MAX_TOKENS = 200_000, 2_048  # configs/iwslt.args: the thesis' training
@@ -292,7 +292,7 @@ def read_runs(root: str) -> List[dict]:
 
 def sentence_stats(record: dict):
     """sacreBLEU's statistics of each test sentence of a run (for the multi-run test), or None."""
-    from fairseq_ext.tools.multi_run_tests import sentence_stats as stats
+    from fairseq_ext.tools.statistics import sentence_stats as stats
 
     from fairseq_ext.reproduce.significance import FLAVOUR_FILES
 
@@ -318,7 +318,7 @@ def settings_of(record: dict) -> Tuple[int, int, float, int]:
 
 
 def write_table(out: str) -> List[str]:
-    from fairseq_ext.tools.multi_run_tests import stratified_ar
+    from fairseq_ext.tools.statistics import stratified_ar
 
     spread = lambda values: format_mean_sd(*seed_mean_sd(values))  # noqa: E731  mean ± sd over seeds
     found = read_runs(os.path.join(out, "paper", "runs"))

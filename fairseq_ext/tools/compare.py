@@ -32,7 +32,8 @@ from fairseq_ext.common.cli import CommandParser, fail
 from fairseq_ext.errors import CommandError
 from fairseq_ext.recipes.helpers import compare_mt_shim, corpus, evaluations, outputs, staging
 from fairseq_ext.tools import comet as comet_metric
-from fairseq_ext.tools.significance import mark_for, paired_significance, table_lines
+from fairseq_ext.tools.significance import paired_significance, table_lines
+from fairseq_ext.tools.statistics import mark
 
 # the name significance writes under (the markers of its directories)
 PROG = outputs.SIGNIFICANCE
@@ -242,7 +243,7 @@ def comet_compare(opts: argparse.Namespace, src: List[str], sys_a: List[str], sy
         found = comet_metric.compare(opts.comet, src, sys_a, sys_b, ref, num_splits=opts.comet_splits)
     except comet_metric.CometError as e:
         raise CompareError(str(e)) from None
-    return {**found, "mark": mark_for(found["p_value"])}
+    return {**found, "mark": mark(found["p_value"])}
 
 
 def comet_lines(found: dict, name_a: str, name_b: str) -> List[str]:

@@ -10,57 +10,21 @@ samples, what the papers ran through compare-mt) or approximate randomization
         [--flavour detok-cased] [--method bs|ar] [--samples 1000] [--seed 12345] [--marks thesis] [--json OUT]
 """
 import json
-import logging
-import os
 import sys
 from typing import Dict, List, Sequence
 
 from fairseq_ext.common.cli import CommandParser
 from fairseq_ext.common.data_text import read_lines
 from fairseq_ext.recipes.helpers.bleu import metric as more_metric
-
-# BLEU flavours: name -> sacreBLEU settings. detok: detokenized text, 13a tokenization (WMT'14,
-# IWSLT'15 En-Vi, Multi30k); tok: Moses-tokenized text scored as is (multi-bleu.perl style:
-# IWSLT'14 Es-En, Fr, Ro; De-En lowercased). The one table of flavours (bleu.py uses it).
-FLAVOURS = {
-    "detok-cased": {"tokenize": "13a", "lowercase": False, "force": False},
-    "detok-lc": {"tokenize": "13a", "lowercase": True, "force": False},
-    "tok-cased": {"tokenize": "none", "lowercase": False, "force": True},
-    "tok-lc": {"tokenize": "none", "lowercase": True, "force": True},
-}
-
-# The papers' marks, strongest first: (p below, mark). The thesis and the MLMHA paper: † p < 0.05,
-# ‡ p < 0.01; the MMA paper: †† p < 0.01; the word-translation paper (Table 6) reverses them:
-# † p < 0.01, ‡ p < 0.05.
-MARKS = {
-    "thesis": ((0.01, "‡"), (0.05, "†")),
-    "mlmha": ((0.01, "‡"), (0.05, "†")),
-    "mma": ((0.01, "††"), (0.05, "†")),
-    "wt": ((0.01, "†"), (0.05, "‡")),
-}
-
-
-def bleu_metric(flavour: str):
-    from sacrebleu.metrics import BLEU
-
-    if flavour not in FLAVOURS:
-        raise ValueError(f"--flavour: {flavour!r} is not one of {', '.join(FLAVOURS)}")
-    return BLEU(**FLAVOURS[flavour])
-
-
-def mark_for(p_value, marks: str = "thesis") -> str:
-    if p_value is None:
-        return ""
-    for bound, mark in MARKS[marks]:
-        if p_value < bound:
-            return mark
-    return ""
+from fairseq_ext.tools import statistics
+from fairseq_ext.tools.statistics import FLAVOURS, MARKS
 
 
 def paired_significance(refs: Sequence[str], baseline: Sequence[str], systems: Dict[str, Sequence[str]], *,
                         flavour: str = "detok-cased", method: str = "bs", n_samples: int = 1000,
                         seed: int = 12345, marks: str = "thesis", metrics: Sequence[str] = ("BLEU",)) -> dict:
-    """sacreBLEU's paired test of each system against the baseline.
+    """sacreBLEU's paired test (:func:`~fairseq_ext.tools.statistics.paired_bs`, ``paired_ar``) of
+    each system against the baseline.
 
     Returns {"baseline": {...}, name: {...}} with, for each: ``bleu`` (the corpus score),
     ``mean`` and ``ci`` (bootstrap mean and 95% half-width; for ``ar`` from 1000 bootstrap
@@ -69,8 +33,6 @@ def paired_significance(refs: Sequence[str], baseline: Sequence[str], systems: D
     in the flavour's casing) are tested in the same call, on the same resamples, and reported
     as ``metrics: {name: {score, mean, ci, p_value, mark, signature}}`` of each system.
     """
-    from sacrebleu.significance import PairedTest
-
     if n_samples < 1:  # sacreBLEU would draw no sample and report p = 1 with a bs:1000 signature
         raise ValueError(f"--samples must be at least 1, not {n_samples}")
     if method not in ("bs", "ar"):
@@ -83,25 +45,25 @@ def paired_significance(refs: Sequence[str], baseline: Sequence[str], systems: D
             raise ValueError(f"{name} has {len(hyps)} lines but the reference has {n}")
     if "baseline" in systems:
         raise ValueError("a system may not be called 'baseline'")
-    named = [("baseline", list(baseline))] + [(k, list(v)) for k, v in systems.items()]
-    old_seed = os.environ.get("SACREBLEU_SEED")
-    os.environ["SACREBLEU_SEED"] = str(seed)  # how sacreBLEU's PairedTest takes its seed
-    level = logging.getLogger("sacrebleu").level
-    logging.getLogger("sacrebleu").setLevel(logging.WARNING)
-    try:
-        scorers = {"BLEU": bleu_metric(flavour)}
-        scorers.update({name: more_metric(name, flavour.endswith("-lc")) for name in metrics if name != "BLEU"})
-        test = PairedTest(named, scorers, references=[list(refs)], test_type=method,
-                          n_samples=n_samples, n_ar_confidence=0 if method == "ar" else -1, n_jobs=1)
-        signatures, scores = test()
-    finally:
-        logging.getLogger("sacrebleu").setLevel(level)
-        if old_seed is None:
-            os.environ.pop("SACREBLEU_SEED", None)
-        else:
-            os.environ["SACREBLEU_SEED"] = old_seed
-    per_metric = {metric: _tested(scores["System"], scores[metric], str(signatures[metric]), marks)
-                  for metric in scorers}
+    scorers = {"BLEU": statistics.bleu_metric(flavour)}
+    scorers.update({name: more_metric(name, flavour.endswith("-lc")) for name in metrics if name != "BLEU"})
+    confidence = 1000 if method == "ar" else n_samples  # sacreBLEU's CI of an ar test: 1000 resamples
+    per_metric = {}
+    for metric_name, metric in scorers.items():
+        score = statistics.scorer(metric)
+        base = statistics.sentence_stats(refs, baseline, metric)
+        found = {"baseline": {"score": float(score(base.sum(0)[None])[0]),
+                              **statistics.bootstrap_ci(base, score, confidence, seed)}}
+        for name, hyps in systems.items():
+            stats = statistics.sentence_stats(refs, hyps, metric)
+            found[name] = (statistics.paired_bs(base, stats, score, n_samples, seed) if method == "bs" else
+                           statistics.paired_ar(base, stats, score, n_samples, seed, confidence))
+        signature = metric.get_signature()
+        signature.update("seed", str(seed).lower())
+        signature.update(method, n_samples)
+        if method == "ar":
+            signature.update("bs", confidence)
+        per_metric[metric_name] = _tested(found, str(signature), marks)
     out = {}
     for name, bleu in per_metric["BLEU"].items():
         out[name] = {"bleu": bleu["score"], **{k: v for k, v in bleu.items() if k != "score"}}
@@ -110,21 +72,19 @@ def paired_significance(refs: Sequence[str], baseline: Sequence[str], systems: D
     return out
 
 
-def _tested(systems, results, signature: str, marks: str) -> Dict[str, dict]:
+def _tested(found: Dict[str, dict], signature: str, marks: str) -> Dict[str, dict]:
     """One metric's results by system: score, mean, ci, p_value, mark, signature."""
-    out, base_score = {}, None
-    for name, result in zip(systems, results):
-        p = result.p_value if name != "baseline" else None
-        if name == "baseline":
-            base_score = result.score
-        elif result.score == base_score:
+    out, base_score = {}, found["baseline"]["score"]
+    for name, result in found.items():
+        p = result.get("p_value")
+        if name != "baseline" and result["score"] == base_score:
             # sacreBLEU (after MultEval) counts only sample differences *above* the observed one,
             # so an observed difference of exactly 0 (e.g. identical output) gets the smallest
             # p-value, 1/(n+1): "significant". No difference is never significant here.
             p = 1.0
-        out[name] = {"score": round(float(result.score), 2), "mean": _opt(result.mean), "ci": _opt(result.ci),
-                     "p_value": None if p is None else round(float(p), 4), "mark": mark_for(p, marks),
-                     "signature": signature}
+        out[name] = {"score": round(float(result["score"]), 2), "mean": _opt(result.get("mean")),
+                     "ci": _opt(result.get("ci")), "p_value": None if p is None else round(float(p), 4),
+                     "mark": statistics.mark(p, marks), "signature": signature}
     return out
 
 

@@ -170,7 +170,7 @@ def bleu_by_hand(checkpoint, bin_dir, overrides, flavour):
     fairseq-generate would) and scored by sacreBLEU against the split's references."""
     from fairseq.dataclass.configs import GenerationConfig
 
-    from fairseq_ext.tools.significance import bleu_metric
+    from fairseq_ext.tools.statistics import bleu_metric
 
     model, task = checkpoints.load_model(checkpoint, bin_dir, split="valid", overrides=overrides, cpu=True)
     generator = task.build_generator([model], GenerationConfig(beam=2, max_len_b=8))

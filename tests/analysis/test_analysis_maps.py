@@ -369,7 +369,8 @@ def test_positions_and_system_are_read_from_each_checkpoints_config(tiny_models)
 def test_word_order_table_with_known_bleu(tiny_models, tmp_path, monkeypatch):
     """The table's BLEU, delta, p and the Δ against the first system, with evaluate.sh
     replaced by fixed outputs whose scores sacreBLEU gives directly."""
-    from fairseq_ext.tools.significance import bleu_metric, paired_significance
+    from fairseq_ext.tools.significance import paired_significance
+    from fairseq_ext.tools.statistics import bleu_metric
 
     bin_dir, ckpts = tiny_models
     refs = [f"the cat number {i} sat on the mat today" for i in range(30)]

@@ -16,7 +16,7 @@ from fairseq_ext.errors import FairseqExtError
 from fairseq_ext.reproduce import __main__ as cli
 from fairseq_ext.reproduce import planning
 from fairseq_ext.reproduce.tables import load_setups, load_table
-from fairseq_ext.tools import multi_run_tests
+from fairseq_ext.tools import statistics as stats
 from test_seeds_table import BLEU, make_seed_runs, options, write_seed_runs
 from test_table_columns import report_cli
 
@@ -66,7 +66,7 @@ def cpu_runs(tmp_path, seeds, results=None):
 def stats_of(plan):
     with open(os.path.join(plan.run_dir, "eval-test", "hyp.detok")) as f:
         hyps = f.read().splitlines()
-    return multi_run_tests.sentence_stats(REFS, hyps, "detok-cased")
+    return stats.sentence_stats(REFS, hyps, "detok-cased")
 
 
 def test_several_seeds_are_marked_by_the_stratified_randomization_over_them(tmp_path, capsys):
@@ -78,7 +78,7 @@ def test_several_seeds_are_marked_by_the_stratified_randomization_over_them(tmp_
         record = next(r for r in json.load(f)["rows"] if r["row"] == "mma")
     cell = record["columns"]["BLEU"]
     plans = {(s, p.row): p for s, ps in by_seed.items() for p in ps}
-    expected = multi_run_tests.stratified_ar({s: stats_of(plans[s, "baseline"]) for s in (1, 2)},
+    expected = stats.stratified_ar({s: stats_of(plans[s, "baseline"]) for s in (1, 2)},
                                              {s: stats_of(plans[s, "mma"]) for s in (1, 2)}, 999)
     assert cell["test"] == record["test"] == "ar" and cell["test_name"] == "stratified approximate randomization"
     assert cell["p_value"] == round(expected["p_value"], 4) == round(1 / 1000, 4) and cell["mark"] == "‡"
@@ -126,7 +126,7 @@ def test_the_thesis_test_is_compare_mts_subsample_bootstrap(tmp_path, capsys):
     plans = {p.row: p for p in by_seed[1]}
     with open(os.path.join(plans["mma"].run_dir, "significance.json")) as f:
         entry = json.load(f)
-    expected = multi_run_tests.subsample_bootstrap(stats_of(plans["baseline"]), stats_of(plans["mma"]), 200)
+    expected = stats.subsample_bootstrap(stats_of(plans["baseline"]), stats_of(plans["mma"]), 200)
     assert entry["test"] == "thesis" and entry["p_value"] == round(expected["p_value"], 4)
     assert entry["better"] == "system" and entry["better_in"] == expected["better_in"] == 1.0
     assert "compare-mt's paired bootstrap as the thesis ran it (200 subsamples of half the sentences, one-sided" in out

@@ -113,7 +113,8 @@ def test_mma3_compares_the_mma_row_without_positions_with_the_transformer_withou
     """mma-3: "MMA - Position Embedding" is compared with "Transformer - Position Embedding"
     (the paper's Δ +18.11), its Δ and its paired bootstrap too; the bootstrap's p is
     sacreBLEU's for exactly these two systems."""
-    from fairseq_ext.tools.significance import bleu_metric, paired_significance
+    from fairseq_ext.tools.significance import paired_significance
+    from fairseq_ext.tools.statistics import bleu_metric
 
     rng = random.Random(3)
     vocab = [f"w{i}" for i in range(60)]

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from fairseq_ext.tools.significance import FLAVOURS, MARKS, mark_for, paired_significance
+from fairseq_ext.tools.significance import paired_significance
+from fairseq_ext.tools.statistics import FLAVOURS, MARKS, mark
 from model_utils import REPO
 
 
@@ -83,9 +84,9 @@ def test_seed_reproducible_and_flavours_differ():
 
 
 def test_marks_follow_each_papers_convention():
-    assert [mark_for(p, "thesis") for p in (0.005, 0.03, 0.2, None)] == ["‡", "†", "", ""]
-    assert [mark_for(p, "mma") for p in (0.005, 0.03)] == ["††", "†"]
-    assert [mark_for(p, "wt") for p in (0.005, 0.03)] == ["†", "‡"]  # reversed in that paper
+    assert [mark(p, "thesis") for p in (0.005, 0.03, 0.2, None)] == ["‡", "†", "", ""]
+    assert [mark(p, "mma") for p in (0.005, 0.03)] == ["††", "†"]
+    assert [mark(p, "wt") for p in (0.005, 0.03)] == ["†", "‡"]  # reversed in that paper
     assert set(MARKS) >= {"thesis", "mlmha", "mma", "wt"}
 
 

@@ -1,0 +1,504 @@
+"""Every statistic of the commands and tables, computed from per-sentence sufficient statistics,
+and the papers' significance marks.
+
+A test sees each system only through its per-sentence sufficient statistics (:func:`sentence_stats`;
+for BLEU: hypothesis length, reference length, matching and total n-grams of orders 1-4), computed
+once. A resample or a shuffle only sums rows of them, as sacreBLEU's own ``sacrebleu/significance.py``
+does, and :func:`corpus_bleu` turns sums into BLEU with sacreBLEU's arithmetic.
+
+- :func:`paired_bs`: sacreBLEU's paired bootstrap (Koehn 2004; ``sacrebleu --paired-bs``),
+  :func:`paired_ar`: its approximate randomization (``--paired-ar``), both with sacreBLEU's random
+  draws, so that a p-value, mean and CI equal ``sacrebleu.significance``'s for the same seed.
+- :func:`subsample_bootstrap`: compare-mt 0.2.10's paired bootstrap (``compare_mt/sign_utils.py``,
+  ``eval_with_paired_bootstrap``), which the thesis ran.
+- :func:`stratified_ar`: stratified approximate randomization over runs (Riezler & Maxwell 2005;
+  Clark et al. 2011), as MultEval implements it; :func:`selection_sd`: MultEval's s_sel.
+- :func:`holm`, :func:`paired_t`, :func:`mean_sd`, and :func:`across_seeds`: the mark of a row
+  over several training seeds (an intersection-union test).
+- :func:`mark`: a p-value as the paper's mark; every table and command calls it.
+"""
+import math
+import statistics
+import warnings
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+# BLEU flavours: name -> sacreBLEU settings. detok: detokenized text, 13a tokenization (WMT'14,
+# IWSLT'15 En-Vi, Multi30k); tok: Moses-tokenized text scored as is (multi-bleu.perl style:
+# IWSLT'14 Es-En, Fr, Ro; De-En lowercased). The one table of flavours (bleu.py uses it).
+FLAVOURS = {
+    "detok-cased": {"tokenize": "13a", "lowercase": False, "force": False},
+    "detok-lc": {"tokenize": "13a", "lowercase": True, "force": False},
+    "tok-cased": {"tokenize": "none", "lowercase": False, "force": True},
+    "tok-lc": {"tokenize": "none", "lowercase": True, "force": True},
+}
+
+# The papers' marks, strongest first: (p below, mark). The thesis and the MLMHA paper: † p < 0.05,
+# ‡ p < 0.01; the MMA paper: †† p < 0.01; the word-translation paper (Table 6) reverses them:
+# † p < 0.01, ‡ p < 0.05.
+MARKS = {
+    "thesis": ((0.01, "‡"), (0.05, "†")),
+    "mlmha": ((0.01, "‡"), (0.05, "†")),
+    "mma": ((0.01, "††"), (0.05, "†")),
+    "wt": ((0.01, "†"), (0.05, "‡")),
+}
+
+ORDER = 4  # BLEU's n-gram orders; a row of statistics: hyp_len, ref_len, correct[4], total[4]
+BLOCK = 4_000_000  # random doubles drawn at once (32 MB): the shuffles go in blocks of this size
+STATISTICS = ("concatenated", "mean")
+Score = Callable[[np.ndarray], np.ndarray]  # summed statistics (k, d) -> k scores
+
+
+def mark(p_value: Optional[float], marks: str = "thesis") -> str:
+    """The paper's mark of ``p_value`` in the convention ``marks`` (see MARKS); "" for None."""
+    if marks not in MARKS:
+        raise ValueError(f"--marks: {marks!r} is not one of {', '.join(MARKS)}")
+    if p_value is None:
+        return ""
+    return next((m for bound, m in MARKS[marks] if p_value < bound), "")
+
+
+def bleu_metric(flavour: str):
+    from sacrebleu.metrics import BLEU
+
+    if flavour not in FLAVOURS:
+        raise ValueError(f"--flavour: {flavour!r} is not one of {', '.join(FLAVOURS)}")
+    return BLEU(**FLAVOURS[flavour])
+
+
+def sentence_stats(refs: Sequence[str], hyps: Sequence[str], flavour) -> np.ndarray:
+    """The sufficient statistics of every sentence: an array of n rows. ``flavour``: a key of
+    FLAVOURS (BLEU: 2 + 2 * 4 numbers a row), or a sacreBLEU metric (chrF, TER: its own)."""
+    if len(refs) != len(hyps):
+        raise ValueError(f"{len(hyps)} hypotheses for {len(refs)} references")
+    metric = bleu_metric(flavour) if isinstance(flavour, str) else flavour
+    return np.asarray(metric._extract_corpus_statistics(list(hyps), [list(refs)]), dtype=np.float64)
+
+
+def corpus_bleu(sums: np.ndarray) -> np.ndarray:
+    """sacreBLEU's corpus BLEU (exp smoothing, 4-grams) of summed statistics ``sums`` (..., 10),
+    for every leading index at once: the brevity penalty times the geometric mean of the
+    precisions, a precision with no match replaced by 100 / (2^k total) for its k-th such order,
+    0 when nothing matches or an order has no n-gram.
+
+    The arithmetic is sacreBLEU's, to the last bit: the precisions in the type of ``sums``
+    (float32 in sacreBLEU's bootstrap resamples, else float64), then ``math.log`` and ``math.exp``
+    in float64 (numpy's vectorised exp and log differ from them in the last bit)."""
+    sums = np.asarray(sums)
+    kind = np.float32 if sums.dtype == np.float32 else np.float64
+    sums = sums.astype(kind, copy=False)
+    correct, total = sums[..., 2:2 + ORDER], sums[..., 2 + ORDER:2 + 2 * ORDER]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        halvings = np.cumsum(correct == 0, axis=-1)
+        precision = np.where(correct == 0, kind(100.0) / (np.exp2(halvings).astype(kind) * total),
+                             kind(100.0) * correct / total)
+    dead = ~correct.any(axis=-1) | (total == 0).any(axis=-1)
+    rows = zip(sums[..., 0].ravel().tolist(), sums[..., 1].ravel().tolist(),
+               precision.reshape(-1, ORDER).tolist(), dead.ravel().tolist())
+    scores = [0.0 if no else _brevity(int(hyp), int(ref)) * math.exp(sum(math.log(p) for p in ps) / ORDER)
+              for hyp, ref, ps, no in rows]
+    return np.asarray(scores, dtype=np.float64).reshape(sums.shape[:-1])
+
+
+def _brevity(hyp_len: int, ref_len: int) -> float:
+    if hyp_len >= ref_len:
+        return 1.0
+    return math.exp(1 - ref_len / hyp_len) if hyp_len > 0 else 0.0
+
+
+def scorer(metric) -> Score:
+    """The score of summed statistics for a sacreBLEU metric: :func:`corpus_bleu` for the BLEU of
+    FLAVOURS, the metric's own ``_compute_score_from_stats`` row by row for any other."""
+    if type(metric).__name__ == "BLEU" and metric.smooth_method == "exp" and not metric.effective_order:
+        return corpus_bleu
+    return lambda sums: np.array([metric._compute_score_from_stats(row).score for row in sums])
+
+
+def _confidence(scores: np.ndarray) -> Tuple[float, float]:
+    """sacreBLEU's ``estimate_ci``: the mean of resampled scores and the half-width of their
+    central 95% (the n // 40-th from each end of the sorted scores)."""
+    scores = np.sort(scores)
+    low = len(scores) // 40
+    return scores.mean(), 0.5 * (scores[len(scores) - low - 1] - scores[low])
+
+
+def _resampled(stats: np.ndarray, idxs: np.ndarray, score: Score) -> np.ndarray:
+    """The score of each resample (a row of ``idxs``), summed in float32 as sacreBLEU sums them."""
+    stats = np.asarray(stats, dtype=np.float32)
+    return score(np.stack([stats[ids].sum(0) for ids in idxs]))
+
+
+def _draw(n: int, samples: int, seed: Optional[int]) -> np.ndarray:
+    return np.random.default_rng(seed).choice(n, size=(samples, n), replace=True)
+
+
+def bootstrap_ci(stats: np.ndarray, score: Score = corpus_bleu, samples: int = 1000,
+                 seed: Optional[int] = 12345) -> dict:
+    """sacreBLEU's confidence of one system (its baseline's ``mean`` and ``ci``): ``samples``
+    resamples of the n sentences with replacement."""
+    return dict(zip(("mean", "ci"), _confidence(_resampled(stats, _draw(len(stats), samples, seed), score))))
+
+
+def _p_value(samples: np.ndarray, observed: float) -> float:
+    # MultEval's: only samples strictly above the observed statistic count, and (c + 1) / (R + 1)
+    return (np.sum(samples > observed).item() + 1) / (len(samples) + 1)
+
+
+def _total(stats: np.ndarray, score: Score) -> float:
+    return float(score(np.asarray(stats).sum(0)[None])[0])
+
+
+def paired_bs(baseline: np.ndarray, system: np.ndarray, score: Score = corpus_bleu, samples: int = 1000,
+              seed: Optional[int] = 12345) -> dict:
+    """sacreBLEU's paired bootstrap (``--paired-bs``; Moses' bootstrap-hypothesis-difference-
+    significance.pl) of ``system`` against ``baseline`` (:func:`sentence_stats` of each):
+    ``samples`` resamples of the n sentences with replacement, the same for both, drawn as
+    ``default_rng(seed).choice(n, (samples, n))``. With d_i the |score difference| of resample i
+    and d the observed one, p = (#{i: d_i - mean(d) > d} + 1) / (samples + 1). Returns ``score``,
+    ``p_value`` and the system's bootstrap ``mean`` and 95% ``ci``."""
+    idxs = _draw(len(baseline), samples, seed)
+    scores_base, scores_sys = _resampled(baseline, idxs, score), _resampled(system, idxs, score)
+    system_score = _total(system, score)
+    diffs = np.abs(scores_sys - scores_base)
+    mean, ci = _confidence(scores_sys)
+    return {"score": system_score, "p_value": _p_value(diffs - diffs.mean(), abs(_total(baseline, score) - system_score)),
+            "mean": mean, "ci": ci}
+
+
+def paired_ar(baseline: np.ndarray, system: np.ndarray, score: Score = corpus_bleu, samples: int = 10000,
+              seed: Optional[int] = 12345, confidence: int = 1000) -> dict:
+    """sacreBLEU's approximate randomization (``--paired-ar``): each of ``samples`` trials swaps
+    every sentence between the two systems with probability 0.5
+    (``default_rng(seed).integers(2, size=(samples, n), dtype=bool)``), and p = (#{trials whose
+    |score difference| > the observed one} + 1) / (samples + 1), two-sided. The system's
+    ``mean`` and ``ci`` come from ``confidence`` bootstrap resamples drawn next from the same
+    generator (none for 0)."""
+    rng = np.random.default_rng(seed)
+    keep = rng.integers(2, size=(samples, len(baseline)), dtype=bool)
+    shuffled_a = keep @ baseline + ~keep @ system
+    shuffled_b = ~keep @ baseline + keep @ system
+    system_score = _total(system, score)
+    out = {"score": system_score, "p_value": _p_value(np.abs(score(shuffled_a) - score(shuffled_b)),
+                                                      abs(_total(baseline, score) - system_score))}
+    if confidence > 0:
+        idxs = rng.choice(len(system), size=(confidence, len(system)), replace=True)
+        out["mean"], out["ci"] = _confidence(_resampled(system, idxs, score))
+    return out
+
+
+def _paired(reference: Dict[int, np.ndarray], system: Dict[int, np.ndarray]) -> List[int]:
+    runs = sorted(set(reference) & set(system))
+    if not runs:
+        raise ValueError("no run of both systems (runs are paired by their seed)")
+    for k in runs:
+        if np.shape(reference[k]) != np.shape(system[k]):
+            raise ValueError(f"run {k}: the systems' statistics differ in shape "
+                             f"({np.shape(reference[k])} and {np.shape(system[k])})")
+    return runs
+
+
+def stratified_ar(reference: Dict[int, np.ndarray], system: Dict[int, np.ndarray], shuffles: int = 10000,
+                  seed: int = 12345, statistic: str = "concatenated") -> dict:
+    """Stratified approximate randomization of ``system`` against ``reference`` over the runs
+    both have (run -> :func:`sentence_stats`), as MultEval implements it
+    (``multeval.significance.StratifiedApproximateRandomizationTest.getTwoSidedP``).
+
+    Run ``k`` of system A is paired with run ``k`` of system B (the same seed), and each system's
+    runs are concatenated: a data point is one sentence of one run. The statistic is the BLEU of
+    B's concatenated runs (the sum of the statistics of all its runs' sentences) minus the BLEU
+    of A's. Each of R shuffles swaps every data point between the two systems independently with
+    probability 0.5 (a sentence of run ``k`` is only ever exchanged with the same sentence of run
+    ``k`` of the other system: the stratification) and recomputes the statistic. With c the
+    shuffles whose |statistic| is at least the observed |statistic|, p = (c + 1) / (R + 1)
+    (two-sided). With one run it is the plain approximate randomization test.
+    ``statistic="mean"`` tests the difference of the mean over runs of per-run BLEU instead (the
+    same shuffles); it is not MultEval's.
+
+    The shuffles are drawn from ``numpy.random.default_rng(seed)``: shuffle r swaps sentence i of
+    run pair k when the generator's next double is below 0.5, the doubles taken in the order
+    (shuffle, run pair in increasing run number, sentence). Returns ``runs``, ``shuffles``,
+    ``seed``, ``statistic``, the per-run BLEU of both (``reference_bleu``, ``system_bleu``), their
+    means, the BLEU of the concatenated runs (``reference_concatenated``, ``system_concatenated``),
+    ``s_dev_reference`` / ``s_dev_system`` (the sample sd of BLEU over runs, MultEval's s_dev;
+    None for one run), ``delta`` (the statistic: system - reference), ``count`` (c) and
+    ``p_value``."""
+    if shuffles < 1:
+        raise ValueError(f"--shuffles must be at least 1, not {shuffles}")
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, not {statistic!r}")
+    runs = _paired(reference, system)
+    ref = np.stack([np.asarray(reference[k], dtype=np.float64) for k in runs])  # runs x n x 10
+    sys_ = np.stack([np.asarray(system[k], dtype=np.float64) for k in runs])
+    ref_sum, sys_sum, gain = ref.sum(1), sys_.sum(1), sys_ - ref
+    ref_bleu, sys_bleu = corpus_bleu(ref_sum), corpus_bleu(sys_sum)
+    ref_all, sys_all = float(corpus_bleu(ref_sum.sum(0))), float(corpus_bleu(sys_sum.sum(0)))
+    observed = sys_all - ref_all if statistic == "concatenated" else sys_bleu.mean() - ref_bleu.mean()
+    rng = np.random.default_rng(seed)
+    n_runs, n = ref.shape[:2]
+    block = max(1, BLOCK // max(1, n_runs * n))
+    count, done = 0, 0
+    while done < shuffles:
+        size = min(block, shuffles - done)
+        swap = rng.random((size, n_runs, n)) < 0.5  # shuffles x run pairs x sentences
+        # A with B's translations of the swapped sentences, per run pair
+        shuffled_ref = ref_sum[None] + np.stack([swap[:, k].astype(np.float64) @ gain[k] for k in range(n_runs)], 1)
+        shuffled_sys = (ref_sum + sys_sum)[None] - shuffled_ref
+        if statistic == "concatenated":
+            delta = corpus_bleu(shuffled_sys.sum(1)) - corpus_bleu(shuffled_ref.sum(1))
+        else:
+            delta = corpus_bleu(shuffled_sys).mean(1) - corpus_bleu(shuffled_ref).mean(1)
+        count += int(np.sum(np.abs(delta) >= abs(observed) - 1e-9))  # float sums: a tie stays a tie
+        done += size
+    return {"test": "ar", "statistic": statistic, "runs": runs, "shuffles": shuffles, "seed": seed,
+            "reference_bleu": {k: float(b) for k, b in zip(runs, ref_bleu)},
+            "system_bleu": {k: float(b) for k, b in zip(runs, sys_bleu)},
+            "reference_mean": float(ref_bleu.mean()), "system_mean": float(sys_bleu.mean()),
+            "reference_concatenated": ref_all, "system_concatenated": sys_all,
+            "s_dev_reference": _sd(ref_bleu), "s_dev_system": _sd(sys_bleu),
+            "delta": float(observed), "count": count, "p_value": (count + 1) / (shuffles + 1)}
+
+
+def _sd(values: np.ndarray):
+    return float(np.std(values, ddof=1)) if len(values) > 1 else None
+
+
+def subsample_bootstrap(reference: np.ndarray, system: np.ndarray, samples: int = 1000, ratio: float = 0.5,
+                        seed: int = 12345) -> dict:
+    """compare-mt's paired bootstrap of one run of each system, as the thesis ran it: ``samples``
+    subsamples of ``int(ratio * n)`` sentence indices drawn with replacement
+    (``numpy.random.default_rng(seed).integers(0, n, size)``, one subsample after another), and
+    p = 1 - γ, γ the share of subsamples in which the more often winning system is strictly better
+    (one-sided, in the direction the samples favour). Returns ``system_wins`` and
+    ``reference_wins`` (the shares of subsamples in which each is strictly better), ``better``
+    (``"system"``, ``"reference"``; the system on a tie of shares), ``better_in`` (γ, compare-mt's
+    "better in γ of samples") and ``p_value``."""
+    if samples < 1:
+        raise ValueError(f"--samples must be at least 1, not {samples}")
+    reference, system = np.asarray(reference, dtype=np.float64), np.asarray(system, dtype=np.float64)
+    _paired({0: reference}, {0: system})
+    n = len(reference)
+    size = max(1, int(n * ratio))
+    rng = np.random.default_rng(seed)
+    idxs = [rng.integers(0, n, size) for _ in range(samples)]
+    a = corpus_bleu(np.stack([reference[ids].sum(0) for ids in idxs]))
+    b = corpus_bleu(np.stack([system[ids].sum(0) for ids in idxs]))
+    wins_sys, wins_ref = int(np.sum(b > a)), int(np.sum(a > b))
+    better = "system" if wins_sys >= wins_ref else "reference"
+    share = max(wins_sys, wins_ref) / samples
+    return {"test": "thesis", "samples": samples, "ratio": ratio, "seed": seed,
+            "system_wins": wins_sys / samples, "reference_wins": wins_ref / samples, "better": better,
+            "better_in": share, "p_value": 1.0 - share}
+
+
+def holm(p_values: Sequence[float]) -> List[float]:
+    """Holm's step-down adjusted p-values, in the order given: sorted ascending, the i-th
+    smallest (from 1) multiplied by m - i + 1, made non-decreasing, capped at 1."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [0.0] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * float(p_values[i])))
+        adjusted[i] = running
+    return adjusted
+
+
+def selection_sd(runs: Dict[int, np.ndarray], samples: int = 1000, seed: int = 12345):
+    """MultEval's s_sel: per run the sample sd of corpus BLEU over ``samples`` bootstrap
+    resamples of the test set (n sentences with replacement), averaged over the runs."""
+    rng = np.random.default_rng(seed)
+    spreads = []
+    for k in sorted(runs):
+        stats = np.asarray(runs[k], dtype=np.float64)
+        sums = np.stack([stats[rng.integers(0, len(stats), len(stats))].sum(0) for _ in range(samples)])
+        spreads.append(float(np.std(corpus_bleu(sums), ddof=1)))
+    return float(np.mean(spreads)) if spreads else None
+def mean_sd(values: Sequence[float]) -> Tuple[float, Optional[float]]:
+    """The mean and the sample standard deviation (n - 1 in the denominator) of ``values``;
+    the sd is None for a single value."""
+    values = [float(v) for v in values]
+    if not values:
+        raise ValueError("mean_sd needs at least one value")
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+# a speed or time over seeds with a larger sd / mean measured the machine's load, not the model
+TIMING_NOISE = 0.25
+
+
+def variation(values: Sequence[float]) -> Optional[float]:
+    """The coefficient of variation, sample sd / |mean|; None for fewer than 2 values or a mean of 0."""
+    if len(values) < 2:
+        return None
+    mean, sd = mean_sd(values)
+    return sd / abs(mean) if mean else None
+
+
+def format_mean_sd(mean: Optional[float], sd: Optional[float], digits: int = 2) -> str:
+    """``"34.12 ± 0.31"``; ``"34.12"`` when sd is None (one seed); ``"–"`` when there is no mean."""
+    if mean is None:
+        return "–"
+    if sd is None:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {sd:.{digits}f}"
+
+
+def paired_t(reference: Sequence[float], system: Sequence[float]) -> Optional[float]:
+    """Two-sided p of the paired t-test of ``system`` against ``reference`` (scipy's
+    ``ttest_rel``); None for fewer than 2 pairs or when the differences do not vary
+    (t is then undefined or infinite, and 2 equal BLEU deltas are no evidence of p = 0)."""
+    if len(reference) < 2:
+        return None
+    deltas = [s - r for s, r in zip(system, reference)]
+    if statistics.stdev(deltas) == 0:
+        return None
+    from scipy.stats import ttest_rel
+
+    with warnings.catch_warnings():  # scipy warns about precision for nearly equal differences
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p = float(ttest_rel(system, reference).pvalue)
+    return None if math.isnan(p) else p
+
+
+def across_seeds(reference: Dict[int, float], system: Dict[int, float], per_seed: Dict[int, dict],
+                 marks: str = "thesis") -> dict:
+    """One row against the reference row over seeds.
+
+    The papers report one training run per row, with sacreBLEU's paired bootstrap against the
+    baseline (:func:`paired_bs`). That test measures only the sampling of
+    the test set; a second seed can move a row by as much as the effects in a table. With
+    several seeds, each row is trained once per seed and each seed's run is tested against the
+    reference row of the same seed. Seeds are paired by their number: only seeds for which both
+    the row and the reference row have a run count, for the mark and for every mean and sd here.
+
+    The default mark of a table of several seeds is the stratified approximate randomization
+    over the seeds (:func:`stratified_ar`, ``--test ar``).
+    The rule here is the stricter option (``--test bootstrap``, ``--test thesis``): an
+    intersection-union test (IUT; Berger 1982, Berger & Hsu 1996) over seeds. A difference is
+    marked at level alpha only when
+
+    - the paired bootstrap gives p < alpha at every paired seed, and
+    - the BLEU difference Δ has the same sign at every paired seed.
+
+    Why this rule:
+
+    - It claims what "holds across seeds" means: the row differs from the reference, in one
+      direction, at each seed. That claim is an intersection of per-seed claims, and an IUT
+      rejects the union of the per-seed nulls only when every per-seed test rejects its own.
+      Its level is that of the per-seed tests, with no correction for the number of seeds
+      (no per-seed null can be wrongly rejected more often than alpha), and its p-value is the
+      largest per-seed p (``p_max``). With one seed it is the single run's mark.
+    - sacreBLEU's bootstrap is two-sided (it compares |Δ|), so the sign condition is what makes
+      the claim directional: to mark a row "better at every seed" wrongly, a seed at which it
+      is not better would have to come out significant with a positive Δ, which a two-sided
+      level-alpha test does with probability below alpha.
+    - The more seeds, the harder the mark, never the easier: a mark is not bought by running
+      more seeds. Combining the per-seed p-values (Fisher, Stouffer) instead would test only
+      "the row differs at some seed", which one lucky seed can carry.
+    - What it does not claim: that another seed would differ too. The per-seed tests are
+      conditional on the trained models. That question is the paired t-test over seeds
+      (``p_t``, scipy's ``ttest_rel`` of the per-seed BLEU), reported beside the mark and not
+      as it: with 3 seeds it has 2 degrees of freedom and rests on the per-seed Δ being normal.
+      A sign test over seeds needs no such assumption but cannot help at these counts: with
+      every Δ of one sign its two-sided p is 2 · 0.5^n, 0.25 at 3 seeds, and it first goes
+      below 0.05 at 6 seeds.
+
+    ``reference``, ``system``: seed -> BLEU. ``per_seed``: seed -> the paired bootstrap entry of
+    this system against the reference system of the same seed, as
+    :func:`fairseq_ext.tools.significance.paired_significance` returns it (``p_value`` and
+    ``mark``, in the convention ``marks``). Only seeds in both ``reference`` and ``system`` are
+    paired and counted; each needs its ``per_seed`` entry.
+
+    Returns ``seeds`` (the number paired), ``paired_seeds``, ``left_out`` (seeds with a run of
+    only one of the two), ``mean``/``sd`` of the system and ``reference_mean``/``reference_sd``
+    over the paired seeds, ``delta_mean``/``delta_sd`` of the per-seed differences, ``same_sign``,
+    ``p_max`` (the largest per-seed p: the IUT's p-value), ``p_t`` (paired t-test over seeds,
+    None for fewer than 2 or when Δ is the same at every seed), ``mark`` (the paper's mark of
+    the level every seed reaches, or "") and ``rule`` (one sentence saying why).
+    """
+    if marks not in MARKS:
+        raise ValueError(f"--marks: {marks!r} is not one of {', '.join(MARKS)}")
+    reference = {int(k): float(v) for k, v in reference.items()}
+    system = {int(k): float(v) for k, v in system.items()}
+    per_seed = {int(k): v for k, v in per_seed.items()}
+    paired = sorted(set(reference) & set(system))
+    left_out = sorted(set(reference) ^ set(system))
+    pairing = _pairing(paired, left_out, reference)
+    if not paired:
+        return {"seeds": 0, "paired_seeds": [], "left_out": left_out, "mean": None, "sd": None,
+                "reference_mean": None, "reference_sd": None, "delta_mean": None, "delta_sd": None,
+                "same_sign": False, "p_max": None, "p_t": None, "mark": "",
+                "rule": f"no mark: no seed has a run of both this row and the reference row{pairing}."}
+    missing = [s for s in paired if s not in per_seed]
+    if missing:
+        raise ValueError(f"no paired bootstrap entry for {_seeds(missing)}, "
+                         "which both this row and the reference row ran")
+    strength = {m: i for i, (_, m) in enumerate(MARKS[marks])}  # 0 = the strongest mark
+    p_values, reached = {}, {}
+    for s in paired:
+        entry = per_seed[s]
+        if entry.get("p_value") is None:
+            raise ValueError(f"the paired bootstrap entry of seed {s} has no p_value "
+                             "(is it the reference row's own?)")
+        p_values[s] = float(entry["p_value"])
+        # the level a seed reaches comes from its own mark, set from the unrounded p
+        # (a p of 0.04995 is stored as 0.05 with its †)
+        level = entry["mark"] if "mark" in entry else mark(p_values[s], marks)
+        if level and level not in strength:
+            raise ValueError(f"seed {s}'s mark {level!r} is not one of the {marks!r} marks "
+                             f"({', '.join(strength)}); pass the marks= the bootstrap used")
+        reached[s] = strength[level] if level else None
+    sys_mean, sys_sd = mean_sd([system[s] for s in paired])
+    ref_mean, ref_sd = mean_sd([reference[s] for s in paired])
+    deltas = {s: system[s] - reference[s] for s in paired}
+    delta_mean, delta_sd = mean_sd(list(deltas.values()))
+    same_sign = all(d > 0 for d in deltas.values()) or all(d < 0 for d in deltas.values())
+    p_max = max(p_values.values())
+
+    weakest = MARKS[marks][-1][0]
+    not_significant = [s for s in paired if reached[s] is None]
+    if not_significant:
+        chosen = ""
+        shown = ", ".join(f"{s} (p = {p_values[s]:.4g})" for s in not_significant)
+        noun = "seed" if len(not_significant) == 1 else "seeds"
+        why = f"no mark: the paired bootstrap is not significant (p < {weakest}) at {noun} {shown}"
+    elif not same_sign:
+        chosen = ""
+        signs = {"up": [s for s, d in deltas.items() if d > 0], "down": [s for s, d in deltas.items() if d < 0],
+                 "equal": [s for s, d in deltas.items() if d == 0]}
+        why = "no mark: Δ is not of one sign across seeds (" + "; ".join(
+            f"{name} at {_seeds(group)}" for name, group in signs.items() if group) + ")"
+    else:
+        bound, chosen = MARKS[marks][max(reached.values())]
+        direction = "above" if delta_mean > 0 else "below"
+        if len(paired) == 1:
+            why = f"{chosen}: the paired bootstrap gives p < {bound} (p = {p_max:.4g}) at the one seed, {paired[0]}"
+        else:
+            why = (f"{chosen}: the paired bootstrap gives p < {bound} at each of the {len(paired)} seeds "
+                   f"(largest p = {p_max:.4g}) and the row is {direction} the reference at each")
+    return {"seeds": len(paired), "paired_seeds": paired, "left_out": left_out, "mean": sys_mean, "sd": sys_sd,
+            "reference_mean": ref_mean, "reference_sd": ref_sd, "delta_mean": delta_mean, "delta_sd": delta_sd,
+            "same_sign": same_sign, "p_max": p_max,
+            "p_t": paired_t([reference[s] for s in paired], [system[s] for s in paired]),
+            "mark": chosen, "rule": why + pairing + "."}
+
+
+def _seeds(seeds: List[int]) -> str:
+    """"seed 4", "seeds 1 and 3", "seeds 1, 2 and 3"."""
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    return "seeds " + ", ".join(str(s) for s in seeds[:-1]) + f" and {seeds[-1]}"
+
+
+def _pairing(paired: List[int], left_out: List[int], reference: Dict[int, float]) -> str:
+    """How the seeds were paired, as the end of the rule's sentence."""
+    if not left_out:
+        return "" if len(paired) < 2 else f"; {_seeds(paired)}, paired by number"
+    only_ref = [s for s in left_out if s in reference]
+    only_sys = [s for s in left_out if s not in reference]
+    parts = []
+    if only_sys:
+        parts.append(f"{_seeds(only_sys)} without a reference run")
+    if only_ref:
+        parts.append(f"{_seeds(only_ref)} without a run of this row")
+    counted = _seeds(paired) if paired else "no seed"
+    return f"; seeds paired by number: {counted} counted, {' and '.join(parts)} left out"
