@@ -81,8 +81,9 @@ def test_a_run_cut_by_the_time_cap_says_so_and_continues_and_a_users_file_surviv
     log = (save / "train.log").read_bytes()
     res = run(words[len(given):], env_extra=continue_env, cwd=SCRIPTS.parent)
     assert res.returncode != 0, res.stderr[-3000:]
-    assert res.stderr.strip().splitlines()[-1].endswith(f"fairseq-train failed to continue the run (its last lines "
-                                                        f"above); {save} is kept as it was"), res.stderr[-2000:]
+    said = [line for line in res.stderr.splitlines() if line.startswith("quickstart.sh: error: ")]
+    assert said == [f"quickstart.sh: error: fairseq-train failed to continue the run (its last lines above); {save} "
+                    "is kept as it was"], res.stderr[-2000:]
     assert (save / "train.log").read_bytes() == log
     assert all((save / f).read_bytes() == content[:1000] for f, content in good.items())
     for f, content in good.items():

@@ -8,6 +8,7 @@ from fairseq.data import data_utils
 from fairseq.dataclass import utils as dataclass_utils
 from fairseq.distributed import utils as distributed_utils
 from fairseq_cli import train as fairseq_train
+from hydra.core.utils import JobReturn
 
 from fairseq_ext import guards
 
@@ -25,6 +26,7 @@ GUARDED = {
     (checkpoint_utils, "PathManager"): "fairseq.file_io",
     (checkpoint_utils, "load_checkpoint"): "fairseq.checkpoint_utils",
     (sys, "excepthook"): None,
+    (JobReturn, "return_value"): None,  # hydra's property (fairseq-hydra-train's failed job)
     (fairseq_trainer.Trainer, "__init__"): "fairseq.trainer",
     (fairseq_trainer.Trainer, "load_checkpoint"): "fairseq.trainer",
     (fairseq_train, "train"): "fairseq_cli.train",
