@@ -33,17 +33,13 @@ from dataclasses import dataclass
 from typing import Dict, List
 
 from fairseq_ext.errors import FairseqExtError
-from fairseq_ext.reproduce.columns import with_comet
-from fairseq_ext.reproduce import execute, marks, significance
-from fairseq_ext.reproduce.analyses import plan_analyses
-from fairseq_ext.reproduce.files import table_name, write_reports
-from fairseq_ext.reproduce.markdown import markdown
-from fairseq_ext.reproduce.planning import (AnalysisPlan, Options, ReproduceError, RunPlan, budget_flags, plan_seeds,
-                                            scale_name, scale_settings, shell_line)
-from fairseq_ext.reproduce.rows import build_rows, complete
-from fairseq_ext.reproduce.scale import scales as scales_of
-from fairseq_ext.reproduce.seed_rows import build_seed_rows
-from fairseq_ext.reproduce.tables import Row, Table, load_setups, load_table, load_tables
+from fairseq_ext.reproduce.planning import (AnalysisPlan, Options, ReproduceError, RunPlan, budget_flags, plan_analyses,
+                                            plan_seeds, scale_name, scale_settings, shell_line)
+from fairseq_ext.reproduce.readers import scales as scales_of
+from fairseq_ext.reproduce.render import markdown, table_name, write_reports
+from fairseq_ext.reproduce.rows import build_rows, build_seed_rows, complete
+from fairseq_ext.reproduce.tables import Row, Table, load_setups, load_table, load_tables, with_comet
+from fairseq_ext.reproduce import execute, marks
 from fairseq_ext.tools import comet as comet_metric
 from fairseq_ext.tools import statistics
 
@@ -283,7 +279,7 @@ def report(todo: Reproduction, args, failed: List[str]) -> None:
     table, opts, seeds = todo.table, todo.opts, todo.seeds
     test = args.test or marks.default_test(seeds)
     for ps in todo.by_seed.values():  # each seed's runs against the reference rows' runs of the same seed
-        significance.per_run(table, ps, "thesis" if test == "thesis" else "bootstrap", n_samples=args.samples,
+        marks.per_run(table, ps, "thesis" if test == "thesis" else "bootstrap", n_samples=args.samples,
                              seed=12345, rows=todo.rows)
     if len(seeds) > 1:
         records = build_seed_rows(table, todo.by_seed, todo.rows, todo.analyses_by_seed)
@@ -340,7 +336,7 @@ def main(argv=None):
         return 0
     try:
         failed = [] if args.report else run_all(todo)
-    except KeyboardInterrupt:  # Ctrl-C: the children were stopped (children.py); one line, no traceback
+    except KeyboardInterrupt:  # Ctrl-C: the children were stopped (execute.run_child); one line, no traceback
         print(f"\n{parser.prog}: interrupted: the running command was stopped; finished rows are kept and reused: "
               "run the same command again to go on", file=sys.stderr, flush=True)
         return 130

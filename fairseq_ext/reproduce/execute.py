@@ -1,22 +1,212 @@
-"""Running a table's plans: each run's commands (data, training, averaging, evaluation) in its
-directory with their logs, its measurements into result.json, and each analysis of a finished
-run. A finished run with the same commands is reused, never retrained; a finished analysis
-with the same command is reused, never rerun. Every command runs in its own process group and
-stops with the runner (:mod:`fairseq_ext.reproduce.children`)."""
+"""Running a table's plans, and what a finished run measured.
+
+Each run's commands (data, training, averaging, evaluation) run in its directory with their
+logs, its measurements go into result.json, and each analysis of a finished run follows. A
+finished run with the same commands is reused, never retrained; a finished analysis with the
+same command is reused, never rerun.
+
+The runner's child commands die with it (:func:`run_child`, :func:`install`). ``fairseq-ext
+reproduce`` runs long commands (train.sh -> fairseq-train, evaluate, analyses). Each runs in
+its own process group, so that a SIGTERM or SIGINT (Ctrl-C, a batch system's time limit,
+``kill``) of the runner reaches the whole tree: fairseq-train's data-loader workers and the
+torch.distributed processes train.sh starts included. On such a signal the runner sends
+SIGTERM to every running child group, waits ``GRACE_SECONDS`` for them to end, kills what is
+left, and then ends the way the signal would have ended it.
+
+What a finished run measured is read from what it left: the checkpoint's parameter count and
+model size, the training log's speed and updates, fairseq-generate's decoding speed, the
+evaluation's BLEU and its text files."""
+import glob
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import threading
 import time
-from typing import List, Optional
+from typing import Dict, List, Optional
 
-from fairseq_ext import resources
 from fairseq_ext.common.data_text import read_lines, read_prep_env
-from fairseq_ext.reproduce import children
-from fairseq_ext.reproduce.measure import (decoding_speed, model_summary, read_bleu, training_progress,
-                                           training_speed)
+from fairseq_ext.common import checkpoints
+from fairseq_ext.errors import CheckpointError
 from fairseq_ext.reproduce.planning import ANALYSIS_DONE, AnalysisPlan, ReproduceError, RunPlan, shell_line
 from fairseq_ext.tools import comet, meteor
+from fairseq_ext import resources
+
+
+GRACE_SECONDS = 10.0
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+_running: Dict[int, subprocess.Popen] = {}
+_lock = threading.Lock()
+_previous: Dict[int, object] = {}
+
+
+class _Stopped(BaseException):
+    """Raised by the signal handler out of a waiting ``run_child`` (whose ``Popen.wait`` holds the
+    lock a second wait on the same child would need)."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+_waiting = threading.Event()
+
+
+def stop_all(grace: float = GRACE_SECONDS) -> None:
+    """SIGTERM every running child's process group, SIGKILL what is left after ``grace`` s."""
+    with _lock:
+        procs = list(_running.values())
+    for proc in procs:
+        _signal_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
+        _signal_group(proc, signal.SIGKILL)  # the child ended: end what it left in its group
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # the child leads its own group (start_new_session)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _end_like(signum, frame=None):
+    """Stop the children, then end the way ``signum`` would have ended the runner."""
+    stop_all()
+    previous = _previous.get(signum, signal.SIG_DFL)
+    signal.signal(signum, previous)
+    if callable(previous):
+        previous(signum, frame)  # e.g. Python's SIGINT handler: KeyboardInterrupt
+    elif previous != signal.SIG_IGN:
+        os.kill(os.getpid(), signum)
+
+
+def _handle(signum, frame):
+    if _waiting.is_set():
+        raise _Stopped(signum)  # caught in run_child(), outside Popen.wait
+    _end_like(signum, frame)
+
+
+def install() -> None:
+    """Stop the children on SIGTERM/SIGINT (idempotent; only from the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in SIGNALS:
+        current = signal.getsignal(sig)
+        if current is _handle or current == signal.SIG_IGN:
+            continue  # an ignored signal (nohup, a parent's choice) stays ignored
+        _previous[sig] = current
+        signal.signal(sig, _handle)
+
+
+def run_child(cmd: List[str], **popen_kwargs) -> int:
+    """``subprocess.run(cmd, ...).returncode`` with the child in its own process group,
+    stopped with the runner (see the module docstring)."""
+    install()
+    proc = subprocess.Popen(cmd, start_new_session=True, **popen_kwargs)
+    with _lock:
+        _running[proc.pid] = proc
+    try:
+        _waiting.set()
+        try:
+            return proc.wait()
+        finally:
+            _waiting.clear()
+    except _Stopped as stopped:
+        _end_like(stopped.signum)
+        raise  # not reached: _end_like ends the process or raises KeyboardInterrupt
+    finally:
+        with _lock:
+            _running.pop(proc.pid, None)
+
+
+def model_summary(checkpoint: str) -> dict:
+    """{"params": trainable parameters (:func:`fairseq_ext.common.checkpoints.count_parameters`),
+    "model": its size (layers, widths, heads; {} when the checkpoint records no configuration)}."""
+    state = checkpoints.load_state(checkpoint)
+    try:
+        size = checkpoints.shape(checkpoints.saved_config(state, checkpoint))
+    except CheckpointError:
+        size = {}
+    return {"params": checkpoints.count_parameters(state), "model": size}
+
+
+_TRAIN_RE = re.compile(r"\|\s*train\s*\|.*")
+_NUM = r"([0-9.]+)"
+
+
+def training_speed(log_path: str) -> Dict[str, float]:
+    """Updates per second and words per second of the last epoch summaries fairseq printed
+    (``| train | ... | wps W | ups U |``), as the mean over epochs."""
+    ups, wps = [], []
+    if not os.path.exists(log_path):
+        return {}
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not _TRAIN_RE.search(line):
+                continue
+            m_u = re.search(r"\bups " + _NUM, line)
+            m_w = re.search(r"\bwps " + _NUM, line)
+            if m_u:
+                ups.append(float(m_u.group(1)))
+            if m_w:
+                wps.append(float(m_w.group(1)))
+    out = {}
+    if ups:
+        out["train_ups"] = sum(ups) / len(ups)
+    if wps:
+        out["train_wps"] = sum(wps) / len(wps)
+    return out
+
+
+def training_progress(log_path: str) -> Dict[str, int]:
+    """Updates done and planned, from fairseq-train's closing line (``training ended: U of P
+    updates``, fairseq_ext.guards.training_summary), else the last ``num_updates`` it logged."""
+    if not os.path.exists(log_path):
+        return {}
+    out = {}
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = re.search(r"training ended: (\d+) of (\d+|\?) updates", line)
+            if m:
+                out = {"updates": int(m.group(1))}
+                if m.group(2) != "?":
+                    out["planned_updates"] = int(m.group(2))
+            elif not out or "planned_updates" not in out:
+                m = re.search(r"\bnum_updates (\d+)", line)
+                if m:
+                    out["updates"] = int(m.group(1))
+    return out
+
+
+def decoding_speed(eval_dir: str) -> Dict[str, float]:
+    """fairseq-generate's "Translated N sentences (T tokens) in Xs (S sentences/s, K tokens/s)"."""
+    for path in sorted(glob.glob(os.path.join(eval_dir, "generate-*.txt")) + glob.glob(os.path.join(eval_dir, "generate-*.log"))):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                m = re.search(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([0-9.]+)s \(([0-9.]+) sentences/s, ([0-9.]+) tokens/s\)", line)
+                if m:
+                    return {"decode_sentences": int(m.group(1).replace(",", "")),
+                            "decode_seconds": float(m.group(3)),
+                            "decode_sents_per_s": float(m.group(4)), "decode_tokens_per_s": float(m.group(5))}
+    return {}
+
+
+def read_bleu(eval_dir: str, flavour: str) -> Optional[float]:
+    path = os.path.join(eval_dir, "bleu.json")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        scores = json.load(f)
+    return scores.get(flavour, {}).get("score")
 
 
 # what makes a result: the commands that trained and evaluated it (not the labels around them)
@@ -71,7 +261,7 @@ def run_command(cmd: List[str], log: str, env=None):
     with open(log, "a", encoding="utf-8") as out:
         out.write(f"$ {shell_line(cmd)}\n")
         out.flush()
-        returncode = children.run(executable(cmd), stdout=out, stderr=subprocess.STDOUT, env=env)
+        returncode = run_child(executable(cmd), stdout=out, stderr=subprocess.STDOUT, env=env)
     if returncode != 0:
         with open(log, encoding="utf-8", errors="replace") as f:
             tail = f.readlines()[-15:]

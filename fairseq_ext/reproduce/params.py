@@ -16,8 +16,8 @@ from typing import List, Tuple
 
 from fairseq_ext.common.checkpoints import SHAPE_KEYS
 from fairseq_ext.model_builder import build_model, make_dictionary, parse_model_args
-from fairseq_ext.reproduce.cells import printed_as_difference, printed_value
-from fairseq_ext.reproduce.tables import Table, load_tables
+from fairseq_ext.reproduce.tables import Table, load_tables, printed_as_difference, printed_value
+
 
 VOCAB = 32000  # any: the deltas do not depend on it
 

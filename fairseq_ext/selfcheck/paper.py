@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Tuple
 
 from fairseq_ext.common.data_text import env_headline, read_lines, read_prep_env
 from fairseq_ext.errors import CommandError
-from fairseq_ext.reproduce.measure import read_bleu, training_progress, training_speed
+from fairseq_ext.reproduce.execute import read_bleu, training_progress, training_speed
 from fairseq_ext.reproduce.tables import Row, load_setups, load_table
 from fairseq_ext.selfcheck.report import table, write_stage
 from fairseq_ext.tools.statistics import format_mean_sd, mean_sd as seed_mean_sd
@@ -294,7 +294,7 @@ def sentence_stats(record: dict):
     """sacreBLEU's statistics of each test sentence of a run (for the multi-run test), or None."""
     from fairseq_ext.tools.statistics import sentence_stats as stats
 
-    from fairseq_ext.reproduce.significance import FLAVOUR_FILES
+    from fairseq_ext.reproduce.marks import FLAVOUR_FILES
 
     flavour = record.get("bleu_flavour", "detok-cased")
     hyp, ref = (os.path.join(record["folder"], "eval-test", name)

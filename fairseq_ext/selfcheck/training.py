@@ -21,7 +21,7 @@ from typing import List, Optional
 from fairseq_ext.common import checkpoints
 from fairseq_ext.common.data_text import env_headline, read_prep_env
 from fairseq_ext.errors import CommandError
-from fairseq_ext.reproduce.measure import read_bleu, training_progress, training_speed
+from fairseq_ext.reproduce.execute import read_bleu, training_progress, training_speed
 from fairseq_ext.reproduce.tables import load_setups
 from fairseq_ext.selfcheck.report import run_logged, table, write_stage
 

@@ -70,10 +70,10 @@ def test_a_signal_to_the_runner_stops_its_command_and_the_commands_children(tmp_
 
 
 def test_a_command_that_ends_on_its_own_is_not_signalled(tmp_path):
-    from fairseq_ext.reproduce import children
+    from fairseq_ext.reproduce import execute
 
-    assert children.run([sys.executable, "-c", "import sys; sys.exit(3)"]) == 3
-    assert children._running == {}
+    assert execute.run_child([sys.executable, "-c", "import sys; sys.exit(3)"]) == 3
+    assert execute._running == {}
 
 
 # The table command itself, with its one planned run replaced by the command above.

@@ -8,10 +8,9 @@ import shlex
 import pytest
 
 from fairseq_ext.reproduce import planning
-from fairseq_ext.reproduce.markdown import markdown
-from fairseq_ext.reproduce.paper_checks import contradicted_differences, printed_parenthesis
+from fairseq_ext.reproduce.readers import scales
+from fairseq_ext.reproduce.render import contradicted_differences, markdown, printed_parenthesis
 from fairseq_ext.reproduce.rows import build_rows
-from fairseq_ext.reproduce.scale import scales
 from fairseq_ext.reproduce.tables import load_setups, load_table, table_ids
 
 CONFIGS = os.path.join(os.path.dirname(planning.__file__), "..", "configs")
@@ -166,7 +165,7 @@ def test_an_update_of_the_word_translation_setup_holds_at_least_25k_target_token
 
 
 def test_a_p_value_below_printing_precision_is_not_printed_as_zero():
-    from fairseq_ext.reproduce.layout import p_text
+    from fairseq_ext.reproduce.rows import p_text
 
     assert p_text(0.0001) == "<0.001" and p_text(0.0004) == "<0.001"
     assert p_text(0.0005) == "=0.001" and p_text(0.0134) == "=0.013" and p_text(1.0) == "=1.000"

@@ -16,14 +16,11 @@ import pytest
 from fairseq_ext.errors import FairseqExtError
 from fairseq_ext.reproduce import __main__ as cli
 from fairseq_ext.reproduce import execute, params, planning
-from fairseq_ext.reproduce.columns import with_comet
-from fairseq_ext.reproduce.files import write_reports
-from fairseq_ext.reproduce.markdown import markdown
+from fairseq_ext.reproduce.readers import scale_lines, scales
+from fairseq_ext.reproduce.render import markdown, write_reports
 from fairseq_ext.reproduce.rows import build_rows
-from fairseq_ext.reproduce.scale import scale_lines, scales
+from fairseq_ext.reproduce.tables import TableConfigError, load_setups, load_table, load_tables, table_ids, with_comet
 from model_utils import MULTI30K, REPO
-
-from fairseq_ext.reproduce.tables import TableConfigError, load_setups, load_table, load_tables, table_ids
 
 # every row of the papers' results tables with its printed numbers, written from the papers'
 # table list (paper-tables.json) when the table configs were first written

@@ -19,10 +19,10 @@ import yaml
 
 from fairseq_ext.reproduce import __main__ as cli
 from fairseq_ext.reproduce import execute, planning
-from fairseq_ext.reproduce.analyses import plan_analyses
-from fairseq_ext.reproduce.latex import latex, latex_escape
+from fairseq_ext.reproduce.planning import plan_analyses
+from fairseq_ext.reproduce.readers import scales
+from fairseq_ext.reproduce.render import latex, latex_escape
 from fairseq_ext.reproduce.rows import build_rows
-from fairseq_ext.reproduce.scale import scales
 from fairseq_ext.reproduce.tables import TableConfigError, load_setups, load_table
 from fairseq_ext.resources import TABLE_DIR
 from model_utils import MULTI30K, REPO
@@ -416,8 +416,8 @@ def test_the_analyses_a_table_reads_are_the_registered_ones():
     """A column source's analysis and the runner's command for it name an analysis the
     package has (fairseq_ext/analysis/registry.py), and the runner calls its module."""
     from fairseq_ext.analysis import registry
-    from fairseq_ext.reproduce.analyses import ANALYSIS_COMMANDS
-    from fairseq_ext.reproduce.columns import SOURCES
+    from fairseq_ext.reproduce.planning import ANALYSIS_COMMANDS
+    from fairseq_ext.reproduce.tables import SOURCES
 
     read = {s.analysis for s in SOURCES.values() if s.analysis}
     assert read == set(ANALYSIS_COMMANDS) and read <= set(registry.analyses())
