@@ -395,7 +395,7 @@ def write_table(out: str) -> List[str]:
         "thesis' 200,000 × 2,048 (both the cap fairseq fills a batch to); \"target tokens\": the target tokens "
         "trained on. \"training s\": the wall time of the trainings, all at once on the device. Δ: the row's "
         "BLEU minus our baseline's, over the seeds both trained to their updates with the same settings; p: the "
-        "multi-run approximate randomization test (fairseq_ext.tools.multi_run_tests.stratified_ar) over those "
+        "multi-run approximate randomization test (fairseq_ext.tools.statistics.stratified_ar) over those "
         "seeds. Several seeds: mean ± sd.", ""]
     lines += table(header, body) if body else ["No finished run yet."]
     if failed:
