@@ -49,7 +49,7 @@ SHARES_STATIC_ROWS = tuple(name for name in STACKED if isinstance(build_cross_at
 NOT_STOCK_WITH_ONE_LAYER = ("hierarchical",)
 # the equations' families, tested module by module against the papers
 MLMHA = ("m-00", "m-01", "m-10", "m-11")
-MULTI_SOURCE = ("serial", "parallel", "flat", "hierarchical", "hierarchical-shared")
+MULTI_SOURCE = ("serial", "parallel", "flat", "hierarchical")
 # every row of the table and the option sets beside it, each the flags of one model: what the
 # tests of every precision and of pre-norm layers take through training and decoding
 OPTION_SETS = {
@@ -189,27 +189,6 @@ def ref_hierarchical(attn, query, sources, pad, with_weights=False):
     return out, sum(beta[..., i, None] * alpha for i, alpha in enumerate(alphas))
 
 
-def ref_hierarchical_shared(attn, query, sources, pad, with_weights=False):
-    """The first release's simplified form (strategy hierarchical-shared): per head,
-    c_i = softmax(q k_i^T / sqrt(dk)) v_i with one shared query projection, then
-    beta = softmax_i(q . c_i / sqrt(dk)), context = sum_i beta_i c_i; then one W_o. The
-    weights (with_weights): sum_i beta_i alpha_i per head, then head-averaged (B x Z x J)."""
-    h = attn.num_heads
-    q = heads(lin(query, attn.q_proj), h)  # B x H x Z x D
-    cs, alphas = [], []
-    for i, f in enumerate(sources):
-        k, v = heads(lin(f, attn.k_proj[i]), h), heads(lin(f, attn.v_proj[i]), h)
-        alphas.append(logits_of(q, k, pad).softmax(-1))
-        cs.append(alphas[-1] @ v)
-    scores = torch.stack([(q * c).sum(-1) for c in cs], dim=-1) / math.sqrt(q.size(-1))  # B x H x Z x n
-    beta = scores.softmax(-1)
-    context = sum(beta[..., i, None] * c for i, c in enumerate(cs))
-    out = lin(unheads(context), attn.out_proj)
-    if not with_weights:
-        return out
-    return out, sum(beta[..., i, None] * alpha for i, alpha in enumerate(alphas)).mean(1)
-
-
 def ref_parallel(attn, query, sources, pad):
     """Eq. 4: sum_i Att_i(Q, f^i), n independent attentions."""
     return sum(ref_mha(a, query, f, pad) for a, f in zip(attn.attentions, sources))
@@ -277,8 +256,7 @@ def ref_cross_sublayer(layer, strategy, x, memory, pad):
         for (a, norm_i), f in zip(sublayers, memory):
             x = ln(x + ref_mha(a, x, f, pad), norm_i)
         return x
-    combine = {"parallel": ref_parallel, "flat": ref_flat, "hierarchical": ref_hierarchical,
-               "hierarchical-shared": ref_hierarchical_shared}[strategy]
+    combine = {"parallel": ref_parallel, "flat": ref_flat, "hierarchical": ref_hierarchical}[strategy]
     return ln(x + combine(attn, x, memory, pad), norm)
 
 

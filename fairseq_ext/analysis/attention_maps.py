@@ -18,9 +18,8 @@ App. A): what the model's own forward computes, captured by forward hooks.
     - ``per_source`` (i = 1..n): each source's own map: the serial sublayers, the parallel
       attentions, MLMHA U0 = 1's per-layer softmaxes and the hierarchical first level each
       sum to 1 per row; flat's one softmax split per source (the n maps together sum to 1);
-    - ``beta`` (hierarchical, both forms): the second-level weights over the n contexts,
-      Z x n (per head for hierarchical-shared, head-averaged for hierarchical, as the
-      module computes it), multi-source paper Fig. 2;
+    - ``beta`` (hierarchical): the second-level weights over the n contexts, Z x n
+      (head-averaged, as the module computes it), multi-source paper Fig. 2;
     - ``layer_mix`` (transparent): softmax(w)_{:, j}, decoder layer j's weights over the
       embeddings and the L encoder layers.
 

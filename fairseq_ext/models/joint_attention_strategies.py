@@ -17,7 +17,7 @@ import torch.nn as nn
 from fairseq_ext.modules.layer_aggregation import LayerAggregation
 from fairseq_ext.modules.multi_layer_multihead_attention import MultiLayerMultiheadAttention
 from fairseq_ext.modules.multi_source_attention import (
-    FlatOrHierarchicalCrossAttention,
+    FlatCrossAttention,
     HierarchicalCrossAttention,
     ParallelCrossAttention,
     SourceSelectAttention,
@@ -101,13 +101,6 @@ def _source_select(index: Callable[[CrossAttentionSpec], int], one_of_n_sources:
     return build
 
 
-def _flat_or_hierarchical(flat: bool):
-    def build(spec: CrossAttentionSpec):
-        return FlatOrHierarchicalCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources, flat=flat,
-                                                dropout=spec.dropout, removed_source=spec.removed_source)
-    return build
-
-
 def _aggregation(name: str, concatenation: bool, iterative: bool) -> JointAttentionStrategy:
     def build(spec: MemorySpec):
         return LayerAggregation(spec.embed_dim, spec.ffn_dim, spec.num_sources, concatenation=concatenation,
@@ -153,14 +146,15 @@ STRATEGIES: Dict[str, JointAttentionStrategy] = {s.name: s for s in [
                                                  removed_source=spec.removed_source),
              multi_source=True),
     # one attention over all layers' states (Eq. 5-6)
-    _stacked("flat", _flat_or_hierarchical(flat=True), multi_source=True),
+    _stacked("flat",
+             lambda spec: FlatCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources, spec.dropout,
+                                             removed_source=spec.removed_source),
+             multi_source=True),
     # per-layer multi-head attentions, then a multi-head attention over their contexts (Eq. 7-8)
     _stacked("hierarchical",
              lambda spec: HierarchicalCrossAttention(spec.embed_dim, spec.num_heads, spec.num_sources, spec.dropout,
                                                      kdim=spec.kdim, removed_source=spec.removed_source),
              multi_source=True),
-    # a lighter hierarchical form (shared query projection, parameter-free second level)
-    _stacked("hierarchical-shared", _flat_or_hierarchical(flat=False), multi_source=True),
 ]}
 
 STRATEGY_NAMES: List[str] = list(STRATEGIES)

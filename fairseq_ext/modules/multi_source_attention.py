@@ -16,11 +16,8 @@ Transformer Decoder", Sec. 3), applied with the top n encoder layers as the n so
   contexts (`HierarchicalCrossAttention`). With n = 1 the second level attends a single
   context with weight 1, so the output is the stock cross-attention followed by an affine
   map (W^O_2 W^V_2).
-- ``hierarchical-shared``: a lighter hierarchical form (shared query projection, no
-  per-source output projections, a parameter-free second level;
-  `FlatOrHierarchicalCrossAttention` with ``flat=False``).
 """
-from typing import List, Optional
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -332,29 +329,13 @@ def flat_attention(q: Tensor, k: Tensor, v: Tensor, num_sources: int, key_paddin
     return torch.matmul(dropout(weights), v), per_position, weights
 
 
-def hierarchical_attention(q: Tensor, keys: List[Tensor], values: List[Tensor], key_padding_mask, dropout):
-    """Eq. 7-8 on head-split tensors: per-source contexts c_i (B x H x Z x D), then
-    beta = softmax_i(q . c_i / sqrt(D)) and sum_i beta_i c_i. Returns the context, the
-    first-level weights scaled by beta and summed over the sources (B x H x Z x J), the
-    first-level weights (B x n x H x Z x J) and beta (B x H x Z x n)."""
-    weights = [softmax_float(scaled_logits(q, k, source_mask(key_padding_mask, i))) for i, k in enumerate(keys)]
-    contexts = torch.stack([torch.matmul(dropout(w), v) for w, v in zip(weights, values)], dim=3)
-    # contexts: B x H x Z x n x D; the second level attends the n contexts per position
-    beta = softmax_float((contexts * q.unsqueeze(3)).sum(-1) / q.size(-1) ** 0.5)  # B x H x Z x n
-    context = (beta.unsqueeze(-1) * contexts).sum(dim=3)
-    combined_weights = sum(beta[..., i : i + 1] * w for i, w in enumerate(weights))
-    return context, combined_weights, torch.stack(weights, dim=1), beta
+class FlatCrossAttention(StackedSourceAttention, ReportsAttentionWeights):
+    """Flat (Eq. 5-6) combination over n stacked sources: one query projection, one key and
+    one value projection shared by all sources, one output projection."""
 
-
-class FlatOrHierarchicalCrossAttention(StackedSourceAttention, ReportsAttentionWeights):
-    """Flat (Eq. 5-6, ``flat=True``) or the simplified hierarchical (Eq. 7-8, ``flat=False``)
-    combination over n stacked sources: one query projection, one output projection;
-    key/value projections shared by all sources (flat) or per source (hierarchical)."""
-
-    def __init__(self, embed_dim: int, num_heads: int, num_sources: int, flat: bool,
-                 dropout: float = 0.0, kdim: Optional[int] = None, removed_source: Optional[int] = None):
-        super().__init__(embed_dim, num_heads, num_sources, dropout, kdim, shared_kv=flat)
-        self.flat = flat
+    def __init__(self, embed_dim: int, num_heads: int, num_sources: int, dropout: float = 0.0,
+                 kdim: Optional[int] = None, removed_source: Optional[int] = None):
+        super().__init__(embed_dim, num_heads, num_sources, dropout, kdim, shared_kv=True)
         self.removed_source = removed_source  # layer masking: every position of it is masked
         self.q_proj = xavier_linear(embed_dim, embed_dim, gain=QKV_GAIN)
         self.out_proj = xavier_linear(embed_dim, embed_dim)
@@ -362,34 +343,19 @@ class FlatOrHierarchicalCrossAttention(StackedSourceAttention, ReportsAttentionW
     def forward(self, query, key, value=None, key_padding_mask=None, incremental_state=None,
                 need_weights=False, need_head_weights=False, **unused):
         q = split_heads(self.q_proj(query), self.num_heads)
-        if self.flat:
-            # the sources side by side along the length axis (B x H x (n J) x D): the layout
-            # every step reads, made (and cached) once per sentence
-            side_by_side = lambda t: t.transpose(1, 2).flatten(2, 3)  # noqa: E731
-            k, v = self.static_keys_values(key, incremental_state, side_by_side, side_by_side)
-            if self.removed_source is not None:
-                key_padding_mask = without_source(key_padding_mask, self.num_sources, self.removed_source, q.size(0),
-                                                  k.size(2) // self.num_sources, q.device)
-            context, weights, all_weights = attend_by_sentence(  # k: one row per sentence in decoding (see the base)
-                lambda queries, mask: flat_attention(queries, k, v, self.num_sources, mask, self.dropout_module),
-                q, k.size(0), key_padding_mask)
-            if self.recording_weights:  # the one softmax split per source: together they sum to 1
-                per_source = all_weights.unflatten(-1, (self.num_sources, -1)).unbind(-2)
-                self.report_weights(attention=weights, per_source=dict(enumerate(per_source)))
-        else:
-            k, v = self.static_keys_values(key, incremental_state)  # B x n x H x J x D
-            keys, values = list(k.unbind(1)), list(v.unbind(1))
-            if self.removed_source is not None:  # hierarchical-shared: drop the source
-                keep = [i for i in range(len(keys)) if i != self.removed_source]
-                keys, values = [keys[i] for i in keep], [values[i] for i in keep]
-                if key_padding_mask is not None and key_padding_mask.dim() == 3:
-                    key_padding_mask = key_padding_mask[:, keep]
-            context, weights, per_source, beta = attend_by_sentence(
-                lambda queries, mask: hierarchical_attention(queries, keys, values, mask, self.dropout_module),
-                q, k.size(0), key_padding_mask)
-            if self.recording_weights:
-                kept = [i for i in range(self.num_sources) if i != self.removed_source]
-                self.report_weights(attention=weights, beta=beta, per_source=dict(zip(kept, per_source.unbind(1))))
+        # the sources side by side along the length axis (B x H x (n J) x D): the layout every
+        # step reads, made (and cached) once per sentence
+        side_by_side = lambda t: t.transpose(1, 2).flatten(2, 3)  # noqa: E731
+        k, v = self.static_keys_values(key, incremental_state, side_by_side, side_by_side)
+        if self.removed_source is not None:
+            key_padding_mask = without_source(key_padding_mask, self.num_sources, self.removed_source, q.size(0),
+                                              k.size(2) // self.num_sources, q.device)
+        context, weights, all_weights = attend_by_sentence(  # k: one row per sentence in decoding (see the base)
+            lambda queries, mask: flat_attention(queries, k, v, self.num_sources, mask, self.dropout_module),
+            q, k.size(0), key_padding_mask)
+        if self.recording_weights:  # the one softmax split per source: together they sum to 1
+            per_source = all_weights.unflatten(-1, (self.num_sources, -1)).unbind(-2)
+            self.report_weights(attention=weights, per_source=dict(enumerate(per_source)))
         return self.out_proj(merge_heads(context)), attention_weights_for_output(
             weights, need_weights, need_head_weights
         )

@@ -110,7 +110,7 @@ def test_hierarchical_cross_attention_on_a_padded_batch(tiny_models):
         assert rec["attention"][target_rows[:, None, :, None].expand_as(rec["attention"])].numel() > 0
 
 
-@pytest.mark.parametrize("strategy", ["m-10", "serial", "parallel", "flat", "hierarchical-shared"])
+@pytest.mark.parametrize("strategy", ["m-10", "serial", "parallel", "flat", "hierarchical"])
 def test_per_source_maps_of_the_stacked_strategies(strategy):
     """Untrained models (random weights): the maps over each collected layer are what each
     strategy computes; rows sum to 1 per source (flat: over all sources together, and the
@@ -142,7 +142,7 @@ def test_per_source_maps_of_the_stacked_strategies(strategy):
             torch.testing.assert_close(torch.stack(list(maps.values())).mean(0), rec["attention"])
         if strategy == "serial":  # the layer's own cross-attention reads f^n
             torch.testing.assert_close(maps[2], rec["attention"])
-        assert (rec["beta"] is not None) == (strategy == "hierarchical-shared")
+        assert (rec["beta"] is not None) == (strategy == "hierarchical")
 
 
 def test_mma_heads_are_zero_outside_their_band(tiny_models):

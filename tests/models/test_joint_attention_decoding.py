@@ -84,8 +84,8 @@ def test_a_sentences_beam_shares_one_row_of_static_keys_and_values(strategy):
 def record_static_projections(model, step):
     """{module: [decoding steps]} of every projection of the source memory into keys (not the
     self-attention's): fairseq's k_proj of the stock cross-attentions, and the batched key
-    and value projection of all n sources of the stacked-source attentions (MLMHA, flat,
-    hierarchical-shared), called once for the keys and once for the values."""
+    and value projection of all n sources of the stacked-source attentions (MLMHA, flat),
+    called once for the keys and once for the values."""
     from fairseq.modules import MultiheadAttention
 
     from fairseq_ext.modules.stacked_source_attention import StackedSourceAttention

@@ -13,7 +13,7 @@ from fairseq_ext.models import joint_attention_strategies as table
 from fairseq_ext.models.joint_attention_strategies import Memory
 from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
 from fairseq_ext.models.multilayer_transformer_config import parse_options
-from fairseq_ext.modules.multi_source_attention import FlatOrHierarchicalCrossAttention, ParallelCrossAttention
+from fairseq_ext.modules.multi_source_attention import FlatCrossAttention, ParallelCrossAttention
 from joint_attention_reference import (
     AGGREGATION,
     ALL_OPTIONS,
@@ -319,7 +319,7 @@ def test_every_strategy_reports_its_attention_weights(strategy):
         per_source = dict(report.get("per_source", {}))
         if layer.serial_stack is not None:
             per_source.update(recorder.last(layer.serial_stack)["per_source"])
-        if isinstance(layer.encoder_attn, FlatOrHierarchicalCrossAttention) and layer.encoder_attn.flat:
+        if isinstance(layer.encoder_attn, FlatCrossAttention):
             total = sum(per_source.values()).sum(-1)
             torch.testing.assert_close(total, torch.ones(weights.shape[:-1], dtype=weights.dtype))
             continue

@@ -68,7 +68,6 @@ def exact_multi_source_delta(strategy, n=N_LAYERS, d=D, m=N_LAYERS):
         "parallel": (n - 1) * attention,  # n independent attentions
         "flat": 0,  # one attention over the concatenated states
         "hierarchical": n * attention,  # n first-level attentions and the second level, minus the stock one
-        "hierarchical-shared": (n - 1) * 2 * (d * d + d),  # per-source W^k, W^v; one W^q, W^o
     }[strategy]
 
 

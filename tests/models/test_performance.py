@@ -103,7 +103,6 @@ SENTENCE = {
     "m-11": lambda J: 2 * N * J * D,
     "m-01": lambda J: (N + 1) * J * D,  # K^i of every layer and sum_i V^i
     "flat": lambda J: 2 * N * J * D,
-    "hierarchical-shared": lambda J: 2 * N * J * D,
     "hierarchical": lambda J: 2 * N * J * D,  # each first-level attention's K^i and V^i
 }
 CACHE_FORMULA = {
@@ -115,7 +114,6 @@ CACHE_FORMULA = {
     "m-11": lambda t, J: 2 * t * D,
     "m-01": lambda t, J: 2 * t * D,
     "flat": lambda t, J: 2 * t * D,
-    "hierarchical-shared": lambda t, J: 2 * t * D,
     "hierarchical": lambda t, J: 2 * t * D,  # + SENTENCE: the n first-level attentions decode together
     "serial": lambda t, J: 2 * t * D + N * (2 * J * D + J),
     "parallel": lambda t, J: 2 * t * D + N * (2 * J * D + J),
@@ -129,7 +127,7 @@ CACHE_FLAGS = {
     "no option": [], "s-agg": ["--joint-attention", "s-agg"], "transparent": ["--joint-attention", "transparent"],
     "m-00": ["--joint-attention", "m-00"], "m-10": ["--joint-attention", "m-10"],
     "m-11": ["--joint-attention", "m-11"], "m-01": ["--joint-attention", "m-01"],
-    "flat": ["--joint-attention", "flat"], "hierarchical-shared": ["--joint-attention", "hierarchical-shared"],
+    "flat": ["--joint-attention", "flat"],
     "hierarchical": ["--joint-attention", "hierarchical"], "serial": ["--joint-attention", "serial"],
     "parallel": ["--joint-attention", "parallel"], "ms-1": ["--aux-decoder-layers", "1"],
     "ms-1,3+aif": ["--aux-decoder-layers", "1,3", "--aux-fusion"],

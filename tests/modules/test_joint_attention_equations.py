@@ -10,7 +10,7 @@ import torch
 
 from fairseq_ext.modules.multi_layer_multihead_attention import MultiLayerMultiheadAttention
 from fairseq_ext.modules.multi_source_attention import (
-    FlatOrHierarchicalCrossAttention,
+    FlatCrossAttention,
     HierarchicalCrossAttention,
     ParallelCrossAttention,
 )
@@ -25,7 +25,6 @@ from joint_attention_reference import (
     ref_aggregation,
     ref_flat,
     ref_hierarchical,
-    ref_hierarchical_shared,
     ref_mha,
     ref_mlmha,
     ref_parallel,
@@ -88,16 +87,14 @@ def test_mlmha_equations(strategy, n):
     assert torch.all(weights.masked_select(pad[None, :, None, :].expand_as(weights)) == 0)
 
 
-@pytest.mark.parametrize("strategy", ["flat", "hierarchical-shared"])
 @pytest.mark.parametrize("n", [1, 3])
-def test_flat_and_shared_hierarchical_equations(strategy, n):
+def test_flat_equations(n):
     torch.manual_seed(0)
-    attn = perturb(build_cross_attention(strategy, n).double().eval(), seed=1, scale=0.5)
-    assert isinstance(attn, FlatOrHierarchicalCrossAttention) and attn.flat == (strategy == "flat")
+    attn = perturb(build_cross_attention("flat", n).double().eval(), seed=1, scale=0.5)
+    assert isinstance(attn, FlatCrossAttention)
     sources, pad, query = random_sources(n)
     out, weights = attn(query, torch.stack(sources, dim=2), key_padding_mask=pad, need_weights=True)
-    ref = ref_flat if strategy == "flat" else ref_hierarchical_shared
-    expected, expected_weights = ref(attn, query, sources, pad, with_weights=True)
+    expected, expected_weights = ref_flat(attn, query, sources, pad, with_weights=True)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=0)
     # the returned weights (what alignments and the analyses read): B x Z x J, from the equations
     torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-6)
@@ -152,7 +149,7 @@ def _module(kind, num, removed_source=None):
     if kind == "parallel":
         return ParallelCrossAttention(16, 4, num, removed_source=removed_source)
     if kind == "flat":
-        return FlatOrHierarchicalCrossAttention(16, 4, num, flat=True, removed_source=removed_source)
+        return FlatCrossAttention(16, 4, num, removed_source=removed_source)
     if kind == "hierarchical":
         return HierarchicalCrossAttention(16, 4, num, removed_source=removed_source)
     u0, u1 = (int(c) for c in kind[2:])
