@@ -43,7 +43,7 @@ PYTHON_COMMANDS = {  # subcommand -> module with main(argv)
     "translate": "fairseq_ext.tools.translate",
     "score": "fairseq_ext.tools.score",
     "benchmark": "fairseq_ext.selfcheck.benchmark",
-    "selfcheck": "fairseq_ext.selfcheck.command",
+    "selfcheck": "fairseq_ext.selfcheck.main",
     "selfcheck-pack": "fairseq_ext.selfcheck.pack",
     "config-dir": "fairseq_ext.tools.hydra_configs",
 }

@@ -48,7 +48,7 @@ from fairseq_ext.analysis.capture import capture_cross_attention
 from fairseq_ext.analysis.figures import (FIGURE_WIDTH, FigureContext, add_caption, layer_axes, names_for, pyplot,
                                          save_figure, system_colour, system_colours)
 from fairseq_ext.analysis.registry import Analysis
-from fairseq_ext.analysis.tables import write_table
+from fairseq_ext.analysis.table_files import write_table
 from fairseq_ext.common import checkpoints
 from fairseq_ext.common.cli import search_arguments
 from fairseq_ext.modules.auxiliary_information_fusion import AuxiliaryInformationFusion

@@ -43,7 +43,7 @@ from fairseq_ext.analysis.capture import encoder_self_attention
 from fairseq_ext.analysis.figures import (FIGURE_WIDTH, FigureContext, add_caption, add_title, data_description,
                                           file_stem, layer_axes, names_for, pyplot, save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
-from fairseq_ext.analysis.tables import write_table
+from fairseq_ext.analysis.table_files import write_table
 from fairseq_ext.common import checkpoints
 
 ANALYSIS = Analysis("attention_stats", "Encoder self-attention distance and entropy",

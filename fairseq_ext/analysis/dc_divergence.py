@@ -27,7 +27,7 @@ from fairseq_ext.analysis.figures import (FIGURE_WIDTH, FigureContext, add_capti
                                          integer_ticks, label_points, legend_outside, names_for, pyplot,
                                          save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
-from fairseq_ext.analysis.tables import write_table
+from fairseq_ext.analysis.table_files import write_table
 from fairseq_ext.common import checkpoints
 
 ANALYSIS = Analysis("dc_divergence", "DC divergence", "thesis 5.6.2 (Fig. 5.4)", order=60,

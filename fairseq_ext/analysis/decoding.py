@@ -10,7 +10,7 @@ import torch
 
 from fairseq_ext.analysis import AnalysisError, command
 from fairseq_ext.analysis.figures import names_for
-from fairseq_ext.analysis.tables import write_table
+from fairseq_ext.analysis.table_files import write_table
 from fairseq_ext.common import checkpoints, data_text
 from fairseq_ext.tools.evaluate import EvaluationError
 from fairseq_ext.tools.evaluate import evaluate as run_evaluation

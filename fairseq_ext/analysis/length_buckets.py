@@ -40,7 +40,7 @@ from fairseq_ext.analysis.decoding import evaluate
 from fairseq_ext.analysis.figures import (FIGURE_WIDTH, FigureContext, add_caption, data_description, names_for,
                                           pyplot, save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
-from fairseq_ext.analysis.tables import write_table
+from fairseq_ext.analysis.table_files import write_table
 from fairseq_ext.common import data_text
 from fairseq_ext.recipes.helpers.evaluations import read_evaluation_complete
 from fairseq_ext.tools.statistics import bleu_metric

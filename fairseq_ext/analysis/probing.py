@@ -60,7 +60,7 @@ from fairseq_ext.analysis.figures import (FigureContext, add_caption, add_title,
 from fairseq_ext.analysis.probing_classifier import probe_task
 from fairseq_ext.analysis.probing_tasks import CATEGORY, GENERATED, PARTITIONS, Split, load_tasks
 from fairseq_ext.analysis.registry import Analysis
-from fairseq_ext.analysis.tables import write_table
+from fairseq_ext.analysis.table_files import write_table
 from fairseq_ext.common import checkpoints
 from fairseq_ext.common.data_text import TextPipeline
 

@@ -40,7 +40,7 @@ from fairseq_ext.analysis.encoder_features import layer_outputs, primary_encoder
 from fairseq_ext.analysis.figures import (FIGURE_WIDTH, FigureContext, add_caption, add_title, integer_ticks,
                                          legend_outside, names_for, pyplot, save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
-from fairseq_ext.analysis.tables import write_table
+from fairseq_ext.analysis.table_files import write_table
 from fairseq_ext.analysis.translation_probe_training import (add_training_arguments, load_for_training,
                                                              load_projections, save_projections, train_from_args)
 from fairseq_ext.analysis.translation_probes import probe_names

@@ -53,7 +53,7 @@ from fairseq_ext.analysis import AnalysisError, command, decoding
 from fairseq_ext.analysis.figures import (FigureContext, add_caption, add_title, flavour_of, legend_outside, marks_note,
                                          names_for, pyplot, save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
-from fairseq_ext.analysis.tables import write_table
+from fairseq_ext.analysis.table_files import write_table
 from fairseq_ext.common import checkpoints
 from fairseq_ext.tools.significance import paired_significance
 

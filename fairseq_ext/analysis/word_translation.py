@@ -50,7 +50,7 @@ from fairseq_ext.analysis import command
 from fairseq_ext.analysis.encoder_features import primary_encoder
 from fairseq_ext.analysis.figures import FigureContext, layer_axes, pyplot, save_figure
 from fairseq_ext.analysis.registry import Analysis
-from fairseq_ext.analysis.tables import write_table
+from fairseq_ext.analysis.table_files import write_table
 from fairseq_ext.analysis.translation_probe_training import (add_training_arguments, evaluate_probes,
                                                              load_for_training, save_projections, train_from_args)
 from fairseq_ext.analysis.translation_probes import PARTS, decoder_layers, probe_names

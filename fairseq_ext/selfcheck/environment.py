@@ -12,7 +12,7 @@ from typing import List
 
 import torch
 
-from fairseq_ext.selfcheck.report import table, write_stage
+from fairseq_ext.selfcheck.stage_files import table, write_stage
 
 PACKAGES = ("fairseq", "fairseq-fixed", "fairseq_ext", "torch", "numpy", "hydra-core", "omegaconf", "sacrebleu",
             "sentencepiece", "subword-nmt", "sacremoses", "compare-mt", "bitarray", "matplotlib", "pytest",

@@ -29,7 +29,7 @@ from fairseq_ext.common.data_text import env_headline, read_lines, read_prep_env
 from fairseq_ext.errors import CommandError
 from fairseq_ext.reproduce.execute import read_bleu, training_progress, training_speed
 from fairseq_ext.reproduce.tables import Row, load_setups, load_table
-from fairseq_ext.selfcheck.report import table, write_stage
+from fairseq_ext.selfcheck.stage_files import table, write_stage
 from fairseq_ext.tools.statistics import format_mean_sd, mean_sd as seed_mean_sd
 
 TABLE, DATASET, FOLDER = "thesis-3.3", "iwslt15-en-vi", "iwslt15.en-vi"

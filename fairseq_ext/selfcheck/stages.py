@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 from typing import Dict, List, Optional, Tuple
 
 from fairseq_ext.errors import CommandError
-from fairseq_ext.selfcheck.report import last_line, run_logged, table, write_stage
+from fairseq_ext.selfcheck.stage_files import last_line, run_logged, table, write_stage
 
 TEST_FILES = ("models/test_on_device.py",)
 QUICK_OPTION_SETS = ("combined",)  # --quick: this option set only (M-10, DC, MMA, MS, AIF, pre-classifier)

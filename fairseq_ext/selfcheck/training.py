@@ -23,7 +23,7 @@ from fairseq_ext.common.data_text import env_headline, read_prep_env
 from fairseq_ext.errors import CommandError
 from fairseq_ext.reproduce.execute import read_bleu, training_progress, training_speed
 from fairseq_ext.reproduce.tables import load_setups
-from fairseq_ext.selfcheck.report import run_logged, table, write_stage
+from fairseq_ext.selfcheck.stage_files import run_logged, table, write_stage
 
 MULTI30K, IWSLT = "multi30k.en-de", "iwslt15.en-vi"
 MULTI30K_RUNS = [("multi30k-baseline", []), ("multi30k-m-10", ["--joint-attention", "m-10"])]

@@ -541,7 +541,7 @@ def test_names_the_palette_does_not_know_keep_one_colour_and_differ_within_a_fig
 
 
 def test_a_table_kept_only_as_markdown_reads_back_as_its_rows(tmp_path):
-    from fairseq_ext.analysis import tables
+    from fairseq_ext.analysis import table_files as tables
 
     rows = [{"model": "M-00", "masked layer": "f^1", "BLEU": 16.07, "delta": -12.46, "p": 0.0, "mark": "‡",
              "|Y|": 3, "note": None, "text": "a - b"}]

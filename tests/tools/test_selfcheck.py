@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from fairseq_ext.selfcheck import pack, report, stages
+from fairseq_ext.selfcheck import pack, stage_files, stages
 from model_utils import DATA, REPO, clean_env
 from script_utils import M30K_SMALL, head_gz, needs_multi30k, write_lines
 
@@ -107,7 +107,7 @@ def test_selfcheck_cpu_mode_runs_every_stage_and_resumes(small_corpora, tmp_path
 
 
 def test_selfcheck_says_what_is_missing(tmp_path, capsys):
-    from fairseq_ext.selfcheck import command
+    from fairseq_ext.selfcheck import main as command
 
     def error(main, *args):
         code = main(list(args))
@@ -196,7 +196,7 @@ def test_a_benchmark_stopped_by_the_time_limit_keeps_its_finished_rows(monkeypat
                        "configs": [row]}, f)
         raise subprocess.TimeoutExpired(cmd, kwargs["timeout"], output=b"| M-10 | ...\n")
 
-    monkeypatch.setattr(report.subprocess, "run", stopped_run)
+    monkeypatch.setattr(stage_files.subprocess, "run", stopped_run)
     stages.run_bench(str(tmp_path), __import__("torch").device("cpu"), quick=False, time_limit=60)
     bench = read(str(tmp_path / "bench.json"))
     assert bench["result"] == "2 of 2 runs failed"

@@ -29,7 +29,7 @@ import torch
 from fairseq_ext.common.cli import CommandParser, fail, setup_cli
 from fairseq_ext.errors import CommandError
 from fairseq_ext.selfcheck import environment, paper, stages, training
-from fairseq_ext.selfcheck.report import STAGES, check_out, read_stage
+from fairseq_ext.selfcheck.stage_files import STAGES, check_out, read_stage
 
 PROG = "fairseq-ext selfcheck"
 RUNNERS = {"env": environment.run, "tests": stages.run_tests, "bench": stages.run_bench, "train": training.run,
