@@ -1,6 +1,7 @@
-"""Fixtures shared by the test folders: a binarized Multi30k slice and a tiny trained
-checkpoint, each built once per run, and a Multi30k slice for the recipes, per test. One
-thread for every model and subprocess of the suite."""
+"""Fixtures shared by the test folders: a binarized Multi30k slice, a tiny trained
+checkpoint and a model of raw Multi30k text, each built once per run and shared by the
+pytest-xdist workers (script_utils.built_once), and a Multi30k slice for the recipes, per
+test. One thread for every model and subprocess of the suite."""
 import gzip
 import os
 import re
@@ -9,8 +10,8 @@ import pytest
 import torch
 from fairseq import options
 
-from model_utils import MULTI30K, TINY_TRAIN_FLAGS, USER_DIR, clean_env, make_tiny_parallel_data
-from script_utils import M30K_SMALL, head_gz, write_lines
+from model_utils import MULTI30K, TINY_TRAIN_FLAGS, USER_DIR, clean_env, make_tiny_parallel_data, train_tiny
+from script_utils import M30K_SMALL, RAW_TEXT_POSITIONS, built_once, fairseq_ext, head_gz, write_lines
 
 # The models under test are tiny: one thread avoids the oversubscription that makes them
 # several times slower on a 2-core machine. Every subprocess a test starts inherits one
@@ -54,38 +55,65 @@ def multi30k_bin(tmp_path_factory):
     validation pairs from $FAIRSEQ_EXT_DATA/multi30k), binarized with a joined dictionary."""
     if not os.path.exists(os.path.join(MULTI30K, "train.en.gz")):
         pytest.skip(f"Multi30k not found at {os.path.abspath(MULTI30K)}")
-    from fairseq_cli import preprocess
 
-    root = tmp_path_factory.mktemp("multi30k")
-    for split, source, lines in (("train", "train", TRAIN_LINES), ("valid", "val", VALID_LINES)):
-        for lang in ("en", "de"):
-            with gzip.open(os.path.join(MULTI30K, f"{source}.{lang}.gz"), "rt", encoding="utf-8") as fin, \
-                    open(root / f"{split}.{lang}", "w", encoding="utf-8") as fout:
-                for _, line in zip(range(lines), fin):
-                    fout.write(tokenize(line) + "\n")
-    destdir = root / "bin"
-    parser = options.get_preprocessing_parser()
-    args = parser.parse_args([
-        "--source-lang", "en", "--target-lang", "de", "--trainpref", str(root / "train"),
-        "--validpref", str(root / "valid"), "--destdir", str(destdir), "--joined-dictionary",
-        "--thresholdsrc", "2", "--workers", "1",
-    ])
-    preprocess.main(args)
-    return str(destdir)
+    def build(root):
+        from fairseq_cli import preprocess
+
+        for split, source, lines in (("train", "train", TRAIN_LINES), ("valid", "val", VALID_LINES)):
+            for lang in ("en", "de"):
+                with gzip.open(os.path.join(MULTI30K, f"{source}.{lang}.gz"), "rt", encoding="utf-8") as fin, \
+                        open(root / f"{split}.{lang}", "w", encoding="utf-8") as fout:
+                    for _, line in zip(range(lines), fin):
+                        fout.write(tokenize(line) + "\n")
+        parser = options.get_preprocessing_parser()
+        preprocess.main(parser.parse_args([
+            "--source-lang", "en", "--target-lang", "de", "--trainpref", str(root / "train"),
+            "--validpref", str(root / "valid"), "--destdir", str(root / "bin"), "--joined-dictionary",
+            "--thresholdsrc", "2", "--workers", "1",
+        ]))
+
+    return str(built_once(tmp_path_factory, "multi30k", build) / "bin")
 
 
 @pytest.fixture(scope="session")
 def tiny_trained(tmp_path_factory):
     """A real fairseq-train checkpoint (2 updates, `--arch multilayer_transformer`) on the
-    tiny synthetic task of model_utils.make_tiny_parallel_data: (bin_dir, checkpoint path)."""
+    tiny synthetic task of model_utils.make_tiny_parallel_data: (bin_dir, checkpoint path).
+    Shared: a test that changes it copies it first."""
     import subprocess
 
-    root = tmp_path_factory.mktemp("tiny_trained")
-    bin_dir = make_tiny_parallel_data(str(root), num_train=61)
-    subprocess.run(["fairseq-train", bin_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer",
-                    *TINY_TRAIN_FLAGS, "--max-update", "2", "--save-dir", str(root / "ckpt")],
-                   check=True, capture_output=True, env=clean_env())
-    return bin_dir, str(root / "ckpt" / "checkpoint_last.pt")
+    def build(root):
+        bin_dir = make_tiny_parallel_data(str(root), num_train=61)
+        subprocess.run(["fairseq-train", bin_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer",
+                        *TINY_TRAIN_FLAGS, "--max-update", "2", "--save-dir", str(root / "ckpt")],
+                       check=True, capture_output=True, env=clean_env())
+
+    root = built_once(tmp_path_factory, "tiny_trained", build)
+    return str(root / "bin"), str(root / "ckpt" / "checkpoint_last.pt")
+
+
+@pytest.fixture(scope="session")
+def raw_text_model(tmp_path_factory):
+    """(data directory, checkpoint): ``fairseq-ext prepare multi30k`` on the first 300 training
+    lines of the local Multi30k copy (200 BPE merges), then 40 updates of a tiny
+    ``multilayer_transformer`` with RAW_TEXT_POSITIONS source and target positions."""
+    if not os.path.exists(os.path.join(MULTI30K, "train.en.gz")):
+        pytest.skip(f"no local Multi30k copy in {MULTI30K}")
+
+    def build(root):
+        corpus = root / "m30k"
+        for split, n in (("train", 300), ("val", 13), ("test_2016_flickr", 13)):
+            for lang in ("en", "de"):
+                write_lines(corpus / f"{split}.{lang}", head_gz(os.path.join(MULTI30K, f"{split}.{lang}.gz"), n),
+                            gz=True)
+        res = fairseq_ext("prepare", "multi30k", "--from", corpus, "--out", root / "bin", "--bpe-merges", "200",
+                          "--workers", "1")
+        assert res.returncode == 0, res.stderr[-3000:]
+        train_tiny(root / "bin", root / "ckpt", "--max-source-positions", str(RAW_TEXT_POSITIONS),
+                   "--max-target-positions", str(RAW_TEXT_POSITIONS), max_update=40)
+
+    root = built_once(tmp_path_factory, "raw_text_model", build)
+    return root / "bin", root / "ckpt" / "checkpoint_last.pt"
 
 
 @pytest.fixture

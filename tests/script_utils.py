@@ -1,14 +1,17 @@
 """Shared helpers of the tests that run the package's scripts and recipes: the paths of
 scripts/ and of the text tools the recipes run as files, the local corpus copies (and the
 markers that skip a test without them), a command run with this environment's tools, and
-(gzipped) text files written and read line by line."""
+(gzipped) text files written and read line by line, and the cache of what several test
+files build once (:func:`built_once`)."""
 import gzip
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from model_utils import DATA, REPO
 
@@ -21,6 +24,9 @@ ENVI = Path(DATA) / "iwslt15-en-vi"
 # the Multi30k slice of the data-safety and quickstart tests (conftest.m30k_small): line
 # counts that are not multiples of 8
 M30K_SMALL = (("train", 61), ("val", 13), ("test_2016_flickr", 13))
+# conftest's raw_text_model: its source and target positions, and a sentence it translates
+RAW_TEXT_POSITIONS = 128
+SENTENCE = "A man in a red shirt is riding a bike down the street."
 
 needs_multi30k = pytest.mark.skipif(not (MULTI30K / "train.en.gz").exists(),
                                     reason=f"no local Multi30k copy in {MULTI30K}")
@@ -56,3 +62,29 @@ def head_gz(path, n, skip=0):
             if i >= skip:
                 out.append(line.rstrip("\n"))
     return out
+
+
+def built_once(tmp_path_factory, name, build):
+    """The directory NAME, made by ``build(directory)`` once per test run and shared by every
+    test file and every pytest-xdist worker that asks for it: the first to ask builds it
+    under a lock (the others wait and reuse it); a build that failed is tried again."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the run's, not the worker's
+    target = root / f"shared-{name}"
+    with FileLock(f"{target}.lock"):
+        if not (target / ".built").is_file():
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir(parents=True)
+            build(target)
+            (target / ".built").touch()
+    return target
+
+
+def fairseq_ext(*args, stdin=None):
+    """``fairseq-ext ARGS`` with this environment's Python (``python -m fairseq_ext``)."""
+    from model_utils import clean_env
+
+    env = clean_env()
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return subprocess.run([sys.executable, "-m", "fairseq_ext", *map(str, args)], capture_output=True, text=True,
+                          input=stdin, env=env, timeout=600)

@@ -15,8 +15,7 @@ import pytest
 
 from fairseq_ext.tools import comet
 from model_utils import MULTI30K, REPO
-from script_utils import head_gz, needs_multi30k, write_lines
-from test_translate import fairseq_ext, raw_text_model
+from script_utils import fairseq_ext, head_gz, needs_multi30k, write_lines
 
 COMET_PYTHON = os.environ.get(comet.ENV_PYTHON) or os.path.join(REPO, ".comet-venv", "bin", "python")
 needs_comet = pytest.mark.skipif(not os.path.exists(COMET_PYTHON),
@@ -98,8 +97,8 @@ def test_the_paired_test_is_comet_compares(tiny_comet, texts, tmp_path):
 @pytest.mark.slow
 @needs_comet
 @needs_multi30k
-def test_fairseq_ext_score_prints_a_comet_line_with_its_signature(tiny_comet, tmp_path_factory, tmp_path):
-    data, checkpoint = raw_text_model(tmp_path_factory)
+def test_fairseq_ext_score_prints_a_comet_line_with_its_signature(tiny_comet, raw_text_model, tmp_path):
+    data, checkpoint = raw_text_model
     src = write_lines(tmp_path / "src.en", head_gz(f"{MULTI30K}/val.en.gz", 13))
     ref = write_lines(tmp_path / "ref.de", head_gz(f"{MULTI30K}/val.de.gz", 13))
     hyp = tmp_path / "hyp.de"
@@ -134,8 +133,8 @@ def test_a_python_without_comet_is_one_line_before_the_model_loads(tmp_path):
 @pytest.mark.slow
 @needs_comet
 @needs_multi30k
-def test_fairseq_ext_evaluate_writes_comet_beside_chrf(tiny_comet, tmp_path_factory, tmp_path):
-    data, checkpoint = raw_text_model(tmp_path_factory)
+def test_fairseq_ext_evaluate_writes_comet_beside_chrf(tiny_comet, raw_text_model, tmp_path):
+    data, checkpoint = raw_text_model
     out = tmp_path / "eval"
     res = fairseq_ext("evaluate", "--checkpoint", checkpoint, "--data", data, "--out", out, "--cpu", "--beam", "2",
                       "--comet-model", tiny_comet, "--comet-python", COMET_PYTHON, "--comet-batch-size", "4")

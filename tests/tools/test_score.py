@@ -3,7 +3,7 @@ sacreBLEU in evaluate's four flavours with signatures out, the reported flavour 
 ``fairseq-ext evaluate`` chooses it. The files are checked before the model loads (line
 counts, a reference that is not UTF-8); the scores equal sacreBLEU's own on the written
 translations, a skipped source line scored as an empty hypothesis. The model is
-test_translate.py's ``raw_text_model``."""
+conftest's ``raw_text_model``."""
 import re
 import shutil
 import sys
@@ -13,8 +13,7 @@ import sacrebleu
 
 from fairseq_ext.tools.score import choose_headline
 from model_utils import MULTI30K
-from script_utils import head_gz, needs_multi30k, write_lines
-from test_translate import SENTENCE, fairseq_ext, raw_text_model
+from script_utils import SENTENCE, fairseq_ext, head_gz, needs_multi30k, write_lines
 
 FLAVOUR_LINE = re.compile(r"^(detok-cased|detok-lc|tok-cased|tok-lc) +BLEU\|(nrefs:1\|case:(mixed|lc)\|eff:no\|"
                           r"tok:(13a|none)\|smooth:exp\|version:[\d.]+) = ([\d.]+) ")
@@ -22,8 +21,8 @@ REPORTED = re.compile(r"^reported BLEU \[([a-z-]+)\].*: ([\d.]+)  signature: (nr
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return raw_text_model(tmp_path_factory)
+def model(raw_text_model):
+    return raw_text_model
 
 
 def score(model, *args, data=None):

@@ -4,7 +4,7 @@ is cut, each with one warning naming the line, and output line N stays input lin
 translation), ``--strict`` refuses instead, one summary line closes the run, and the
 progress bar never writes to stdout. The model: a few dozen updates on a few hundred
 Multi30k lines prepared by the multi30k recipe (Moses tokenization, subword-nmt BPE), with
-128 source positions. ``raw_text_model`` is shared with test_score.py."""
+128 source positions (conftest's ``raw_text_model``, shared with test_score.py and test_comet.py)."""
 import os
 import random
 import re
@@ -15,41 +15,11 @@ import sys
 
 import pytest
 
-from model_utils import MULTI30K, clean_env, train_tiny
-from script_utils import head_gz, needs_multi30k, write_lines
+from model_utils import MULTI30K, clean_env
+from script_utils import RAW_TEXT_POSITIONS as MAX_POSITIONS
+from script_utils import SENTENCE, fairseq_ext, head_gz, needs_multi30k, write_lines
 
-MAX_POSITIONS = 128
-SENTENCE = "A man in a red shirt is riding a bike down the street."
 WORDS = "a man woman in red blue shirt is riding bike down the street with two dogs playing park".split()
-
-
-def raw_text_model(tmp_path_factory):
-    """(data directory, checkpoint): ``fairseq-ext prepare multi30k`` on the first 300 training
-    lines of the local Multi30k copy (200 BPE merges), then 40 updates of a tiny
-    ``multilayer_transformer`` with 128 source and target positions. Built once per test run
-    and process; a later call reuses it."""
-    root = tmp_path_factory.getbasetemp() / "raw_text_model"
-    data, checkpoint = root / "bin", root / "ckpt" / "checkpoint_last.pt"
-    if checkpoint.is_file():
-        return data, checkpoint
-    shutil.rmtree(root, ignore_errors=True)
-    corpus = root / "m30k"
-    for split, n in (("train", 300), ("val", 13), ("test_2016_flickr", 13)):
-        for lang in ("en", "de"):
-            write_lines(corpus / f"{split}.{lang}", head_gz(os.path.join(MULTI30K, f"{split}.{lang}.gz"), n), gz=True)
-    res = fairseq_ext("prepare", "multi30k", "--from", corpus, "--out", data, "--bpe-merges", "200", "--workers", "1")
-    assert res.returncode == 0, res.stderr[-3000:]
-    train_tiny(data, root / "ckpt", "--max-source-positions", str(MAX_POSITIONS), "--max-target-positions",
-               str(MAX_POSITIONS), max_update=40)
-    return data, checkpoint
-
-
-def fairseq_ext(*args, stdin=None):
-    """``fairseq-ext ARGS`` with this environment's Python (``python -m fairseq_ext``)."""
-    env = clean_env()
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    return subprocess.run([sys.executable, "-m", "fairseq_ext", *map(str, args)], capture_output=True, text=True,
-                          input=stdin, env=env, timeout=600)
 
 
 def long_line(words=2000, seed=0):
@@ -58,8 +28,8 @@ def long_line(words=2000, seed=0):
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return raw_text_model(tmp_path_factory)
+def model(raw_text_model):
+    return raw_text_model
 
 
 def translate(model, *args, stdin=None):
