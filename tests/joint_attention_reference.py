@@ -287,3 +287,16 @@ def random_sources(n, length=6, bsz=3, dim=16, seed=0):
     pad[2, :4] = True
     query = torch.randn(4, bsz, dim, generator=g, dtype=torch.double)
     return sources, pad, query
+
+
+def attention_by_hand(attn, query, key, pad):
+    """softmax(q k^T / sqrt(d)) of every head, B x H x T x S, from the module's projections."""
+    heads = attn.num_heads
+    d = query.size(-1) // heads
+    t, b, s = query.size(0), query.size(1), key.size(0)
+    q = attn.q_proj(query).view(t, b, heads, d).permute(1, 2, 0, 3).double() * d ** -0.5
+    k = attn.k_proj(key).view(s, b, heads, d).permute(1, 2, 0, 3).double()
+    logits = q @ k.transpose(-1, -2)
+    if pad is not None:
+        logits = logits.masked_fill(pad[:, None, None, :], float("-inf"))
+    return torch.softmax(logits, -1)

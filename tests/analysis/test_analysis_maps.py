@@ -14,28 +14,9 @@ from fairseq_ext.analysis import (AnalysisError, attention_layers, attention_map
 from fairseq_ext.analysis.batches import batches
 from fairseq_ext.analysis.capture import capture_cross_attention
 from fixed_decodings import fixed_decodings
-from model_utils import make_tiny_parallel_data, train_tiny
-from test_analysis_word_translation import attention_by_hand
+from joint_attention_reference import attention_by_hand
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory):
-    """Three tiny checkpoints on one synthetic task: hierarchical joint attention over both
-    encoder layers (standard encoder self-attention), the same without encoder positions,
-    and an MMA encoder with one head of each type (G, L, F, B)."""
-    root = tmp_path_factory.mktemp("maps")
-    bin_dir = make_tiny_parallel_data(str(root), num_train=121)
-    with open(os.path.join(bin_dir, "prep.env"), "w") as f:  # what evaluate.sh reads
-        f.write("recipe=tiny\nsrc=src\ntgt=tgt\nbpe=none\n")
-    ckpts = {}
-    for name, extra in (("hier", ["--joint-attention", "hierarchical"]),
-                        ("hier_nopos", ["--joint-attention", "hierarchical", "--no-encoder-positional-embeddings"]),
-                        ("mma", ["--encoder-attention-heads", "4", "--encoder-self-attention", "mma",
-                                 "--mma-heads", "G,L,F,B", "--mma-window", "1"])):
-        ckpts[name] = train_tiny(bin_dir, root / name, *extra)
-    return bin_dir, ckpts
 
 
 def one_sentence(ckpt, bin_dir, sentence=3):
@@ -45,11 +26,11 @@ def one_sentence(ckpt, bin_dir, sentence=3):
     return model, task, sample, target
 
 
-def test_encoder_maps_equal_torch_multi_head_attention_on_the_layer_input(tiny_models):
+def test_encoder_maps_equal_torch_multi_head_attention_on_the_layer_input(map_models):
     """A standard encoder layer's captured per-head map is torch's multi_head_attention_forward
     (need_weights=True, average_attn_weights=False) run by hand with the fairseq module's
     projections on that layer's input (taken by a hook); every row sums to 1."""
-    bin_dir, ckpts = tiny_models
+    bin_dir, ckpts = map_models
     model, task, sample, target = one_sentence(ckpts["hier"], bin_dir)
     inputs = {}
     layers = model.encoder.layers
@@ -80,11 +61,11 @@ def test_encoder_maps_equal_torch_multi_head_attention_on_the_layer_input(tiny_m
         assert maps["encoder"][i]["titles"] == {"global": ["h1", "h2"]}
 
 
-def test_hierarchical_cross_attention_on_a_padded_batch(tiny_models):
+def test_hierarchical_cross_attention_on_a_padded_batch(map_models):
     """Per-source maps: rows sum to 1 over the non-pad keys and are 0 on pads; beta sums to
     1 over the sources; the combined map is sum_i beta_i * map_i (multi-source paper App. A);
     capturing leaves the model's output unchanged."""
-    bin_dir, ckpts = tiny_models
+    bin_dir, ckpts = map_models
     model, task = checkpoints.load_model(ckpts["hier"], bin_dir, split="valid", cpu=True)
     sample = next(iter(batches(task, "valid")))
     net = sample["net_input"]
@@ -145,10 +126,10 @@ def test_per_source_maps_of_the_stacked_strategies(strategy):
         assert (rec["beta"] is not None) == (strategy == "hierarchical")
 
 
-def test_mma_heads_are_zero_outside_their_band(tiny_models):
+def test_mma_heads_are_zero_outside_their_band(map_models):
     from fairseq_ext.modules.mixed_multihead_attention import mma_head_masks
 
-    bin_dir, ckpts = tiny_models
+    bin_dir, ckpts = map_models
     model, task, sample, target = one_sentence(ckpts["mma"], bin_dir)
     maps = sentence_maps.attention_maps(model, task, sample, target)
     for entry, layer in zip(maps["encoder"], model.encoder.layers):
@@ -209,8 +190,8 @@ def maps_by_hand(model, task, sentence, target_tokens):
             "decoder L1 f^2": source.float(), "decoder L2 beta": beta.float()}
 
 
-def test_attention_maps_command_figures_and_json(tiny_models, tmp_path):
-    bin_dir, ckpts = tiny_models
+def test_attention_maps_command_figures_and_json(map_models, tmp_path):
+    bin_dir, ckpts = map_models
     attention_maps.main(["--checkpoint", ckpts["hier"], "--data", bin_dir, "--split", "test", "--sentence", "3",
                          "--out", str(tmp_path / "hier"), "--cpu", "--beam", "2", "--names", "H 1"])
     # one figure per layer, named after --names (made safe for a file name)
@@ -269,10 +250,10 @@ def png_width(path):
     return int.from_bytes(head[16:20], "big")
 
 
-def test_every_map_is_on_one_colour_scale_with_a_colour_bar(tiny_models, tmp_path):
+def test_every_map_is_on_one_colour_scale_with_a_colour_bar(map_models, tmp_path):
     """unit: 0 to 1 in every figure; max: 0 to the largest weight drawn over every encoder
     layer and head (recomputed from the captured maps), and over every decoder map."""
-    bin_dir, ckpts = tiny_models
+    bin_dir, ckpts = map_models
     model, task, sample, target = one_sentence(ckpts["hier"], bin_dir)
     maps = sentence_maps.attention_maps(model, task, sample, target)
     src = sentence_maps.memory_labels(model, task, sample)
@@ -296,10 +277,10 @@ def test_every_map_is_on_one_colour_scale_with_a_colour_bar(tiny_models, tmp_pat
                 assert png_width(path) <= 1100
 
 
-def test_mma_heads_are_labelled_by_their_type_in_maps_and_statistics(tiny_models, tmp_path):
+def test_mma_heads_are_labelled_by_their_type_in_maps_and_statistics(map_models, tmp_path):
     """The letters come from the model's own head assignment (--mma-heads G,L,F,B); over all
     keys the forward head spans a distance, read as printed (j <= i) it has none."""
-    bin_dir, ckpts = tiny_models
+    bin_dir, ckpts = map_models
     model, task = checkpoints.load_model(ckpts["mma"], bin_dir, split="valid", cpu=True)
     assert [attention_layers.head_types(layer) for layer in model.encoder.layers] == [["G", "L", "F", "B"]] * 2
     types = attention_layers.encoder_head_types(model)
@@ -325,8 +306,8 @@ def test_mma_heads_are_labelled_by_their_type_in_maps_and_statistics(tiny_models
         assert "MMA: encoder self-attention, layer" in caption and "sentence 2 of 'test'" in caption
 
 
-def test_a_long_sentence_is_cut_to_max_tokens_with_a_note(tiny_models, tmp_path):
-    bin_dir, ckpts = tiny_models
+def test_a_long_sentence_is_cut_to_max_tokens_with_a_note(map_models, tmp_path):
+    bin_dir, ckpts = map_models
     words = " ".join(f"w{k % 24}" for k in range(29))  # 29 tokens and the end of sentence
     attention_maps.main(["--checkpoint", ckpts["mma"], "--data", bin_dir, "--source", words, "--hypothesis", words,
                          "--max-tokens", "21", "--out", str(tmp_path), "--cpu", "--names", "mma"])
@@ -354,8 +335,8 @@ def test_a_long_sentence_is_cut_to_max_tokens_with_a_note(tiny_models, tmp_path)
 
 # ---- word order (MMA paper Table 3) ---------------------------------------------------------------
 
-def test_positions_and_system_are_read_from_each_checkpoints_config(tiny_models):
-    bin_dir, ckpts = tiny_models
+def test_positions_and_system_are_read_from_each_checkpoints_config(map_models):
+    bin_dir, ckpts = map_models
     systems = word_order.pair_checkpoints([ckpts["hier_nopos"], ckpts["hier"], ckpts["mma"]], None)
     assert systems["Transformer + hierarchical"]["pos"]["checkpoint"] == ckpts["hier"]
     assert systems["Transformer + hierarchical"]["nopos"] == {"checkpoint": ckpts["hier_nopos"], "positions": "none"}
@@ -366,13 +347,13 @@ def test_positions_and_system_are_read_from_each_checkpoints_config(tiny_models)
         word_order.pair_checkpoints([ckpts["hier"], ckpts["mma"]], ["x", "x"])
 
 
-def test_word_order_table_with_known_bleu(tiny_models, tmp_path, monkeypatch):
+def test_word_order_table_with_known_bleu(map_models, tmp_path, monkeypatch):
     """The table's BLEU, delta, p and the Δ against the first system, with evaluate.sh
     replaced by fixed outputs whose scores sacreBLEU gives directly."""
     from fairseq_ext.tools.significance import paired_significance
     from fairseq_ext.tools.statistics import bleu_metric
 
-    bin_dir, ckpts = tiny_models
+    bin_dir, ckpts = map_models
     refs = [f"the cat number {i} sat on the mat today" for i in range(30)]
     outputs = {ckpts["hier"]: refs,
                ckpts["hier_nopos"]: [r.replace("sat", "stood") if i % 2 else r for i, r in enumerate(refs)],
@@ -399,10 +380,10 @@ def test_word_order_table_with_known_bleu(tiny_models, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_word_order_command_through_evaluate(tiny_models, tmp_path):
+def test_word_order_command_through_evaluate(map_models, tmp_path):
     """Both checkpoints decoded by evaluate.sh: one row each, the positions read from each
     configuration (given in the 'wrong' order), delta = the difference of the BLEUs."""
-    bin_dir, ckpts = tiny_models
+    bin_dir, ckpts = map_models
     word_order.main(["--checkpoint", ckpts["hier_nopos"], ckpts["hier"], "--data", bin_dir, "--split", "valid",
                      "--out", str(tmp_path), "--cpu", "--samples", "50", "--generate-args", "--beam 2 --max-len-b 8"])
     rows = json.loads((tmp_path / "word_order.json").read_text())

@@ -13,11 +13,11 @@ import sys
 import pytest
 
 from fairseq_ext.common import checkpoints
-from fairseq_ext.analysis import AnalysisError, registry, report, report_page, tables
+from fairseq_ext.analysis import AnalysisError, registry, report, report_page
+from fairseq_ext.analysis import table_files as tables
 from fairseq_ext.model_builder import parse_model_args
 from fairseq_ext.models.multilayer_transformer_config import parse_options
 from model_utils import clean_env, make_tiny_parallel_data, train_tiny
-from test_analysis_maps import tiny_models  # noqa: F401  (the fixture: hier, hier_nopos, mma)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -187,11 +187,11 @@ def test_options_an_analysis_does_not_take_are_not_given(monkeypatch):
 
 
 @pytest.mark.slow
-def test_report_runs_attention_maps_and_word_order_in_pairs(tiny_models, tmp_path):  # noqa: F811
+def test_report_runs_attention_maps_and_word_order_in_pairs(map_models, tmp_path):  # noqa: F811
     """attention_maps once per checkpoint and word_order on all of them, through the report,
     on lowercased data (prep.env lowercase=1): the model pairs with its counterpart without
     encoder positions, the MMA model is reported alone, and BLEU is lowercased BLEU."""
-    bin_dir, ckpts = tiny_models
+    bin_dir, ckpts = map_models
     data = tmp_path / "lowercased"
     shutil.copytree(bin_dir, data)
     (data / "prep.env").write_text("recipe=tiny\nsrc=src\ntgt=tgt\nbpe=none\nlowercase=1\n")

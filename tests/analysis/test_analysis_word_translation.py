@@ -15,6 +15,7 @@ from fairseq_ext.analysis import (translate_from_layer, translation_probe_traini
                                   word_translation)
 from fairseq_ext.analysis.batches import batches
 from model_utils import make_tiny_parallel_data, train_tiny
+from joint_attention_reference import attention_by_hand
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -52,19 +53,6 @@ def captured_cross_attention_inputs(model, sample):
         for h in hooks:
             h.remove()
     return seen, enc
-
-
-def attention_by_hand(attn, query, key, pad):
-    """softmax(q k^T / sqrt(d)) of every head, B x H x T x S, from the module's projections."""
-    heads = attn.num_heads
-    d = query.size(-1) // heads
-    t, b, s = query.size(0), query.size(1), key.size(0)
-    q = attn.q_proj(query).view(t, b, heads, d).permute(1, 2, 0, 3).double() * d ** -0.5
-    k = attn.k_proj(key).view(s, b, heads, d).permute(1, 2, 0, 3).double()
-    logits = q @ k.transpose(-1, -2)
-    if pad is not None:
-        logits = logits.masked_fill(pad[:, None, None, :], float("-inf"))
-    return torch.softmax(logits, -1)
 
 
 # ---- Eq. 1-3: the merged alignment ------------------------------------------------------
