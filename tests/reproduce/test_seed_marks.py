@@ -17,8 +17,7 @@ from fairseq_ext.reproduce import __main__ as cli
 from fairseq_ext.reproduce import planning
 from fairseq_ext.reproduce.tables import load_setups, load_table
 from fairseq_ext.tools import statistics as stats
-from test_seeds_table import BLEU, make_seed_runs, options, write_seed_runs
-from test_table_columns import report_cli
+from reproduce_utils import BLEU, make_seed_runs, options, report_cli, write_seed_runs
 
 CPU = "configs/benchmarks/cpu-multi30k.yaml"
 REFS = [f"a small dog number {i} runs over the green grass near the old house ." for i in range(24)]

@@ -26,11 +26,7 @@ from fairseq_ext.reproduce.rows import build_rows
 from fairseq_ext.reproduce.tables import TableConfigError, load_setups, load_table
 from fairseq_ext.resources import TABLE_DIR
 from model_utils import MULTI30K, REPO
-
-SMOKE_MODEL = {"encoder_layers": 6, "decoder_layers": 6, "encoder_embed_dim": 64, "encoder_ffn_embed_dim": 128,
-               "encoder_attention_heads": 4}
-PREP_ENV = "src=en\ntgt=de\ntest_set=test_2016_flickr\ntest_pairs=1000\ntrain_pairs=3000\n"
-
+from reproduce_utils import PREP_ENV, SMOKE_MODEL, report_cli
 
 def make_runs(tmp_path, table_id, results, rows=None, datasets=None, budget="60", analyses=None, samples=1000):
     """Finished runs of ``table_id`` at smoke scale: result.json from ``results`` (row -> dict),
@@ -63,11 +59,6 @@ def make_runs(tmp_path, table_id, results, rows=None, datasets=None, budget="60"
         with open(os.path.join(a.out, planning.ANALYSIS_DONE), "w") as f:
             json.dump({"command": a.command}, f)
     return table, selected, plans, aps, opts
-
-
-def report_cli(tmp_path, *argv):
-    return cli.main([*argv, "--report", "--smoke", "--work-dir", str(tmp_path / "runs"),
-                     "--data-root", str(tmp_path / "data")])
 
 
 # ---- the right paper column, against the right row -------------------------------------
