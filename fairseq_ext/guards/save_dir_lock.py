@@ -6,7 +6,7 @@ model a run reports at its end may be the other run's. fairseq does not notice. 
 ``load_checkpoint`` wrapper (:mod:`fairseq_ext.guards.resume`, which ``fairseq_cli/train.py``
 calls once on every rank before training) calls :func:`hold_save_dir` first: the process of
 global rank 0 takes the save dir's lock (``PARENT/.NAME.lock``,
-:mod:`fairseq_ext.recipes.helpers.locks`, the lock of every output of the package) and holds it
+:mod:`fairseq_ext.recipes.helpers.outputs`, the lock of every output of the package) and holds it
 until it exits; a second run is refused with one line naming the first (its process id, host,
 start time and command line). A run with ``--no-save`` writes nothing there and takes no lock;
 remote save dirs (``s3://``, ...) are left as they are. A process killed with SIGKILL leaves
@@ -19,7 +19,7 @@ from typing import Dict
 from fairseq.distributed import utils as distributed_utils
 
 from fairseq_ext.errors import SaveDirBusyError
-from fairseq_ext.recipes.helpers.locks import OutputBusyError, OutputLock
+from fairseq_ext.recipes.helpers.outputs import OutputBusyError, OutputLock
 
 # the locks this process holds, by save dir (released at exit)
 _HELD: Dict[str, OutputLock] = {}

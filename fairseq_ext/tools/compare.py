@@ -14,7 +14,7 @@ By default the Moses-tokenized files of an evaluation are compared (hyp.tok / re
 multi-bleu style, sacreBLEU --tokenize none); --level detok uses the detokenized ones (13a).
 Writes DIR/significance.{txt,json} (sacreBLEU), DIR/report.txt (compare-mt's text report) and
 DIR/index.html (+ figures), all at once when both succeeded (an existing DIR is replaced only
-when significance wrote it: staging.StagedOutput). With --eval-*, only directories that hold a
+when significance wrote it: outputs.StagedOutput). With --eval-*, only directories that hold a
 complete evaluation (.evaluation-complete) are read. compare-mt runs through
 compare_mt_shim.py, which works around compare-mt 0.2.10's undeclared dependency on `six`.
 """
@@ -30,7 +30,7 @@ from typing import List, Optional, Sequence
 
 from fairseq_ext.common.cli import CommandParser, fail
 from fairseq_ext.errors import CommandError
-from fairseq_ext.recipes.helpers import compare_mt_shim, corpus, evaluations, outputs, staging
+from fairseq_ext.recipes.helpers import compare_mt_shim, corpus, evaluations, outputs
 from fairseq_ext.tools import comet as comet_metric
 from fairseq_ext.tools.significance import paired_significance, table_lines
 from fairseq_ext.tools.statistics import mark
@@ -164,7 +164,7 @@ def run(opts: argparse.Namespace, log=_log) -> dict:
     # --out: a directory significance wrote (or a new or empty one), replaced when the report
     # is complete; never one that holds the compared files
     inputs = [opts.ref, opts.sys_a, opts.sys_b, opts.src, opts.eval_a, opts.eval_b]
-    staged = staging.StagedOutput(opts.out, prog=PROG, inputs=inputs, force=True, log=log,
+    staged = outputs.StagedOutput(opts.out, prog=PROG, inputs=inputs, force=True, log=log,
                                   keep_on_failure=["compare-mt.log", "sacrebleu.log"])
     with staged:
         names = ["ref", "sys-a", "sys-b"]

@@ -36,7 +36,7 @@ CKPT_DIR/eval-SET when it holds one) the BLEU drop is printed and written to
 adversarial.json.
 
 --out holds one complete evaluation or none: everything is written into a temporary
-directory beside --out (staging.StagedOutput), renamed into place only when the evaluation
+directory beside --out (outputs.StagedOutput), renamed into place only when the evaluation
 succeeded. A rerun removes the previous evaluation when it starts, so after a failed rerun
 --out holds no result, only the generate log and command to debug with (and significance
 refuses it): a stale result never passes for the new one.
@@ -55,7 +55,7 @@ from fairseq_ext import resources
 from fairseq_ext.common.cli import CommandParser, fail
 from fairseq_ext.common.data_text import FLAVOURS, read_lines
 from fairseq_ext.errors import CommandError, DataError
-from fairseq_ext.recipes.helpers import bleu, corpus, evaluations, moses, outputs, staging
+from fairseq_ext.recipes.helpers import bleu, corpus, evaluations, moses, outputs
 from fairseq_ext.tools import comet as comet_metric
 from fairseq_ext.tools.evaluation_plan import EvaluationError, Options, Plan, has_option, plan
 
@@ -191,7 +191,7 @@ def run(p: Plan, log: Callable[[str], None] = _log, echo: Callable[[str], None] 
     # --out: replaced (it must be a directory evaluation wrote, or empty), never one that holds
     # the data, a checkpoint or a reference
     inputs = [p.data, *p.checkpoints, p.opts.ref_detok, p.opts.ref_tok]
-    staged = staging.StagedOutput(p.out, prog=PROG, inputs=inputs, force=True, log=log,
+    staged = outputs.StagedOutput(p.out, prog=PROG, inputs=inputs, force=True, log=log,
                                   keep_on_failure=[f"generate-{split}.log", f"generate-{split}.cmd"])
     with staged:
         staged.discard_old()

@@ -84,7 +84,7 @@ def result_key(prep: Dict[str, str], split: str) -> str:
 def check_default_out(out: str, data: str, split: str) -> str:
     """``out``, the default directory of an evaluation, unless it holds the evaluation of other
     data (an EvaluationError naming both: a result is never replaced by another data set's)."""
-    done = os.path.join(out, outputs.EVAL_COMPLETE)
+    done = os.path.join(out, evaluations.EVAL_COMPLETE)
     if os.path.isfile(done):
         fields = evaluations.read_evaluation_complete(out)
         if fields.get("data") not in (None, data) or fields.get("split") not in (None, split):
@@ -137,8 +137,8 @@ def plan(opts: Options) -> Plan:
                                   "(no extra_src in its prep.env)")
         out = out or check_default_out(f"{default}-shuffle-{shuffle}", data, opts.split)
         plain = default
-        if not unshuffled and os.path.isfile(os.path.join(plain, outputs.EVAL_COMPLETE)):
-            with open(os.path.join(plain, outputs.EVAL_COMPLETE), encoding="utf-8", errors="replace") as f:
+        if not unshuffled and os.path.isfile(os.path.join(plain, evaluations.EVAL_COMPLETE)):
+            with open(os.path.join(plain, evaluations.EVAL_COMPLETE), encoding="utf-8", errors="replace") as f:
                 if f"checkpoint={opts.checkpoint}" in f.read().splitlines():
                     unshuffled = plain
         if unshuffled:

@@ -11,7 +11,7 @@ import pytest
 
 from fairseq_ext.errors import SaveDirBusyError
 from fairseq_ext.guards import save_dir_lock
-from fairseq_ext.recipes.helpers.locks import OutputLock, lock_path
+from fairseq_ext.recipes.helpers.outputs import OutputLock, lock_path
 from model_utils import TINY_TRAIN_FLAGS, USER_DIR, clean_env
 
 
@@ -22,7 +22,7 @@ def checkpoint_cfg(save_dir, **overrides):
     return OmegaConf.merge(OmegaConf.structured(CheckpointConfig), {"save_dir": str(save_dir), **overrides})
 
 
-HOLD = ("import sys, time; from fairseq_ext.recipes.helpers.locks import OutputLock; "
+HOLD = ("import sys, time; from fairseq_ext.recipes.helpers.outputs import OutputLock; "
         "OutputLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)")
 
 

@@ -15,15 +15,16 @@ import torch
 
 from script_utils import M30K_SMALL, PACKAGE, REPO, SCRIPTS, TOOLS, needs_multi30k, run
 
-from fairseq_ext.recipes.helpers import outputs
+from fairseq_ext.recipes.helpers import evaluations, outputs
 
 
 def mark(directory, prog, *entries):
-    """A marker written before the manifest: ``prog`` and the names or globs it wrote."""
+    """The marker ``prog`` writes: the manifest listing ``entries`` (exact paths; "SUB/" a
+    nested output)."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / ".fairseq_ext-output").write_text(
         f"# written by {prog} (fairseq_ext); it may replace this directory while it holds only:\n"
-        + "".join(e + "\n" for e in entries))
+        "# manifest: exact paths\n" + "".join(e + "\n" for e in entries))
 
 
 def error_lines(stderr):
@@ -61,7 +62,7 @@ def test_force_keeps_a_note_saved_inside_the_recipes_text_folder(m30k_small, tmp
     user saved into text/ keeps the directory, which used to be replaced with it."""
     out = tmp_path / "bin"
     assert prepare(m30k_small, out).returncode == 0
-    listed = outputs.owned_entries(str(out), "prepare-multi30k.sh")
+    listed = outputs.owned_entries(str(out))
     assert "text/valid.tok.en" in listed and "text" not in listed and "prep.env" in listed
     (out / "text" / "note.txt").write_text("which references I checked by hand")
     res = prepare(m30k_small, out, "--force")
@@ -92,7 +93,7 @@ def test_force_never_replaces_the_checkout_cwd_or_the_input(m30k_small, tmp_path
     checkout = tmp_path / "checkout"
     (checkout / ".git").mkdir(parents=True)
     (checkout / "README.md").write_text("mine")
-    mark(checkout, "prepare-multi30k.sh", "*", ".*")  # a marker does not make it replaceable
+    mark(checkout, "prepare-multi30k.sh", ".git", "README.md")  # a marker does not make it replaceable
     flags = ()
     if where == "cwd":
         out, cwd = Path("."), checkout
@@ -101,13 +102,13 @@ def test_force_never_replaces_the_checkout_cwd_or_the_input(m30k_small, tmp_path
     elif where == "from_parent":  # --out is a directory that contains the --from input
         inside = tmp_path / "data"
         shutil.copytree(m30k_small, inside / "m30k")
-        mark(inside, "prepare-multi30k.sh", "m30k")
+        outputs.mark_output(str(inside), prog="prepare-multi30k.sh")
         out, cwd, m30k_small = inside, tmp_path, inside / "m30k"
     else:  # --download-dir inside --out
         out, cwd = tmp_path / "data", tmp_path
         (out / "downloads").mkdir(parents=True)
         (out / "downloads" / "archive.tgz").write_text("slow to fetch")
-        mark(out, "prepare-multi30k.sh", "downloads")
+        mark(out, "prepare-multi30k.sh", "downloads/archive.tgz")
         flags = ("--download-dir", out / "downloads")
     res = prepare(m30k_small, out, "--force", *flags, cwd=cwd)
     assert res.returncode != 0 and "refusing to replace" in res.stderr, res.stderr
@@ -136,22 +137,24 @@ def test_quickstart_never_wipes_another_experiment(m30k_small, tmp_path):
     res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra=env)
     assert res.returncode != 0 and f"refusing to replace {experiments}" in res.stderr, res.stderr[-2000:]
     assert "not written by a fairseq_ext script" in res.stderr
-    # quickstart created checkpoints/ itself once (its marker; or an earlier version's
-    # quickstart.settings), and run1 was put there later: still refused
+    # quickstart created checkpoints/ itself once (its marker), and run1 was put there later:
+    # still refused; so is an earlier version's run, known only by its quickstart.settings
     for own in ("marker", "settings"):
+        (experiments / "checkpoint_last.pt").write_text("quickstart's")
         if own == "marker":
-            mark(experiments, "quickstart.sh", "checkpoint*", "train.log", "quickstart.settings", "eval-test")
+            mark(experiments, "quickstart.sh", "checkpoint_last.pt", "train.log", "quickstart.settings", "eval-test/")
+            want = "it holds run1, which quickstart.sh did not write there"
         else:
             (experiments / ".fairseq_ext-output").unlink()
             (experiments / "quickstart.settings").write_text("old settings")
-        (experiments / "checkpoint_last.pt").write_text("quickstart's")
+            want = f"refusing to replace {experiments}: it was not written by a fairseq_ext script"
         res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra=env)
-        assert res.returncode != 0 and "it holds run1, which quickstart.sh did not write there" in res.stderr, \
-            res.stderr[-2000:]
+        assert res.returncode != 0 and want in res.stderr, res.stderr[-2000:]
         assert (experiments / "run1" / "checkpoint_best.pt").read_text() == "keep"
+        assert (experiments / "checkpoint_last.pt").read_text() == "quickstart's"
     # quickstart changes into the repository; the directory the user started it in stays protected
     own = tmp_path / "qs"
-    mark(own, "quickstart.sh", "checkpoint*", "train.log", "quickstart.settings", "eval-test")
+    mark(own, "quickstart.sh", "checkpoint_last.pt", "train.log", "quickstart.settings", "eval-test/")
     (own / "train.log").write_text("x")
     res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra={**env, "SAVE_DIR": str(own)}, cwd=own)
     assert res.returncode != 0 and f"refusing to replace {own}: it is or contains {own}" in res.stderr
@@ -161,8 +164,8 @@ def test_quickstart_never_wipes_another_experiment(m30k_small, tmp_path):
 @needs_multi30k
 def test_quickstart_with_other_settings_keeps_a_users_checkpoint_in_save_dir(m30k_small, tmp_path):
     """A rerun with other settings replaces SAVE_DIR; an averaged checkpoint_avg5.pt the user
-    saved there keeps it, whether quickstart's marker is the manifest or the glob checkpoint*
-    of an earlier version."""
+    saved there keeps it. A SAVE_DIR an earlier version marked with the glob checkpoint*,
+    without a manifest, is kept whole."""
     data = tmp_path / "m30k-bin"
     assert prepare(m30k_small, data).returncode == 0
     # settings of a tiny model: had it trained (as it did before), it would have been over quickly
@@ -176,13 +179,16 @@ def test_quickstart_with_other_settings_keeps_a_users_checkpoint_in_save_dir(m30
         (save / "quickstart.settings").write_text("other settings")
         if how == "manifest":
             outputs.mark_output(str(save), prog="quickstart.sh")
+            want = f"refusing to replace {save}: it holds checkpoint_avg5.pt, which quickstart.sh did not write there"
         else:
-            mark(save, "quickstart.sh", "checkpoint*", "train.log", "quickstart.settings", "eval-test")
+            (save / ".fairseq_ext-output").write_text(
+                "# written by quickstart.sh (fairseq_ext); it may replace this directory while it holds only:\n"
+                "checkpoint*\ntrain.log\nquickstart.settings\neval-test\n")
+            want = f"refusing to replace {save}: its .fairseq_ext-output holds no manifest of exact paths"
         (save / "checkpoint_avg5.pt").write_text("the average of my last five checkpoints")
         res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra={**env, "SAVE_DIR": str(save)})
         assert res.returncode != 0, res.stderr[-2000:]
-        assert f"refusing to replace {save}: it holds checkpoint_avg5.pt, which quickstart.sh did not write " \
-            "there" in res.stderr, res.stderr[-2000:]
+        assert want in res.stderr, res.stderr[-2000:]
         assert (save / "checkpoint_avg5.pt").read_text() == "the average of my last five checkpoints"
         assert (save / "checkpoint_last.pt").read_text() == "quickstart's"
 
@@ -308,7 +314,7 @@ def test_evaluate_replaces_only_its_own_output(fake_eval_inputs, tmp_path):
     assert res.returncode != 0 and "was not written by a fairseq_ext script" in res.stderr, res.stderr
     assert (mine / "hyp.tok").read_text() == "my own hypotheses"
     # never the directory of the checkpoint, even one a script of this package wrote
-    mark(ckpt.parent, "quickstart.sh", "checkpoint*", "eval-test")
+    mark(ckpt.parent, "quickstart.sh", "checkpoint_best.pt")
     res = evaluate(data, ckpt, ckpt.parent)
     assert res.returncode != 0 and f"it is or contains {ckpt}" in res.stderr, res.stderr
     assert ckpt.read_bytes() == b"not a checkpoint"
@@ -322,9 +328,9 @@ def test_failed_evaluation_leaves_no_result(fake_eval_inputs, tmp_path):
     stale hypotheses."""
     data, ckpt = fake_eval_inputs
     ev = tmp_path / "eval"
-    entries = ("generate-*", "hyp.*", "ref.*", "src.tok", "bleu.txt", "bleu.json", ".evaluation-complete")
-    mark(ev, "evaluate.sh", *entries)
-    for f in ("hyp.tok", "ref.tok", "bleu.txt", "bleu.json", "generate-test.txt"):
+    entries = ("hyp.tok", "ref.tok", "bleu.txt", "bleu.json", "generate-test.txt")
+    mark(ev, "evaluate.sh", *entries, ".evaluation-complete")
+    for f in entries:
         (ev / f).write_text("an earlier checkpoint's\n")
     (ev / ".evaluation-complete").write_text("checkpoint=old.pt\n")
     res = evaluate(data, ckpt, ev)
@@ -375,15 +381,15 @@ def test_force_refuses_another_scripts_directory(tmp_path, fake_eval_inputs):
     """A recipe never replaces quickstart's checkpoints or another recipe's data; evaluate.sh
     never replaces a data directory."""
     save = tmp_path / "qs"
-    mark(save, "quickstart.sh", "checkpoint*", "train.log", "quickstart.settings", "eval-test")
+    mark(save, "quickstart.sh", "checkpoint_best.pt", "train.log", "quickstart.settings", "eval-test/")
     (save / "checkpoint_best.pt").write_text("days of training")
     res = quick_prepare(save)
     assert res.returncode != 0 and f"refusing to replace {save}: it was written by quickstart.sh, and " \
         "prepare-multi30k.sh replaces only its own output" in res.stderr, res.stderr
     assert (save / "checkpoint_best.pt").read_text() == "days of training"
-    # another recipe's output: refused too (a directory of the first release, known by prep.env)
+    # another recipe's output: refused too
     other = tmp_path / "iwslt"
-    other.mkdir()
+    mark(other, "prepare-iwslt14.sh", "prep.env", "dict.de.txt")
     (other / "prep.env").write_text("# written by prepare-iwslt14.sh; read by evaluate.sh\nrecipe=iwslt14\n")
     (other / "dict.de.txt").write_text("x 1\n")
     res = quick_prepare(other)
@@ -400,7 +406,7 @@ def test_force_refuses_another_scripts_directory(tmp_path, fake_eval_inputs):
 @pytest.mark.parametrize("where", ["home", "root_of_checkout", "deep_git"])
 def test_force_never_replaces_home_the_checkout_or_a_git_repository(tmp_path, where):
     victim = tmp_path / "victim"
-    mark(victim, "prepare-multi30k.sh", "*", ".*")  # a marker does not make these replaceable
+    mark(victim, "prepare-multi30k.sh", "README.md")  # a marker does not make these replaceable
     (victim / "README.md").write_text("mine")
     env, script = None, SCRIPTS / "prepare-multi30k.sh"
     if where == "home":
@@ -428,14 +434,14 @@ def test_quickstart_failed_training_leaves_no_checkpoint(m30k_small, tmp_path):
     data = tmp_path / "m30k-bin"
     assert prepare(m30k_small, data).returncode == 0
     save = tmp_path / "qs"
-    mark(save, "quickstart.sh", "checkpoint*", "train.log", "quickstart.settings", "eval-test")
+    mark(save, "quickstart.sh", "checkpoint_last.pt", "train.log", "quickstart.settings", "eval-test/")
     (save / "checkpoint_last.pt").write_text("trained with other settings")
     (save / "quickstart.settings").write_text("other settings")
     env = {"DATA_DIR": str(data), "SAVE_DIR": str(save), "BPE_MERGES": "100", "EXTRA_TRAIN_ARGS": "--no-such-option"}
     res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra=env)
     assert res.returncode != 0 and f"fairseq-train failed (log: {save}/train.log)" in res.stderr, res.stderr[-2000:]
     assert sorted(p.name for p in save.iterdir()) == [".fairseq_ext-output", "train.log"]
-    assert outputs.owned_entries(str(save), "quickstart.sh") == ["train.log"]  # its manifest: replaceable
+    assert outputs.owned_entries(str(save)) == ["train.log"]  # its manifest: replaceable
     assert "--no-such-option" in (save / "train.log").read_text()
     assert not list(tmp_path.glob(".qs.tmp.*"))
 
@@ -444,7 +450,7 @@ def test_quickstart_replaces_only_data_prepare_multi30k_wrote(tmp_path):
     """DATA_DIR holding another recipe's en-de data with the same settings is neither reused
     as Multi30k nor replaced."""
     data = tmp_path / "iwslt14.en-de"
-    data.mkdir()
+    mark(data, "prepare-iwslt14.sh", "prep.env", "train.en-de.en.bin")
     (data / "prep.env").write_text("# written by prepare-iwslt14.sh; read by evaluate.sh\nrecipe=iwslt14\n"
                                    "src=en\ntgt=de\nbpe=subword_nmt\nbpe_merges=100\n")
     (data / "train.en-de.en.bin").write_text("hours of preprocessing")
@@ -465,9 +471,7 @@ def fake_evaluation(directory, lines, checksums=True):
     for f in ("hyp.tok", "hyp.detok", "ref.tok", "ref.detok", "src.tok"):
         (directory / f).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     if checksums:
-        res = subprocess.run(["bash", "-c", f'source {PACKAGE}/recipes/lib/common.sh; fsx_write_evaluation_complete '
-                              f'"$1" sentences={len(lines)}', "x", directory], capture_output=True, text=True)
-        assert res.returncode == 0, res.stderr
+        evaluations.write_evaluation_complete(str(directory), [f"sentences={len(lines)}"])
     else:  # the marker of the first version, without checksums
         (directory / ".evaluation-complete").write_text(f"checkpoint=x.pt\nsentences={len(lines)}\n")
 

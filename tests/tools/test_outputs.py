@@ -1,8 +1,7 @@
 """The output-directory rules (docs/trust.md, "Output directories"), called directly from
 Python (fairseq_ext/recipes/helpers/outputs.py), one test per rule; and the bash side (common.sh),
-which calls the same file, giving the same messages. ``mark`` with entries writes a legacy
-marker (names or globs of the top level, as written before the manifest); ``manifest`` the
-exact manifest every script writes now."""
+which calls the same file, giving the same messages. ``manifest`` writes the marker every
+script writes: the exact manifest of what the directory holds."""
 import os
 import shutil
 import subprocess
@@ -11,16 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_ext.recipes.helpers import evaluations, locks, outputs, staging
+from fairseq_ext.recipes.helpers import evaluations, outputs
 from fairseq_ext.recipes.helpers.outputs import OutputError, check_replaceable
 
 TOOLS = Path(outputs.__file__).resolve().parent
 COMMON = TOOLS.parent / "lib" / "common.sh"
-
-
-def mark(directory, prog, *entries):
-    directory.mkdir(parents=True, exist_ok=True)
-    outputs.mark_output(str(directory), entries, prog=prog)
 
 
 def manifest(directory, prog, *files):
@@ -73,7 +67,7 @@ def test_marker_is_the_exact_manifest_of_what_the_writer_wrote(tmp_path):
         "# manifest: exact paths\n"
         "a.txt\nb.txt\nempty\neval/\nlink\ntext/test.raw.de\ntext/valid.tok.en\n")
     assert outputs.dir_writer(str(d)) == "prepare-iwslt14.sh"
-    assert outputs.owned_entries(str(d), "prepare-iwslt14.sh") == [
+    assert outputs.owned_entries(str(d)) == [
         "a.txt", "b.txt", "empty", "eval/", "link", "text/test.raw.de", "text/valid.tok.en"]
     allowed(d, prog="prepare-iwslt14.sh")
 
@@ -88,19 +82,15 @@ def test_directory_without_a_marker_is_never_replaced(tmp_path):
 
 def test_only_the_writers_own_directory_is_replaced(tmp_path):
     d = tmp_path / "qs"
-    mark(d, "quickstart.sh", "checkpoint*")
-    (d / "checkpoint_best.pt").write_text("x")
+    manifest(d, "quickstart.sh", "checkpoint_best.pt")
     assert refused(d) == (f"refusing to replace {d}: it was written by quickstart.sh, and prepare-multi30k.sh "
                           "replaces only its own output; remove it yourself or choose another directory")
     allowed(d, prog="quickstart.sh")
-    allowed(d, prog="x.sh", replaces="quick*")  # FSX_REPLACES: a glob over the writers
 
 
 def test_an_entry_the_marker_does_not_list_keeps_the_directory(tmp_path):
     d = tmp_path / "bin"
-    mark(d, "prepare-multi30k.sh", "dict.*.txt", "text")
-    (d / "dict.en.txt").write_text("x 1\n")
-    (d / "text").mkdir()
+    manifest(d, "prepare-multi30k.sh", "dict.en.txt", "text/")
     allowed(d)
     (d / "run1").mkdir()
     assert refused(d) == (f"refusing to replace {d}: it holds run1, which prepare-multi30k.sh did not write there; "
@@ -110,8 +100,7 @@ def test_an_entry_the_marker_does_not_list_keeps_the_directory(tmp_path):
 @pytest.mark.parametrize("where, named", [("text/note.txt", "text/note.txt"), ("note.txt", "note.txt"),
                                           ("text/deeper/note.txt", "text/deeper")])
 def test_a_users_file_anywhere_in_a_manifest_directory_keeps_it(tmp_path, where, named):
-    """A legacy marker compares only the top level (its "text" covers the subtree); the
-    manifest lists every file, so a note saved inside text/ is named and kept."""
+    """The manifest lists every file, so a note saved inside text/ is named and kept."""
     d = tmp_path / "bin"
     manifest(d, "prepare-multi30k.sh", "dict.en.txt", "prep.env", "text/valid.tok.en", "text/test.raw.de")
     allowed(d)
@@ -149,21 +138,11 @@ def test_a_symlink_or_an_empty_directory_the_writer_did_not_make_keeps_it(tmp_pa
     assert keep.is_dir()
 
 
-@pytest.mark.parametrize("how", ["manifest", "legacy_marker", "no_marker"])
-def test_a_users_checkpoint_in_quickstarts_directory_keeps_it(tmp_path, how):
-    """quickstart's legacy glob "checkpoint*" matched a user's averaged checkpoint_avg5.pt;
-    it is read as fairseq's own checkpoint names, and the manifest lists each file."""
+def test_a_users_checkpoint_in_quickstarts_directory_keeps_it(tmp_path):
+    """The manifest lists each checkpoint quickstart wrote: a user's averaged
+    checkpoint_avg5.pt beside them keeps the directory."""
     d = tmp_path / "qs"
-    own = ["checkpoint_best.pt", "checkpoint_last.pt", "train.log", "quickstart.settings"]
-    if how == "manifest":
-        manifest(d, "quickstart.sh", *own)
-    else:
-        own += ["checkpoint3.pt", "checkpoint_2_100.pt", "checkpoint.best_loss_3.1234.pt"]  # fairseq's names
-        d.mkdir()
-        for f in own:
-            (d / f).write_text("fairseq's")
-        if how == "legacy_marker":
-            mark(d, "quickstart.sh", *outputs.QUICKSTART_ENTRIES)
+    manifest(d, "quickstart.sh", "checkpoint_best.pt", "checkpoint_last.pt", "train.log", "quickstart.settings")
     allowed(d, prog="quickstart.sh")
     for name in ("checkpoint_avg5.pt", "checkpoint_best.pt.bak", "checkpoints"):
         (d / name).write_text("the user's")
@@ -183,7 +162,7 @@ def test_a_nested_output_is_owned_when_listed_and_its_own_check_passes(tmp_path)
     allowed(d, prog="quickstart.sh")  # listed, not there yet
     manifest(d / "eval-test", "evaluate.sh", "hyp.tok", "bleu.json", ".evaluation-complete")
     allowed(d, prog="quickstart.sh")
-    assert outputs.owned_entries(str(d), "quickstart.sh")[-1] == "eval-test/"
+    assert outputs.owned_entries(str(d))[-1] == "eval-test/"
     outputs.mark_output(str(d), prog="quickstart.sh")  # a manifest written after it lists it so too
     assert "\neval-test/\n" in (d / outputs.MARKER).read_text()
     allowed(d, prog="quickstart.sh")
@@ -210,43 +189,56 @@ def test_a_nested_output_is_owned_when_listed_and_its_own_check_passes(tmp_path)
     assert "it holds eval-test, which quickstart.sh did not write there" in refused(d, prog="quickstart.sh")
 
 
-def test_add_entries_to_a_legacy_directory_and_bad_entries(tmp_path):
-    d = tmp_path / "qs"  # quickstart's first release: no marker, its quickstart.settings
+OLD_VERSION = {  # what an earlier version left without a manifest, and who it was
+    "quickstart.settings": ("quickstart.sh", ["quickstart.settings", "checkpoint_last.pt", "train.log"]),
+    "prep.env": ("prepare-iwslt14.sh", ["prep.env", "dict.de.txt", "train.de-en.de.bin"]),
+    ".evaluation-complete": ("evaluate.sh", [".evaluation-complete", "hyp.tok", "bleu.json"]),
+}
+
+
+@pytest.mark.parametrize("kind", [*OLD_VERSION, "marker_of_names"])
+def test_a_directory_without_a_manifest_is_the_users_refused_and_kept(tmp_path, kind):
+    """A directory is never replaced without a manifest marker, however much it looks like a
+    script's output: an earlier version's run, known only by its files, or marked with the
+    names and globs of its top level; nothing can be added to its marker either."""
+    d = tmp_path / "old"
     d.mkdir()
-    (d / "quickstart.settings").write_text("settings")
-    (d / "checkpoint_last.pt").write_text("x")
+    writer, files = OLD_VERSION.get(kind, OLD_VERSION["quickstart.settings"])
+    for f in files:
+        (d / f).write_text("an earlier version's")
+    if kind == "marker_of_names":
+        (d / outputs.MARKER).write_text(f"# written by {writer} (fairseq_ext); it may replace this directory while "
+                                        "it holds only:\ncheckpoint*\ntrain.log\nquickstart.settings\neval-test\n")
+        why = "its .fairseq_ext-output holds no manifest of exact paths (a marker of an earlier version)"
+    else:
+        why = "it was not written by a fairseq_ext script (no .fairseq_ext-output in it)"
+    want = f"refusing to replace {d}: {why}; remove it yourself or choose another directory"
+    assert outputs.dir_writer(str(d)) is None and outputs.owned_entries(str(d)) == []
+    assert refused(d, prog=writer) == want
+    res = bash('fsx_check_replaceable "$1"', d)
+    assert res.returncode == 1 and res.stderr == f"quickstart.sh: error: {want}\n", res.stderr
     res = bash('fsx_add_output_entries "$1" eval-test/', d)
-    assert res.returncode == 0, res.stderr
-    assert outputs.owned_entries(str(d), "quickstart.sh") == [*outputs.QUICKSTART_ENTRIES, "eval-test/"]
-    manifest(d / "eval-test", "evaluate.sh", "hyp.tok")
-    allowed(d, prog="quickstart.sh")
-    (d / "eval-test" / "notes.txt").write_text("mine")
-    assert "it holds eval-test/notes.txt, which evaluate.sh did not write there" in refused(d, prog="quickstart.sh")
+    assert res.returncode == 1 and res.stderr == f"quickstart.sh: error: cannot add to the marker of {d}: {why}\n"
+    assert sorted(p.name for p in d.iterdir()) == sorted(files + [outputs.MARKER] * (kind == "marker_of_names"))
+    assert all((d / f).read_text() == "an earlier version's" for f in files)
+
+
+def test_bad_entries_are_not_added(tmp_path):
+    d = tmp_path / "qs"
+    manifest(d, "quickstart.sh", "checkpoint_last.pt")
     for bad in ("../x", "/abs", "a//b", "./a"):
         res = bash('fsx_add_output_entries "$1" "$2"', d, bad)
         assert res.returncode == 1 and "is not a relative path inside the directory" in res.stderr, res.stderr
+    assert outputs.owned_entries(str(d)) == ["checkpoint_last.pt"]
     res = bash('fsx_add_output_entries "$1" x', tmp_path / "nobody")
-    assert res.returncode == 1 and "holds no .fairseq_ext-output" in res.stderr, res.stderr
-
-
-def test_an_old_marker_keeps_its_old_reading(tmp_path):
-    """A recipe's output marked before the manifest (the names of its top level) stays
-    replaceable: its entry "text" covers the subtree, as it did."""
-    d = tmp_path / "bin"
-    mark(d, "prepare-multi30k.sh", "dict.en.txt", "prep.env", "text")
-    (d / "dict.en.txt").write_text("x 1\n")
-    (d / "text").mkdir()
-    (d / "text" / "valid.tok.en").write_text("x\n")
-    allowed(d)
-    assert outputs.owned_entries(str(d), "prepare-multi30k.sh") == ["dict.en.txt", "prep.env", "text"]
+    assert res.returncode == 1 and "no .fairseq_ext-output in it" in res.stderr, res.stderr
 
 
 @pytest.mark.parametrize("what", ["home", "cwd", "caller_pwd", "install_dir", "input", "root"])
 def test_never_the_home_working_directory_install_directory_or_an_input(tmp_path, monkeypatch, what):
     d = tmp_path / "victim"
-    mark(d, "prepare-multi30k.sh", "*", ".*")  # a marker does not make these replaceable
     inner = d / "inner"
-    inner.mkdir()
+    manifest(d, "prepare-multi30k.sh", "inner/")  # a marker does not make these replaceable
     kw, inputs = {}, ()
     if what == "home":
         monkeypatch.setenv("HOME", str(inner))
@@ -272,8 +264,7 @@ def test_never_the_home_working_directory_install_directory_or_an_input(tmp_path
 
 def test_never_a_directory_holding_a_git_repository(tmp_path):
     d = tmp_path / "victim"
-    mark(d, "prepare-multi30k.sh", "*")
-    (d / "a" / "b" / "c" / ".git").mkdir(parents=True)
+    manifest(d, "prepare-multi30k.sh", "a/b/c/.git/")  # a marker does not make it replaceable
     assert refused(d) == f"refusing to replace {d}: it contains a git repository ({d}/a/b/c/.git)"
 
 
@@ -281,27 +272,6 @@ def test_never_a_file(tmp_path):
     f = tmp_path / "out"
     f.write_text("x")
     assert refused(f) == f"refusing to replace {f}: it is not a directory"
-
-
-@pytest.mark.parametrize("kind", ["prep.env", ".evaluation-complete", "quickstart.settings"])
-def test_directories_written_before_the_marker_are_known_by_their_files(tmp_path, kind):
-    d = tmp_path / "old"
-    d.mkdir()
-    if kind == "prep.env":
-        (d / "prep.env").write_text("# written by prepare-iwslt14.sh; read by evaluate.sh\n")
-        writer, own, other = "prepare-iwslt14.sh", "train.de-en.de.bin", "notes.txt"
-    elif kind == ".evaluation-complete":
-        (d / kind).write_text("sentences=1\n")
-        writer, own, other = "evaluate.sh", "hyp.tok", "checkpoint_best.pt"
-    else:
-        (d / kind).write_text("settings")
-        writer, own, other = "quickstart.sh", "checkpoint_last.pt", "hyp.tok"
-    (d / own).write_text("x")
-    assert outputs.dir_writer(str(d)) == writer
-    allowed(d, prog=writer)
-    (d / other).write_text("x")
-    assert refused(d, prog=writer).endswith(f"it holds {other}, which {writer} did not write there; "
-                                            f"move it elsewhere, or remove {d} yourself")
 
 
 def evaluation(directory, n=3):
@@ -344,41 +314,41 @@ def test_evaluation_without_checksums_is_checked_by_its_line_counts(tmp_path):
 
 def test_staged_output_replaces_on_success_and_keeps_only_the_logs_on_failure(tmp_path):
     out = tmp_path / "eval"
-    with staging.StagedOutput(str(out), prog="evaluate.sh", log=lambda m: None) as staged:
+    with outputs.StagedOutput(str(out), prog="evaluate.sh", log=lambda m: None) as staged:
         (Path(staged.stage) / "hyp.tok").write_text("new\n")
         staged.finish()
     assert sorted(p.name for p in out.iterdir()) == [".fairseq_ext-output", "hyp.tok"]
     assert (out / ".fairseq_ext-output").read_text().startswith("# written by evaluate.sh (fairseq_ext)")
     # a failure after the old output was discarded: only the logs, under a marker
     with pytest.raises(RuntimeError):
-        with staging.StagedOutput(str(out), prog="evaluate.sh", keep_on_failure=["generate-test.log"],
+        with outputs.StagedOutput(str(out), prog="evaluate.sh", keep_on_failure=["generate-test.log"],
                                   log=lambda m: None) as staged:
             staged.discard_old()
             (Path(staged.stage) / "generate-test.log").write_text("it failed")
             (Path(staged.stage) / "hyp.tok").write_text("half\n")
             raise RuntimeError("fairseq-generate failed")
     assert sorted(p.name for p in out.iterdir()) == [".fairseq_ext-output", "generate-test.log"]
-    assert outputs.owned_entries(str(out), "evaluate.sh") == ["generate-test.log"]  # its manifest
+    assert outputs.owned_entries(str(out)) == ["generate-test.log"]  # its manifest
     assert not list(tmp_path.glob(".eval.tmp.*"))
     allowed(out, prog="evaluate.sh")
     # a failure with the old output still there: it stays untouched, no log mixed into it
-    with staging.StagedOutput(str(out), prog="evaluate.sh", log=lambda m: None) as staged:
+    with outputs.StagedOutput(str(out), prog="evaluate.sh", log=lambda m: None) as staged:
         (Path(staged.stage) / "hyp.tok").write_text("old\n")
         staged.finish()
     with pytest.raises(RuntimeError):
-        with staging.StagedOutput(str(out), prog="evaluate.sh", keep_on_failure=["generate-test.log"],
+        with outputs.StagedOutput(str(out), prog="evaluate.sh", keep_on_failure=["generate-test.log"],
                                   log=lambda m: None) as staged:
             (Path(staged.stage) / "generate-test.log").write_text("it failed")
             raise RuntimeError("failed")
     assert (out / "hyp.tok").read_text() == "old\n" and not (out / "generate-test.log").exists()
     with pytest.raises(OutputError, match="already exists \\(use --force to replace it\\)"):
-        staging.StagedOutput(str(out), prog="evaluate.sh", force=False).__enter__()
+        outputs.StagedOutput(str(out), prog="evaluate.sh", force=False).__enter__()
 
 
 def test_bash_and_python_give_the_same_message(tmp_path):
-    """common.sh's fsx_check_replaceable is a call of outputs_command.py: the same rule, the same line."""
+    """common.sh's fsx_check_replaceable is a call of outputs.py: the same rule, the same line."""
     d = tmp_path / "qs"
-    mark(d, "quickstart.sh", "checkpoint*")
+    manifest(d, "quickstart.sh", "checkpoint_last.pt")
     (d / "run1").mkdir()
     env = dict(os.environ, PYTHON=sys.executable)
     res = subprocess.run(["bash", "-c", f'FSX_PY="$PYTHON"; source {COMMON}; fsx_check_replaceable "$1"', "quickstart.sh",
@@ -388,8 +358,9 @@ def test_bash_and_python_give_the_same_message(tmp_path):
     assert res.returncode == 1 and res.stderr == f"quickstart.sh: error: {want}\n", res.stderr
     assert refused(d, prog="quickstart.sh") == want
     # as a plain file, without the package
-    res = subprocess.run([sys.executable, "-S", TOOLS / "outputs_command.py", "writer", d], capture_output=True, text=True)
-    assert res.returncode == 0 and res.stdout == "quickstart.sh\n", res.stderr
+    res = subprocess.run([sys.executable, "-S", TOOLS / "outputs.py", "--prog", "quickstart.sh", "check-replaceable", d],
+                         capture_output=True, text=True)
+    assert res.returncode == 1 and res.stderr == f"quickstart.sh: error: {want}\n", res.stderr
 
 
 def test_a_killed_runs_temporary_directory_is_named_with_the_command_that_clears_it(tmp_path):
@@ -397,8 +368,8 @@ def test_a_killed_runs_temporary_directory_is_named_with_the_command_that_clears
     says whose it is and how to clear it, instead of "no fairseq_ext script wrote" it; once it
     is removed, the directory is replaceable again."""
     d = tmp_path / "quickstart"
-    mark(d, "quickstart.sh", "checkpoint_last.pt", "eval-test")
-    (d / "checkpoint_last.pt").write_text("x")
+    manifest(d, "quickstart.sh", "checkpoint_last.pt")
+    outputs.add_output_entries(str(d), ["eval-test/"])
     stale = d / ".eval-test.tmp.Ab3xZ9"
     (stale / "out").mkdir(parents=True)
     message = refused(d, prog="quickstart.sh")
@@ -429,14 +400,14 @@ def test_a_killed_runs_temporary_directory_in_a_manifest_directory(tmp_path, whe
     allowed(d, prog="quickstart.sh")
 
 
-# --- one writer at a time (locks.py) ----------------------------------------------------------
-HOLD = ("import sys, time; from fairseq_ext.recipes.helpers.locks import OutputLock; "
+# --- one writer at a time ------------------------------------------------------------------
+HOLD = ("import sys, time; from fairseq_ext.recipes.helpers.outputs import OutputLock; "
         "OutputLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)")
 
 
 def holder(directory):
     """Another command holding ``directory``'s lock, until killed."""
-    env = {k: v for k, v in os.environ.items() if k != locks.HELD_ENV}
+    env = {k: v for k, v in os.environ.items() if k != outputs.HELD_ENV}
     proc = subprocess.Popen([sys.executable, "-c", HOLD, str(directory)], stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout.readline().strip() == "held"
     return proc
@@ -447,13 +418,13 @@ def busy_message(what, directory, pid):
 
 
 def test_a_second_writer_is_refused_naming_the_first_and_a_killed_ones_file_blocks_nobody(tmp_path, monkeypatch):
-    monkeypatch.delenv(locks.HELD_ENV, raising=False)
+    monkeypatch.delenv(outputs.HELD_ENV, raising=False)
     out = tmp_path / "eval"
     other = holder(out)
     try:
         # Python (fairseq-ext evaluate, significance): before anything is written
-        with pytest.raises(locks.OutputBusyError) as e:
-            staging.StagedOutput(str(out), prog="evaluate.sh", log=lambda m: None).__enter__()
+        with pytest.raises(outputs.OutputBusyError) as e:
+            outputs.StagedOutput(str(out), prog="evaluate.sh", log=lambda m: None).__enter__()
         assert str(e.value).startswith(busy_message("output directory", out, other.pid))
         assert f"{HOLD[:40]}" in str(e.value) or "-c" in str(e.value)  # its command line
         assert str(e.value).endswith("; wait for it to finish, or write elsewhere")
@@ -466,17 +437,17 @@ def test_a_second_writer_is_refused_naming_the_first_and_a_killed_ones_file_bloc
     finally:
         other.kill()
         other.wait()
-    assert os.path.exists(locks.lock_path(out))  # its file, not its lock
+    assert os.path.exists(outputs.lock_path(out))  # its file, not its lock
     res = bash('fsx_lock_output "$1"; fsx_lock_output "$1"; head -c 4 "$(dirname "$1")/.eval.lock"; echo', out)
     assert res.returncode == 0 and res.stdout == "pid \n", res.stderr
-    assert not os.path.exists(locks.lock_path(out))  # removed by its holder at exit
-    with staging.StagedOutput(str(out), prog="evaluate.sh", log=lambda m: None) as staged:
-        assert os.environ[locks.HELD_ENV] == locks.lock_path(out)
+    assert not os.path.exists(outputs.lock_path(out))  # removed by its holder at exit
+    with outputs.StagedOutput(str(out), prog="evaluate.sh", log=lambda m: None) as staged:
+        assert os.environ[outputs.HELD_ENV] == outputs.lock_path(out)
         # a command it starts (evaluate.sh under fairseq-ext evaluate) writes on under its lock
         res = bash('fsx_lock_output "$1"; echo took it', out)
         assert res.returncode == 0 and res.stdout == "took it\n", res.stderr
         staged.finish()
-    assert locks.HELD_ENV not in os.environ and not os.path.exists(locks.lock_path(out))
+    assert outputs.HELD_ENV not in os.environ and not os.path.exists(outputs.lock_path(out))
 
 
 def test_a_stale_lock_file_of_a_nested_output_does_not_keep_its_parent(tmp_path):
@@ -490,14 +461,10 @@ def test_a_stale_lock_file_of_a_nested_output_does_not_keep_its_parent(tmp_path)
     allowed(d, prog="quickstart.sh")
     (d / ".notes.lock").write_text("mine")
     assert refused(d, prog="quickstart.sh").startswith(f"refusing to replace {d}: it holds .notes.lock, which")
-    legacy = tmp_path / "legacy"
-    mark(legacy, "quickstart.sh", "checkpoint*", "eval-test/")
-    (legacy / ".eval-test.lock").write_text("")
-    allowed(legacy, prog="quickstart.sh")
 
 
 def test_the_temporary_directories_of_killed_runs_are_named_when_the_output_is_written_again(tmp_path, monkeypatch):
-    monkeypatch.delenv(locks.HELD_ENV, raising=False)
+    monkeypatch.delenv(outputs.HELD_ENV, raising=False)
     out = tmp_path / "data"
     stale = tmp_path / ".data.tmp.Ab3xZ9"
     (stale / "out").mkdir(parents=True)
@@ -505,7 +472,7 @@ def test_the_temporary_directories_of_killed_runs_are_named_when_the_output_is_w
     want = (f"1 temporary directory of earlier runs that wrote {out} and were stopped before they finished "
             f"(killed, or --keep-tmp): nothing in it is a result; remove with  rm -rf {stale}")
     logged = []
-    with staging.StagedOutput(str(out), prog="quickstart.sh", log=logged.append) as staged:
+    with outputs.StagedOutput(str(out), prog="quickstart.sh", log=logged.append) as staged:
         staged.finish()
     assert logged[0] == f"WARNING: {want}"
     res = bash('FSX_OUT="$1"; FSX_FORCE=1; fsx_begin_output; fsx_finish_output', out)
@@ -525,5 +492,5 @@ def test_stale_staging_finds_the_folders_of_killed_runs_of_bash_and_python(tmp_p
     python_like = tempfile.mkdtemp(prefix=".eval-test.tmp.", dir=tmp_path)
     (tmp_path / ".eval-test.tmp.notours-at-all").mkdir()
     (tmp_path / ".other.tmp.Ab3dE9").mkdir()
-    assert locks.stale_staging(str(target)) == sorted([str(bash_like), python_like])
-    assert "2 temporary directories of earlier runs" in locks.stale_staging_warning(str(target))
+    assert outputs.stale_staging(str(target)) == sorted([str(bash_like), python_like])
+    assert "2 temporary directories of earlier runs" in outputs.stale_staging_warning(str(target))

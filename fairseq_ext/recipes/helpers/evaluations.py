@@ -5,11 +5,9 @@ import hashlib
 import os
 from typing import Sequence
 
-if __package__:
-    from .outputs import EVAL_COMPLETE, OutputError
-else:  # run as a file by the recipes (no package import: it would load fairseq and torch)
-    from outputs import EVAL_COMPLETE, OutputError
+from .outputs import OutputError
 
+EVAL_COMPLETE = ".evaluation-complete"
 EVAL_FILES = ("hyp.tok", "hyp.detok", "ref.tok", "ref.detok", "src.tok")
 
 

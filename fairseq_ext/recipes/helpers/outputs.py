@@ -1,22 +1,46 @@
 #!/usr/bin/env python3
-"""The output-directory protocol: the one implementation of the rules by which every command
-of this package writes a directory (the data recipes, quickstart.sh, ``fairseq-ext evaluate``,
-``fairseq-ext significance``): the marker with the exact manifest of what a script wrote, and
-the check that a directory may be replaced. docs/trust.md ("Output directories") states the
-rules. The evaluation-complete file is :mod:`evaluations`, the atomic writing of a directory
-:mod:`staging`, the command line the bash recipes run :mod:`outputs_command`.
+"""The output-directory protocol: how every command of this package writes a directory (the
+data recipes, quickstart.sh, ``fairseq-ext evaluate``, ``fairseq-ext significance``), in one
+place. docs/trust.md ("Output directories") states the rules:
 
-What the bash side knows comes in the environment: FSX_PROG (the running script: the name in
-markers and messages), FSX_REPLACES (a glob over the writers whose directories it may replace;
-default FSX_PROG), FSX_CALLER_PWD (the directory the user started in), FSX_INSTALL_DIR (the
-directory holding the package).
+* the marker (:data:`MARKER`) with the exact manifest of what a script wrote, and the check
+  that a directory may be replaced (:func:`check_replaceable`): a directory without a marker is
+  the user's and is never replaced;
+* one writer at a time: an ``flock`` on ``PARENT/.NAME.lock`` beside the directory
+  (:class:`OutputLock`), refused with one line naming the holder;
+* a directory written atomically (:class:`StagedOutput`; the recipes' twin is common.sh's
+  fsx_begin_output / fsx_finish_output), and the temporary directories of killed runs named
+  with the command that clears them.
+
+The bash recipes run this file (no package import: it would load fairseq and torch)::
+
+  outputs.py --prog NAME [--caller-pwd DIR] COMMAND ...
+    check-replaceable DIR [INPUT...]  exit 1 with one line unless an existing DIR may be replaced
+    mark DIR                          write the marker into DIR: the exact manifest of what it holds
+    add-entries DIR ENTRY...          add entries to DIR's marker (SUB/: a nested output)
+    lock DIR FD PID [WHAT]            lock DIR for the bash script PID on its open file FD of DIR's
+                                      lock file: exit 1 with one line when another command holds
+                                      it, 3 when the file was replaced meanwhile (open it again)
+    stale-staging DIR                 one line about the temporary directories beside DIR that
+                                      killed runs left behind (none: nothing)
+
+``--prog`` is the running script, the name in markers and in the error line (``NAME: error:``);
+``--caller-pwd`` the directory the user started in, never replaced. Two things cross from a
+command to the commands it starts, in the environment: :data:`CALLER_PWD_ENV` (quickstart
+changes into the checkout before it runs a recipe and the evaluation) and :data:`HELD_ENV`
+(the locks it holds, which they write under).
 """
-import fnmatch
+import argparse
+import datetime
+import errno
+import fcntl
 import os
 import re
 import shlex
 import shutil
+import socket
 import sys
+import tempfile
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 # Every directory a script of this package writes holds this file. Its first line says which
@@ -24,63 +48,34 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 # path (relative, with "/") of one file, symlink or empty directory that the script wrote
 # there, or, ending in "/", of a subdirectory that another script of the package wrote and
 # that holds its own marker (a nested output: quickstart's SAVE_DIR/eval-test/). A directory is
-# replaced only while it holds nothing but those entries, at any depth: whatever a user put
-# into it later keeps it (docs/trust.md, "Output directories").
+# replaced only while it holds nothing but those entries, at any depth.
 MARKER = ".fairseq_ext-output"
 MANIFEST = "# manifest: exact paths"
-# evaluation writes this file into its output last; significance reads only such directories
-# (evaluations.check_evaluation).
-EVAL_COMPLETE = ".evaluation-complete"
-# the name evaluation writes under (markers, messages): directories written by evaluate.sh stay
-# its own
+# the names evaluation and significance write under (markers, messages)
 EVALUATE = "evaluate.sh"
 SIGNIFICANCE = "significance.sh"
-# Legacy: what each script writes (names or globs of the top level), for a directory whose
-# marker was written before the manifest (no MANIFEST line) or that has no marker at all and is
-# known by prep.env, .evaluation-complete or quickstart.settings. Such a directory is compared
-# with these entries at its top level only: the recipes' entry "text" (a directory) covers
-# everything beneath it, which only these legacy markers allow; a manifest lists each file.
-RECIPE_ENTRIES = ("dict.*.txt", "*.bin", "*.idx", "code", "spm.model", "spm.vocab", "text", "prep.env",
-                  "preprocess.log")
-EVAL_ENTRIES = ("generate-*", "hyp.*", "ref.*", "src.tok", "bleu.txt", "bleu.json", EVAL_COMPLETE, ".evaluate.tmp.*")
-QUICKSTART_ENTRIES = ("checkpoint*", "train.log", "quickstart.settings", "eval-test")
-# A legacy glob that a user's file can match too is read as the names the script itself
-# writes: quickstart's "checkpoint*" as fairseq's checkpoint names (checkpoint_utils.
-# save_checkpoint: checkpointE.pt, checkpoint_E_U.pt, checkpoint_best.pt, checkpoint_last.pt,
-# checkpoint.best_METRIC_VALUE.pt), so that a user's checkpoint_avg5.pt keeps the directory.
-FAIRSEQ_CHECKPOINT = re.compile(r"checkpoint(\d+|_\d+_\d+|_best|_last|\.best_\w+_-?\d+(\.\d+)?)\.pt")
-NARROWED = {"checkpoint*": FAIRSEQ_CHECKPOINT}
 # the directory that holds the package (a checkout or site-packages): never replaced
 INSTALL_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+# the directory the user started the outermost command in (common.sh sets it once)
+CALLER_PWD_ENV = "FSX_CALLER_PWD"
+# the lock files held by this process or one of its parents, one a line
+HELD_ENV = "FSX_HELD_LOCKS"
+# the temporary directory DIR is written in, beside it: .DIR.tmp. and 6 characters (the
+# recipes' mktemp) or 8 (Python's mkdtemp); a run killed before it finished leaves it behind
+STAGING = re.compile(r"^\.(.+)\.tmp\.[A-Za-z0-9_]{6}(?:[A-Za-z0-9_]{2})?$")
+# file systems without flock (some network file systems): no lock, said once, work goes on
+_UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 
 
 class OutputError(Exception):
     """A directory that may not be replaced or read; the message is the one-line error."""
 
 
-def _prog() -> str:
-    return os.environ.get("FSX_PROG") or os.path.basename(sys.argv[0])
+class OutputBusyError(OutputError):
+    """Another process is writing the directory; the message names it."""
 
 
-def default_entries(writer: str) -> Sequence[str]:
-    """What ``writer`` writes into its directory, for one marked before the manifest (legacy)."""
-    if writer.startswith("prepare-"):
-        return RECIPE_ENTRIES
-    return {EVALUATE: EVAL_ENTRIES, "quickstart.sh": QUICKSTART_ENTRIES}.get(writer, ())
-
-
-def _first_line(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.readline().rstrip("\n")
-    except OSError:
-        return ""
-
-
-def _header(prog: str) -> str:
-    return f"# written by {prog} (fairseq_ext); it may replace this directory while it holds only:\n"
-
-
+# ---------------------------------------------------------------------------- the marker
 def _is_dir(path: str) -> bool:
     """A directory itself, not a symlink to one (a symlink is an entry like a file)."""
     return os.path.isdir(path) and not os.path.islink(path)
@@ -116,93 +111,70 @@ def manifest(directory: str) -> List[str]:
     return sorted(entries, key=os.fsencode)
 
 
-def mark_output(directory: str, entries: Sequence[str] = (), prog: Optional[str] = None) -> None:
-    """Write the marker into ``directory``: the exact manifest of what it holds now (every
-    script of the package). ``entries`` (names or globs) write a legacy marker instead, read as
-    markers written before the manifest are; kept for scripts that still list their globs."""
-    prog = prog or _prog()
+def mark_output(directory: str, *, prog: str) -> None:
+    """Write the marker into ``directory``: ``prog`` wrote it, and the exact manifest of what
+    it holds now."""
     with open(os.path.join(directory, MARKER), "w", encoding="utf-8", errors="surrogateescape", newline="\n") as f:
-        f.write(_header(prog))
-        if entries:
-            f.writelines(e + "\n" for e in entries)
-        else:
-            f.write(MANIFEST + "\n")
-            f.writelines(e + "\n" for e in manifest(directory))
+        f.write(f"# written by {prog} (fairseq_ext); it may replace this directory while it holds only:\n")
+        f.write(MANIFEST + "\n")
+        f.writelines(e + "\n" for e in manifest(directory))
 
 
-def _check_entry(entry: str) -> None:
-    path = entry[:-1] if entry.endswith("/") else entry
-    parts = path.split("/")
-    if not path or "\n" in entry or path.startswith("/") or any(p in ("", ".", "..") for p in parts):
-        raise OutputError(f"{entry!r} is not a relative path inside the directory (an entry of its {MARKER})")
+def _read_marker(directory: str) -> Optional[Tuple[str, List[str]]]:
+    """(the script that wrote ``directory``, the entries of its manifest); None without a
+    marker that is a manifest."""
+    try:
+        with open(os.path.join(directory, MARKER), encoding="utf-8", errors="surrogateescape", newline="\n") as f:
+            lines = f.read().split("\n")
+    except OSError:
+        return None
+    writer = re.match(r"# written by ([^ ;]+)", lines[0])
+    if not writer or len(lines) < 2 or lines[1] != MANIFEST:
+        return None
+    return writer.group(1), [line for line in lines[2:] if line]
+
+
+def dir_writer(directory: str) -> Optional[str]:
+    """The script that wrote ``directory`` (prepare-multi30k.sh, evaluate.sh, ...), from its
+    marker; None: no script of this package wrote it."""
+    read = _read_marker(directory)
+    return read[0] if read else None
+
+
+def owned_entries(directory: str) -> List[str]:
+    """The entries of ``directory``'s manifest: what its writer wrote there."""
+    read = _read_marker(directory)
+    return read[1] if read else []
+
+
+def _unmarked(directory: str) -> str:
+    """Why ``directory``, which has no manifest, is nobody's output but the user's."""
+    if os.path.lexists(os.path.join(directory, MARKER)):
+        return f"its {MARKER} holds no manifest of exact paths (a marker of an earlier version)"
+    return f"it was not written by a fairseq_ext script (no {MARKER} in it)"
 
 
 def add_output_entries(directory: str, entries: Sequence[str]) -> None:
     """Add ``entries`` to ``directory``'s marker (exact paths; "SUB/" for a nested output that
-    another script wrote there, such as quickstart's SAVE_DIR/eval-test/). An entry need not
-    exist yet. A directory of the package without a marker (known by prep.env, ...) gets a
-    legacy marker listing what its writer writes, and the entries."""
+    another script writes there, such as quickstart's SAVE_DIR/eval-test/). An entry need not
+    exist yet."""
     for entry in entries:
-        _check_entry(entry)
+        path = entry[:-1] if entry.endswith("/") else entry
+        if not path or "\n" in entry or path.startswith("/") or any(p in ("", ".", "..") for p in path.split("/")):
+            raise OutputError(f"{entry!r} is not a relative path inside the directory (an entry of its {MARKER})")
     read = _read_marker(directory)
     if read is None:
-        writer = dir_writer(directory)
-        if writer is None:
-            raise OutputError(f"cannot add to the marker of {directory}: it holds no {MARKER} (no fairseq_ext "
-                              "script wrote it)")
-        mark_output(directory, [*default_entries(writer), *entries], prog=writer)
-        return
-    listed = set(read[1])
-    new = [e for e in dict.fromkeys(entries) if e not in listed]
+        raise OutputError(f"cannot add to the marker of {directory}: {_unmarked(directory)}")
     marker = os.path.join(directory, MARKER)
     with open(marker, "rb") as f:
         text = f.read()
     with open(marker, "a", encoding="utf-8", errors="surrogateescape", newline="\n") as f:
         if text and not text.endswith(b"\n"):
             f.write("\n")
-        f.writelines(e + "\n" for e in new)
+        f.writelines(e + "\n" for e in dict.fromkeys(entries) if e not in read[1])
 
 
-def dir_writer(directory: str) -> Optional[str]:
-    """The script that wrote ``directory`` (prepare-multi30k.sh, evaluate.sh, ...): from its
-    marker, or for a directory written before the marker, from prep.env (a recipe's output),
-    .evaluation-complete (evaluate.sh's) or quickstart.settings (quickstart.sh's). None: no
-    script of this package wrote it."""
-    marker = os.path.join(directory, MARKER)
-    if os.path.isfile(marker):
-        m = re.match(r"(# )?written by ([^ ;]+)", _first_line(marker))
-        if m:
-            return m.group(2)
-    m = re.match(r"# written by (prepare-[^ ;]+)", _first_line(os.path.join(directory, "prep.env")))
-    if m:
-        return m.group(1)
-    if os.path.isfile(os.path.join(directory, EVAL_COMPLETE)):
-        return EVALUATE
-    if os.path.isfile(os.path.join(directory, "quickstart.settings")):
-        return "quickstart.sh"
-    return None
-
-
-def _read_marker(directory: str) -> Optional[Tuple[bool, List[str]]]:
-    """(whether it is a manifest, its entries) of ``directory``'s marker; None without one."""
-    marker = os.path.join(directory, MARKER)
-    if not os.path.isfile(marker) or not _first_line(marker).startswith("# written by "):
-        return None
-    with open(marker, encoding="utf-8", errors="surrogateescape", newline="\n") as f:
-        lines = f.read().split("\n")
-    if len(lines) > 1 and lines[1] == MANIFEST:  # every line after the two of the header is a path
-        return True, [line for line in lines[2:] if line]
-    return False, [line for line in lines[1:] if line and not line.startswith("#")]
-
-
-def owned_entries(directory: str, writer: str) -> List[str]:
-    """The entries that ``writer`` wrote into ``directory``: those its marker lists (exact
-    paths, or in a legacy marker names or globs), or for a directory written before the marker,
-    what ``writer`` writes."""
-    read = _read_marker(directory)
-    return read[1] if read is not None else list(default_entries(writer))
-
-
+# ---------------------------------------------------------------------------- replacing
 def _within(directory: str, path: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
@@ -217,30 +189,19 @@ def _find_git(directory: str) -> Optional[str]:
     return None
 
 
-# the temporary directory a script writes DIR in (DIR's parent/.DIR.tmp.XXXXXX, bash's mktemp
-# and StagedOutput alike); a run killed before it finished leaves it behind
-STAGING = re.compile(r"^\.(.+)\.tmp\.[A-Za-z0-9]{6}$")
-
-
-def stale_staging_message(directory: str, entry: str, target: str) -> str:
-    """Why ``directory`` is not replaced while it holds ``entry`` (a relative path), the
-    temporary directory of an interrupted run that would have become ``target`` beside it, and
-    the command that clears it."""
-    writer = "evaluate.sh's" if target.startswith("eval-") else "a fairseq_ext script's"
-    path = os.path.join(directory, entry)
-    return (f"refusing to replace {directory}: it holds {entry}, {writer} temporary directory for "
-            f"{os.path.join(os.path.dirname(path), target)} left by a run that was interrupted; nothing in it is a "
-            f"result: remove it with  rm -rf {shlex.quote(path)}  and run again")
-
-
 def _refusal(top: str, entry: str, writer: str) -> OutputError:
     """Why ``top`` is not replaced while it holds ``entry`` (a path relative to it), which
-    ``writer`` did not write there."""
+    ``writer`` did not write there: the temporary directory of an interrupted run, another
+    script's output, or a user's file."""
     path = os.path.join(top, entry)
     if _is_dir(path):
         stale = STAGING.match(os.path.basename(entry))
         if stale:
-            return OutputError(stale_staging_message(top, entry, stale.group(1)))
+            whose = "evaluate.sh's" if stale.group(1).startswith("eval-") else "a fairseq_ext script's"
+            return OutputError(f"refusing to replace {top}: it holds {entry}, {whose} temporary directory for "
+                               f"{os.path.join(os.path.dirname(path), stale.group(1))} left by a run that was "
+                               f"interrupted; nothing in it is a result: remove it with  rm -rf {shlex.quote(path)}  "
+                               "and run again")
         other = dir_writer(path)
         if other:
             return OutputError(f"refusing to replace {top}: it holds {entry}, {other}'s output that {writer} did not "
@@ -249,47 +210,22 @@ def _refusal(top: str, entry: str, writer: str) -> OutputError:
                        f"elsewhere, or remove {top} yourself")
 
 
-def lock_name(name: str) -> str:
-    """The name of the lock file of the output directory ``name``, which lies beside it
-    (locks.lock_path; common.sh's fsx_lock_output writes the same name)."""
+def _lock_name(name: str) -> str:
+    """The lock file of the output directory ``name``, beside it (common.sh's
+    fsx_lock_output writes the same name)."""
     return f".{name}.lock"
 
 
-def nested_lock(entry: str) -> str:
-    """The lock file (locks.lock_path) of the nested output ``entry`` (a relative path), which
-    lies beside it in its parent: the writer of the nested output removes it when done, a
-    writer killed with SIGKILL leaves it; it is part of the nested output, not a user's file."""
-    head, name = os.path.split(entry.rstrip("/"))
-    return os.path.join(head, lock_name(name))
-
-
-def _check_nested(top: str, entry: str, owner: str) -> None:
-    """A subdirectory ``entry`` that its parent's marker lists as a nested output: owned while
-    it holds nothing, or its own marker's check passes."""
-    path = os.path.join(top, entry)
-    if not _is_dir(path):
-        raise _refusal(top, entry, owner)
-    if not os.listdir(path):
-        return
-    writer = dir_writer(path)
-    if writer is None:
-        raise _refusal(top, entry, owner)
-    _check_owned(top, entry, writer)
-
-
-def _check_owned(top: str, prefix: str, writer: str) -> None:
-    """Raise OutputError unless the directory ``top/prefix`` holds nothing but what its marker
-    (``writer``'s) lists; messages name paths relative to ``top``."""
+def _check_owned(top: str, prefix: str, writer: str, entries: Sequence[str]) -> None:
+    """Raise OutputError unless the directory ``top/prefix`` holds nothing but ``entries``
+    (``writer``'s manifest); messages name paths relative to ``top``."""
     directory = os.path.join(top, prefix) if prefix else top
-    read = _read_marker(directory)
     shown = (lambda rel: f"{prefix}/{rel}") if prefix else (lambda rel: rel)
-    if read is None or not read[0]:
-        _check_legacy(top, prefix, writer, read[1] if read is not None else list(default_entries(writer)))
-        return
-    files = {e for e in read[1] if not e.endswith("/")}
-    nested = {e[:-1] for e in read[1] if e.endswith("/")}
-    parents = {e.rstrip("/").rsplit("/", n)[0] for e in read[1] for n in range(1, e.rstrip("/").count("/") + 1)}
-    locks = {nested_lock(e) for e in nested}
+    files = {e for e in entries if not e.endswith("/")}
+    nested = {e[:-1] for e in entries if e.endswith("/")}
+    parents = {e.rstrip("/").rsplit("/", n)[0] for e in entries for n in range(1, e.rstrip("/").count("/") + 1)}
+    # a nested output's lock file lies beside it: a writer killed with SIGKILL leaves it
+    locks = {os.path.join(os.path.dirname(e), _lock_name(os.path.basename(e))) for e in nested}
 
     def walk(rel: str) -> None:
         for name in _listing(os.path.join(directory, rel) if rel else directory):
@@ -312,44 +248,31 @@ def _check_owned(top: str, prefix: str, writer: str) -> None:
     walk("")
 
 
-def _check_legacy(top: str, prefix: str, writer: str, entries: Sequence[str]) -> None:
-    """A directory marked before the manifest (or known by its files): its top level against
-    ``entries`` (names or globs, narrowed by NARROWED; "SUB/" a nested output)."""
-    directory = os.path.join(top, prefix) if prefix else top
-    globs = [e for e in entries if not e.endswith("/")]
-    nested = {e[:-1] for e in entries if e.endswith("/")}
-    for name in _listing(directory):
-        if name == MARKER or name in {nested_lock(n) for n in nested}:
-            continue
-        entry = f"{prefix}/{name}" if prefix else name
-        path = os.path.join(directory, name)
-        if name in nested:
-            _check_nested(top, entry, writer)
-        elif not any(NARROWED[g].fullmatch(name) if g in NARROWED else fnmatch.fnmatchcase(name, g) for g in globs):
-            raise _refusal(top, entry, writer)
-        elif _is_dir(path) and os.path.lexists(os.path.join(path, MARKER)):
-            # a listed directory that another script wrote (quickstart's eval-test): its own check
-            _check_nested(top, entry, writer)
+def _check_nested(top: str, entry: str, owner: str) -> None:
+    """A subdirectory ``entry`` that its parent's manifest lists as a nested output: owned
+    while it holds nothing, or while its own manifest's check passes."""
+    path = os.path.join(top, entry)
+    read = _read_marker(path) if _is_dir(path) else None
+    if read is not None:
+        _check_owned(top, entry, *read)
+    elif not _is_dir(path) or os.listdir(path):
+        raise _refusal(top, entry, owner)
 
 
-def check_replaceable(directory: str, inputs: Iterable[str] = (), *, prog: Optional[str] = None,
-                      replaces: Optional[str] = None, caller_pwd: Optional[str] = None,
+def check_replaceable(directory: str, inputs: Iterable[str] = (), *, prog: str, caller_pwd: Optional[str] = None,
                       install_dir: Optional[str] = None) -> None:
     """Raise OutputError unless an existing ``directory`` may be deleted and replaced by
     ``prog``. It must not be, or contain, /, $HOME, the working directory (also the one the user
-    started in, ``caller_pwd``), the directory holding the package or any of ``inputs``; it must
-    not contain a git repository (at any depth); and it must be empty, or have been written by a
-    script that ``replaces`` (a glob; default: ``prog`` itself) matches and hold nothing but the
-    entries that script wrote: every file, symlink and empty directory, at any depth, listed in
-    its manifest, every nested output listed and itself replaceable by the same rules."""
-    prog = prog or _prog()
-    replaces = replaces or os.environ.get("FSX_REPLACES") or prog
-    caller_pwd = caller_pwd if caller_pwd is not None else os.environ.get("FSX_CALLER_PWD", "")
-    install_dir = install_dir or os.environ.get("FSX_INSTALL_DIR") or INSTALL_DIR
+    started in, ``caller_pwd``; default: :data:`CALLER_PWD_ENV`), the directory holding the
+    package or any of ``inputs``; it must not contain a git repository (at any depth); and it
+    must be empty, or hold ``prog``'s marker and nothing but the entries of its manifest: every
+    file, symlink and empty directory, at any depth, and every nested output listed, itself
+    replaceable by the same rules."""
+    caller_pwd = os.environ.get(CALLER_PWD_ENV, "") if caller_pwd is None else caller_pwd
     d = os.path.realpath(directory)
     if not os.path.lexists(d):
         return
-    for p in ("/", os.environ.get("HOME") or "/", os.getcwd(), caller_pwd, install_dir, *inputs):
+    for p in ("/", os.environ.get("HOME") or "/", os.getcwd(), caller_pwd, install_dir or INSTALL_DIR, *inputs):
         if not p:
             continue
         p = os.path.realpath(str(p))
@@ -362,11 +285,304 @@ def check_replaceable(directory: str, inputs: Iterable[str] = (), *, prog: Optio
         raise OutputError(f"refusing to replace {d}: it contains a git repository ({git})")
     if not os.listdir(d):
         return
-    writer = dir_writer(d)
-    if writer is None:
-        raise OutputError(f"refusing to replace {d}: it was not written by a fairseq_ext script (no {MARKER} in it); "
-                          "remove it yourself or choose another directory")
-    if not fnmatch.fnmatchcase(writer, replaces):
-        raise OutputError(f"refusing to replace {d}: it was written by {writer}, and {prog} replaces only its own "
+    read = _read_marker(d)
+    if read is None:
+        raise OutputError(f"refusing to replace {d}: {_unmarked(d)}; remove it yourself or choose another directory")
+    if read[0] != prog:
+        raise OutputError(f"refusing to replace {d}: it was written by {read[0]}, and {prog} replaces only its own "
                           "output; remove it yourself or choose another directory")
-    _check_owned(d, "", writer)
+    _check_owned(d, "", *read)
+
+
+# ---------------------------------------------------------------------------- one writer
+# The lock lies beside the directory, not inside: the staged writers replace the directory by a
+# rename, and a lock on a file inside it would go with it. Its one line names the holder, which a
+# second writer's refusal quotes. The holder removes the file when done; a holder killed with
+# SIGKILL leaves it, unlocked (the kernel releases an flock when its process dies), so a stale
+# file blocks nobody. A command that holds a lock and starts another that writes into the same
+# directory (quickstart running evaluation) passes it on in HELD_ENV: a lock listed there is not
+# taken again.
+def lock_path(target: str) -> str:
+    """The lock file of ``target`` (a directory, existing or not): ``PARENT/.NAME.lock``."""
+    parent, name = os.path.split(os.path.realpath(target).rstrip(os.sep))
+    return os.path.join(parent, _lock_name(name))
+
+
+def _held() -> List[str]:
+    return [p for p in os.environ.get(HELD_ENV, "").split("\n") if p]
+
+
+def _set_held(held: List[str]) -> None:
+    if held:
+        os.environ[HELD_ENV] = "\n".join(held)
+    else:
+        os.environ.pop(HELD_ENV, None)
+
+
+def _holder_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            words = [w.decode("utf-8", "replace") for w in f.read().split(b"\0") if w]
+    except OSError:
+        words = sys.argv if pid == os.getpid() else []
+    line = " ".join(shlex.quote(w) for w in words)
+    line = line if len(line) <= 300 else line[:297] + "..."
+    started = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    return f"pid {pid} on {socket.gethostname()} since {started}: {line or '?'}"
+
+
+def lock_fd(fd: int, path: str, target: str, what: str = "output directory", pid: Optional[int] = None) -> bool:
+    """Take the lock on the open file ``fd`` of ``path`` (``target``'s :func:`lock_path`) and
+    write the holder line into it; raise :class:`OutputBusyError` naming the holder when another
+    process has it. False when the file system has no locks (nothing is locked then) or when
+    ``path`` was replaced meanwhile (a holder removing it as it finished: open it again)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                holder = f.readline().strip()
+        except OSError:
+            holder = ""
+        raise OutputBusyError(f"{what} {target} is being written by another command "
+                              f"({holder or 'another process (it has not said which yet)'}); wait for it to "
+                              "finish, or write elsewhere") from None
+    except OSError as e:
+        if e.errno in _UNSUPPORTED:
+            print(f"WARNING: no lock on {target} ({path}: {e.strerror}): a second writer would not be stopped",
+                  file=sys.stderr)
+            return False
+        raise
+    try:
+        same = os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+        same = False
+    if not same:  # the previous holder removed the file after we opened it
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, (_holder_line(pid or os.getpid()) + "\n").encode("utf-8"), 0)
+    return True
+
+
+class OutputLock:
+    """The lock of one directory, for a ``with`` block or from :meth:`acquire` to
+    :meth:`release` (a process-long lock: fairseq-train's save dir)."""
+
+    def __init__(self, target: str, what: str = "output directory"):
+        self.target = os.path.realpath(target)
+        self.path = lock_path(target)
+        self.what = what
+        self.fd: Optional[int] = None
+
+    def acquire(self) -> "OutputLock":
+        if self.fd is not None or self.path in _held():
+            return self
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        for _ in range(10):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                taken = lock_fd(fd, self.path, self.target, self.what)
+            except BaseException:
+                os.close(fd)
+                raise
+            if taken:
+                self.fd = fd
+                _set_held(_held() + [self.path])
+                return self
+            if os.path.exists(self.path) and os.path.samestat(os.fstat(fd), os.stat(self.path)):
+                os.close(fd)  # a file system without locks: go on unlocked
+                return self
+            os.close(fd)
+        raise OutputBusyError(f"{self.what} {self.target}: its lock file {self.path} keeps being replaced; "
+                              "is another command starting and stopping there?")
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            os.remove(self.path)  # while still holding it (see lock_fd: a waiter opens it again)
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+        _set_held([p for p in _held() if p != self.path])
+
+    def __enter__(self) -> "OutputLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> bool:
+        self.release()
+        return False
+
+
+def lock_inherited_fd(target: str, fd: int, what: str, pid: int) -> int:
+    """For bash (common.sh fsx_lock_output): lock the file descriptor ``fd`` that the calling
+    script opened on :func:`lock_path` and keeps open; the lock lives as long as the script
+    holds it. Returns 0: held (or no locks on this file system), 3: the file was replaced
+    meanwhile (open it again); raises :class:`OutputBusyError` when another command holds it."""
+    path = lock_path(target)
+    taken = lock_fd(fd, path, os.path.realpath(target), what, pid=pid)
+    if not taken and os.path.exists(path) and not os.path.samestat(os.fstat(fd), os.stat(path)):
+        return 3
+    return 0
+
+
+def stale_staging(target: str) -> List[str]:
+    """The temporary directories beside ``target`` of earlier runs that wrote it and were
+    killed before they finished. Only meaningful while holding its lock: then no live run owns
+    them."""
+    parent, name = os.path.split(os.path.realpath(target))
+    if not os.path.isdir(parent):
+        return []
+    return sorted(os.path.join(parent, entry) for entry in os.listdir(parent)
+                  if (m := STAGING.match(entry)) and m.group(1) == name and os.path.isdir(os.path.join(parent, entry)))
+
+
+def stale_staging_warning(target: str) -> Optional[str]:
+    """One line about :func:`stale_staging`, or None."""
+    stale = stale_staging(target)
+    if not stale:
+        return None
+    one = len(stale) == 1
+    return (f"{len(stale)} temporary director{'y' if one else 'ies'} of earlier runs that wrote {target} and were "
+            f"stopped before they finished (killed, or --keep-tmp): nothing in {'it' if one else 'them'} is a "
+            f"result; remove with  rm -rf {' '.join(shlex.quote(p) for p in stale)}")
+
+
+# ---------------------------------------------------------------------------- written atomically
+class StagedOutput:
+    """Write a directory atomically, the Python twin of common.sh's fsx_begin_output /
+    fsx_finish_output::
+
+        with StagedOutput(out, prog="evaluate.sh", inputs=[data, ckpt]) as staged:
+            staged.discard_old()             # optional: the old output goes at once
+            ... write into staged.stage (the future ``out``), scratch in staged.work ...
+            staged.finish()                  # the marker, then ``out`` replaced by renames
+
+    ``out`` must be absent, or replaceable by ``prog`` (check_replaceable; without ``force`` an
+    existing one is an error). Everything is written under a temporary directory beside
+    ``out``; leaving the block without finish() (an error, an interrupt) removes it, and moves
+    the ``keep_on_failure`` files of the stage into ``out`` when no ``out`` is there. From the
+    start of the block to its end ``out``'s lock is held: a second writer is refused with one
+    line naming this one."""
+
+    def __init__(self, out: str, *, prog: str, inputs: Iterable[str] = (), force: bool = True,
+                 keep_on_failure: Sequence[str] = (), keep_tmp: bool = False, log=None):
+        self.out = os.path.realpath(out)
+        self.prog = prog
+        self.inputs = [str(p) for p in inputs if p]
+        self.force = force
+        self.keep_on_failure = list(keep_on_failure)
+        self.keep_tmp = keep_tmp
+        self.log = log or (lambda message: print(f"[{prog}] {message}", file=sys.stderr, flush=True))
+        self.tmp = self.work = self.stage = None
+        self.done = False
+        self.lock = OutputLock(self.out)
+
+    def __enter__(self) -> "StagedOutput":
+        self.lock.acquire()
+        try:
+            self._begin()
+        except BaseException:
+            self.lock.release()
+            raise
+        return self
+
+    def _begin(self) -> None:
+        if os.path.lexists(self.out) and not self.force:
+            raise OutputError(f"output directory {self.out} already exists (use --force to replace it)")
+        check_replaceable(self.out, self.inputs, prog=self.prog)
+        parent, base = os.path.split(self.out)
+        os.makedirs(parent, exist_ok=True)
+        stale = stale_staging_warning(self.out)
+        if stale:
+            self.log(f"WARNING: {stale}")
+        self.tmp = tempfile.mkdtemp(prefix=f".{base}.tmp.", dir=parent)
+        self.work = os.path.join(self.tmp, "work")
+        self.stage = os.path.join(self.tmp, "out")
+        os.makedirs(self.work)
+        os.makedirs(self.stage)
+        self.log(f"working in {self.tmp}")
+
+    def discard_old(self) -> None:
+        """Remove the previous output now rather than at the end (evaluation: from its start
+        until it succeeds, ``out`` holds no result, so no stale result passes for the new one)."""
+        if os.path.lexists(self.out):
+            os.rename(self.out, os.path.join(self.tmp, "old"))
+            shutil.rmtree(os.path.join(self.tmp, "old"))
+
+    def finish(self) -> None:
+        shutil.rmtree(self.work, ignore_errors=True)
+        mark_output(self.stage, prog=self.prog)
+        if os.path.lexists(self.out):
+            check_replaceable(self.out, self.inputs, prog=self.prog)  # again: the user may have put something there
+            os.rename(self.out, os.path.join(self.tmp, "old"))
+        os.rename(self.stage, self.out)
+        self.done = True
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.log(f"done: {self.out}")
+
+    def __exit__(self, *exc) -> bool:
+        try:
+            self._clean_up()
+        finally:
+            self.lock.release()
+        return False
+
+    def _clean_up(self) -> None:
+        if self.done or not self.tmp or not os.path.isdir(self.tmp):
+            return
+        if self.keep_tmp:
+            self.log(f"failed; intermediate files kept in {self.tmp}")
+            return
+        # the logs of a failed run, where no output is (never mixed into an old one): gathered
+        # and marked beside it, then renamed into place
+        kept = [name for name in self.keep_on_failure if os.path.isfile(os.path.join(self.stage, name))]
+        if kept and not os.path.lexists(self.out):
+            failed = os.path.join(self.tmp, "failed")
+            os.makedirs(failed)
+            for name in kept:
+                os.rename(os.path.join(self.stage, name), os.path.join(failed, name))
+            mark_output(failed, prog=self.prog)
+            try:
+                os.rename(failed, self.out)
+            except OSError:  # an output appeared meanwhile: it stays as it is
+                pass
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- the command line
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="outputs.py", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prog", required=True, help="the running script: the name in markers and error lines")
+    parser.add_argument("--caller-pwd", default="", help="the directory the user started in: never replaced")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, args in (("check-replaceable", ("dir", "inputs*")), ("mark", ("dir",)), ("add-entries", ("dir", "entries+")),
+                       ("lock", ("dir", "fd", "pid", "what?")), ("stale-staging", ("dir",))):
+        command = sub.add_parser(name)
+        for arg in args:
+            command.add_argument(arg.rstrip("*+?"), nargs={"*": "*", "+": "+", "?": "?"}.get(arg[-1]))
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "lock":
+            return lock_inherited_fd(args.dir, int(args.fd), args.what or "output directory", int(args.pid))
+        if args.command == "stale-staging":
+            message = stale_staging_warning(args.dir)
+            if message:
+                print(message)
+        elif args.command == "check-replaceable":
+            check_replaceable(args.dir, args.inputs, prog=args.prog, caller_pwd=args.caller_pwd)
+        elif args.command == "mark":
+            mark_output(args.dir, prog=args.prog)
+        else:
+            add_output_entries(args.dir, args.entries)
+    except OutputError as e:
+        print(f"{args.prog}: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,19 +14,18 @@
 #   4. calls fsx_subword_and_binarize (joint BPE / SentencePiece + fairseq-preprocess
 #      --joined-dictionary) and fsx_finish_output, which moves the result into place.
 
-# the recipes' directory, the fairseq_ext package (fairseq's --user-dir) and the directory
-# that holds it (a checkout or site-packages: never replaced by a script)
+# the recipes' directory and the fairseq_ext package (fairseq's --user-dir)
 FSX_SCRIPTS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FSX_USER_DIR="$(cd "$FSX_SCRIPTS_DIR/.." && pwd)"
-FSX_INSTALL_DIR="$(cd "$FSX_USER_DIR/.." && pwd)"
 FSX_PROG="$(basename "$0")"
-# the Python helpers start their one-line errors with it, as fsx_die does
+# the text helpers (corpus.py, spm.py) start their one-line errors with it, as fsx_die does
 export FSX_PROG
 # what the user typed to run this script, for its --help: `fairseq-ext prepare multi30k` (set
 # by fairseq-ext and scripts/, for this script only), else the script's own name
 FSX_COMMAND_NAME="${FSX_COMMAND:-$FSX_PROG}"
 unset FSX_COMMAND
-# the directory the user started in (quickstart.sh changes into the repository): never replaced
+# the directory the user started in: never replaced. Exported: quickstart.sh changes into the
+# repository before it runs a recipe and the evaluation, which protect it too.
 FSX_CALLER_PWD="${FSX_CALLER_PWD:-$PWD}"
 export FSX_CALLER_PWD
 
@@ -272,7 +271,7 @@ fsx_check_common() {
 # writes it through these functions (the Python tools, evaluation and significance, through
 # their twin outputs.StagedOutput):
 #   fsx_begin_output      FSX_OUT's lock is taken (fsx_lock_output: one writer at a time);
-#                         FSX_OUT must be absent, or a directory this package wrote that holds
+#                         FSX_OUT must be absent, or a directory this script wrote that holds
 #                         nothing else (fsx_check_replaceable; the recipes also want --force);
 #                         a temporary directory $FSX_TMP is made beside it, with $FSX_WORK
 #                         (scratch) and $FSX_STAGE (the future FSX_OUT)
@@ -285,19 +284,12 @@ FSX_TMP=""
 FSX_DONE=0
 FSX_INPUTS=()           # paths the output must never contain (besides --from, --download-dir)
 FSX_KEEP_ON_FAILURE=()  # files of $FSX_STAGE put into FSX_OUT when the script fails (logs)
-FSX_MARK_ENTRIES=()     # empty (every script now): the marker is the exact manifest of what FSX_OUT
-                        # holds; names or globs here write a legacy marker (outputs.py mark_output)
 
-# The rules themselves (what may be replaced, the marker .fairseq_ext-output, the
-# .evaluation-complete file and its checksums) are fairseq_ext/recipes/helpers/outputs_command.py, run as a file;
-# what it needs to know of the running script comes in the environment.
-# Which scripts' directories the running script may replace (a glob over fsx_dir_writer's
-# names): only its own, so that a recipe never replaces quickstart's checkpoints or another
-# recipe's data, evaluation never a data directory, and so on.
-FSX_REPLACES="$FSX_PROG"
+# fsx_outputs COMMAND ARG...: the output-directory protocol, fairseq_ext/recipes/helpers/outputs.py
+# (the marker and its manifest, what may be replaced, the locks), run as a file for this script
 fsx_outputs() {
-    FSX_REPLACES="$FSX_REPLACES" FSX_INSTALL_DIR="$FSX_INSTALL_DIR" \
-        "${FSX_PY:-python3}" "$FSX_USER_DIR/recipes/helpers/outputs_command.py" "$@"
+    "${FSX_PY:-python3}" "$FSX_USER_DIR/recipes/helpers/outputs.py" --prog "$FSX_PROG" \
+        --caller-pwd "$FSX_CALLER_PWD" "$@"
 }
 
 fsx_cleanup() {
@@ -325,10 +317,10 @@ fsx_cleanup() {
 }
 
 # ---------------------------------------------------------------------------- one writer
-# fsx_lock_output DIR [WHAT]: hold DIR's lock (recipes/helpers/locks.py: PARENT/.NAME.lock)
-# until this script exits, so that a second command writing DIR is refused with one line
-# naming this one. Idempotent; a lock that the command which started this script holds
-# (listed in FSX_HELD_LOCKS) is not taken again. fsx_begin_output takes FSX_OUT's.
+# fsx_lock_output DIR [WHAT]: hold DIR's lock (PARENT/.NAME.lock) until this script exits, so
+# that a second command writing DIR is refused with one line naming this one. Idempotent; a
+# lock that the command which started this script holds (listed in FSX_HELD_LOCKS, which the
+# commands this script starts inherit) is not taken again. fsx_begin_output takes FSX_OUT's.
 FSX_LOCKS=()
 fsx_lock_output() {
     local dir lock fd try status
@@ -362,38 +354,14 @@ fsx_release_locks() {
     FSX_LOCKS=()
 }
 
-# fsx_mark_output DIR: write the marker into DIR, the exact manifest of what DIR holds now
-# (every file, symlink and empty directory, at any depth). [ENTRY...]: names or globs instead,
-# a legacy marker (read as the markers written before the manifest are)
-fsx_mark_output() { fsx_outputs mark "$@" || exit 1; }
-
 # fsx_add_output_entries DIR ENTRY...: add entries to DIR's marker; SUB/ names a nested output,
 # a subdirectory that another script of this package writes with its own marker (quickstart:
 # SAVE_DIR eval-test/). An entry need not exist yet.
 fsx_add_output_entries() { fsx_outputs add-entries "$@" || exit 1; }
 
-# fsx_writer_entries WRITER: what WRITER (quickstart.sh, evaluate.sh, prepare-*) writes, one a
-# line: the legacy entries, by which a directory marked before the manifest is read
-fsx_writer_entries() { fsx_outputs entries "$1"; }
-
-# fsx_dir_writer DIR: the script that wrote DIR (prepare-multi30k.sh, evaluate.sh, ...).
-# Status 1: no script of this package wrote DIR.
-fsx_dir_writer() { fsx_outputs writer "$1"; }
-
-# fsx_owned_entries DIR WRITER: the entries (one a line) that WRITER wrote into DIR: its
-# marker's paths (a legacy marker's names or globs)
-fsx_owned_entries() { fsx_outputs owned-entries "$1" "$2"; }
-
 # fsx_check_replaceable DIR [INPUT...]: die unless an existing DIR may be deleted and
-# replaced (docs/trust.md, "Output directories"; outputs.py check_replaceable)
+# replaced by this script (docs/trust.md, "Output directories")
 fsx_check_replaceable() { fsx_outputs check-replaceable "$@" || exit 1; }
-
-# fsx_write_evaluation_complete DIR KEY=VALUE...: evaluation's last file, in DIR
-fsx_write_evaluation_complete() { fsx_outputs write-evaluation-complete "$@" || exit 1; }
-
-# fsx_check_evaluation DIR: die unless DIR holds one complete evaluation (its
-# .evaluation-complete, and each file as evaluation wrote it)
-fsx_check_evaluation() { fsx_outputs check-evaluation "$1" || exit 1; }
 
 # fsx_begin_output: see above. Without --force (FSX_FORCE=1) an existing FSX_OUT is an error.
 fsx_begin_output() {
@@ -430,7 +398,7 @@ fsx_discard_old_output() {
 
 fsx_finish_output() {
     rm -rf "$FSX_WORK"
-    fsx_mark_output "$FSX_STAGE" "${FSX_MARK_ENTRIES[@]+"${FSX_MARK_ENTRIES[@]}"}"
+    fsx_outputs mark "$FSX_STAGE" || exit 1
     if [[ -e "$FSX_OUT" ]]; then
         # checked again: the user may have put something into it while the script ran
         fsx_check_replaceable "$FSX_OUT" "$FSX_FROM" "$FSX_DOWNLOAD_DIR" "${FSX_INPUTS[@]+"${FSX_INPUTS[@]}"}"
