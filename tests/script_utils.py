@@ -34,14 +34,18 @@ needs_envi = pytest.mark.skipif(not (ENVI / "train.en.gz").exists(),
                                 reason=f"no local IWSLT'15 En-Vi copy in {ENVI}")
 
 
-def run(cmd, cwd=None, env_extra=None, stdin=None):
-    env = dict(os.environ)
-    # the venv running pytest provides fairseq-preprocess, subword-nmt, sacremoses
+def run(cmd, cwd=None, env_extra=None, stdin=None, timeout=900):
+    """The one way the tests run a command: this environment's tools first on PATH (the venv
+    running pytest provides fairseq-*, subword-nmt, sacremoses), $PYTHON this Python, no
+    weights-only override (model_utils.clean_env), output captured as text."""
+    from model_utils import clean_env
+
+    env = clean_env()
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["PYTHON"] = sys.executable
     env.update(env_extra or {})
     return subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600, input=stdin)
+                          text=True, timeout=timeout, input=stdin)
 
 
 def write_lines(path, lines, gz=False):
@@ -82,9 +86,4 @@ def built_once(tmp_path_factory, name, build):
 
 def fairseq_ext(*args, stdin=None):
     """``fairseq-ext ARGS`` with this environment's Python (``python -m fairseq_ext``)."""
-    from model_utils import clean_env
-
-    env = clean_env()
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    return subprocess.run([sys.executable, "-m", "fairseq_ext", *map(str, args)], capture_output=True, text=True,
-                          input=stdin, env=env, timeout=600)
+    return run([sys.executable, "-m", "fairseq_ext", *args], stdin=stdin)

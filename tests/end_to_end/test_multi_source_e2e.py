@@ -6,19 +6,14 @@ import gzip
 import json
 import os
 import re
-import subprocess
-from argparse import Namespace
 
 import pytest
 
-from model_utils import MULTI30K, REPO, clean_env
+from model_utils import MULTI30K, REPO
+from script_utils import run
 
 SCRIPTS = os.path.join(REPO, "scripts")
 needs_data = pytest.mark.skipif(not os.path.exists(os.path.join(MULTI30K, "train.en.gz")), reason="no Multi30k")
-
-
-def run(cmd, **kw):
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=clean_env(), **kw)
 
 
 @pytest.fixture(scope="module")

@@ -4,27 +4,17 @@ scripts/evaluate.sh, and compare two outputs with scripts/significance.sh. Every
 written under tmp_path.
 """
 import json
-import os
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from script_utils import REPO, SCRIPTS
+from script_utils import REPO, SCRIPTS, run
 
 ARCH = "multilayer_transformer_iwslt"
 
 pytestmark = pytest.mark.slow
-
-
-def run(cmd, cwd=None):
-    env = dict(os.environ)
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    env["PYTHON"] = sys.executable
-    return subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=900)
 
 
 def arch_registered():

@@ -4,7 +4,6 @@ hydra that is the run through fairseq-train's flags (same losses, same weights),
 and decodes with fairseq-generate and fairseq-ext translate, for M-10 and MS-1+AIF."""
 import os
 import re
-import subprocess
 import sys
 
 import pytest
@@ -12,7 +11,8 @@ import torch
 import yaml
 
 from fairseq_ext.tools import hydra_configs
-from model_utils import USER_DIR, clean_env
+from model_utils import USER_DIR
+from script_utils import run
 
 TINY = {"encoder_layers": 2, "decoder_layers": 2, "encoder_embed_dim": 32, "decoder_embed_dim": 32,
         "encoder_ffn_embed_dim": 64, "decoder_ffn_embed_dim": 64, "encoder_attention_heads": 2,
@@ -23,12 +23,6 @@ ROWS = {"m-10": {"joint_attention": "m-10"},
 
 def command(name):
     return [os.path.join(os.path.dirname(sys.executable), name)]
-
-
-def run(argv, cwd=None):
-    env = clean_env()
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, cwd=cwd)
 
 
 def test_every_training_config_is_written_as_yaml_with_its_flags(tmp_path):

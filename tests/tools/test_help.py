@@ -3,12 +3,12 @@ typed (`fairseq-ext train`, `fairseq-ext prepare multi30k`, `scripts/train.sh`),
 inside the package nor a line of the script's code; train's --config takes the names of the
 configs the package ships, and those names are listed."""
 import os
-import subprocess
 import sys
 
 import pytest
 
 from model_utils import REPO
+from script_utils import run
 
 COMMANDS = [("prepare", "multi30k"), ("prepare", "iwslt15-en-vi"), ("prepare", "wmt14-en-de"), ("prepare", "iwslt14"),
             ("prepare", "iwslt-fr-ro"), ("train",), ("evaluate",), ("significance",), ("report",), ("reproduce",),
@@ -16,14 +16,9 @@ COMMANDS = [("prepare", "multi30k"), ("prepare", "iwslt15-en-vi"), ("prepare", "
             ("average-checkpoints",), ("strip-aux",), ("analyze", "length_buckets")]
 
 
-def run(*argv):
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
-    return subprocess.run([*map(str, argv)], capture_output=True, text=True, env=env, timeout=120)
-
-
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
 def test_help_names_the_command_as_typed(command):
-    res = run(sys.executable, "-m", "fairseq_ext", *command, "--help")
+    res = run([sys.executable, "-m", "fairseq_ext", *command, "--help"])
     assert res.returncode == 0, res.stderr[-2000:]
     text = res.stdout + res.stderr
     first = text.strip().splitlines()[0]
@@ -34,15 +29,15 @@ def test_help_names_the_command_as_typed(command):
 
 
 def test_train_help_from_a_checkout_and_its_config_names(tmp_path):
-    res = run("bash", os.path.join(REPO, "scripts", "train.sh"), "--help")
+    res = run(["bash", os.path.join(REPO, "scripts", "train.sh"), "--help"])
     assert res.returncode == 0 and res.stdout.startswith("Usage: scripts/train.sh DATA_BIN SAVE_DIR")
     shipped = sorted(f[:-5] for f in os.listdir(os.path.join(REPO, "fairseq_ext", "configs")) if f.endswith(".args"))
     assert f"ships ({', '.join(shipped)})" in " ".join(res.stdout.split())
     # scripts/train.sh reads a config by its name as fairseq-ext train does, and names the choices otherwise
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "dict.en.txt").write_text("a 1\n")
-    res = run("bash", os.path.join(REPO, "scripts", "train.sh"), tmp_path / "bin", tmp_path / "ckpt", "--config",
-              "iwslts", "--", "--arch", "transformer")
+    res = run(["bash", os.path.join(REPO, "scripts", "train.sh"), tmp_path / "bin", tmp_path / "ckpt", "--config",
+               "iwslts", "--", "--arch", "transformer"])
     assert res.returncode == 1
     assert res.stderr.strip().endswith(f"--config iwslts: no such file, and not a config of the package "
                                        f"({', '.join(shipped)})"), res.stderr
