@@ -4,7 +4,6 @@ script's output), results never look valid when they are not (an evaluation is c
 absent), and bad input (BOM, CR, non-UTF-8) is normalised or named by file and line."""
 import gzip
 import json
-import os
 import shutil
 import subprocess
 import sys

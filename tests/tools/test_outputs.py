@@ -358,22 +358,23 @@ def test_bash_and_python_give_the_same_message(tmp_path):
     assert res.returncode == 1 and res.stderr == f"quickstart.sh: error: {want}\n", res.stderr
     assert refused(d, prog="quickstart.sh") == want
     # as a plain file, without the package
-    res = subprocess.run([sys.executable, "-S", TOOLS / "outputs.py", "--prog", "quickstart.sh", "check-replaceable", d],
-                         capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-S", TOOLS / "outputs.py", "--prog", "quickstart.sh", "check-replaceable",
+                          d], capture_output=True, text=True)
     assert res.returncode == 1 and res.stderr == f"quickstart.sh: error: {want}\n", res.stderr
 
 
-def test_a_killed_runs_temporary_directory_is_named_with_the_command_that_clears_it(tmp_path):
+@pytest.mark.parametrize("name", [".eval-test.tmp.Ab3xZ9", ".eval-test.tmp.k2_x9qaz"])  # mktemp's, mkdtemp's
+def test_a_killed_runs_temporary_directory_is_named_with_the_command_that_clears_it(tmp_path, name):
     """A run killed while evaluating leaves SAVE_DIR/.eval-test.tmp.XXXXXX behind: the refusal
     says whose it is and how to clear it, instead of "no fairseq_ext script wrote" it; once it
     is removed, the directory is replaceable again."""
     d = tmp_path / "quickstart"
     manifest(d, "quickstart.sh", "checkpoint_last.pt")
     outputs.add_output_entries(str(d), ["eval-test/"])
-    stale = d / ".eval-test.tmp.Ab3xZ9"
+    stale = d / name
     (stale / "out").mkdir(parents=True)
     message = refused(d, prog="quickstart.sh")
-    assert message == (f"refusing to replace {d}: it holds .eval-test.tmp.Ab3xZ9, evaluate.sh's temporary directory "
+    assert message == (f"refusing to replace {d}: it holds {name}, evaluate.sh's temporary directory "
                        f"for {d}/eval-test left by a run that was interrupted; nothing in it is a result: remove it "
                        f"with  rm -rf {stale}  and run again")
     subprocess.run(["rm", "-rf", str(stale)], check=True)

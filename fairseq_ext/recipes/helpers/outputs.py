@@ -559,8 +559,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--prog", required=True, help="the running script: the name in markers and error lines")
     parser.add_argument("--caller-pwd", default="", help="the directory the user started in: never replaced")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, args in (("check-replaceable", ("dir", "inputs*")), ("mark", ("dir",)), ("add-entries", ("dir", "entries+")),
-                       ("lock", ("dir", "fd", "pid", "what?")), ("stale-staging", ("dir",))):
+    for name, args in (("check-replaceable", ("dir", "inputs*")), ("mark", ("dir",)),
+                       ("add-entries", ("dir", "entries+")), ("lock", ("dir", "fd", "pid", "what?")),
+                       ("stale-staging", ("dir",))):
         command = sub.add_parser(name)
         for arg in args:
             command.add_argument(arg.rstrip("*+?"), nargs={"*": "*", "+": "+", "?": "?"}.get(arg[-1]))
