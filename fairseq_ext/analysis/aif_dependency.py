@@ -50,7 +50,7 @@ from fairseq_ext.analysis.figures import (FIGURE_WIDTH, FigureContext, add_capti
 from fairseq_ext.analysis.registry import Analysis
 from fairseq_ext.analysis.table_files import write_table
 from fairseq_ext.common import checkpoints
-from fairseq_ext.common.cli import search_arguments
+from fairseq_ext.common.command_line import search_arguments
 from fairseq_ext.modules.auxiliary_information_fusion import AuxiliaryInformationFusion
 
 ANALYSIS = Analysis("aif_dependency", "AIF dependency", "thesis 4.5.5 (Eq. 4.4-4.7)", single=True, order=50,

@@ -62,7 +62,7 @@ from fairseq_ext.analysis.registry import Analysis
 from fairseq_ext.analysis.sentence_maps import (READABLE_LENGTH, attention_maps, default_sentence, memory_labels,
                                                 sentence_sample, to_json, token_labels, translate)
 from fairseq_ext.common import checkpoints
-from fairseq_ext.common.cli import search_arguments
+from fairseq_ext.common.command_line import search_arguments
 
 ANALYSIS = Analysis("attention_maps", "Attention of one sentence", "MMA Fig. 3, multi-source Fig. 2 / App. A",
                     single=True, order=100)

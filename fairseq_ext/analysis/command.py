@@ -6,7 +6,7 @@ import argparse
 from typing import Callable, Dict, Optional
 
 from fairseq_ext.analysis.figures import FigureContext
-from fairseq_ext.common.cli import setup_cli
+from fairseq_ext.common.command_line import setup_cli
 
 HELP = {
     "--checkpoint": "model checkpoint(s)",

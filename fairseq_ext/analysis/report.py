@@ -42,7 +42,7 @@ from fairseq_ext.analysis import AnalysisError, registry
 from fairseq_ext.analysis.figures import names_for
 from fairseq_ext.analysis.report_page import collect, models_html, section_html, write_page
 from fairseq_ext.common import checkpoints
-from fairseq_ext.common.cli import setup_cli
+from fairseq_ext.common.command_line import setup_cli
 from fairseq_ext.models.multilayer_transformer_config import MultilayerOptions
 
 # the report's options every analysis must take; the others (--names, --cpu) only name the

@@ -45,7 +45,7 @@ from fairseq_ext.analysis.translation_probe_training import (add_training_argume
                                                              load_projections, save_projections, train_from_args)
 from fairseq_ext.analysis.translation_probes import probe_names
 from fairseq_ext.common import checkpoints
-from fairseq_ext.common.cli import search_arguments
+from fairseq_ext.common.command_line import search_arguments
 
 ANALYSIS = Analysis("translate_from_layer", "Translating from an encoder layer", "Xu et al. 2020, Table 2",
                     single=True, order=90)

@@ -26,7 +26,7 @@ from typing import List, Optional
 
 import torch
 
-from fairseq_ext.common.cli import CommandParser, fail, setup_cli
+from fairseq_ext.common.command_line import CommandParser, fail, setup_cli
 from fairseq_ext.errors import CommandError
 from fairseq_ext.selfcheck import environment, paper, stages, training
 from fairseq_ext.selfcheck.stage_files import STAGES, check_out, read_stage

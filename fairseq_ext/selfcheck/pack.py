@@ -26,7 +26,7 @@ import subprocess
 import sys
 from typing import List, Optional
 
-from fairseq_ext.common.cli import CommandParser, fail, setup_cli
+from fairseq_ext.common.command_line import CommandParser, fail, setup_cli
 from fairseq_ext.errors import CommandError
 
 PROG = "fairseq-ext selfcheck-pack"

@@ -28,7 +28,7 @@ import subprocess
 import sys
 from typing import List, Optional, Sequence
 
-from fairseq_ext.common.cli import CommandParser, fail
+from fairseq_ext.common.command_line import CommandParser, fail
 from fairseq_ext.errors import CommandError
 from fairseq_ext.recipes.helpers import compare_mt_shim, corpus, evaluations, outputs
 from fairseq_ext.tools import comet as comet_metric

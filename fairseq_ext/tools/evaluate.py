@@ -52,7 +52,7 @@ import sys
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from fairseq_ext import resources
-from fairseq_ext.common.cli import CommandParser, fail
+from fairseq_ext.common.command_line import CommandParser, fail
 from fairseq_ext.common.data_text import FLAVOURS, read_lines
 from fairseq_ext.errors import CommandError, DataError
 from fairseq_ext.recipes.helpers import bleu, corpus, evaluations, moses, outputs

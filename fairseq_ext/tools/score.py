@@ -33,7 +33,7 @@ import sys
 import tempfile
 from typing import Dict, List, Tuple
 
-from fairseq_ext.common.cli import setup_cli
+from fairseq_ext.common.command_line import setup_cli
 from fairseq_ext.common.data_text import FLAVOURS, env_headline, read_prep_env, side_tokenizer
 from fairseq_ext.common.output_file import check_output_file, staged_output_file
 from fairseq_ext.errors import DataError

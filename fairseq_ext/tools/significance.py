@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Dict, List, Sequence
 
-from fairseq_ext.common.cli import CommandParser
+from fairseq_ext.common.command_line import CommandParser
 from fairseq_ext.common.data_text import read_lines
 from fairseq_ext.recipes.helpers.bleu import metric as more_metric
 from fairseq_ext.tools import statistics

@@ -40,7 +40,7 @@ from typing import Callable, Iterable, Iterator, List, Optional, Tuple
 import torch
 
 from fairseq_ext.common import checkpoints
-from fairseq_ext.common.cli import search_arguments, setup_cli
+from fairseq_ext.common.command_line import search_arguments, setup_cli
 from fairseq_ext.common.data_text import POSTPROCESS, TextPipeline, read_prep_env, within_positions
 from fairseq_ext.common.output_file import check_output_file, staged_output_file
 from fairseq_ext.errors import FairseqExtError
