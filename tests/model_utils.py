@@ -201,14 +201,15 @@ TINY_TRAIN_FLAGS = ("--encoder-layers", "2", "--decoder-layers", "2", "--encoder
 
 def train_tiny(bin_dir, save_dir, *flags, max_update=6, lr="5e-3"):
     """fairseq-train a tiny ``multilayer_transformer`` (TINY_TRAIN_FLAGS, then ``flags``) for
-    ``max_update`` updates on ``bin_dir``; the path of its checkpoint_last.pt. ``lr=None``
-    keeps TINY_TRAIN_FLAGS' learning rate."""
-    import subprocess
+    ``max_update`` updates on ``bin_dir``, in this process (fairseq-train's own main, as
+    :func:`train_recording_validation`; no interpreter and fairseq import per model); the path
+    of its checkpoint_last.pt. ``lr=None`` keeps TINY_TRAIN_FLAGS' learning rate."""
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_cli import train
 
-    cmd = ["fairseq-train", str(bin_dir), "--user-dir", USER_DIR, "--arch", "multilayer_transformer",
-           *TINY_TRAIN_FLAGS, *flags, "--max-update", str(max_update), *(["--lr", lr] if lr else []),
-           "--save-dir", str(save_dir)]
-    subprocess.run(cmd, check=True, capture_output=True, env=clean_env())
+    argv = [str(bin_dir), "--user-dir", USER_DIR, "--arch", "multilayer_transformer", *TINY_TRAIN_FLAGS, *flags,
+            "--max-update", str(max_update), *(["--lr", lr] if lr else []), "--save-dir", str(save_dir)]
+    train.main(convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv)))
     return os.path.join(str(save_dir), "checkpoint_last.pt")
 
 

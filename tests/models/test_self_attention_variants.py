@@ -188,14 +188,14 @@ def test_invalid_settings_fail_at_build(flags, message):
 
 @pytest.mark.slow
 def test_dc_encoder_m10_ms1_aif_trains_and_decodes(multi30k_bin, tmp_path, monkeypatch):
-    """Everything composes: DC encoder + M-10 + MS-1 + AIF trains 120 updates on a
-    Multi30k slice with falling validation loss, and translates with beam search."""
+    """Everything composes: DC encoder + M-10 + MS-1 + AIF trains 60 updates (four epochs of
+    the Multi30k slice) with falling validation loss, and translates with beam search."""
     import subprocess
 
     from model_utils import MULTI30K_TRAIN_FLAGS, USER_DIR, clean_env, train_recording_validation
 
     losses = train_recording_validation(
-        multi30k_bin, tmp_path, monkeypatch, *MULTI30K_TRAIN_FLAGS, "--max-update", "120",
+        multi30k_bin, tmp_path, monkeypatch, *MULTI30K_TRAIN_FLAGS, "--max-update", "60",
         "--encoder-self-attention", "dc", "--joint-attention", "m-10", "--aux-decoder-layers", "1", "--aux-fusion",
         "--criterion", "multi_output_label_smoothed_cross_entropy", "--no-epoch-checkpoints")
     assert len(losses) >= 3 and losses[-1] < losses[0] - 1.0, losses
