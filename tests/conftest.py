@@ -128,16 +128,3 @@ def m30k_small(tmp_path):
         for lang in ("en", "de"):
             write_lines(d / f"{split}.{lang}", head_gz(os.path.join(MULTI30K, f"{split}.{lang}.gz"), n), gz=True)
     return d
-
-
-def pytest_collection_modifyitems(session, config, items):
-    """The files with end-to-end tests (marked slow) first, each file's tests in their order:
-    under `make test`'s pytest-xdist `--dist loadfile` a long file then starts early and the
-    short ones fill the workers' gaps at the end, instead of one worker finishing a long file
-    (the self-check's, the installed wheel's) while the other waits."""
-    def file(item):
-        return item.nodeid.split("::")[0]
-
-    slow = sorted({file(item) for item in items if item.get_closest_marker("slow")}, reverse=True)  # tools/ first:
-    order = {name: i for i, name in enumerate(slow)}  # the self-check's and the wheel's, the longest, are there
-    items.sort(key=lambda item: order.get(file(item), len(order)))
