@@ -204,13 +204,18 @@ def train_tiny(bin_dir, save_dir, *flags, max_update=6, lr="5e-3"):
     ``max_update`` updates on ``bin_dir``, in this process (fairseq-train's own main, as
     :func:`train_recording_validation`; no interpreter and fairseq import per model); the path
     of its checkpoint_last.pt. ``lr=None`` keeps TINY_TRAIN_FLAGS' learning rate."""
+    train_in_process([str(bin_dir), "--user-dir", USER_DIR, "--arch", "multilayer_transformer", *TINY_TRAIN_FLAGS,
+                      *flags, "--max-update", str(max_update), *(["--lr", lr] if lr else []),
+                      "--save-dir", str(save_dir)])
+    return os.path.join(str(save_dir), "checkpoint_last.pt")
+
+
+def train_in_process(argv):
+    """fairseq-train ARGV by fairseq-train's own main, in this process."""
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq_cli import train
 
-    argv = [str(bin_dir), "--user-dir", USER_DIR, "--arch", "multilayer_transformer", *TINY_TRAIN_FLAGS, *flags,
-            "--max-update", str(max_update), *(["--lr", lr] if lr else []), "--save-dir", str(save_dir)]
     train.main(convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv)))
-    return os.path.join(str(save_dir), "checkpoint_last.pt")
 
 
 def clean_env():
@@ -236,7 +241,6 @@ MULTI30K_TRAIN_FLAGS = (
 
 def train_recording_validation(data_bin, save_dir, monkeypatch, *flags):
     """Run fairseq-train's own main in-process; return the validation loss of every epoch."""
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq_cli import train
 
     losses = []
@@ -248,8 +252,5 @@ def train_recording_validation(data_bin, save_dir, monkeypatch, *flags):
         return result
 
     monkeypatch.setattr(train, "validate", recording_validate)
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(
-        parser, [data_bin, "--task", "translation", "--save-dir", str(save_dir), *flags])
-    train.main(convert_namespace_to_omegaconf(args))
+    train_in_process([data_bin, "--task", "translation", "--save-dir", str(save_dir), *flags])
     return losses

@@ -28,7 +28,7 @@ from fairseq_ext.reproduce.readers import Record
 from fairseq_ext.reproduce.rows import has_test
 from fairseq_ext.reproduce.tables import Row, Table
 from fairseq_ext.tools.significance import paired_significance
-from fairseq_ext.tools.statistics import MARKS, mark, paired_t
+from fairseq_ext.tools.statistics import MARKS, mark, paired_t, seeds_text
 from fairseq_ext.tools import statistics
 
 
@@ -245,15 +245,10 @@ def _put_ar(record: Record, column: str, found: dict, marks: str) -> None:
                                                                                            "system_bleu"))
             cell["p_t"] = paired_t([ref_bleu[s] for s in runs], [sys_bleu[s] for s in runs])
         cell["rule"] = (f"{cell['mark'] or 'no mark'}: stratified approximate randomization over "
-                        f"{_seeds(runs)} ({found['shuffles']} shuffles): Δ of the mean BLEU {found['delta']:+.2f}, "
+                        f"{seeds_text(runs)} ({found['shuffles']} shuffles): Δ of the mean BLEU {found['delta']:+.2f}, "
                         f"p = {p:.4g}.")
         record["p_t"] = cell.get("p_t")
     record["mark"], record["p_value"], record["rule"] = cell["mark"], cell["p_value"], cell.get("rule")
-
-
-def _seeds(runs: List[int]) -> str:
-    return (f"seed {runs[0]}" if len(runs) == 1 else
-            "seeds " + ", ".join(str(s) for s in runs[:-1]) + f" and {runs[-1]}")
 
 
 def label(table: Table, records: List[Record], test: str, several: bool, shuffles: int,

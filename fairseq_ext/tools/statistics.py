@@ -430,7 +430,7 @@ def across_seeds(reference: Dict[int, float], system: Dict[int, float], per_seed
                 "rule": f"no mark: no seed has a run of both this row and the reference row{pairing}."}
     missing = [s for s in paired if s not in per_seed]
     if missing:
-        raise ValueError(f"no paired bootstrap entry for {_seeds(missing)}, "
+        raise ValueError(f"no paired bootstrap entry for {seeds_text(missing)}, "
                          "which both this row and the reference row ran")
     strength = {m: i for i, (_, m) in enumerate(MARKS[marks])}  # 0 = the strongest mark
     p_values, reached = {}, {}
@@ -466,7 +466,7 @@ def across_seeds(reference: Dict[int, float], system: Dict[int, float], per_seed
         signs = {"up": [s for s, d in deltas.items() if d > 0], "down": [s for s, d in deltas.items() if d < 0],
                  "equal": [s for s, d in deltas.items() if d == 0]}
         why = "no mark: Δ is not of one sign across seeds (" + "; ".join(
-            f"{name} at {_seeds(group)}" for name, group in signs.items() if group) + ")"
+            f"{name} at {seeds_text(group)}" for name, group in signs.items() if group) + ")"
     else:
         bound, chosen = MARKS[marks][max(reached.values())]
         direction = "above" if delta_mean > 0 else "below"
@@ -482,7 +482,7 @@ def across_seeds(reference: Dict[int, float], system: Dict[int, float], per_seed
             "mark": chosen, "rule": why + pairing + "."}
 
 
-def _seeds(seeds: List[int]) -> str:
+def seeds_text(seeds: List[int]) -> str:
     """"seed 4", "seeds 1 and 3", "seeds 1, 2 and 3"."""
     if len(seeds) == 1:
         return f"seed {seeds[0]}"
@@ -492,13 +492,13 @@ def _seeds(seeds: List[int]) -> str:
 def _pairing(paired: List[int], left_out: List[int], reference: Dict[int, float]) -> str:
     """How the seeds were paired, as the end of the rule's sentence."""
     if not left_out:
-        return "" if len(paired) < 2 else f"; {_seeds(paired)}, paired by number"
+        return "" if len(paired) < 2 else f"; {seeds_text(paired)}, paired by number"
     only_ref = [s for s in left_out if s in reference]
     only_sys = [s for s in left_out if s not in reference]
     parts = []
     if only_sys:
-        parts.append(f"{_seeds(only_sys)} without a reference run")
+        parts.append(f"{seeds_text(only_sys)} without a reference run")
     if only_ref:
-        parts.append(f"{_seeds(only_ref)} without a run of this row")
-    counted = _seeds(paired) if paired else "no seed"
+        parts.append(f"{seeds_text(only_ref)} without a run of this row")
+    counted = seeds_text(paired) if paired else "no seed"
     return f"; seeds paired by number: {counted} counted, {' and '.join(parts)} left out"
