@@ -11,7 +11,8 @@ import torch
 from fairseq import options
 
 from model_utils import MULTI30K, TINY_TRAIN_FLAGS, USER_DIR, clean_env, make_tiny_parallel_data, train_tiny
-from script_utils import M30K_SMALL, RAW_TEXT_POSITIONS, built_once, fairseq_ext, head_gz, write_lines
+from script_utils import (M30K_SMALL, RAW_TEXT_POSITIONS, built_once, fairseq_ext, head_gz, skip_without_multi30k,
+                          write_lines)
 
 # The models under test are tiny: one thread avoids the oversubscription that makes them
 # several times slower on a 2-core machine. Every subprocess a test starts inherits one
@@ -53,8 +54,7 @@ def tokenize(line):
 def multi30k_bin(tmp_path_factory):
     """A lowercased, punctuation-split slice of Multi30k en->de (1,500 training and 300
     validation pairs from $FAIRSEQ_EXT_DATA/multi30k), binarized with a joined dictionary."""
-    if not os.path.exists(os.path.join(MULTI30K, "train.en.gz")):
-        pytest.skip(f"Multi30k not found at {os.path.abspath(MULTI30K)}")
+    skip_without_multi30k()
 
     def build(root):
         from fairseq_cli import preprocess
@@ -97,8 +97,7 @@ def raw_text_model(tmp_path_factory):
     """(data directory, checkpoint): ``fairseq-ext prepare multi30k`` on the first 300 training
     lines of the local Multi30k copy (200 BPE merges), then 40 updates of a tiny
     ``multilayer_transformer`` with RAW_TEXT_POSITIONS source and target positions."""
-    if not os.path.exists(os.path.join(MULTI30K, "train.en.gz")):
-        pytest.skip(f"no local Multi30k copy in {MULTI30K}")
+    skip_without_multi30k()
 
     def build(root):
         corpus = root / "m30k"
@@ -121,8 +120,7 @@ def m30k_small(tmp_path):
     """The first 61/13/13 lines (M30K_SMALL) of the local Multi30k copy's en and de
     train/val/test_2016_flickr files, gzipped as the recipes read them (the test is skipped
     where there is no local copy, as the tests marked needs_multi30k are)."""
-    if not os.path.exists(os.path.join(MULTI30K, "train.en.gz")):
-        pytest.skip(f"no local Multi30k copy in {MULTI30K}")
+    skip_without_multi30k()
     d = tmp_path / "m30k"
     for split, n in M30K_SMALL:
         for lang in ("en", "de"):

@@ -30,6 +30,14 @@ SENTENCE = "A man in a red shirt is riding a bike down the street."
 
 needs_multi30k = pytest.mark.skipif(not (MULTI30K / "train.en.gz").exists(),
                                     reason=f"no local Multi30k copy in {MULTI30K}")
+
+
+def skip_without_multi30k():
+    """Skip the test (or fixture) calling it where there is no local Multi30k copy, as needs_multi30k does."""
+    if not (MULTI30K / "train.en.gz").exists():
+        pytest.skip(f"no local Multi30k copy in {MULTI30K}")
+
+
 needs_envi = pytest.mark.skipif(not (ENVI / "train.en.gz").exists(),
                                 reason=f"no local IWSLT'15 En-Vi copy in {ENVI}")
 
