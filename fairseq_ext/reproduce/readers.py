@@ -1,20 +1,15 @@
 """Our numbers of one run, per column, as typed records, and the scale they were made at.
 
-- Records: the typed shape of the report's records, as the table's JSON, CSV, Markdown and
-  LaTeX read them: a :class:`Value` (our number of one column of one row, as read from a run),
-  a :class:`Cell` (one column of one row: the paper's printed cell and ours, the differences
-  and ratios to the reference row, the marks) and a :class:`Record` (one row on one data set).
-  They are dictionaries, typed: the table's JSON and CSV write them as they are, their keys in
-  this order, and a key that does not apply to a column (a Δ where the paper prints its own
-  difference column, a ratio of a column that is not a speed) is absent, not None. The keys of
-  a table trained with several seeds (:mod:`fairseq_ext.reproduce.rows`) are the optional ones
-  marked "seeds".
-- Readers: the files of one run directory, each read once (:class:`RunData`: result.json,
-  significance.json, meteor.json, analysis/NAME/), and per column source the reader of its
-  number (:data:`READERS`), each giving a :class:`Value`.
-- Scale: per data set of a table, the data actually used, the test set and its size, the
-  models' sizes, the budget and updates, the device and seeds, decoding and BLEU flavour;
-  said in lines under the table's heading and in one sentence (the LaTeX caption)."""
+- Records: a :class:`Value` (our number of one column of one row, as read from a run), a
+  :class:`Cell` (one column of one row: the paper's printed cell and ours, the differences and
+  ratios to the reference row, the marks) and a :class:`Record` (one row on one data set):
+  typed dictionaries that the table's JSON and CSV write as they are, keys in the order they
+  are built; a key that does not apply (a Δ where the paper prints its own difference column,
+  a ratio of a column that is not a speed, the keys of several seeds) is absent, not None.
+- Readers: the files of one run directory, each read once (:class:`RunData`), and per column
+  source the reader of its number (:data:`READERS`), each giving a :class:`Value`.
+- Scale: per data set, what our numbers were made with, said in lines under the table's
+  heading and in one sentence (the LaTeX caption)."""
 import json
 import os
 from typing import Dict, List, Optional, TypedDict
@@ -25,107 +20,54 @@ from fairseq_ext.reproduce.planning import ANALYSIS_DONE, AnalysisPlan, RunPlan,
 from fairseq_ext.reproduce.tables import Column, Row, Table
 
 
-class _ValueExtras(TypedDict, total=False):
-    note: str  # how the number was made (METEOR's implementation), said under the table
-    tested_delta: Optional[float]  # the difference an analysis' own test is of (tested against 0)
-
-
-class Value(_ValueExtras):
-    """Our number of one column of one row, as a reader of a run gives it."""
-    ours: Optional[float]
-    ours_text: Optional[str]  # a reader's text in place of a number, else None; in a Cell, ours as shown
-    mark: str  # the significance mark of the test behind the number ("" when none)
-    p_value: Optional[float]
-    missing: Optional[str]  # what did not run yet, for the table's "Incomplete" line
-
-
-class _CellExtras(Value, total=False):
-    paper_delta: Optional[float]  # the row's printed number minus its reference row's
-    delta: Optional[float]  # ours minus the reference row's run's
-    paper_ratio: Optional[float]  # the same, as a ratio (speeds and times)
-    ratio: Optional[float]
-    # seeds: mean (ours) ± sd over the seeds with a number (n, per_seed: seed -> number); the
-    # mean, sd and count of the per-seed differences and ratios; the test over seeds
-    sd: Optional[float]
-    n: int
-    per_seed: Dict[int, float]
-    delta_sd: Optional[float]
-    delta_n: int
-    ratio_sd: Optional[float]
-    ratio_n: int
-    p_t: Optional[float]  # seeds: the paired t-test over seeds (shown beside the mark, not as it)
-    rule: str  # seeds: how the mark over seeds was decided (fairseq_ext.tools.statistics.across_seeds)
-    tested_seeds: List[int]
-    per_seed_marks: Dict[int, str]
-    per_seed_p: Dict[int, float]
-    # the test behind the marks (fairseq_ext.reproduce.marks): its --test value and name, the
-    # stratified approximate randomization's result (ar), the rows tested against the same
-    # reference row (comparisons) and the Holm-adjusted p (--correction holm)
-    test: str
-    test_name: str
-    correction: str
-    shuffles: int
-    ar: dict
-    comparisons: int
-    p_holm: Optional[float]
-    timing_noise: Dict[str, object]  # seeds: a speed or time shown as —: sd in % of the mean, and whose
-
-
-class Cell(_CellExtras):
-    """One column of one row: the paper's printed cell (as printed, its number, its marks)
-    beside ours."""
-    source: str  # the column's source (fairseq_ext.reproduce.tables.SOURCES)
-    paper: Optional[str]
-    paper_value: Optional[float]
-    paper_mark: str
-
-
-class _RecordExtras(TypedDict, total=False):
-    seeds: List[int]  # seeds: those asked for
-    seeds_done: List[int]  # seeds: those whose run finished
-    seeds_counted: List[int]  # seeds: those it and its reference row finished, behind every number
-    test: str  # the test behind the BLEU marks (--test), its name, the correction, the shuffles
-    test_name: str
-    correction: str
-    shuffles: int
-    n: int
-    bleu_sd: Optional[float]
-    delta_sd: Optional[float]
-    p_t: Optional[float]
-    rule: Optional[str]
-    per_seed: Dict[int, dict]  # seeds: each seed's run directory, status, BLEU, Δ, mark and p
-
-
-class Record(_RecordExtras):
-    """One row of the table on one data set (a cited row: the paper's numbers only)."""
-    table: str
-    dataset: str
-    row: str
-    label: str  # with the row's id where another row of the table has the same label
-    group: str
-    cited: Optional[str]  # where a row quoted from another paper comes from
-    reference: Optional[str]  # the row it is compared with (Δ, ratio, significance)
-    reference_label: Optional[str]
-    model_row: Optional[str]  # the row that trains the model it reports on
-    run_dir: Optional[str]
-    status: str  # "done", "not run", "not planned" or "cited"
-    missing: List[str]  # the numbers it lacks, "column: why"
-    # the BLEU column's numbers, repeated at the top for the CSV's readers
-    bleu: Optional[float]
-    delta: Optional[float]
-    mark: str
-    p_value: Optional[float]
-    paper_bleu: Optional[float]
-    paper_delta: Optional[float]
-    paper_mark: str
-    samples: Optional[int]  # the bootstrap samples of its significance test
-    params_m: Optional[float]
-    model_bleu: Optional[float]  # the BLEU of the row's model (its evaluation), in every table
-    adversarial: Dict[str, Optional[float]]  # shuffled source -> BLEU
-    paper_adversarial: Dict[str, Optional[float]]
-    budget: str
-    data: str
-    columns: Dict[str, Cell]
+# Our number of one column of one row, as a reader of a run gives it. ours_text: a reader's text
+# in place of a number, else None (in a Cell: ours as shown); mark: of the test behind the number
+# ("" when none); missing: what did not run yet, for the table's "Incomplete" line; optional:
+# note (how the number was made, METEOR's implementation, said under the table) and tested_delta
+# (the difference an analysis' own test is of, tested against 0).
+Value = TypedDict("Value", {"ours": Optional[float], "ours_text": Optional[str], "mark": str,
+                            "p_value": Optional[float], "missing": Optional[str], "note": str,
+                            "tested_delta": Optional[float]}, total=False)
+# One column of one row: the paper's printed cell (as printed, its number, its marks) beside ours
+# (a Value's keys). paper_delta / delta: the row's printed number / our run's minus its reference
+# row's; paper_ratio / ratio: the same as ratios (speeds and times). Seeds: ours is the mean ± sd
+# over the seeds with a number (n; per_seed: seed -> number), delta_*/ratio_* the mean, sd and
+# count of the per-seed differences and ratios, p_t the paired t-test over seeds (shown beside the
+# mark, not as it), rule how the mark over seeds was decided (statistics.across_seeds), and
+# timing_noise a speed or time shown as — (sd in % of the mean, and whose). The test behind the
+# marks (fairseq_ext.reproduce.marks): its --test value and name, the stratified approximate
+# randomization's result (ar), the rows tested against the same reference row (comparisons) and
+# the Holm-adjusted p (--correction holm).
+Cell = TypedDict("Cell", {
+    **Value.__annotations__, "source": str, "paper": Optional[str], "paper_value": Optional[float],
+    "paper_mark": str, "paper_delta": Optional[float], "delta": Optional[float], "paper_ratio": Optional[float],
+    "ratio": Optional[float], "sd": Optional[float], "n": int, "per_seed": Dict[int, float],
+    "delta_sd": Optional[float], "delta_n": int, "ratio_sd": Optional[float], "ratio_n": int, "p_t": Optional[float],
+    "rule": str, "tested_seeds": List[int], "per_seed_marks": Dict[int, str], "per_seed_p": Dict[int, float],
+    "test": str, "test_name": str, "correction": str, "shuffles": int, "ar": dict, "comparisons": int,
+    "p_holm": Optional[float], "timing_noise": Dict[str, object]}, total=False)
+# One row of the table on one data set (a cited row: the paper's numbers only). label: with the
+# row's id where another row of the table has the same label; cited: where a row quoted from
+# another paper comes from; reference: the row it is compared with (Δ, ratio, significance);
+# model_row: the row that trains the model it reports on; status: "done", "not run", "not
+# planned" or "cited"; missing: the numbers it lacks, "column: why"; bleu to paper_mark: the BLEU
+# column's numbers, repeated at the top for the CSV's readers; samples: of its bootstrap;
+# model_bleu: the BLEU of its model's own evaluation; adversarial: shuffled source -> BLEU.
+# Seeds: seeds (asked for), seeds_done (finished), seeds_counted (it and its reference row
+# finished: behind every number), the BLEU column's n, sd, Δ sd, p_t and rule, per_seed (each
+# seed's run_dir, status, bleu, delta, mark and p_value). The test behind the BLEU marks: test,
+# test_name, correction, shuffles.
+Record = TypedDict("Record", {
+    "table": str, "dataset": str, "row": str, "label": str, "group": str, "cited": Optional[str],
+    "reference": Optional[str], "reference_label": Optional[str], "model_row": Optional[str],
+    "run_dir": Optional[str], "status": str, "missing": List[str], "bleu": Optional[float], "delta": Optional[float],
+    "mark": str, "p_value": Optional[float], "paper_bleu": Optional[float], "paper_delta": Optional[float],
+    "paper_mark": str, "samples": Optional[int], "params_m": Optional[float], "model_bleu": Optional[float],
+    "adversarial": Dict[str, Optional[float]], "paper_adversarial": Dict[str, Optional[float]], "budget": str,
+    "data": str, "columns": Dict[str, Cell], "seeds": List[int], "seeds_done": List[int],
+    "seeds_counted": List[int], "test": str, "test_name": str, "correction": str, "shuffles": int, "n": int,
+    "bleu_sd": Optional[float], "delta_sd": Optional[float], "p_t": Optional[float], "rule": Optional[str],
+    "per_seed": Dict[int, dict]}, total=False)
 
 
 class RunData:
@@ -165,16 +107,14 @@ class RunData:
         return self.json("analysis", name, file)
 
 
-def make_value(ours=None, text=None, mark="", p=None, missing=None, note=None) -> Value:
-    out = Value(ours=ours, ours_text=text, mark=mark or "", p_value=p, missing=missing)
+def make_value(ours=None, text=None, mark="", p=None, missing=None, note=None, **extra) -> Value:
+    out = Value(ours=ours, ours_text=text, mark=mark or "", p_value=p, missing=missing, **extra)
     return Value(**out, note=note) if note else out
 
 
 def _analysis_value(run: RunData, name: str, file: str, pick, what: str) -> Value:
     """A number of an analysis' JSON rows: ``pick(rows)`` -> value dict, or None when the rows
     hold no such number (``what`` says which, for the table)."""
-    if not run.result:
-        return make_value(missing="not run")
     why = run.unavailable(name)
     if why:
         return make_value(text=f"unavailable: {why}")
@@ -185,23 +125,12 @@ def _analysis_value(run: RunData, name: str, file: str, pick, what: str) -> Valu
     return found if found is not None else make_value(text=f"not in {name}'s output: {what}")
 
 
-def _bleu(col: Column, params: dict, run: RunData, ref: Optional[RunData]) -> Value:
+def _bleu(params: dict, run: RunData, ref: Optional[RunData]) -> Value:
     value = run.result.get("bleu")
     sig = run.json("significance.json") or {}
     if ref is not None and ref.plan is not run.plan and sig.get("baseline") == ref.plan.row:
         return make_value(value, mark=sig.get("mark", ""), p=sig.get("p_value"))
     return make_value(value)
-
-
-def _result_number(key):
-    def read(col, params, run, ref):
-        return make_value(run.result.get(key))
-    return read
-
-
-def _params(col, params, run, ref):
-    n = run.result.get("params")
-    return make_value(n / 1e6 if n else None)
 
 
 def _decode_seconds(result: dict) -> Optional[float]:
@@ -212,22 +141,13 @@ def _decode_seconds(result: dict) -> Optional[float]:
     return None
 
 
-def _decode_speed(col, params, run, ref):
-    key = "decode_tokens_per_s" if params.get("unit") == "tokens/s" else "decode_sents_per_s"
-    return make_value(run.result.get(key))
-
-
-def _decode_time(col, params, run, ref):
-    return make_value(_decode_seconds(run.result))
-
-
-def _decode_speedup(col, params, run, ref):
+def _decode_speedup(params, run, ref):
     own = _decode_seconds(run.result)
     base = _decode_seconds(ref.result) if ref is not None else own
     return make_value(base / own if own and base else None)
 
 
-def _adversarial(col, params, run, ref):
+def _adversarial(params, run, ref):
     scores = run.result.get("adversarial") or {}
     lang = params["shuffled"]
     if lang == "extra":
@@ -237,9 +157,7 @@ def _adversarial(col, params, run, ref):
     return make_value(scores.get(lang))
 
 
-def _meteor(col, params, run, ref):
-    if not run.result:
-        return make_value(missing="not run")
+def _meteor(params, run, ref):
     found = run.json("meteor.json")
     if found is None:
         return make_value(missing="METEOR not computed")
@@ -248,23 +166,19 @@ def _meteor(col, params, run, ref):
     return make_value(found["score"], note=found.get("implementation"))
 
 
-def _chrf(col, params, run, ref):
+def _chrf(params, run, ref):
     """chrF2 of the row's evaluation: what fairseq-ext evaluate wrote beside bleu.json, on the
     text of the data set's BLEU flavour (an evaluation older than metrics.json has none)."""
-    if not run.result:
-        return make_value(missing="not run")
     found = (run.json("eval-test", "metrics.json") or {}).get("chrF2")
     return make_value(found["score"]) if found else make_value(None)
 
 
-def _comet(col, params, run, ref):
-    if not run.result:
-        return make_value(missing="not run")
+def _comet(params, run, ref):
     found = run.json("comet.json")
     return make_value(found["score"]) if found else make_value(missing="COMET not computed")
 
 
-def _layer_dependency(col, params, run, ref):
+def _layer_dependency(params, run, ref):
     layer = params["layer"]
     wanted = "none" if layer == "none" else f"f^{layer}"
 
@@ -273,13 +187,13 @@ def _layer_dependency(col, params, run, ref):
             if r.get("model") == run.plan.row and r.get("masked layer") == wanted:
                 if layer == "none":
                     return make_value(r.get("BLEU"))
-                return {**make_value(r.get("delta"), mark=r.get("mark", ""), p=r.get("p")), "tested_delta": r.get("delta")}
+                return make_value(r.get("delta"), mark=r.get("mark", ""), p=r.get("p"), tested_delta=r.get("delta"))
         return None
 
     return _analysis_value(run, "layer_dependency", "masking.json", pick, f"masked layer {wanted}")
 
 
-def _decoders(col, params, run, ref):
+def _decoders(params, run, ref):
     wanted = str(params["decoder"])
 
     def pick(rows):
@@ -292,13 +206,14 @@ def _decoders(col, params, run, ref):
         if not found:
             return None
         r = found[0]
-        found = make_value(r.get("BLEU"), mark=r.get("mark", "") if r.get("decoder") != "main" else "", p=r.get("p"))
-        return {**found, "tested_delta": r.get("delta")} if r.get("decoder") != "main" else found
+        if r.get("decoder") == "main":
+            return make_value(r.get("BLEU"), p=r.get("p"))
+        return make_value(r.get("BLEU"), mark=r.get("mark", ""), p=r.get("p"), tested_delta=r.get("delta"))
 
     return _analysis_value(run, "decoders", "decoders.json", pick, f"decoder {wanted}")
 
 
-def _probing(col, params, run, ref):
+def _probing(params, run, ref):
     task, category = params["task"], params.get("category")
 
     def pick(rows):
@@ -319,31 +234,31 @@ def _at_layer(layer, key):
     return pick
 
 
-def _word_translation(col, params, run, ref):
-    part = params["part"]
+def _word_translation(params, run, ref):
+    part, layer = params["part"], params.get("layer")
     if part in ("last layer", "model"):
         def pick(rows):
             return make_value(rows[0 if part == "last layer" else 1].get("accuracy")) if len(rows) == 2 else None
 
         return _analysis_value(run, "word_translation", "last_layer.json", pick, part)
-    layer = params.get("layer")
     return _analysis_value(run, "word_translation", "word_translation.json", _at_layer(layer, part), f"layer {layer}")
 
 
-def _translate_from_layer(col, params, run, ref):
-    layer, metric = params["layer"], params["metric"]
-    return _analysis_value(run, "translate_from_layer", "translate_from_layer.json", _at_layer(layer, metric),
+def _translate_from_layer(params, run, ref):
+    layer = params["layer"]
+    return _analysis_value(run, "translate_from_layer", "translate_from_layer.json", _at_layer(layer, params["metric"]),
                            f"layer {layer}")
 
 
-# column source -> (column, its parameters for the row, the run, the reference row's run) -> value
+# column source -> (the column's parameters for the row, the run, the reference row's run) -> value
 READERS = {
     "bleu": _bleu,
-    "params": _params,
-    "train_speed": _result_number("train_ups"),
-    "train_time": _result_number("train_seconds"),
-    "decode_speed": _decode_speed,
-    "decode_time": _decode_time,
+    "params": lambda params, run, ref: make_value(run.result["params"] / 1e6 if run.result.get("params") else None),
+    "train_speed": lambda params, run, ref: make_value(run.result.get("train_ups")),
+    "train_time": lambda params, run, ref: make_value(run.result.get("train_seconds")),
+    "decode_speed": lambda params, run, ref: make_value(run.result.get(
+        "decode_tokens_per_s" if params.get("unit") == "tokens/s" else "decode_sents_per_s")),
+    "decode_time": lambda params, run, ref: make_value(_decode_seconds(run.result)),
     "decode_speedup": _decode_speedup,
     "adversarial": _adversarial,
     "meteor": _meteor,
@@ -355,11 +270,13 @@ READERS = {
     "word_translation": _word_translation,
     "translate_from_layer": _translate_from_layer,
 }
+# the sources read from files a run writes after its result.json: "not run" until it has one
+AFTER_RESULT = ("meteor", "chrf", "comet")
 
 
 def run_values(table: Table, row: Row, run: Optional[RunData], ref: Optional[RunData]) -> Dict[str, Value]:
     """Our number of every column of ``row`` read from one run (its model's), without the
-    printed-difference columns (``delta``: :func:`fairseq_ext.reproduce.readers.build_rows`
+    printed-difference columns (``delta``: :func:`fairseq_ext.reproduce.rows.build_rows`
     computes them). ``ref``: the run of the row's reference row, for the columns relative to
     it (significance, speed-up)."""
     out = {}
@@ -368,34 +285,24 @@ def run_values(table: Table, row: Row, run: Optional[RunData], ref: Optional[Run
             continue
         if run is None:
             out[col.name] = make_value(missing="not planned")
+        elif not run.result and (col.analysis or col.source in AFTER_RESULT):
+            out[col.name] = make_value(missing="not run")
         else:
-            out[col.name] = READERS[col.source](col, col.at(row), run, ref)
+            out[col.name] = READERS[col.source](col.at(row), run, ref)
     return out
 
 
-class Scale(TypedDict):
-    """The scale of one data set's runs (the first run's, where they differ: its data, budget,
-    device and decoding are the table's)."""
-    paper: str  # the paper's task
-    data: str  # the data set used
-    substitute: bool
-    substitution: str  # why and what, or ""
-    test_set: str
-    test_sentences: Optional[int]
-    train_pairs: Optional[int]
-    models: Dict[str, List[str]]  # the models' shape in words -> the rows of that shape
-    params_m: Optional[List[float]]  # the least and most parameters (millions)
-    budget: str  # in words
-    updates: Optional[List[int]]  # the least and most updates done
-    planned_updates: Optional[int]
-    device: str
-    seed: str  # the first run's seed, as text: the table JSON's format
-    seeds: List[int]
-    decoding: str
-    bleu: str
-    signature: str  # sacreBLEU's
-    smoke: bool
-    scale: str  # "smoke", "cpu" or ""
+# The scale of one data set's runs (the first run's, where they differ: its data, budget, device
+# and decoding are the table's): the paper's task, the data used (substitute: why and what), the
+# test set, the models' shape in words -> the rows of that shape, the least and most parameters
+# (millions) and updates done, the budget in words, the seed as text (the table JSON's format),
+# sacreBLEU's signature, the scale ("smoke", "cpu" or "").
+Scale = TypedDict("Scale", {
+    "paper": str, "data": str, "substitute": bool, "substitution": str, "test_set": str,
+    "test_sentences": Optional[int], "train_pairs": Optional[int], "models": Dict[str, List[str]],
+    "params_m": Optional[List[float]], "budget": str, "updates": Optional[List[int]], "planned_updates": Optional[int],
+    "device": str, "seed": str, "seeds": List[int], "decoding": str, "bleu": str, "signature": str, "smoke": bool,
+    "scale": str})
 
 
 def _shape(plan: RunPlan, result: dict) -> dict:
@@ -409,7 +316,7 @@ def _shape_text(s: dict) -> str:
             f"FFN {s.get('encoder_ffn_embed_dim')}, {s.get('encoder_attention_heads')} heads")
 
 
-def scales(table: Table, plans: List[RunPlan], records: Optional[List[Record]] = None) -> Dict[str, Scale]:
+def scales(table: Table, plans: List[RunPlan]) -> Dict[str, Scale]:
     """Per data set, what our numbers were made with: the data actually used, the test set and
     its size, the models' sizes, the updates, decoding, BLEU flavour, and whether it is the
     smoke scale."""
@@ -427,39 +334,24 @@ def scales(table: Table, plans: List[RunPlan], records: Optional[List[Record]] =
             named = shapes.setdefault(_shape_text(_shape(p, results[p.run_dir])), [])
             if p.row not in named:  # a row's runs of several seeds: named once
                 named.append(p.row)
-        seeds = sorted({p.seed for p in group})
         params = sorted(r["params"] / 1e6 for r in done if r.get("params"))
         updates = sorted({r["updates"] for r in done if r.get("updates") is not None})
         planned = sorted({r["planned_updates"] for r in done if r.get("planned_updates")})
-        signature = ""
-        bleu_json = os.path.join(first.run_dir, "eval-test", "bleu.json")
-        if os.path.exists(bleu_json):
-            with open(bleu_json, encoding="utf-8") as f:
-                signature = json.load(f).get(first.bleu, {}).get("signature", "")
+        signature = (RunData(first).json("eval-test", "bleu.json") or {}).get(first.bleu, {}).get("signature", "")
         sentences = sorted({r["decode_sentences"] for r in done if r.get("decode_sentences")})
         out[dataset] = Scale(
-            paper=table.datasets[dataset].get("task", dataset),
-            data=first.data_key,
-            substitute="in place of" in first.substitution,
-            substitution=first.substitution,
+            paper=table.datasets[dataset].get("task", dataset), data=first.data_key,
+            substitute="in place of" in first.substitution, substitution=first.substitution,
             test_set=env.get("test_set", ""),
             test_sentences=int(env["test_pairs"]) if env.get("test_pairs", "").isdigit() else
             (sentences[0] if sentences else None),
             train_pairs=int(env["train_pairs"]) if env.get("train_pairs", "").isdigit() else None,
-            models={text: rows for text, rows in shapes.items()},
-            params_m=[round(params[0], 2), round(params[-1], 2)] if params else None,
+            models=shapes, params_m=[round(params[0], 2), round(params[-1], 2)] if params else None,
             budget=describe_budget(first.budget if first.budget not in ("smoke", "paper") else ""),
             updates=[updates[0], updates[-1]] if updates else None,
-            planned_updates=planned[-1] if len(planned) == 1 else None,
-            device="CPU" if first.cpu else "GPU",
-            seed=str(first.seed),
-            seeds=seeds,
-            decoding=" ".join(first.generate),
-            bleu=first.bleu,
-            signature=signature,
-            smoke=first.smoke,
-            scale=first.scale,
-        )
+            planned_updates=planned[-1] if len(planned) == 1 else None, device="CPU" if first.cpu else "GPU",
+            seed=str(first.seed), seeds=sorted({p.seed for p in group}), decoding=" ".join(first.generate),
+            bleu=first.bleu, signature=signature, smoke=first.smoke, scale=first.scale)
     return out
 
 

@@ -24,8 +24,8 @@ from typing import Dict, Iterable, List, Optional
 
 from fairseq_ext.reproduce.marks import comparisons_text, test_text
 from fairseq_ext.reproduce.readers import Record, Scale, scale_lines, scale_summary
-from fairseq_ext.reproduce.rows import (NOT_COMPARABLE, TESTS, cell_text, complete, has_paper_numbers, has_test,
-                                        seed_count, shows_ratio, sub_columns)
+from fairseq_ext.reproduce.rows import (NOT_COMPARABLE, TESTS, TIMINGS, cell_text, complete, has_paper_numbers,
+                                        has_test, seed_count, shows_ratio, sub_columns)
 from fairseq_ext.reproduce.tables import (Column, MARK_CHARS, Row, Table, format_number, printed_decimals, printed_text,
                                           printed_value)
 from fairseq_ext.tools.statistics import MARKS, TIMING_NOISE
@@ -43,22 +43,16 @@ def printed_parenthesis(printed: Optional[str]) -> Optional[float]:
     return -value if match.group(1) in ("-", "−") else value
 
 
-def _reference(table: Table, row: Row) -> Optional[Row]:
-    """The row the paper's parentheses are against: the row's reference, or for a row cited from
-    another table (which has no run to compare), the table's baseline."""
-    reference = table.reference(row)
-    if reference is None and table.baseline and row.id != table.baseline:
-        reference = table.row(table.baseline)
-    return reference
-
-
 def contradicted_differences(table: Table, datasets: Optional[Iterable[str]] = None) -> List[str]:
     """One line for every printed difference that is not the row's printed number minus its
-    reference row's by more than rounding (half a unit of the last printed decimal of each)."""
+    reference row's (for a cited row, which has no run to compare: the baseline's) by more than
+    rounding (half a unit of the last printed decimal of each)."""
     wanted = set(datasets) if datasets is not None else None
     lines = []
     for row in table.rows:
-        reference = _reference(table, row)
+        reference = table.reference(row)
+        if reference is None and table.baseline and row.id != table.baseline:
+            reference = table.row(table.baseline)
         if reference is None:
             continue
         for dataset, cells in row.paper.items():
@@ -83,11 +77,7 @@ def contradicted_differences(table: Table, datasets: Optional[Iterable[str]] = N
 # why a column has no significance test (shown under the table)
 NO_TEST = {
     "params": "#Params: counted from the checkpoint",
-    "train_speed": "speeds and times: one measurement each, on a machine that may be shared",
-    "train_time": "speeds and times: one measurement each, on a machine that may be shared",
-    "decode_speed": "speeds and times: one measurement each, on a machine that may be shared",
-    "decode_time": "speeds and times: one measurement each, on a machine that may be shared",
-    "decode_speedup": "speeds and times: one measurement each, on a machine that may be shared",
+    **dict.fromkeys(TIMINGS, "speeds and times: one measurement each, on a machine that may be shared"),
     "meteor": "METEOR: no paired test here (the paper prints MultEval's ± intervals)",
     "adversarial": "adversarial BLEU: no paired test here (the paper prints MultEval's ± intervals)",
     "probing": "probing accuracies: one probe training per task, no test (the paper reports none)",
@@ -97,13 +87,11 @@ NO_TEST = {
 }
 
 
-def _header(col: Column, kind: str, smoke: bool, table: Optional[Table] = None) -> str:
-    any_printed = table is None or any(has_paper_numbers(table, c) for c in table.columns)
+def _header(col: Column, kind: str, smoke: bool, table: Table) -> str:
+    any_printed = any(has_paper_numbers(table, c) for c in table.columns)
     name = col.name + ("" if col.printed or not any_printed else " [not in the paper's table]")
-    alone = table is not None and not has_paper_numbers(table, col)
-    return {"paper": f"{name}: paper", "ours": f"{name}: ours" if alone else "ours", "delta_paper": "Δ paper",
-            "delta_ours": "Δ ours", "sig": "sig. (pipeline check)" if smoke else "sig.", "ratio_paper": "ratio paper",
-            "ratio_ours": "ratio ours"}[kind]
+    return {"paper": f"{name}: paper", "ours": "ours" if has_paper_numbers(table, col) else f"{name}: ours",
+            "sig": "sig. (pipeline check)" if smoke else "sig."}.get(kind, kind.replace("delta", "Δ").replace("_", " "))
 
 
 def _md_escape(text: str) -> str:
@@ -347,8 +335,7 @@ def latex(table: Table, records: List[Record], scales: Optional[Dict[str, Scale]
             rules.append(f"\\cmidrule(lr){{{position}-{position + len(subs) - 1}}}")
             position += len(subs)
         out.write(" & ".join(head) + " \\\\\n" + "".join(rules) + "\n")
-        sub = [""] * lead + [{"paper": "paper", "ours": "ours", "delta_paper": "paper", "delta_ours": "ours",
-                              "ratio_paper": "paper", "ratio_ours": "ours"}[k] for _, k in layout]
+        sub = [""] * lead + [k.split("_")[-1] for _, k in layout]
         out.write(" & ".join(sub) + " \\\\\n\\midrule\n")
         for r in rows:
             cells = [latex_escape(r["label"] + (" (cited)" if r["cited"] else ""))]

@@ -1,15 +1,11 @@
 """One record per (data set, row) of a table, and what each of its cells shows.
 
-- Layout: the side-by-side table's columns: which sub-columns each column of the paper has
-  (the paper's number, ours, Δ and ratio to the reference row, sig.), whether a test stands
-  behind its marks, how many decimals our numbers get, and the text of each sub-column's cell.
-- Rows (:func:`build_rows`): per column the paper's printed cell and our number from the run
-  of the row's model, the differences and ratios to the row's reference row, the marks; cited
-  rows with the paper's numbers only (records: :mod:`fairseq_ext.reproduce.readers`).
-- Seed rows (:func:`build_seed_rows`), a table trained with several seeds: each seed's records,
-  combined per column into the mean ± sd over the seeds the row shares with its reference
-  row, with marks only where the per-seed tests agree
-  (:func:`fairseq_ext.tools.statistics.across_seeds`; the BLEU column's pooled test over
+- Layout: the sub-columns of each column (the paper's number, ours, Δ and ratio to the
+  reference row, sig.), the decimals of our numbers, the text of each sub-column's cell.
+- Rows (:func:`build_rows`): per column the paper's printed cell and our number, the
+  differences and ratios to the row's reference row, the marks; cited rows: the paper's only.
+- Seed rows (:func:`build_seed_rows`): each seed's records combined per column into the mean ±
+  sd over the seeds the row shares with its reference row (the BLEU column's pooled test over
   seeds, ``--test ar``, replaces its mark afterwards: :mod:`fairseq_ext.reproduce.marks`)."""
 from typing import Dict, List, Optional, Tuple
 
@@ -79,7 +75,7 @@ def ours_text(table: Table, col: Column, cell: dict, ref_cell: Optional[dict], p
     value = cell["ours"]
     if value is None:
         return "–"
-    if col.source in ("train_time",):
+    if col.source == "train_time":
         return format_duration(value)
     digits = column_digits(table, col)
     if col.source == "params" and printed_as_difference(printed):
@@ -155,17 +151,13 @@ def paper_number(col: Column, printed: Optional[str]) -> Optional[float]:
     return parse_duration(printed) if col.source == "train_time" else printed_value(printed)
 
 
-def default_rows(table: Table, plans: List[RunPlan]) -> List[Row]:
-    """Every own row whose model has a run among ``plans``."""
-    owners = {p.row for p in plans}
-    return [r for r in table.rows if r.runnable and table.owner(r).id in owners]
-
-
 def build_rows(table: Table, plans: List[RunPlan], rows: Optional[List[Row]] = None,
                analyses: Optional[List[AnalysisPlan]] = None) -> List[Record]:
     """One record per (data set, row): per column the paper's printed cell and our number,
-    differences and ratios to the row's reference row, marks; cited rows with the paper's only."""
-    rows = rows if rows is not None else default_rows(table, plans)
+    differences and ratios to the row's reference row, marks; cited rows with the paper's only.
+    ``rows``: default every own row whose model has a run among ``plans``."""
+    if rows is None:
+        rows = [r for r in table.rows if r.runnable and table.owner(r).id in {p.row for p in plans}]
     keys = [k for k in table.datasets if any(p.dataset == k for p in plans)]
     on = row_datasets(table, rows, keys)
     by_run: Dict[str, Dict[str, AnalysisPlan]] = {}
@@ -225,16 +217,14 @@ def _record(table: Table, row: Row, dataset: str, ours, run_of) -> Record:
                       "paper_mark": printed_mark(printed), **value,
                       "ours_text": ours_text(table, col, value, ref_value, printed) if not row.cited else "–"}
         ref_number = paper_number(col, ref_paper.get(col.name))
+        theirs_ours = (ref_value or {}).get("ours")
         if shows_delta(table, col) and ref is not None:
-            cell["paper_delta"] = (cell["paper_value"] - ref_number
-                                   if None not in (cell["paper_value"], ref_number) else None)
-            cell["delta"] = (value["ours"] - ref_value["ours"]
-                             if ref_value and None not in (value["ours"], ref_value["ours"]) else None)
+            cell["paper_delta"] = None if None in (cell["paper_value"], ref_number) else cell["paper_value"] - ref_number
+            cell["delta"] = None if None in (value["ours"], theirs_ours) else value["ours"] - theirs_ours
         if shows_ratio(col) and ref is not None:
             cell["paper_ratio"] = cell["paper_value"] / ref_number if cell["paper_value"] and ref_number else None
-            cell["ratio"] = (value["ours"] / ref_value["ours"]
-                             if ref_value and value["ours"] and ref_value["ours"] else None)
-        if (col.source in SPEEDS or col.source == "decode_speedup") and not row.cited and value["ours"] is not None:
+            cell["ratio"] = value["ours"] / theirs_ours if value["ours"] and theirs_ours else None
+        if col.source in TIMINGS and not row.cited and value["ours"] is not None:
             # one measurement, not interleaved against the reference row: kept in the JSON, not printed
             cell.update(not_comparable=True, ours_text=NOT_COMPARABLE)
         if value.get("missing") and not row.cited:
@@ -246,24 +236,19 @@ def _record(table: Table, row: Row, dataset: str, ours, run_of) -> Record:
     plan = run.plan if run is not None else None
     return Record(
         table=table.id, dataset=dataset, row=row.id, label=display_label(table, row), group=row.group,
-        cited=row.cited, reference=ref.id if ref else None,
-        reference_label=display_label(table, ref) if ref else None,
-        model_row=table.owner(row).id if row.runnable else None,
-        run_dir=plan.run_dir if plan else None,
+        cited=row.cited, reference=ref.id if ref else None, reference_label=display_label(table, ref) if ref else None,
+        model_row=table.owner(row).id if row.runnable else None, run_dir=plan.run_dir if plan else None,
         status="cited" if row.cited else ("done" if result else ("not run" if plan else "not planned")),
-        missing=missing,
-        bleu=head.get("ours"), delta=head.get("delta"), mark=head.get("mark", ""),
-        p_value=head.get("p_value"), paper_bleu=head.get("paper_value"),
-        paper_delta=head.get("paper_delta"), paper_mark=head.get("paper_mark", ""),
+        missing=missing, bleu=head.get("ours"), delta=head.get("delta"), mark=head.get("mark", ""),
+        p_value=head.get("p_value"), paper_bleu=head.get("paper_value"), paper_delta=head.get("paper_delta"),
+        paper_mark=head.get("paper_mark", ""),
         samples=(run.json("significance.json") or {}).get("samples") if run is not None else None,
-        params_m=result["params"] / 1e6 if result.get("params") else None,
-        model_bleu=result.get("bleu"),
+        params_m=result["params"] / 1e6 if result.get("params") else None, model_bleu=result.get("bleu"),
         adversarial=result.get("adversarial", {}),
         paper_adversarial={k: printed_value(v) for k, v in paper.items() if k.startswith("adv")},
         budget=plan.budget if plan else "",
         data=(plan.data_key + (" (substitute)" if "in place of" in plan.substitution else "")) if plan else "",
-        columns=cells,
-    )
+        columns=cells)
 
 
 def complete(records: List[Record]) -> bool:
@@ -274,16 +259,14 @@ def complete(records: List[Record]) -> bool:
 def build_seed_rows(table: Table, plans_by_seed: Dict[int, List[RunPlan]], rows: Optional[List[Row]] = None,
                     analyses_by_seed: Optional[Dict[int, List[AnalysisPlan]]] = None) -> List[Record]:
     """One record per (data set, row) of a table trained with several seeds: each seed's
-    records (:func:`build_rows` of that seed's runs, every row against the reference row's
-    run of the same seed), combined per column over the seeds the row counts
-    (``seeds_counted``: those both it and its reference row ran; every seed it ran when it has
-    no reference row, or shares no seed with it): the mean ± sd over those that have a number
-    (``n``), Δ and ratio the mean of the per-seed ones, and where a per-seed test stands behind
-    the column the mark of :func:`fairseq_ext.tools.statistics.across_seeds` (``p_value`` is its
-    largest per-seed p, ``p_t`` the paired t-test over seeds). A seed that did not run, lacks a
-    number or is left out for want of a reference run is named in the record's ``missing``.
-    Speeds and times whose sd over seeds exceeds a quarter of their mean are not shown
-    (``timing_noise``)."""
+    records (:func:`build_rows`, against the reference row's run of the same seed) combined per
+    column over the seeds the row counts (``seeds_counted``: those both it and its reference
+    row ran; every seed it ran when it has no reference row or shares no seed with it): the
+    mean ± sd over those with a number (``n``), Δ and ratio the mean of the per-seed ones, the
+    mark of :func:`fairseq_ext.tools.statistics.across_seeds` (``p_value`` its largest per-seed
+    p, ``p_t`` the paired t-test over seeds). A seed that did not run, lacks a number or has no
+    reference run is named in ``missing``; speeds and times too noisy over seeds are not
+    shown (``timing_noise``)."""
     seeds = list(plans_by_seed)
     by_seed = {s: {(r["dataset"], r["row"]): r for r in
                    build_rows(table, plans, rows, (analyses_by_seed or {}).get(s) if analyses_by_seed else None)}
@@ -304,7 +287,8 @@ def _combine(table: Table, key: tuple, records: Dict[int, Record], by_seed: Dict
     done = [s for s in seeds if records[s]["status"] == "done"]
     missing = [f"seed {s}: {records[s]['status']}" for s in seeds if s not in done]
     missing += [f"seed {s}: {m}" for s in done for m in records[s]["missing"]]
-    counted, left_out = _shared_seeds(done, refs if first["reference"] else None)
+    counted = [s for s in done if not first["reference"] or (refs[s] is not None and refs[s]["status"] == "done")]
+    left_out = [s for s in done if s not in counted]
     missing += [f"seed {s}: left out (no finished run of the reference row {first['reference_label']} at this "
                 "seed; only the seeds both ran count)" for s in left_out]
     if first["reference"] and done and not counted:
@@ -342,15 +326,6 @@ def _combine(table: Table, key: tuple, records: Dict[int, Record], by_seed: Dict
         "columns": columns,
     })
     return out
-
-
-def _shared_seeds(done: List[int], refs: Optional[Dict[int, Optional[Record]]]) -> tuple:
-    """(the seeds a row counts, those left out): of the seeds it finished, those at which its
-    reference row finished too; all of them for a row without a reference row (``refs`` None)."""
-    if refs is None:
-        return done, []
-    counted = [s for s in done if refs.get(s) is not None and refs[s]["status"] == "done"]
-    return counted, [s for s in done if s not in counted]
 
 
 def _combine_cell(table: Table, col: Column, cells: Dict[int, Cell], ref_cells: Dict[int, Cell], marks: str) -> Cell:

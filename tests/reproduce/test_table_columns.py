@@ -329,7 +329,7 @@ def test_latex_export_puts_the_papers_numbers_and_ours_side_by_side(tmp_path):
                            "significance.json"), "w") as f:
         json.dump({"baseline": "transformer", "mark": "††", "p_value": 0.001}, f)
     records = build_rows(table, plans, rows, aps)
-    tex = latex(table, records, scales(table, plans, records))
+    tex = latex(table, records, scales(table, plans))
     assert tex.count("\\begin{tabular}") == 2 == tex.count("\\toprule") == tex.count("\\midrule") \
         == tex.count("\\bottomrule")
     assert "\\multicolumn{2}{c}{\\#Params}" in tex and "& paper & ours &" in tex
