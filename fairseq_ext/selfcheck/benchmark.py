@@ -27,33 +27,8 @@ For each configuration, against the stock model built from the same dictionary a
 
 ``--json FILE`` writes every number (the table runner and docs/performance.md read it), after
 every row, so that a run stopped early keeps the rows it finished.
-
-``--mode updates``: full training updates as fairseq-train runs them, at the papers' batches.
-
-    fairseq-ext benchmark --mode updates --config small --vocab 32000 --max-tokens 480 2048 4960 16384 \\
-        --data data-bin/iwslt15.en-vi --device cuda --dtype fp16 --json small.json
-    fairseq-ext benchmark --mode updates --config base --max-tokens 4960 --data data-bin/wmt14.en-de \\
-        --device cuda --dtype fp16 --json base.json
-
-* an update is fairseq's own ``Trainer.train_step`` (forward, backward, Adam's step, in fp16
-  fairseq's loss scaler; the optimizer, schedule and label smoothing of configs/iwslt.args), the
-  stock model with fairseq's ``label_smoothed_cross_entropy``, the rows with the plugin's
-  ``multi_output_label_smoothed_cross_entropy``;
-* its batches are fairseq-train's: the sentence lengths of a corpus (``--data``: the split's
-  sizes of a binarized data dir, or the word counts of two text files; without it a fixed
-  distribution like IWSLT'15 En-Vi's), cut by fairseq's ``batch_by_size`` at each
-  ``--max-tokens``, shuffled as an epoch; token ids random in a dictionary of ``--vocab`` words;
-* stock and row run the same batches in blocks of ``--block`` updates, alternating A B, B A, ...,
-  ``--updates`` each after ``--warmup``; the speed is the median of the ratios of each pair of
-  blocks (stock's time / the row's) with its IQR; target tokens per second and achieved TFLOP/s
-  (FLOPs of the warm-up updates per target token, torch's FLOP counter, times the tokens per
-  second) of both;
-* decoding: fairseq's SequenceGenerator at ``--beam`` on ``--decode-sentences`` sentences of the
-  corpus in batches of ``--decode-batch`` (sorted by length as fairseq-generate batches them),
-  each batch forced to ``--decode-len`` steps (fairseq_ext/selfcheck/updates.py, batches.py).
 """
 import argparse
-import json
 import logging
 import shlex
 from contextlib import contextmanager
@@ -63,8 +38,8 @@ import torch
 from fairseq_ext import keys
 from fairseq_ext.model_builder import build_model, make_dictionary
 from fairseq_ext.selfcheck import updates
-from fairseq_ext.selfcheck.timing import (DEFAULT_CONFIGS, SIZES, flops, generate_fn, interleaved_ratio,
-                                           resolve_configs, size_flags, sync)
+from fairseq_ext.selfcheck.timing import (DEFAULT_CONFIGS, ROWS, SIZES, flops, generate_fn, interleaved_ratio,
+                                           size_flags, sync, write_json)
 
 
 def train_step_fn(model, batch):
@@ -97,8 +72,7 @@ def decode_fn(model, batch, beam, steps, state_out=None):
     def run():
         model.eval()
         with torch.no_grad():
-            enc = model.encoder(src, src_lengths=lengths)
-            enc = model.encoder.reorder_encoder_out(enc, order)
+            enc = model.encoder.reorder_encoder_out(model.encoder(src, src_lengths=lengths), order)
             state = {}
             for t in range(steps):
                 model.decoder(tokens[:, : t + 1], encoder_out=enc, incremental_state=state)
@@ -126,70 +100,59 @@ def saved_for_backward():
         yield seen
 
 
-def cache_bytes(state) -> int:
-    total, seen = 0, set()
-    for buffer in state.values():
-        for value in (buffer.values() if isinstance(buffer, dict) else []):
-            if torch.is_tensor(value) and value.data_ptr() not in seen:
-                seen.add(value.data_ptr())
-                total += value.numel() * value.element_size()
-    return total
-
-
 def profile(model, batch, cli, device):
     """Deterministic numbers: FLOPs of a train step and of a decoding run, activation bytes,
-    cache bytes, CUDA peak of a train step, parameters."""
-    step = train_step_fn(model, batch)
+    cache bytes (of the incremental state after the last step), parameters, and on CUDA the
+    allocator's peak during one training step, counting the memory that is this model's (its
+    parameters, gradients, activations and the step's temporaries), not what other tensors
+    hold: the stock model and its gradients stay on the device while a variant is measured,
+    and an absolute peak would count them in the variant's."""
+    step, state = train_step_fn(model, batch), {}
     out = {"params": sum(p.numel() for p in model.parameters()), "train_flops": flops(step)}
     with saved_for_backward() as saved:
         step()
     out["activation_bytes"] = saved["bytes"]
-    state = {}
     dec = decode_fn(model, batch, cli.beam, cli.steps, state_out=state)
     out["decode_flops"] = flops(dec)
     dec()
-    out["cache_bytes"] = cache_bytes(state)
+    cached = {}  # bytes by storage: a tensor cached under two keys counts once
+    for buffer in state.values():
+        for value in (buffer.values() if isinstance(buffer, dict) else []):
+            if torch.is_tensor(value):
+                cached.setdefault(value.data_ptr(), value.numel() * value.element_size())
+    out["cache_bytes"] = sum(cached.values())
     if device.type == "cuda":
-        out["cuda_peak_bytes"] = step_peak_bytes(model, step, device)
+        model.zero_grad(set_to_none=True)
+        torch.cuda.synchronize(device)
+        resident = torch.cuda.memory_allocated(device)
+        own = sum(p.numel() * p.element_size() for p in model.parameters())
+        torch.cuda.reset_peak_memory_stats(device)
+        step()
+        torch.cuda.synchronize(device)
+        out["cuda_peak_bytes"] = torch.cuda.max_memory_allocated(device) - resident + own
     return out
 
 
-def step_peak_bytes(model, step, device) -> int:
-    """The CUDA allocator's peak during one training step of ``model``, counting the memory
-    that is this model's (its parameters, gradients, activations and the step's temporaries),
-    not what other tensors hold: the stock model and its gradients stay on the device while a
-    variant is measured, and an absolute peak would count them in the variant's."""
-    model.zero_grad(set_to_none=True)
-    torch.cuda.synchronize(device)
-    resident = torch.cuda.memory_allocated(device)
-    own = sum(p.numel() * p.element_size() for p in model.parameters())
-    torch.cuda.reset_peak_memory_stats(device)
-    step()
-    torch.cuda.synchronize(device)
-    return torch.cuda.max_memory_allocated(device) - resident + own
-
-
-def print_profiles(stock, variants, batch, cli, device) -> int:
+def print_profiles(models, measure, cli, device) -> int:
     """Where the time of one training step or one decoding run goes (what docs/performance.md's
     explanations of time ratios above the FLOP ratio come from)."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    for name, model in [("stock", stock)] + variants:
-        fn = train_step_fn(model, batch) if cli.profile == "train" else decode_fn(model, batch, cli.beam, cli.steps)
+    for name, model in models:
+        fn = measure(model)
         fn()  # warm-up
         with torch_profile(activities=activities) as prof:
             fn()
             sync(device)
         print(f"## {name}: one {'training step' if cli.profile == 'train' else f'decoding run (beam {cli.beam})'}")
-        print(prof.key_averages().table(sort_by=sort, row_limit=10))
+        print(prof.key_averages().table(sort_by=f"self_{device.type}_time_total", row_limit=10))
     return 0
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="fairseq-ext benchmark", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 1)[1],
+                                     epilog=__doc__.split("\n\n", 1)[1] + "\n" + updates.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=["steps", "updates"], default="steps",
                         help="steps (default): forward + backward of a synthetic --batch x --src-len/--tgt-len "
@@ -230,10 +193,10 @@ def main(argv=None):
         cli.configs = DEFAULT_CONFIGS if cli.configs is None else cli.configs
     else:
         updates.check_arguments(cli, parser)
-    try:
-        cli.configs = resolve_configs(cli.configs)
-    except ValueError as e:
-        parser.error(str(e))
+    for entry in cli.configs:  # a bare NAME takes the flags of the known row
+        if ":" not in entry and entry not in ROWS:
+            parser.error(f"--configs {entry}: not a known row ({', '.join(ROWS)}); give NAME:FLAGS")
+    cli.configs = [entry if ":" in entry else f"{entry}:{ROWS[entry]}" for entry in cli.configs]
     logging.disable(logging.WARNING)
     if cli.threads:
         torch.set_num_threads(cli.threads)
@@ -255,20 +218,22 @@ def main(argv=None):
     src[:, -1] = dictionary.eos()
     prev = torch.randint(dictionary.nspecial, len(dictionary), (cli.batch, cli.tgt_len), generator=g)
     prev[:, 0] = dictionary.eos()
-    lengths = torch.full((cli.batch,), cli.src_len)
-    batch = tuple(t.to(device) for t in (src, lengths, prev))
+    batch = tuple(t.to(device) for t in (src, torch.full((cli.batch,), cli.src_len), prev))
     stock_arch, arch, _ = SIZES[cli.config]
-    sizes = size_flags(cli.config)
 
     def build(a, flags):
-        model, _ = build_model(a, "--share-all-embeddings", "--dropout", "0.1", *sizes, *flags,
+        model, _ = build_model(a, "--share-all-embeddings", "--dropout", "0.1", *size_flags(cli.config), *flags,
                                dictionary=dictionary, seed=cli.seed)
         return model.to(device=device, dtype=dtype)
 
+    measures = {"train": lambda m: train_step_fn(m, batch), "decode_beam1": lambda m: decode_fn(m, batch, 1, cli.steps),
+                "decode_beam": lambda m: decode_fn(m, batch, cli.beam, cli.steps),
+                "generate_beam": lambda m: generate_fn(m, batch, dictionary, cli.beam, cli.steps)}
     stock = build(stock_arch, [])
     if cli.profile:
-        return print_profiles(stock, [(entry.partition(":")[0], build(arch, shlex.split(entry.partition(":")[2])))
-                                      for entry in cli.configs], batch, cli, device)
+        rows = [(entry.partition(":")[0], build(arch, shlex.split(entry.partition(":")[2]))) for entry in cli.configs]
+        return print_profiles([("stock", stock)] + rows, measures["train" if cli.profile == "train" else "decode_beam"],
+                              cli, device)
     stock_profile = profile(stock, batch, cli, device)
     print(f"device {device} ({torch.get_num_threads()} threads), {cli.dtype}, {cli.config} config ({arch} vs "
           f"stock {stock_arch}), batch {cli.batch} x {cli.src_len}/{cli.tgt_len}, decoding {cli.steps} steps "
@@ -281,18 +246,8 @@ def main(argv=None):
         name, _, flags = entry.partition(":")
         model = build(arch, shlex.split(flags))
         prof = profile(model, batch, cli, device)
-        train = interleaved_ratio(train_step_fn(stock, batch), train_step_fn(model, batch), device,
-                                  cli.min_pairs, cli.max_pairs, cli.seconds, cli.spread)
-        dec1 = interleaved_ratio(decode_fn(stock, batch, 1, cli.steps), decode_fn(model, batch, 1, cli.steps),
-                                 device, cli.min_pairs, cli.max_pairs, cli.seconds, cli.spread)
-        decb = interleaved_ratio(decode_fn(stock, batch, cli.beam, cli.steps),
-                                 decode_fn(model, batch, cli.beam, cli.steps), device, cli.min_pairs, cli.max_pairs,
-                                 cli.seconds, cli.spread)
-        gen = interleaved_ratio(generate_fn(stock, batch, dictionary, cli.beam, cli.steps),
-                                generate_fn(model, batch, dictionary, cli.beam, cli.steps), device, cli.min_pairs,
-                                cli.max_pairs, cli.seconds, cli.spread)
-        rec = {"name": name, "flags": flags, **prof, "train": train, "decode_beam1": dec1, "decode_beam": decb,
-               "generate_beam": gen,
+        rec = {"name": name, "flags": flags, **prof,
+               **{key: interleaved_ratio(fn(stock), fn(model), device, cli) for key, fn in measures.items()},
                "train_flops_ratio": prof["train_flops"] / stock_profile["train_flops"],
                "decode_flops_ratio": prof["decode_flops"] / stock_profile["decode_flops"],
                "activation_ratio": prof["activation_bytes"] / stock_profile["activation_bytes"],
@@ -300,15 +255,11 @@ def main(argv=None):
         if device.type == "cuda":
             rec["cuda_peak_ratio"] = prof["cuda_peak_bytes"] / stock_profile["cuda_peak_bytes"]
         results["configs"].append(rec)
-
-        def fmt(r):
-            return f"{r['ratio']:.2f} [{r['iqr'][0]:.2f}-{r['iqr'][1]:.2f}]"
-
-        print(f"| {name} | {prof['params'] / 1e6:.2f} | {fmt(train)} | {rec['train_flops_ratio']:.2f} | {fmt(dec1)} | "
-              f"{fmt(decb)} | {rec['decode_flops_ratio']:.2f} | {fmt(gen)} | {rec['activation_ratio']:.2f} | "
-              f"{rec['cache_ratio']:.2f} |", flush=True)
+        train, dec1, decb, gen = (f"{rec[k]['ratio']:.2f} [{rec[k]['iqr'][0]:.2f}-{rec[k]['iqr'][1]:.2f}]"
+                                  for k in measures)
+        print(f"| {name} | {prof['params'] / 1e6:.2f} | {train} | {rec['train_flops_ratio']:.2f} | {dec1} | {decb} | "
+              f"{rec['decode_flops_ratio']:.2f} | {gen} | {rec['activation_ratio']:.2f} | {rec['cache_ratio']:.2f} |",
+              flush=True)
         del model
-        if cli.json:  # after every row: a run stopped early keeps the rows it finished
-            with open(cli.json, "w", encoding="utf-8") as f:
-                json.dump(results, f, indent=1)
+        write_json(cli.json, results)
     return 0

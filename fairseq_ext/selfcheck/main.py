@@ -19,6 +19,7 @@ stops within --time-limit seconds (default 540: one 9-minute command). ``--quick
 same code at tiny sizes (what ``make test`` runs on the CPU; its numbers mean nothing).
 ``fairseq-ext selfcheck-pack`` gathers the wheels and data for a machine without internet.
 """
+import os
 import shlex
 import sys
 import time
@@ -28,12 +29,12 @@ import torch
 
 from fairseq_ext.common.command_line import CommandParser, fail, setup_cli
 from fairseq_ext.errors import CommandError
-from fairseq_ext.selfcheck import environment, paper, stages, training
-from fairseq_ext.selfcheck.stage_files import STAGES, check_out, read_stage
+from fairseq_ext.selfcheck import stages, training
+from fairseq_ext.selfcheck.stage_files import STAGES, check_out, chosen, read_json
 
 PROG = "fairseq-ext selfcheck"
-RUNNERS = {"env": environment.run, "tests": stages.run_tests, "bench": stages.run_bench, "train": training.run,
-           "paper": paper.run_paper}
+RUNNERS = {"env": stages.run_env, "tests": stages.run_tests, "bench": stages.run_bench, "train": training.run_train,
+           "paper": training.run_paper}
 
 
 def parser() -> CommandParser:
@@ -51,19 +52,19 @@ def parser() -> CommandParser:
                    help="each stage stops within this many seconds (default 540)")
     p.add_argument("--quick", action="store_true", help="tiny sizes: the code path, not the numbers")
     g = p.add_argument_group("the paper stage")
-    g.add_argument("--rows", default=paper.DEFAULT_ROWS, metavar="LIST",
-                   help=f"rows of thesis Table 3.3, a comma list (default {paper.DEFAULT_ROWS}); in the order "
-                        f"worth a GPU's minutes: {', '.join(r.id for r in paper.thesis_rows())}")
+    g.add_argument("--rows", default=training.DEFAULT_ROWS, metavar="LIST",
+                   help=f"rows of thesis Table 3.3, a comma list (default {training.DEFAULT_ROWS}); in the order "
+                        f"worth a GPU's minutes: {', '.join(r.id for r in training.thesis_rows())}")
     g.add_argument("--seed", default="1", metavar="LIST", help="training seeds, a comma list (default 1): every "
                    "row trains once per seed, all at once")
-    g.add_argument("--updates", metavar="LIST", help=f"updates every run trains (default {paper.SETTINGS['updates']}; "
-                   "a run too slow for them stops before the evaluations' time and is marked); a comma list trains "
-                   "every value")
-    g.add_argument("--max-tokens", metavar="LIST", help=f"tokens a batch (default {paper.SETTINGS['max_tokens']}); "
+    g.add_argument("--updates", metavar="LIST",
+                   help=f"updates every run trains (default {training.SETTINGS['updates']}; a run too slow for "
+                        "them stops before the evaluations' time and is marked); a comma list trains every value")
+    g.add_argument("--max-tokens", metavar="LIST", help=f"tokens a batch (default {training.SETTINGS['max_tokens']}); "
                    "a list as --updates (a calibration grid)")
-    g.add_argument("--lr", metavar="LIST", help=f"peak learning rate (default {paper.SETTINGS['lr']:g}); a list "
+    g.add_argument("--lr", metavar="LIST", help=f"peak learning rate (default {training.SETTINGS['lr']:g}); a list "
                    "as --updates")
-    g.add_argument("--warmup", metavar="LIST", help=f"warm-up updates (default {paper.SETTINGS['warmup']}); a "
+    g.add_argument("--warmup", metavar="LIST", help=f"warm-up updates (default {training.SETTINGS['warmup']}); a "
                    "list as --max-tokens")
     g.add_argument("--train-flags", default="", metavar="FLAGS",
                    help="more fairseq-train flags for every run, after the stage's own (so they win)")
@@ -73,21 +74,12 @@ def parser() -> CommandParser:
     return p
 
 
-def chosen_stages(value: str) -> List[str]:
-    names = list(STAGES) if value == "all" else [s.strip() for s in value.split(",") if s.strip()]
-    unknown = [s for s in names if s not in STAGES]
-    if unknown or not names:
-        raise CommandError(f"--stage: unknown stage {', '.join(unknown) or repr(value)} "
-                           f"(choose from {', '.join(STAGES)}, or all)", usage=True)
-    return names
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     setup_cli()
     p = parser()
     try:
         args = p.parse_args(argv)
-        names = chosen_stages(args.stage)
+        names = chosen(args.stage, STAGES, "--stage", "stage", usage=True)
         check_out(args.out)
         device = torch.device(args.device)
         if device.type == "cuda" and not torch.cuda.is_available():
@@ -99,9 +91,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             training.data_dir(args.data, training.MULTI30K)  # --data missing: said before any stage runs
         if "tests" in names:
             stages.find_tests(args.tests)
-        runs = paper.plan(args.rows, args.seed, args.updates, args.max_tokens, args.lr, args.warmup, args.quick)
+        runs = training.plan(args.rows, args.seed, args.updates, args.max_tokens, args.lr, args.warmup, args.quick)
         if "paper" in names and not args.table_only:
-            paper.paper_data(args.data)
+            training.data_dir(args.data, training.IWSLT, "paper", required=True)
         results = {}
         for name in names:
             start = time.time()
@@ -109,7 +101,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                                   time_limit=args.time_limit, dtypes=dtypes, runs=runs,
                                   train_flags=shlex.split(args.train_flags), table_only=args.table_only)
             print("\n".join(lines) + f"\n\n({name}: {time.time() - start:.0f} s; {args.out}/{name}.md)\n", flush=True)
-            results[name] = read_stage(args.out, name).get("result", "")
+            results[name] = read_json(os.path.join(args.out, f"{name}.json")).get("result", "")
     except CommandError as e:
         return fail(PROG, e, p.format_usage())
     bad = {k: v for k, v in results.items() if not str(v).startswith("ok")}

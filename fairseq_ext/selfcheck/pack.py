@@ -28,6 +28,7 @@ from typing import List, Optional
 
 from fairseq_ext.common.command_line import CommandParser, fail, setup_cli
 from fairseq_ext.errors import CommandError
+from fairseq_ext.selfcheck.stage_files import chosen
 
 PROG = "fairseq-ext selfcheck-pack"
 # what a GPU machine's Python with torch lacks (fairseq, its configuration system, the
@@ -42,7 +43,7 @@ DATASETS = {  # folder -> (recipe, its flags, the corpus folder under --from)
 SITE = "/tmp/fairseq_ext-site"
 
 
-def download_wheels(target: str, python_version: str) -> List[str]:
+def download_wheels(target: str, python_version: str) -> None:
     os.makedirs(target, exist_ok=True)
     platforms = [a for p in PLATFORMS for a in ("--platform", p)]
     for spec in WHEELS:
@@ -53,27 +54,14 @@ def download_wheels(target: str, python_version: str) -> List[str]:
             source = subprocess.run(base + ["--no-binary=:all:", spec], capture_output=True, text=True)
             if source.returncode != 0:
                 raise CommandError(f"pip download {spec}: {(source.stderr.strip().splitlines() or ['failed'])[-1]}")
-    return sorted(os.listdir(target))
 
 
-def chosen_datasets(value: str) -> List[str]:
-    names = list(DATASETS) if value == "all" else [n.strip() for n in value.split(",") if n.strip()]
-    unknown = [n for n in names if n not in DATASETS]
-    if unknown or not names:
-        raise CommandError(f"--datasets: unknown data set {', '.join(unknown) or repr(value)} "
-                           f"(choose from {', '.join(DATASETS)}, or all)")
-    return names
-
-
-def prepare_data(target: str, corpora: Optional[str], max_lines: int, workers: int,
-                 names: Optional[List[str]] = None) -> None:
+def prepare_data(target: str, corpora: Optional[str], max_lines: int, workers: int, names: List[str]) -> None:
     os.makedirs(target, exist_ok=True)
-    for folder, (recipe, flags, corpus) in DATASETS.items():
-        if names is not None and folder not in names:
-            continue
-        out = os.path.join(target, folder)
-        cmd = [sys.executable, "-m", "fairseq_ext", "prepare", recipe, "--out", out, "--force", *flags,
-               "--workers", str(workers)]
+    for folder in names:
+        recipe, flags, corpus = DATASETS[folder]
+        cmd = [sys.executable, "-m", "fairseq_ext", "prepare", recipe, "--out", os.path.join(target, folder), "--force",
+               *flags, "--workers", str(workers)]
         if corpora:
             cmd += ["--from", os.path.join(corpora, corpus)]
         if max_lines:
@@ -82,12 +70,6 @@ def prepare_data(target: str, corpora: Optional[str], max_lines: int, workers: i
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise CommandError(f"preparing {folder} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
-
-
-def size(path: str) -> int:
-    if os.path.isfile(path):
-        return os.path.getsize(path)
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
 def mib(n: int) -> str:
@@ -109,7 +91,8 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile
 def write_readme(out: str, python_version: str) -> int:
     rows, total = [], 0
     for path in sorted(glob.glob(os.path.join(out, "wheels", "*"))) + sorted(glob.glob(os.path.join(out, "data", "*"))):
-        n = size(path)
+        n = os.path.getsize(path) if os.path.isfile(path) else sum(
+            os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
         total += n
         rows.append(f"| {os.path.relpath(path, out)} | {mib(n)} |")
     lines = ["# The self-check's pack", "", f"Made by `{PROG}` for Python {python_version}. On the machine without a "
@@ -140,7 +123,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--max-mib", type=float, default=60.0, help="fail when the folder is larger (default 60)")
     try:
         args = p.parse_args(argv)
-        datasets = chosen_datasets(args.datasets)
+        datasets = chosen(args.datasets, DATASETS, "--datasets", "data set")
         is_pack = os.path.exists(os.path.join(args.out, "install.sh"))
         if os.path.exists(args.out) and os.listdir(args.out) and not is_pack:
             raise CommandError(f"--out {args.out}: exists and is not a pack (no install.sh): choose another folder")

@@ -1,20 +1,18 @@
-"""What every stage of the self-check writes: ``OUT/STAGE.json`` (every number) and
-``OUT/STAGE.md`` (the summary a person reads), and ``OUT/README.md``, the index of the stages
-found in OUT, made anew after each stage."""
+"""What every stage of the self-check shares: the files it writes, ``OUT/STAGE.json`` (every
+number) and ``OUT/STAGE.md`` (the summary a person reads), and ``OUT/README.md``, the index of
+the stages found in OUT, made anew after each stage; its commands run with their output in a
+log; its markdown tables."""
 import datetime
 import json
 import os
 import shlex
 import subprocess
-from typing import List, Optional, Union
+import time
+from typing import Dict, List, Optional, Tuple, Union
+
+from fairseq_ext.errors import CommandError
 
 STAGES = ("env", "tests", "bench", "train", "paper")
-
-
-def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-
-
 INDEX_TITLE = "# fairseq_ext self-check"
 
 
@@ -22,74 +20,88 @@ def check_out(out: str) -> None:
     """Refuse an --out whose files the self-check would replace though it did not write them
     (its README.md is the index of the stages; ``--out .`` in a checkout would replace the
     project's)."""
-    from fairseq_ext.errors import CommandError
-
     if os.path.exists(out) and not os.path.isdir(out):
         raise CommandError(f"--out {out}: exists and is not a folder")
     index = os.path.join(out, "README.md")
     if os.path.exists(index):
         with open(index, encoding="utf-8", errors="replace") as f:
-            first = f.readline().strip()
-        if first != INDEX_TITLE:
-            raise CommandError(f"--out {out}: its README.md is not the self-check's index (it would be replaced): "
-                               "choose another folder")
+            if f.readline().strip() != INDEX_TITLE:
+                raise CommandError(f"--out {out}: its README.md is not the self-check's index (it would be "
+                                   "replaced): choose another folder")
 
 
-def write_stage(out: str, stage: str, record: dict, markdown: List[str]) -> str:
-    """Write the stage's JSON and markdown; return the markdown's path."""
+def chosen(value: str, known, option: str, what: str, usage: bool = False) -> List[str]:
+    """The names of a comma list (or ``all``), each one of ``known``."""
+    names = list(known) if value == "all" else [n.strip() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise CommandError(f"{option}: unknown {what} {', '.join(unknown) or repr(value)} "
+                           f"(choose from {', '.join(known)}, or all)", usage=usage)
+    return names
+
+
+def write_stage(out: str, stage: str, record: dict, markdown: List[str]) -> List[str]:
+    """Write the stage's JSON and markdown and the index; return the markdown."""
     os.makedirs(out, exist_ok=True)
-    record = {"stage": stage, "written": now(), **record}
+    written = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     with open(os.path.join(out, f"{stage}.json"), "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=1, default=str)
+        json.dump({"stage": stage, "written": written, **record}, f, indent=1, default=str)
         f.write("\n")
-    path = os.path.join(out, f"{stage}.md")
-    with open(path, "w", encoding="utf-8") as f:
+    with open(os.path.join(out, f"{stage}.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(markdown).rstrip() + "\n")
-    write_index(out)
-    return path
+    lines = [INDEX_TITLE, "", "Written by `fairseq-ext selfcheck`; one line per stage found here.", "",
+             "| stage | written | result | summary |", "|---|---|---|---|"]
+    for name in STAGES:
+        found = read_json(os.path.join(out, f"{name}.json"))
+        if found:
+            lines.append(f"| {name} | {found.get('written', '')} | {found.get('result', '')} | "
+                         f"[{name}.md]({name}.md) |")
+    with open(os.path.join(out, "README.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return markdown
 
 
-def read_stage(out: str, stage: str) -> dict:
-    path = os.path.join(out, f"{stage}.json")
+def read_json(path: str) -> dict:
     if not os.path.exists(path):
         return {}
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 
 
-def run_logged(cmd: List[str], log: str, timeout: float, cwd: Optional[str] = None,
-               append: bool = False) -> Union[int, str]:
-    """Run ``cmd`` with its output in ``log`` after a ``$ CMD`` line (``append``: after what
-    the log holds, as a run resumed by a later command); its exit status, or ``"timeout"``
-    when it ran past ``timeout`` seconds (stopped, and said at the end of the log)."""
-    with open(log, "a" if append else "w", encoding="utf-8") as f:
-        f.write("$ " + shlex.join(cmd) + "\n")
-        f.flush()
+def run_logged(commands: Dict[str, Tuple[List[str], str]], until: float, threads: Optional[int] = None,
+               cwd: Optional[str] = None, append: bool = True) -> Dict[str, Union[int, str]]:
+    """Start every ``NAME: (CMD, LOG)`` at once, each with its output in LOG after a ``$ CMD``
+    line (``append``: after what LOG holds, as a run resumed by a later command; ``threads``:
+    the OpenMP/MKL threads of each); each one's exit status, or ``"timeout"`` for one still
+    running at the time ``until`` (stopped, and said at the end of its log)."""
+    env = None if threads is None else dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    procs, started = {}, time.time()
+    for name, (cmd, log) in commands.items():
+        with open(log, "a" if append else "w", encoding="utf-8") as f:  # the child keeps the file open
+            f.write("$ " + shlex.join(cmd) + "\n")
+            f.flush()
+            procs[name] = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=cwd, env=env)
+    codes: Dict[str, Union[int, str]] = {}
+    for name, proc in procs.items():
         try:
-            return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=max(1.0, timeout),
-                                  cwd=cwd).returncode
+            codes[name] = proc.wait(timeout=max(1.0, until - time.time()))
         except subprocess.TimeoutExpired:
-            f.write(f"\nstopped after {timeout:.0f} s\n")
-            return "timeout"
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            with open(commands[name][1], "a", encoding="utf-8") as f:
+                f.write(f"\nstopped after {max(1.0, until - started):.0f} s\n")
+            codes[name] = "timeout"
+    return codes
 
 
 def last_line(log: str) -> str:
     with open(log, encoding="utf-8", errors="replace") as f:
         lines = f.read().strip().splitlines()
     return lines[-1] if lines else "no output"
-
-
-def write_index(out: str) -> None:
-    lines = [INDEX_TITLE, "",
-             "Written by `fairseq-ext selfcheck`; one line per stage found here.", "",
-             "| stage | written | result | summary |", "|---|---|---|---|"]
-    for stage in STAGES:
-        record = read_stage(out, stage)
-        if record:
-            lines.append(f"| {stage} | {record.get('written', '')} | {record.get('result', '')} | "
-                         f"[{stage}.md]({stage}.md) |")
-    with open(os.path.join(out, "README.md"), "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
 
 
 def table(header: List[str], rows: List[List[object]], align_right_from: int = 1) -> List[str]:

@@ -1,4 +1,9 @@
-"""The ``tests`` and ``bench`` stages of the self-check.
+"""The ``env``, ``tests`` and ``bench`` stages of the self-check.
+
+``env``: what the check runs on. The device (name, memory, compute capability, bf16 support),
+the NVIDIA driver (``nvidia-smi``), torch with its CUDA and cuDNN, fairseq and the packages the
+plugin uses, the CPU and Python, and one matmul per precision on the device (so that a broken
+install fails here, in seconds, and not ten minutes into training).
 
 ``tests`` runs the test suite's model tests on the device, the same files ``make test`` runs
 on the CPU (``pytest --device cuda tests/models/test_on_device.py``), and tabulates the
@@ -7,16 +12,24 @@ precision: the base config for the thesis' training overheads, the small config 
 MS+AIF decoding overheads, every row against the stock ``transformer`` of the same size, and
 prints our speeds beside the thesis' (a speed is 1 / the time ratio, as the thesis gives
 its overheads: 0.85 = 85% of the baseline's steps per second)."""
-import json
+import importlib.metadata
 import os
+import platform
+import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
 from typing import Dict, List, Optional, Tuple
 
-from fairseq_ext.errors import CommandError
-from fairseq_ext.selfcheck.stage_files import last_line, run_logged, table, write_stage
+import torch
 
+from fairseq_ext.errors import CommandError
+from fairseq_ext.selfcheck.stage_files import last_line, read_json, run_logged, table, write_stage
+from fairseq_ext.selfcheck.timing import BASE_ROWS, SMALL_ROWS, speed
+
+PACKAGES = ("fairseq", "fairseq-fixed", "fairseq_ext", "torch", "numpy", "hydra-core", "omegaconf", "sacrebleu",
+            "sentencepiece", "subword-nmt", "sacremoses", "compare-mt", "bitarray", "matplotlib", "pytest",
+            "tensorboardX", "nltk", "PyYAML")
 TEST_FILES = ("models/test_on_device.py",)
 QUICK_OPTION_SETS = ("combined",)  # --quick: this option set only (M-10, DC, MMA, MS, AIF, pre-classifier)
 TEST_FUNCTIONS = {  # test function -> the column group of the summary and its precisions
@@ -25,20 +38,91 @@ TEST_FUNCTIONS = {  # test function -> the column group of the summary and its p
     "test_beam_search_gives_the_same_hypotheses_batched_and_alone": ("beam: batched = alone", ("fp32", "fp16", "bf16")),
 }
 MARKS = {"passed": "ok", "failed": "FAIL", "error": "ERROR", "skipped": "skip"}
-
 # the thesis' overheads as speeds relative to its baseline (Ch. 3-5; GPU times)
 THESIS_TRAIN = {"Iter-C-Agg": 0.85, "M-00": 0.73, "M-01": 0.75, "M-10": 0.71, "M-11": 0.74, "MS-4": 0.60,
                 "MS-1+AIF": 0.59, "Enc-DC": 0.82, "Dec-DC": 0.84, "Full-DC": 0.69}
 THESIS_DECODE = {"MS-1+AIF": 0.62, "MS-12+AIF": 0.47, "MS-123+AIF": 0.35}
-BASE_ROWS = ["no option:", "Iter-C-Agg:--joint-attention iter-c-agg", "M-00:--joint-attention m-00",
-             "M-01:--joint-attention m-01", "M-10:--joint-attention m-10", "M-11:--joint-attention m-11",
-             "MS-4:--aux-decoder-layers 4", "MS-1+AIF:--aux-decoder-layers 1 --aux-fusion",
-             "Enc-DC:--encoder-self-attention dc", "Dec-DC:--decoder-self-attention dc",
-             "Full-DC:--encoder-self-attention dc --decoder-self-attention dc", "MMA:--encoder-self-attention mma"]
-SMALL_ROWS = ["MS-1+AIF:--aux-decoder-layers 1 --aux-fusion", "MS-12+AIF:--aux-decoder-layers 1,2 --aux-fusion",
-              "MS-123+AIF:--aux-decoder-layers 1,2,3 --aux-fusion"]
 QUICK_BENCH = ["--batch", "2", "--src-len", "7", "--tgt-len", "7", "--steps", "3", "--min-pairs", "3",
                "--max-pairs", "3", "--seconds", "1", "--vocab", "500", "--threads", "1"]
+
+
+def package_versions() -> dict:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            if name == "torch":  # said to be missing; the others left out
+                versions[name] = None
+    try:
+        import fairseq
+
+        versions["fairseq (import)"] = fairseq.__version__
+    except ImportError as e:  # the check says so instead of failing
+        versions["fairseq (import)"] = f"not importable: {e}"
+    return versions
+
+
+def nvidia_smi() -> dict:
+    query = "name,driver_version,memory.total,compute_cap"
+    try:
+        lines = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True,
+                               text=True, timeout=30).stdout.splitlines()
+    except (OSError, subprocess.TimeoutExpired):  # no nvidia-smi
+        lines = []
+    rows = [dict(zip(query.split(","), (c.strip() for c in line.split(",")))) for line in lines if line.strip()]
+    return {"gpus": rows} if rows else {}
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def precision_smoke(device: torch.device) -> dict:
+    """One 256 x 256 matmul per precision on the device, against fp64: the relative error."""
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(256, 256, generator=g, dtype=torch.float64) for _ in range(2))
+    exact, out = a @ b, {}
+    for name, dtype in (("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)):
+        try:
+            got = (a.to(device, dtype) @ b.to(device, dtype)).double().cpu()
+            out[name] = float((got - exact).abs().max() / exact.abs().max())
+        except RuntimeError as e:  # e.g. fp16 matmul on an old CPU build
+            out[name] = f"failed: {str(e).splitlines()[0]}"
+    return out
+
+
+def run_env(out: str, device: torch.device, **_) -> List[str]:
+    facts = {"device": str(device), "torch": torch.__version__, "cuda_build": torch.version.cuda,
+             "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+             "cuda_available": torch.cuda.is_available(), "cpu_threads": torch.get_num_threads(),
+             "cpu_count": os.cpu_count(), "cpu": cpu_name(), "python": sys.version.split()[0],
+             "platform": platform.platform()}
+    rows = []
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        facts.update(gpu_name=props.name, gpu_memory_gib=round(props.total_memory / 2 ** 30, 1),
+                     compute_capability=f"{props.major}.{props.minor}", gpu_count=torch.cuda.device_count(),
+                     bf16_supported=torch.cuda.is_bf16_supported())
+        rows += [["GPU memory", f"{facts['gpu_memory_gib']} GiB"], ["compute capability", facts["compute_capability"]],
+                 ["GPUs", facts["gpu_count"]], ["bf16", "yes" if facts["bf16_supported"] else "no"]]
+    versions, smi, smoke = package_versions(), nvidia_smi(), precision_smoke(device)
+    rows = [["device", facts.get("gpu_name", facts["cpu"]) + f" ({device})"]] + rows
+    rows += [["NVIDIA driver", gpu.get("driver_version")] for gpu in smi.get("gpus", [])[:1]]
+    rows += [["torch", facts["torch"]], ["CUDA (torch build)", facts["cuda_build"]], ["cuDNN", facts["cudnn"]],
+             ["Python", facts["python"]], ["CPU cores", facts["cpu_count"]], ["platform", facts["platform"]]]
+    rows += [[name, version] for name, version in versions.items() if name != "torch"]
+    lines = ["# Environment", ""] + table(["what", "version / value"], rows, align_right_from=2)
+    lines += ["", "One 256 x 256 matmul on the device, relative error against fp64:", ""]
+    lines += table(["precision", "relative error"], [[k, f"{v:.1e}" if isinstance(v, float) else v]
+                                                     for k, v in smoke.items()])
+    ok = all(isinstance(v, float) for v in smoke.values())
+    return write_stage(out, "env", {"result": "ok" if ok else "a precision failed", **facts, "packages": versions,
+                                    "nvidia_smi": smi, "matmul_relative_error": smoke}, lines)
 
 
 def find_tests(given: Optional[str]) -> str:
@@ -56,10 +140,9 @@ def split_test_id(name: str) -> Optional[Tuple[str, str, str]]:
     function, _, params = name.partition("[")
     if function not in TEST_FUNCTIONS or not params.endswith("]"):
         return None
-    params = params[:-1]
     for precision in sorted(TEST_FUNCTIONS[function][1], key=len, reverse=True):
-        if params.endswith("-" + precision):
-            return function, params[: -len(precision) - 1], precision
+        if params[:-1].endswith("-" + precision):
+            return function, params[: -len(precision) - 2], precision
     return None
 
 
@@ -70,8 +153,7 @@ def read_junit(path: str) -> List[dict]:
         for child in case:
             if child.tag in ("failure", "error", "skipped"):
                 outcome = {"failure": "failed"}.get(child.tag, child.tag)
-                message = (child.get("message") or child.text or "").strip().splitlines()[0:1]
-                message = message[0][:300] if message else ""
+                message = ((child.get("message") or child.text or "").strip().splitlines() or [""])[0][:300]
         cases.append({"name": case.get("name"), "outcome": outcome, "message": message,
                       "seconds": float(case.get("time") or 0)})
     return cases
@@ -94,10 +176,10 @@ def run_tests(out: str, device, tests: Optional[str], quick: bool, time_limit: f
     junit = os.path.join(os.path.abspath(out), "tests-junit.xml")
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "--device", device.type,
            "--junitxml", junit, *(os.path.join(tests, f) for f in TEST_FILES)]
-    if quick:
-        cmd += ["-k", " or ".join(QUICK_OPTION_SETS)]
+    cmd += ["-k", " or ".join(QUICK_OPTION_SETS)] if quick else []
     os.makedirs(out, exist_ok=True)
-    returncode = run_logged(cmd, os.path.join(out, "tests.log"), time_limit, cwd=os.path.dirname(tests))
+    returncode = run_logged({"tests": (cmd, os.path.join(out, "tests.log"))}, time.time() + time_limit,
+                            cwd=os.path.dirname(tests), append=False)["tests"]
     cases = read_junit(junit) if os.path.exists(junit) else []
     counts = {k: sum(c["outcome"] == k for c in cases) for k in MARKS}
     result = ("ok" if returncode == 0 else f"pytest exit {returncode}") + ": " + ", ".join(
@@ -115,31 +197,8 @@ def run_tests(out: str, device, tests: Optional[str], quick: bool, time_limit: f
     failures = [c for c in cases if c["outcome"] in ("failed", "error")]
     if failures:
         lines += ["", "## Failures", ""] + [f"- `{c['name']}`: {c['message']}" for c in failures]
-    write_stage(out, "tests", {"result": result, "command": cmd, "returncode": returncode, "counts": counts,
-                               "cases": cases}, lines)
-    return lines
-
-
-def run_benchmark(out: str, name: str, args: List[str], time_limit: float) -> dict:
-    json_path = os.path.join(os.path.abspath(out), f"bench-{name}.json")
-    cmd = [sys.executable, "-m", "fairseq_ext", "benchmark", *args, "--json", json_path]
-    log = os.path.join(out, f"bench-{name}.log")
-    returncode = run_logged(cmd, log, time_limit)
-    record = {"returncode": returncode, "command": cmd}
-    if returncode != 0:
-        record["error"] = last_line(log)
-    if os.path.exists(json_path):  # the rows finished before a stop
-        with open(json_path, encoding="utf-8") as f:
-            record.update(json.load(f))
-    return record
-
-
-def speed(record: Optional[dict], key: str) -> Optional[str]:
-    """1 / the time ratio, with the IQR turned the same way: '0.74 [0.72-0.76]'."""
-    if not record or key not in record:
-        return None
-    r = record[key]
-    return f"{1 / r['ratio']:.2f} [{1 / r['iqr'][1]:.2f}-{1 / r['iqr'][0]:.2f}]"
+    return write_stage(out, "tests", {"result": result, "command": cmd, "returncode": returncode, "counts": counts,
+                                      "cases": cases}, lines)
 
 
 def bench_table(runs: Dict[str, dict], dtypes: List[str], config: str, measure: str, thesis: Dict[str, float],
@@ -156,12 +215,11 @@ def bench_table(runs: Dict[str, dict], dtypes: List[str], config: str, measure: 
              [f"peak memory ratio, {d}" for d in peaked]
     body = []
     for name, by_dtype in rows.items():
-        any_rec = next(iter(by_dtype.values()))
-        flops = any_rec["train_flops_ratio" if measure == "train" else "decode_flops_ratio"]
+        flops = next(iter(by_dtype.values()))["train_flops_ratio" if measure == "train" else "decode_flops_ratio"]
         peaks = [f"{by_dtype[d]['cuda_peak_ratio']:.2f}" if "cuda_peak_ratio" in by_dtype.get(d, {}) else None
                  for d in peaked]
-        body.append([name, thesis.get(name)] + [speed(by_dtype.get(d), measure) for d in dtypes]
-                    + [f"{1 / flops:.2f}"] + peaks)
+        body.append([name, thesis.get(name)] + [speed(by_dtype[d][measure]) if measure in by_dtype.get(d, {})
+                                                else None for d in dtypes] + [f"{1 / flops:.2f}"] + peaks)
     return [title, ""] + table(header, body)
 
 
@@ -174,14 +232,20 @@ def run_bench(out: str, device, quick: bool, time_limit: float, dtypes: Optional
     os.makedirs(out, exist_ok=True)
     for config, size, rows in plans:
         for dtype in dtypes:
-            args = ["--config", size, "--device", device.type, "--dtype", dtype, "--configs", *rows]
-            args += QUICK_BENCH if quick else ["--seconds", "2"]
+            name = f"{config}-{dtype}"
+            json_path = os.path.join(os.path.abspath(out), f"bench-{name}.json")
+            log = os.path.join(out, f"bench-{name}.log")
+            cmd = [sys.executable, "-m", "fairseq_ext", "benchmark", "--config", size, "--device", device.type,
+                   "--dtype", dtype, "--configs", *rows, *(QUICK_BENCH if quick else ["--seconds", "2"]),
+                   "--json", json_path]
             share = (time_limit - (time.time() - start)) * len(rows) / total_rows  # time by rows
             total_rows -= len(rows)
-            runs[f"{config}-{dtype}"] = run_benchmark(out, f"{config}-{dtype}", args, max(1.0, share))
+            code = run_logged({name: (cmd, log)}, time.time() + max(1.0, share), append=False)[name]
+            # the rows of a run stopped by the time limit are in its JSON all the same
+            runs[name] = {"returncode": code, "command": cmd, **({"error": last_line(log)} if code else {}),
+                          **read_json(json_path)}
     failed = {k: v.get("error") for k, v in runs.items() if v.get("returncode") != 0}
-    first = next((r for r in runs.values() if r.get("settings")), {})
-    settings = first.get("settings", {})
+    settings = next((r for r in runs.values() if r.get("settings")), {}).get("settings", {})
     lines = ["# What each technique costs on this device", "",
              f"`fairseq-ext benchmark` on {device.type} in {', '.join(dtypes)}"
              + (" (`--quick`: tiny sizes, the numbers mean nothing)" if quick else "")
@@ -205,5 +269,4 @@ def run_bench(out: str, device, quick: bool, time_limit: float, dtypes: Optional
                   "A run stopped by the time limit keeps the rows it finished (above)."]
         lines += [f"- {k}: {v}; rows finished: {len(runs[k].get('configs', []))}" for k, v in failed.items()]
     result = "ok" if not failed else f"{len(failed)} of {len(runs)} runs failed"
-    write_stage(out, "bench", {"result": result, "dtypes": dtypes, "quick": quick, "runs": runs}, lines)
-    return lines
+    return write_stage(out, "bench", {"result": result, "dtypes": dtypes, "quick": quick, "runs": runs}, lines)

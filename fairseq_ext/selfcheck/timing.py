@@ -1,31 +1,32 @@
-"""What both modes of ``fairseq-ext benchmark`` share: the model sizes and rows, and timing
-stock against a row interleaved (the median of per-pair time ratios with its IQR), fairseq's
-beam search forced to a fixed length, and torch's FLOP counter."""
+"""What both modes of ``fairseq-ext benchmark`` (and the self-check's bench stage) share: the
+model sizes and rows, timing stock against a row interleaved (the median of per-pair time
+ratios with its IQR), fairseq's beam search forced to a fixed length, torch's FLOP counter, and
+the JSON written after every row."""
+import json
 import shlex
 import statistics
 import time
 
 import torch
 
-DEFAULT_CONFIGS = [
-    "no option:",
-    "S-Agg:--joint-attention s-agg",
-    "Iter-C-Agg:--joint-attention iter-c-agg",
-    "transparent:--joint-attention transparent",
-    "M-00:--joint-attention m-00",
-    "M-10:--joint-attention m-10",
-    "M-11:--joint-attention m-11",
-    "serial:--joint-attention serial",
-    "flat:--joint-attention flat",
-    "hierarchical:--joint-attention hierarchical",
-    "MS-1:--aux-decoder-layers 1",
-    "MS-1+AIF:--aux-decoder-layers 1 --aux-fusion",
-    "MS-12+AIF:--aux-decoder-layers 1,2 --aux-fusion",
-    "MS-123+AIF:--aux-decoder-layers 1,2,3 --aux-fusion",
-    "Enc-DC:--encoder-self-attention dc",
-    "Dec-DC:--decoder-self-attention dc",
-    "MMA:--encoder-self-attention mma",
-]
+ROWS = {  # NAME -> FLAGS: every row the benchmark knows by its name (``--configs NAME``)
+    "no option": "",
+    **{name: f"--joint-attention {name.lower()}" for name in ("S-Agg", "Iter-C-Agg", "transparent", "M-00", "M-01",
+                                                              "M-10", "M-11", "serial", "flat", "hierarchical")},
+    "MS-1": "--aux-decoder-layers 1", "MS-4": "--aux-decoder-layers 4",
+    "MS-1+AIF": "--aux-decoder-layers 1 --aux-fusion", "MS-12+AIF": "--aux-decoder-layers 1,2 --aux-fusion",
+    "MS-123+AIF": "--aux-decoder-layers 1,2,3 --aux-fusion",
+    "Enc-DC": "--encoder-self-attention dc", "Dec-DC": "--decoder-self-attention dc",
+    "Full-DC": "--encoder-self-attention dc --decoder-self-attention dc", "MMA": "--encoder-self-attention mma",
+}
+# --mode steps by default: a row per technique
+DEFAULT_CONFIGS = ["no option", "S-Agg", "Iter-C-Agg", "transparent", "M-00", "M-10", "M-11", "serial", "flat",
+                   "hierarchical", "MS-1", "MS-1+AIF", "MS-12+AIF", "MS-123+AIF", "Enc-DC", "Dec-DC", "MMA"]
+# the thesis' training overheads (the bench stage's base config; --mode updates by default) and
+# its MS+AIF decoding overheads (the bench stage's small config)
+BASE_ROWS = ["no option", "Iter-C-Agg", "M-00", "M-01", "M-10", "M-11", "MS-4", "MS-1+AIF", "Enc-DC", "Dec-DC",
+             "Full-DC", "MMA"]
+SMALL_ROWS = ["MS-1+AIF", "MS-12+AIF", "MS-123+AIF"]
 
 SIZES = {  # the stock architecture and the plugin's preset of the same size
     "small": ("transformer_iwslt_de_en", "multilayer_transformer_iwslt",
@@ -75,21 +76,21 @@ def quartiles(values):
     return q[0], q[2]
 
 
-def interleaved_ratio(fn_stock, fn_variant, device, min_pairs, max_pairs, seconds, spread):
-    """Median of per-pair time ratios (variant / stock), its IQR, the pairs and the medians."""
+def interleaved_ratio(fn_stock, fn_variant, device, cli):
+    """Median of per-pair time ratios (variant / stock), its IQR, the pairs and the medians:
+    pairs are added from ``--min-pairs`` to ``--max-pairs`` until the IQR is within ``--spread``
+    or ``--seconds`` have gone by."""
     for fn in (fn_stock, fn_variant):  # warm up both (allocator, caches, lazy init)
         fn()
     ratios, t_stock, t_var = [], [], []
     start = time.perf_counter()
-    while len(ratios) < max_pairs:
-        a = timed(fn_stock, device)
-        b = timed(fn_variant, device)
-        t_stock.append(a)
-        t_var.append(b)
-        ratios.append(b / a)
-        if len(ratios) >= min_pairs:
+    while len(ratios) < cli.max_pairs:
+        t_stock.append(timed(fn_stock, device))
+        t_var.append(timed(fn_variant, device))
+        ratios.append(t_var[-1] / t_stock[-1])
+        if len(ratios) >= cli.min_pairs:
             q1, q3 = quartiles(ratios)
-            if q3 - q1 <= spread or time.perf_counter() - start > seconds:
+            if q3 - q1 <= cli.spread or time.perf_counter() - start > cli.seconds:
                 break
     q1, q3 = quartiles(ratios)
     return {"ratio": statistics.median(ratios), "iqr": [q1, q3], "pairs": len(ratios),
@@ -123,24 +124,12 @@ def flops(fn) -> int:
     return counter.get_total_flops()
 
 
-def known_rows() -> dict:
-    """NAME -> FLAGS of every row this module or the bench stage knows (a bare ``--configs NAME``)."""
-    from fairseq_ext.selfcheck.stages import BASE_ROWS, SMALL_ROWS
-
-    rows = {}
-    for entry in DEFAULT_CONFIGS + BASE_ROWS + SMALL_ROWS:
-        name, _, flags = entry.partition(":")
-        rows.setdefault(name, flags)
-    return rows
+def speed(r: dict) -> str:
+    """A time ratio as a speed (1 / the ratio) with the IQR turned the same way: '0.74 [0.72-0.76]'."""
+    return f"{1 / r['ratio']:.2f} [{1 / r['iqr'][1]:.2f}-{1 / r['iqr'][0]:.2f}]"
 
 
-def resolve_configs(entries) -> list:
-    """``NAME:FLAGS`` entries as given; a bare ``NAME`` (no colon) takes the flags of the known row."""
-    rows, out = known_rows(), []
-    for entry in entries:
-        if ":" not in entry:
-            if entry not in rows:
-                raise ValueError(f"--configs {entry}: not a known row ({', '.join(rows)}); give NAME:FLAGS")
-            entry = f"{entry}:{rows[entry]}"
-        out.append(entry)
-    return out
+def write_json(path, results) -> None:
+    if path:  # after every row: a run stopped early keeps the rows it finished
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1)

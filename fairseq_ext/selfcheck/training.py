@@ -1,55 +1,104 @@
-"""The ``train`` stage of the self-check: real training on the device, in fp16 on a GPU.
+"""The ``train`` and ``paper`` stages of the self-check: real training on the device, in fp16 on
+a GPU. Every run is one ``fairseq-ext train`` and one ``fairseq-ext evaluate`` of its last
+checkpoint on the test set, on the data of ``--data`` (``multi30k.en-de/`` and
+``iwslt15.en-vi/`` as ``fairseq-ext selfcheck-pack`` prepares them).
 
-1. The quickstart model (configs/quickstart.args with the table runner's ``cpu-quickstart``
-   setup: d 128, 3+3 layers, 2,400 updates) on Multi30k En-De, the baseline and M-10, each
-   trained, then translated and scored on the test set (``fairseq-ext evaluate``): BLEU,
-   updates, updates per second and wall time.
-2. While the stage's time lasts: IWSLT'15 En-Vi at the thesis' small config
-   (configs/iwslt.args, 200k updates), resumed from its ``checkpoint_last.pt`` by the next
-   command with the same ``--out``, and scored on its test set after each command.
+``train``: the quickstart model (configs/quickstart.args with the table runner's
+``cpu-quickstart`` setup: d 128, 3+3 layers, 2,400 updates) on Multi30k En-De, the baseline and
+M-10; then, while the stage's time lasts, IWSLT'15 En-Vi at the thesis' small config
+(configs/iwslt.args, 200k updates). A run trains into ``OUT/train/NAME``: the next command with
+the same ``--out`` resumes it from its ``checkpoint_last.pt``, and a finished run is kept.
 
-Every run is one ``fairseq-ext train`` into ``OUT/train/NAME`` (fairseq resumes a save
-directory's ``checkpoint_last.pt``; a finished run is kept and not trained again) and one
-``fairseq-ext evaluate``. The data folder (``--data``, as ``fairseq-ext selfcheck-pack``
-writes it) holds ``multi30k.en-de/`` and ``iwslt15.en-vi/``, prepared by the recipes."""
+``paper``: rows of thesis Table 3.3 (IWSLT'15 En->Vi) at the thesis' small config, every row
+and seed at once in its own process (a small model's steps are bound by kernel launches, so
+several fill each other's gaps on a GPU), each for the same ``--updates`` on the thesis'
+schedule compressed to them (:data:`SETTINGS`); fairseq's ``--stop-time-hours`` stops a run too
+slow for them before the evaluations' time, and the table marks it. Decoded on tst2013 as the
+thesis decodes (beam 6, length penalty 1.1), scored with sacreBLEU (detokenized, cased) and
+chrF2 beside the thesis' numbers. A run lives in ``OUT/paper/runs/NAME/`` (``run.json``, logs,
+translations, scores, ``checkpoints/``) and is never trained again once finished;
+``OUT/paper.md`` is built from every run there (``--table-only`` rebuilds it), so later
+commands and runs copied from other machines add rows and seeds to the same table."""
+import functools
+import json
 import os
+import re
 import shlex
+import statistics
 import sys
 import time
-from typing import List, Optional
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
 
 from fairseq_ext.common import checkpoints
-from fairseq_ext.common.data_text import env_headline, read_prep_env
+from fairseq_ext.common.data_text import env_headline, read_lines, read_prep_env
 from fairseq_ext.errors import CommandError
 from fairseq_ext.reproduce.execute import read_bleu, training_progress, training_speed
-from fairseq_ext.reproduce.tables import load_setups
-from fairseq_ext.selfcheck.stage_files import run_logged, table, write_stage
+from fairseq_ext.reproduce.tables import Row, load_setups, load_table
+from fairseq_ext.selfcheck.stage_files import read_json, run_logged, table, write_stage
+from fairseq_ext.selfcheck.timing import SIZES
+from fairseq_ext.tools.statistics import format_mean_sd, mean_sd
 
 MULTI30K, IWSLT = "multi30k.en-de", "iwslt15.en-vi"
 MULTI30K_RUNS = [("multi30k-baseline", []), ("multi30k-m-10", ["--joint-attention", "m-10"])]
 IWSLT_RUN = ("iwslt15-small", ["--arch", "multilayer_transformer_iwslt"])
 GENERATE = ["--beam", "5", "--max-len-a", "1.2", "--max-len-b", "10"]
-QUICK_GENERATE = ["--beam", "1", "--max-len-a", "0", "--max-len-b", "5"]
 # the test sets hold sentences longer than training's 150 positions (IWSLT's tst2012: 160
 # BPE tokens); the sinusoidal positions of these models extend to them, so none is dropped
 POSITIONS = repr({"max_source_positions": 1024, "max_target_positions": 1024})
-# --quick: a model and schedule that train in seconds on a CPU, the same commands otherwise
-QUICK_MODEL = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32",
-               "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-               "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--max-tokens", "1000",
-               "--warmup-updates", "4", "--max-update", "8", "--max-epoch", "0"]
-# kept back from training for each evaluation: on a GPU twice what Multi30k's took on an H100
-# (1,000 sentences, beam 5, fp16, with the command's start: 27-29 s); on the CPU (--quick) more
-EVALUATE_SECONDS = {"cuda": 60, "cpu": 90}
+# --quick: the benchmark's tiny model (2+2 layers of width 32) and a schedule that train in
+# seconds on a CPU, and a few tokens of decoding, the same commands otherwise
+QUICK_MODEL = SIZES["tiny"][2] + ["--max-epoch", "0"]
+QUICK_TRAIN = ["--max-tokens", "1000", "--warmup-updates", "4", "--max-update", "8"]
+QUICK_GENERATE = {"train": ["--beam", "1", "--max-len-a", "0", "--max-len-b", "5"],
+                  "paper": ["--beam", "2", "--max-len-a", "0", "--max-len-b", "5"]}
+# kept back from training for each evaluation (train: twice what Multi30k's took on an H100, 27-29
+# s; the paper stage's evaluations run all at once); on the CPU (--quick) more
+EVALUATE_SECONDS = {"train": {"cuda": 60, "cpu": 90}, "paper": {"cuda": 100, "cpu": 90}}
+
+TABLE, DATASET = "thesis-3.3", "iwslt15-en-vi"
+THESIS_UPDATES, THESIS_MAX_TOKENS = 200_000, 2_048  # configs/iwslt.args: the thesis' training
+DEFAULT_ROWS = "transformer,iter-c-agg"  # the baseline and the thesis' largest En-Vi gain
+# what every run trains with on a GPU (docs/selfcheck.md#the-paper-stage says why): what two runs
+# at once reach in one 9-minute command, a batch 4x the thesis' with the learning rate raised
+# with it, a warm-up of 500 updates instead of 4,000
+SETTINGS = {"updates": 3000, "max_tokens": 8192, "lr": 1e-3, "warmup": 500}
+QUICK_SETTINGS = {"updates": 8, "max_tokens": 1000, "lr": 1e-3, "warmup": 4}
+SCHEDULE = ["--lr-scheduler", "cosine", "--warmup-init-lr", "1e-7", "--no-epoch-checkpoints", "--log-interval", "50"]
+START_SECONDS = 20  # python, fairseq, the data and the model before fairseq's training clock starts
 
 
-def data_dir(data: Optional[str], name: str) -> Optional[str]:
+def fairseq_ext(command: str, *args: str) -> List[str]:
+    return [sys.executable, "-m", "fairseq_ext", command, *args]
+
+
+def precision(device) -> List[str]:
+    return ["--fp16"] if device.type == "cuda" else ["--cpu"]
+
+
+def evaluate_command(checkpoint: str, data: str, eval_dir: str, generate: List[str], device,
+                     *overrides: str) -> List[str]:
+    return fairseq_ext("evaluate", "--checkpoint", checkpoint, "--data", data, "--out", eval_dir, *generate,
+                       *overrides, *precision(device))
+
+
+def data_dir(data: Optional[str], name: str, stage: str = "train", required: bool = False) -> Optional[str]:
+    """``DATA/NAME`` when the recipes prepared it (its prep.env), else None (an error when
+    ``required``); an error without ``--data``."""
+    pack = "fairseq-ext selfcheck-pack" + (f" --datasets {IWSLT}" if stage == "paper" else "")
     if not data:
-        raise CommandError("--data: the train stage needs the folder of prepared data (fairseq-ext selfcheck-pack "
-                           f"writes it: PACK/data, with {MULTI30K}/ and {IWSLT}/)")
+        needed = f"{MULTI30K}/ and {IWSLT}/" if stage == "train" else f"{IWSLT}/"
+        raise CommandError(f"--data: the {stage} stage needs the folder of prepared data ({pack} writes it: "
+                           f"PACK/data, with {needed})")
     path = os.path.join(data, name)
-    return path if os.path.exists(os.path.join(path, "prep.env")) else None
+    if os.path.exists(os.path.join(path, "prep.env")):
+        return path
+    if required:
+        raise CommandError(f"--data: no {name}/prep.env under {data} ({pack} prepares it)")
+    return None
 
+
+# ---- the train stage ----------------------------------------------------------------------
 
 def previous_training_seconds(save: str) -> float:
     """fairseq's --stop-time-hours counts the time of earlier commands (saved in the
@@ -57,8 +106,7 @@ def previous_training_seconds(save: str) -> float:
     last = os.path.join(save, "checkpoint_last.pt")
     if not os.path.exists(last):
         return 0.0
-    state = checkpoints.load_state(last)
-    return float((state.get("extra_state") or {}).get("previous_training_time") or 0.0)
+    return float((checkpoints.load_state(last).get("extra_state") or {}).get("previous_training_time") or 0.0)
 
 
 def finished(save: str, log: str, settings: str) -> bool:
@@ -80,59 +128,52 @@ def train_and_evaluate(name: str, data: str, config: str, flags: List[str], out:
     finished run is kept), then evaluate its last checkpoint; the record of the run."""
     save = os.path.join(out, "train", name)
     os.makedirs(save, exist_ok=True)
-    log = os.path.join(save, "train.log")
-    precision = ["--fp16"] if device.type == "cuda" else ["--cpu"]
-    cmd = [sys.executable, "-m", "fairseq_ext", "train", data, save, "--config", config, "--", *flags, *precision,
-           "--no-epoch-checkpoints"]
+    log, keep_back = os.path.join(save, "train.log"), EVALUATE_SECONDS["train"][device.type]
+    cmd = fairseq_ext("train", data, save, "--config", config, "--", *flags, *precision(device),
+                      "--no-epoch-checkpoints")
     settings = shlex.join(cmd[3:]) + "\n"
     start = time.time()
     kept = finished(save, log, settings)
-    if kept:
-        trained = 0
-    else:
-        limit_hours = (previous_training_seconds(save) + max(0.0, seconds - EVALUATE_SECONDS[device.type])) / 3600
-        trained = run_logged(cmd + ["--stop-time-hours", f"{limit_hours:.6f}"], log, seconds, append=True)
+    trained = 0
+    if not kept:
+        limit_hours = (previous_training_seconds(save) + max(0.0, seconds - keep_back)) / 3600
+        trained = run_logged({name: (cmd + ["--stop-time-hours", f"{limit_hours:.6f}"], log)},
+                             time.time() + seconds)[name]
         with open(os.path.join(save, "selfcheck.settings"), "w", encoding="utf-8") as f:
             f.write(settings)
     train_seconds = time.time() - start
     record = {"name": name, "data": data, "command": cmd, "train_returncode": trained, "kept": kept,
               "train_wall_s": round(train_seconds, 1), "training_time_s": round(previous_training_seconds(save), 1),
               **training_progress(log), **training_speed(log)}
-    checkpoint = os.path.join(save, "checkpoint_last.pt")
-    eval_dir = os.path.join(save, "eval-test")
+    checkpoint, eval_dir = os.path.join(save, "checkpoint_last.pt"), os.path.join(save, "eval-test")
     flavour, _ = env_headline(read_prep_env(data))
     if kept and read_bleu(eval_dir, flavour) is not None:
         record.update(eval_returncode=0, bleu=read_bleu(eval_dir, flavour), bleu_flavour=flavour)
     elif trained == 0 and os.path.exists(checkpoint):
         start = time.time()
-        evaluate = [sys.executable, "-m", "fairseq_ext", "evaluate", "--checkpoint", checkpoint, "--data", data,
-                    "--out", eval_dir, *generate, "--model-overrides", POSITIONS,
-                    *(["--cpu"] if device.type == "cpu" else ["--fp16"])]
-        record["eval_returncode"] = run_logged(evaluate, log, max(EVALUATE_SECONDS[device.type],
-                                                                  seconds - train_seconds),
-                                               append=True)
+        evaluate = evaluate_command(checkpoint, data, eval_dir, generate, device, "--model-overrides", POSITIONS)
+        record["eval_returncode"] = run_logged({name: (evaluate, log)},
+                                               start + max(keep_back, seconds - train_seconds))[name]
         record["eval_wall_s"] = round(time.time() - start, 1)
         record.update(bleu=read_bleu(eval_dir, flavour), bleu_flavour=flavour)
     return record
 
 
-def run(out: str, device, data: Optional[str], quick: bool, time_limit: float, **_) -> List[str]:
+def run_train(out: str, device, data: Optional[str], quick: bool, time_limit: float, **_) -> List[str]:
     deadline = time.time() + time_limit
-    multi30k, iwslt = data_dir(data, MULTI30K), data_dir(data, IWSLT)
-    if multi30k is None:
-        raise CommandError(f"--data: no {MULTI30K}/prep.env under {data} (fairseq-ext selfcheck-pack prepares it)")
+    multi30k, iwslt = data_dir(data, MULTI30K, required=True), data_dir(data, IWSLT)
     setup = load_setups()["trainings"]["cpu-quickstart"]
-    quickstart = shlex.split(setup["flags"]) + (QUICK_MODEL if quick else [])
-    generate = QUICK_GENERATE if quick else GENERATE
+    quick_flags = QUICK_MODEL + QUICK_TRAIN if quick else []
+    generate = QUICK_GENERATE["train"] if quick else GENERATE
     records = []
     runs = MULTI30K_RUNS[:1] if quick else MULTI30K_RUNS  # --quick: the baseline's code path is M-10's
     for i, (name, flags) in enumerate(runs):
         share = (deadline - time.time()) / (len(runs) - i + (1 if iwslt else 0))
-        records.append(train_and_evaluate(name, multi30k, setup["config"], quickstart + flags, out, device, share,
-                                          generate))
-    if iwslt and deadline - time.time() > EVALUATE_SECONDS[device.type] + 30:
+        records.append(train_and_evaluate(name, multi30k, setup["config"], shlex.split(setup["flags"]) + quick_flags
+                                          + flags, out, device, share, generate))
+    if iwslt and deadline - time.time() > EVALUATE_SECONDS["train"][device.type] + 30:
         name, flags = IWSLT_RUN
-        records.append(train_and_evaluate(name, iwslt, "iwslt", flags + (QUICK_MODEL if quick else []), out, device,
+        records.append(train_and_evaluate(name, iwslt, "iwslt", flags + quick_flags, out, device,
                                           deadline - time.time(), generate))
     ok = all(r.get("train_returncode") == 0 and r.get("eval_returncode") == 0 for r in records)
     rows = [[r["name"], r.get("updates"), r.get("planned_updates"), r.get("train_ups") and f"{r['train_ups']:.1f}",
@@ -151,6 +192,278 @@ def run(out: str, device, data: Optional[str], quick: bool, time_limit: float, *
         if r.get("train_returncode") != 0 or r.get("eval_returncode") not in (0, None):
             lines += ["", f"- {r['name']}: train exit {r.get('train_returncode')}, evaluate exit "
                           f"{r.get('eval_returncode')}; see train/{r['name']}/train.log"]
-    write_stage(out, "train", {"result": "ok" if ok else "a run failed", "device": str(device), "quick": quick,
-                               "runs": records}, lines)
-    return lines
+    return write_stage(out, "train", {"result": "ok" if ok else "a run failed", "device": str(device), "quick": quick,
+                                      "runs": records}, lines)
+
+
+# ---- the paper stage ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Run:
+    row: str
+    seed: int
+    updates: int
+    max_tokens: int
+    lr: float
+    warmup: int
+
+    @property
+    def settings(self) -> str:
+        return f"{self.updates:,} updates of {self.max_tokens} tokens, lr {self.lr:g}, warm-up {self.warmup}"
+
+    @property
+    def name(self) -> str:
+        """The run's folder: its row, seed and settings (runs of other settings never mix)."""
+        return f"{self.row}-s{self.seed}-u{self.updates}-mt{self.max_tokens}-lr{self.lr:g}-wu{self.warmup}"
+
+
+@functools.lru_cache(maxsize=None)
+def thesis_rows() -> Tuple[Row, ...]:
+    """The own rows of Table 3.3 with an En-Vi number: the baseline first, then by the thesis'
+    En-Vi gain, largest first (the order in which rows are worth a GPU's minutes)."""
+    rows = [r for r in load_table(TABLE).rows if r.runnable and DATASET in r.paper]
+    return (rows[0], *sorted(rows[1:], key=lambda r: -(thesis_number(r)[1] or 0.0)))
+
+
+def thesis_number(row: Row) -> Tuple[Optional[float], Optional[float]]:
+    """(BLEU, gain over the thesis' baseline) as the thesis prints them: '31.13 (+0.55)'."""
+    found = re.findall(r"[-+]?\d+\.\d+", row.paper.get(DATASET, {}).get("BLEU", "").replace("−", "-"))
+    return (float(found[0]) if found else None), (float(found[1]) if len(found) > 1 else None)
+
+
+def plan(rows: str, seeds: str, updates: Optional[str], max_tokens: Optional[str], lr: Optional[str],
+         warmup: Optional[str], quick: bool) -> List[Run]:
+    """Every run of rows x seeds x settings (a grid when a setting has several values)."""
+    known = {r.id: r for r in thesis_rows()}
+    names = [s.strip() for s in rows.split(",") if s.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise CommandError(f"--rows: unknown row {', '.join(unknown) or repr(rows)} of thesis Table 3.3 "
+                           f"(choose from {', '.join(known)})")
+
+    def values(value, kind, option, key=None):
+        if key and not value:
+            return [(QUICK_SETTINGS if quick else SETTINGS)[key]]
+        try:
+            found = [kind(v) for v in value.split(",") if v.strip()]
+        except ValueError:
+            found = []
+        if not found or any(v <= 0 for v in found):
+            raise CommandError(f"{option}: {value!r}: expected a comma list of positive numbers")
+        return found
+
+    grid = [(u, m, l, w) for u in values(updates, int, "--updates", "updates")
+            for m in values(max_tokens, int, "--max-tokens", "max_tokens")
+            for l in values(lr, float, "--lr", "lr") for w in values(warmup, int, "--warmup", "warmup")]
+    for u, _, _, w in grid:
+        if w >= u:
+            raise CommandError(f"--warmup ({w}) must be below --updates ({u}): the cosine cycle follows the warm-up")
+    return [Run(n, s, *settings) for n in names for s in values(seeds, int, "--seed") for settings in grid]
+
+
+def target_tokens(log: str) -> Optional[int]:
+    """Target tokens trained on, from fairseq's end-of-epoch lines (``wpb`` = target tokens per
+    batch, averaged over the epoch's updates, times the epoch's updates)."""
+    total, previous = 0.0, 0
+    for line in read_log(log):
+        wpb, upd = re.search(r"\bwpb ([0-9.]+)", line), re.search(r"\bnum_updates (\d+)", line)
+        if ("| train |" in line or " | train " in line) and wpb and upd:
+            total += float(wpb.group(1)) * (int(upd.group(1)) - previous)
+            previous = int(upd.group(1))
+    return round(total) if previous else None
+
+
+def valid_loss(log: str) -> Optional[float]:
+    """The last validation loss fairseq printed (base 2, label-smoothed)."""
+    found = [re.search(r"valid on 'valid' subset \|.*?\bloss ([0-9.]+)", line) for line in read_log(log)]
+    return next((float(m.group(1)) for m in reversed(found) if m), None)
+
+
+def read_log(log: str) -> List[str]:
+    if not os.path.exists(log):
+        return []
+    with open(log, encoding="utf-8", errors="replace") as f:
+        return f.readlines()
+
+
+def run_paper(out: str, device, data: Optional[str], quick: bool, time_limit: float, runs: List[Run],
+              train_flags: List[str], table_only: bool = False, **_) -> List[str]:
+    """Train and evaluate ``runs`` (those not finished before), all at once, then write the
+    table of every run under OUT/paper/runs."""
+    root, deadline = os.path.join(out, "paper", "runs"), time.time() + time_limit
+    todo = [] if table_only else [r for r in runs if read_json(os.path.join(root, r.name, "run.json")).get("bleu")
+                                  is None]  # the others are kept
+    if todo:
+        train_paper_runs(root, data_dir(data, IWSLT, "paper", required=True), device, quick, deadline, todo,
+                         train_flags)
+    return write_table(out)
+
+
+def train_paper_runs(root: str, data: str, device, quick: bool, deadline: float, todo: List[Run],
+                     train_flags: List[str]) -> None:
+    rows = {r.id: r for r in thesis_rows()}
+    folders = {r.name: os.path.join(root, r.name) for r in todo}
+    commands = {r.name: fairseq_ext("train", data, os.path.join(folders[r.name], "checkpoints"), "--config", "iwslt",
+                                    "--", *rows[r.row].flags, "--seed", str(r.seed), "--max-update", str(r.updates),
+                                    "--max-tokens", str(r.max_tokens), "--lr", f"{r.lr:g}", "--warmup-updates",
+                                    str(r.warmup), *SCHEDULE, *precision(device), *(QUICK_MODEL if quick else []),
+                                    *train_flags) for r in todo}
+    threads = max(1, (os.cpu_count() or 1) // len(todo))
+    train_until = deadline - EVALUATE_SECONDS["paper"][device.type]
+    hours = max(60.0, train_until - time.time() - START_SECONDS) / 3600
+    for folder in folders.values():
+        os.makedirs(folder, exist_ok=True)
+    begun = time.time()
+    codes = run_logged({n: (cmd + ["--stop-time-hours", f"{hours:.6f}"], os.path.join(folders[n], "train.log"))
+                        for n, cmd in commands.items()}, train_until + 30, threads)
+    trained_s, begun = time.time() - begun, time.time()
+    generate = QUICK_GENERATE["paper"] if quick else shlex.split(load_setups()["trainings"]["thesis-iwslt"]["generate"])
+    last = {n: os.path.join(folder, "checkpoints", "checkpoint_last.pt") for n, folder in folders.items()}
+    evals = {n: (evaluate_command(last[n], data, os.path.join(folder, "eval-test"), generate, device),
+                 os.path.join(folder, "evaluate.log"))
+             for n, folder in folders.items() if os.path.exists(last[n])}
+    eval_codes = run_logged(evals, deadline, threads)
+    evaluated_s = time.time() - begun
+    prep = read_prep_env(data)
+    flavour, _ = env_headline(prep)
+    for run in todo:
+        log, folder = os.path.join(folders[run.name], "train.log"), folders[run.name]
+        metrics = read_json(os.path.join(folder, "eval-test", "metrics.json"))
+        record = {"name": run.name, "row": run.row, "seed": run.seed, "updates_planned": run.updates,
+                  "max_tokens": run.max_tokens, "lr": run.lr, "warmup": run.warmup, "device": device_name(device),
+                  "precision": "fp16" if device.type == "cuda" else "fp32", "quick": quick,
+                  "concurrent_runs": len(todo), "data": data, "test_set": prep.get("test_set"),
+                  "bpe_merges": prep.get("bpe_merges"), "dict_size": prep.get("dict_size"),
+                  "train_command": commands[run.name], "train_returncode": codes.get(run.name),
+                  "train_wall_s": round(trained_s, 1), **training_progress(log), **training_speed(log),
+                  "target_tokens": target_tokens(log), "valid_loss": valid_loss(log),
+                  "eval_returncode": eval_codes.get(run.name), "eval_wall_s": round(evaluated_s, 1),
+                  "generate": generate, "bleu_flavour": flavour,
+                  "bleu": read_bleu(os.path.join(folder, "eval-test"), flavour),
+                  "chrf": (metrics.get("chrF2") or {}).get("score")}
+        with open(os.path.join(folder, "run.json"), "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1)
+            f.write("\n")
+
+
+def device_name(device) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({os.cpu_count()} cores)"
+
+
+def sentence_stats(record: dict):
+    """sacreBLEU's statistics of each test sentence of a run (for the multi-run test), or None."""
+    from fairseq_ext.reproduce.marks import FLAVOUR_FILES
+    from fairseq_ext.tools.statistics import sentence_stats as stats
+
+    flavour = record.get("bleu_flavour", "detok-cased")
+    hyp, ref = (os.path.join(record["folder"], "eval-test", name)
+                for name in FLAVOUR_FILES["tok" if flavour.startswith("tok") else "detok"])
+    if not (os.path.exists(hyp) and os.path.exists(ref)):
+        return None
+    return stats(read_lines(ref), read_lines(hyp), flavour)
+
+
+def complete(record: dict) -> bool:
+    """The run trained all its planned updates (not stopped early by the time limit)."""
+    return (record.get("updates") or 0) >= record.get("updates_planned", 0)
+
+
+def settings_of(record: dict) -> Tuple[int, int, float, int]:
+    return record["updates_planned"], record["max_tokens"], record["lr"], record["warmup"]
+
+
+def write_table(out: str) -> List[str]:
+    from fairseq_ext.tools.statistics import stratified_ar
+
+    spread = lambda values: format_mean_sd(*mean_sd(values))  # noqa: E731  mean ± sd over seeds
+    root = os.path.join(out, "paper", "runs")
+    found = [{**read_json(os.path.join(root, name, "run.json")), "folder": os.path.join(root, name)}
+             for name in (sorted(os.listdir(root)) if os.path.isdir(root) else [])
+             if os.path.exists(os.path.join(root, name, "run.json"))]
+    records = [r for r in found if r.get("bleu") is not None]
+    failed = [r for r in found if r.get("bleu") is None]
+    quick = any(r.get("quick") for r in found)
+    rows = {r.id: r for r in thesis_rows()}
+    order, base_id = list(rows), next(iter(rows))
+    groups: Dict[tuple, Dict[int, dict]] = {}
+    for r in records:
+        groups.setdefault((r["row"],) + settings_of(r), {})[r["seed"]] = r
+    body, json_rows = [], []
+    settings_vary = len({k[1:] for k in groups}) > 1
+    for key in sorted(groups, key=lambda k: (k[1:], order.index(k[0]))):
+        row_id, by_seed = key[0], groups[key]
+        seeds = sorted(by_seed)
+        runs = [by_seed[s] for s in seeds]
+        thesis_bleu, thesis_gain = thesis_number(rows[row_id])
+        bleu = [r["bleu"] for r in runs]
+        chrf = [r["chrf"] for r in runs if r.get("chrf") is not None]
+        base = groups.get((base_id,) + key[1:], {})
+        # compared over the seeds both trained to their planned updates (equal training)
+        paired = [s for s in seeds if s in base and complete(by_seed[s]) and complete(base[s])]
+        delta = p = None
+        if row_id != base_id and paired:
+            # the difference of the mean BLEU over the paired seeds; p from the multi-run test
+            delta = statistics.mean(by_seed[s]["bleu"] - base[s]["bleu"] for s in paired)
+            ours, theirs = ({s: sentence_stats(g[s]) for s in paired} for g in (by_seed, base))
+            if all(v is not None for v in list(ours.values()) + list(theirs.values())):
+                p = stratified_ar(theirs, ours, shuffles=1000 if quick else 10000)["p_value"]
+        updates = [r.get("updates") or 0 for r in runs]
+        short = [f"s{r['seed']}: {u:,} of {r['updates_planned']:,}" for r, u in zip(runs, updates) if not complete(r)]
+        tokens = [r.get("target_tokens") or 0 for r in runs]
+        mean_tokens = statistics.mean(tokens)
+        budget = [u * r["max_tokens"] / (THESIS_UPDATES * THESIS_MAX_TOKENS) for u, r in zip(updates, runs)]
+        wall = [r.get("train_wall_s") or 0 for r in runs]
+        ups = [r["train_ups"] for r in runs if r.get("train_ups")]  # fairseq's own, of its epochs
+        loss = [r["valid_loss"] for r in runs if r.get("valid_loss") is not None]
+        label = rows[row_id].label
+        cells = [label, None if thesis_bleu is None else
+                 f"{thesis_bleu:.2f}" + ("" if thesis_gain is None else f" ({thesis_gain:+.2f})"),
+                 ", ".join(map(str, seeds)), spread(bleu), None if delta is None else f"{delta:+.2f}",
+                 None if p is None else f"{p:.3f}", spread(chrf) if chrf else None,
+                 f"{statistics.mean(updates):,.0f}" + (f" (stopped by time: {'; '.join(short)})" if short else ""),
+                 f"{mean_tokens / 1e6:.1f}M" if mean_tokens >= 1e6 else f"{mean_tokens:,.0f}",
+                 f"{100 * statistics.mean(budget):.2g}%",
+                 f"{statistics.mean(wall):.0f}", f"{statistics.mean(ups):.1f}" if ups else None,
+                 spread(loss) if loss else None]
+        if settings_vary:
+            cells.insert(1, Run(row_id, 0, *key[1:]).settings)
+        body.append(cells)
+        json_rows.append({"row": row_id, "label": label, "updates_planned": key[1], "max_tokens": key[2],
+                          "lr": key[3], "warmup": key[4], "seeds": seeds, "thesis_bleu": thesis_bleu,
+                          "thesis_gain": thesis_gain, "bleu": bleu, "chrf": chrf, "delta_to_baseline": delta,
+                          "p_value": p, "paired_seeds": paired, "updates": updates, "target_tokens": tokens,
+                          "thesis_budget_share": budget, "train_wall_s": wall, "valid_loss": loss})
+    header = ["row", "thesis BLEU (gain)", "seeds", "BLEU", "Δ to our baseline", "p (AR)", "chrF2", "updates",
+              "target tokens", "of the thesis' tokens", "training s", "updates/s", "valid loss"]
+    if settings_vary:
+        header.insert(1, "settings")
+    first = records[0] if records else {}
+    lines = ["# Thesis Table 3.3 on one device: IWSLT'15 En→Vi", ""]
+    if quick:
+        lines += ["`--quick`: a tiny model for a few updates; the numbers mean nothing.", ""]
+    shown = Run(base_id, 0, *settings_of(first)).settings if first else ""
+    lines += [
+        "Each run: `fairseq-ext train --config iwslt` with the row's flags (the thesis' small config: 4+4 layers, "
+        f"d 256, d_ff 1024, 4 heads, shared embeddings, max length 150) in {first.get('precision', '?')} on "
+        f"{first.get('device', '?')}, {first.get('concurrent_runs', '?')} runs at once on the one device; then "
+        f"`fairseq-ext evaluate {' '.join(first.get('generate', []))}` on {first.get('test_set', '?')} "
+        f"({first.get('bleu_flavour', '?')} sacreBLEU, the thesis' flavour for En→Vi; chrF2 on the same text). "
+        f"Data: joint BPE with {first.get('bpe_merges', '?')} merges, {first.get('dict_size', '?')} types.", "",
+        (f"Training: {shown}, " if shown and not settings_vary else "Training: ")
+        + "on the thesis' schedule (one cosine cycle after a linear warm-up) compressed to those updates; the thesis "
+        "trains 200,000 updates of 2,048 tokens. \"of the thesis' tokens\": updates × our --max-tokens over the "
+        "thesis' 200,000 × 2,048 (both the cap fairseq fills a batch to); \"target tokens\": the target tokens "
+        "trained on. \"training s\": the wall time of the trainings, all at once on the device. Δ: the row's "
+        "BLEU minus our baseline's, over the seeds both trained to their updates with the same settings; p: the "
+        "multi-run approximate randomization test (fairseq_ext.tools.statistics.stratified_ar) over those "
+        "seeds. Several seeds: mean ± sd.", ""]
+    lines += table(header, body) if body else ["No finished run yet."]
+    if failed:
+        lines += ["", "Runs without a score (see their train.log and evaluate.log):", ""]
+        lines += [f"- {r['name']}: train exit {r.get('train_returncode')}, evaluate exit "
+                  f"{r.get('eval_returncode')}" for r in failed]
+    result = "ok" if records and not failed else ("no finished run" if not records else f"{len(failed)} runs failed")
+    runs = [{k: v for k, v in r.items() if k != "folder"} for r in records + failed]
+    return write_stage(out, "paper", {"result": result, "quick": quick, "rows": json_rows, "runs": runs}, lines)

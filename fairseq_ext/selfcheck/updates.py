@@ -1,22 +1,43 @@
-"""``fairseq-ext benchmark --mode updates``: fairseq's training updates (``Trainer.train_step``:
-forward, backward, Adam's step, in fp16 the loss scaler) of the stock Transformer and of each
-row, interleaved on the same batches of real sentence lengths at each ``--max-tokens``, and
-fairseq's beam search on sentences of the same data (docs/performance.md, "Training updates at
-the papers' batch")."""
-import json
+"""``--mode updates``: full training updates as fairseq-train runs them, at the papers' batches.
+
+    fairseq-ext benchmark --mode updates --config small --vocab 32000 --max-tokens 480 2048 4960 16384 \\
+        --data data-bin/iwslt15.en-vi --device cuda --dtype fp16 --json small.json
+    fairseq-ext benchmark --mode updates --config base --max-tokens 4960 --data data-bin/wmt14.en-de \\
+        --device cuda --dtype fp16 --json base.json
+
+* an update is fairseq's own ``Trainer.train_step`` (forward, backward, Adam's step, in fp16
+  fairseq's loss scaler; the optimizer, schedule and label smoothing of configs/iwslt.args), the
+  stock model with fairseq's ``label_smoothed_cross_entropy``, the rows with the plugin's
+  ``multi_output_label_smoothed_cross_entropy``;
+* its batches are fairseq-train's: the sentence lengths of a corpus (``--data``: the split's
+  sizes of a binarized data dir, or the word counts of two text files; without it a fixed
+  distribution like IWSLT'15 En-Vi's), cut by fairseq's ``batch_by_size`` at each
+  ``--max-tokens``, shuffled as an epoch; token ids random in a dictionary of ``--vocab`` words;
+* stock and row run the same batches in blocks of ``--block`` updates, alternating A B, B A, ...,
+  ``--updates`` each after ``--warmup``; the speed is the median of the ratios of each pair of
+  blocks (stock's time / the row's) with its IQR; target tokens per second and achieved TFLOP/s
+  (FLOPs of the warm-up updates per target token, torch's FLOP counter, times the tokens per
+  second) of both;
+* decoding: fairseq's SequenceGenerator at ``--beam`` on ``--decode-sentences`` sentences of the
+  corpus in batches of ``--decode-batch`` (sorted by length as fairseq-generate batches them),
+  each batch forced to ``--decode-len`` steps (fairseq_ext/selfcheck/updates.py).
+"""
+import glob
+import gzip
+import os
 import re
 import shlex
 import statistics
 import time
 from typing import List
 
+import numpy as np
 import torch
 
 from fairseq_ext.errors import OptionError
 from fairseq_ext.model_builder import build_model, make_dictionary
-from fairseq_ext.selfcheck.corpus_batches import corpus_lengths, decode_batches, pair_dataset, train_batches
-from fairseq_ext.selfcheck.timing import (SIZES, flops, generate_fn, interleaved_ratio, quartiles, size_flags,
-                                           sync)
+from fairseq_ext.selfcheck.timing import (BASE_ROWS, SIZES, flops, generate_fn, interleaved_ratio, quartiles,
+                                           size_flags, speed, sync, write_json)
 
 # the optimizer, schedule and loss of configs/iwslt.args and configs/wmt14.args (the papers' training)
 TRAIN_FLAGS = ["--share-all-embeddings", "--dropout", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
@@ -26,6 +47,9 @@ TRAIN_FLAGS = ["--share-all-embeddings", "--dropout", "0.1", "--optimizer", "ada
 MAX_POSITIONS = {"base": 200}  # the configs' --max-source/target-positions; the other sizes 150 (iwslt.args)
 STOCK_CRITERION, ROW_CRITERION = "label_smoothed_cross_entropy", "multi_output_label_smoothed_cross_entropy"
 DEFAULT_MAX_TOKENS = {"base": 4960}  # the papers' batches: WMT 4,960 tokens, IWSLT 2,048
+# without --data: sentence lengths like IWSLT'15 En-Vi's tokenized training text (log word counts
+# of train.en: mean 2.87, sd 0.61; train.vi / train.en: 1.22), each + 1 for </s>
+SYNTHETIC = {"sentences": 20000, "log_mean": 2.87, "log_sd": 0.61, "tgt_ratio": 1.22, "ratio_log_sd": 0.15}
 
 
 def add_arguments(parser) -> None:
@@ -59,8 +83,6 @@ def add_arguments(parser) -> None:
 
 def check_arguments(cli, parser) -> None:
     """The defaults of this mode, and its options' values checked (errors name the option)."""
-    from fairseq_ext.selfcheck.stages import BASE_ROWS
-
     if cli.profile:
         parser.error("--profile: with --mode steps only")
     cli.vocab = cli.vocab or 32000
@@ -138,17 +160,13 @@ def interleaved_updates(stock, variant, samples, warmup: int, block: int, device
     next) gives one time ratio (row / stock) in which each model ran first once. The median
     of those ratios with its IQR, and per model its time, target tokens, tokens per second and
     achieved FLOP/s."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     warm, timed = samples[:warmup], samples[warmup:]
     warm_tokens = sum(int(s["ntokens"]) for s in warm)
     out = {}
     for name, trainer in (("stock", stock), ("variant", variant)):
-        with FlopCounterMode(display=False) as counter:
-            run_updates(trainer, warm, device)
+        counted = flops(lambda: run_updates(trainer, warm, device))
         run_updates(trainer, warm, device)  # a new model's first plain updates (allocator, kernels)
-        out[name] = {"flops_per_tgt_token": counter.get_total_flops() / warm_tokens, "block_seconds": [],
-                     "skipped": 0}
+        out[name] = {"flops_per_tgt_token": counted / warm_tokens, "block_seconds": [], "skipped": 0}
     order = [("stock", stock), ("variant", variant)]
     for i in range(0, len(timed), block):
         for name, trainer in (order if (i // block) % 2 == 0 else order[::-1]):
@@ -172,23 +190,14 @@ def interleaved_updates(stock, variant, samples, warmup: int, block: int, device
             "tgt_tokens_per_batch": tokens / len(timed)}
 
 
-def generate_all(model, batches, dictionary, beam):
-    runs = [generate_fn(model, batch, dictionary, beam, steps) for batch, steps in batches]
-
-    def run():
-        for r in runs:
-            r()
-
-    return run
-
-
-def interleaved_generate(stock_model, row_model, batches, dictionary, stock_flops: int, cli, device) -> dict:
+def interleaved_generate(stock_model, row_model, batches, dictionary, stock_flops, cli, device) -> dict:
     """fairseq's beam search over ``batches``, stock and row alternating by runs (as the steps
     mode times generation): the median time ratio with its IQR, output tokens per second and
-    achieved FLOP/s of both (FLOPs of one run each, torch's counter)."""
-    gen_stock = generate_all(stock_model, batches, dictionary, cli.beam)
-    gen_row = generate_all(row_model, batches, dictionary, cli.beam)
-    g = interleaved_ratio(gen_stock, gen_row, device, cli.min_pairs, cli.max_pairs, cli.seconds, cli.spread)
+    achieved FLOP/s of both (FLOPs of one run each, torch's counter; the stock's counted on the
+    first call, ``stock_flops`` None, and passed to the next)."""
+    gen_stock, gen_row = (generate_all(m, batches, dictionary, cli.beam) for m in (stock_model, row_model))
+    stock_flops = stock_flops or flops(gen_stock)
+    g = interleaved_ratio(gen_stock, gen_row, device, cli)
     row_flops = flops(gen_row)
     tokens = sum(int(b[1].numel()) * (steps + 1) for b, steps in batches)  # the forced steps and </s>
     g.update(beam=cli.beam, sentences=sum(int(b[1].numel()) for b, _ in batches), tokens=tokens,
@@ -199,32 +208,28 @@ def interleaved_generate(stock_model, row_model, batches, dictionary, stock_flop
     return g
 
 
-def speed_text(r) -> str:
-    """A time ratio as a speed (1 / ratio) with the IQR turned the same way."""
-    return f"{1 / r['ratio']:.2f} [{1 / r['iqr'][1]:.2f}-{1 / r['iqr'][0]:.2f}]"
+def generate_all(model, batches, dictionary, beam):
+    runs = [generate_fn(model, batch, dictionary, beam, steps) for batch, steps in batches]
+    return lambda: [r() for r in runs]
 
 
 def run(cli, parser, device) -> int:
-    dtype_flags = {"fp32": [], "fp16": ["--fp16"], "bf16": ["--bf16"]}[cli.dtype]
-    dtype_flags += ["--cpu"] if device.type == "cpu" else []
     try:
         src_sizes, tgt_sizes, data_info = corpus_lengths(cli.data, cli.split, cli.seed)
     except ValueError as e:
         parser.error(str(e))
     dictionary = make_dictionary(cli.vocab - 4)
     stock_arch, arch, _ = SIZES[cli.config]
-    common = train_flags(cli.config, dtype_flags)
+    dtype_flags = {"fp32": [], "fp16": ["--fp16"], "bf16": ["--bf16"]}[cli.dtype]
+    common = train_flags(cli.config, dtype_flags + (["--cpu"] if device.type == "cpu" else []))
     stock = build_trainer(stock_arch, common, STOCK_CRITERION, dictionary, cli.seed)
     dataset = pair_dataset(src_sizes, tgt_sizes, dictionary, cli.seed)
     blocks = 2 * -(-cli.updates // (2 * cli.block))  # pairs of blocks (A B, B A)
-    needed = cli.warmup + blocks * cli.block
-    sweep = {}
-    for max_tokens in cli.max_tokens:
-        try:
-            sweep[max_tokens] = train_batches(stock, dataset, max_tokens, needed, cli.seed,
-                                              cli.required_batch_size_multiple)
-        except ValueError as e:
-            parser.error(str(e))
+    try:
+        sweep = {m: train_batches(stock, dataset, m, cli.warmup + blocks * cli.block, cli.seed,
+                                  cli.required_batch_size_multiple) for m in cli.max_tokens}
+    except ValueError as e:
+        parser.error(str(e))
     settle_s = cli.settle if cli.settle is not None else (60.0 if device.type == "cuda" else 0.0)
     passes = settle(stock, [s for samples, _ in sweep.values() for s in samples], device, settle_s)
     decoding = decode_batches(stock, src_sizes, tgt_sizes, dictionary, cli, device) if cli.decode_sentences else []
@@ -274,29 +279,26 @@ def run(cli, parser, device) -> int:
         for max_tokens, (samples, _) in sweep.items():
             r = interleaved_updates(stock, variant, samples, cli.warmup, cli.block, device)
             rec["updates"].append({"max_tokens": max_tokens, "settings": {**settings, "max_tokens": max_tokens}, **r})
-            print(f"| {name} | {max_tokens} | {speed_text(r)} | {1 / r['flops_ratio']:.2f} | "
+            print(f"| {name} | {max_tokens} | {speed(r)} | {1 / r['flops_ratio']:.2f} | "
                   f"{r['stock']['tokens_per_s']:.0f} | {r['variant']['tokens_per_s']:.0f} | "
                   f"{r['stock']['tflops']:.3g} | {r['variant']['tflops']:.3g} | {r['sentences_per_batch']:.1f} | "
                   f"{r['stock']['skipped']}/{r['variant']['skipped']} |", flush=True)
             write_json(cli.json, results)
         if decoding:
-            if stock_decode_flops is None:
-                stock_decode_flops = flops(generate_all(stock.model, decoding, dictionary, cli.beam))
             g = interleaved_generate(stock.model, variant.model, decoding, dictionary, stock_decode_flops, cli, device)
-            g["settings"] = {**settings, "beam": cli.beam, "decode_len": cli.decode_len}
-            rec["generate"] = g
+            stock_decode_flops = g["stock_flops"]
+            rec["generate"] = {**g, "settings": {**settings, "beam": cli.beam, "decode_len": cli.decode_len}}
             decode_rows.append((name, g))
             write_json(cli.json, results)
         del variant
     if decode_rows:
-        g0 = decode_rows[0][1]
-        print(f"\nDecoding: fairseq's SequenceGenerator at beam {cli.beam}, {g0['sentences']} sentences of the data in "
-              f"{g0['batches']} batches, each forced to --decode-len {cli.decode_len} steps; speed as above "
-              "(median of interleaved runs [IQR]); tok/s = output tokens per second")
+        print(f"\nDecoding: fairseq's SequenceGenerator at beam {cli.beam}, {decode_rows[0][1]['sentences']} sentences "
+              f"of the data in {decode_rows[0][1]['batches']} batches, each forced to --decode-len {cli.decode_len} "
+              "steps; speed as above (median of interleaved runs [IQR]); tok/s = output tokens per second")
         print("| row | generate speed [IQR] | by FLOPs | stock tok/s | row tok/s | stock TFLOP/s | row TFLOP/s |")
         print("|---|---:|---:|---:|---:|---:|---:|")
         for name, g in decode_rows:
-            print(f"| {name} | {speed_text(g)} | {1 / g['flops_ratio']:.2f} | {g['stock_tokens_per_s']:.0f} | "
+            print(f"| {name} | {speed(g)} | {1 / g['flops_ratio']:.2f} | {g['stock_tokens_per_s']:.0f} | "
                   f"{g['variant_tokens_per_s']:.0f} | {g['stock_tflops']:.3g} | {g['variant_tflops']:.3g} |")
     if len(cli.max_tokens) > 1:
         print("\nTraining speed by --max-tokens (1 / time ratio, median over the pairs of blocks)")
@@ -308,7 +310,137 @@ def run(cli, parser, device) -> int:
     return 0
 
 
-def write_json(path, results) -> None:
-    if path:  # after every row: a run stopped early keeps the rows it finished
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=1)
+def corpus_lengths(data, split: str, seed: int):
+    """(source sizes, target sizes, description): per sentence pair, the token counts fairseq-train
+    batches by (with </s>). ``data``: None (the synthetic distribution), [DIR] (a binarized data dir:
+    the sizes of its ``split``), or [SRC, TGT] (text files, .gz allowed: whitespace word counts + 1)."""
+    if not data:
+        rng = np.random.default_rng(seed)
+        n = SYNTHETIC["sentences"]
+        words = np.clip(np.rint(np.exp(rng.normal(SYNTHETIC["log_mean"], SYNTHETIC["log_sd"], n))), 1, 148)
+        ratio = SYNTHETIC["tgt_ratio"] * np.exp(rng.normal(0, SYNTHETIC["ratio_log_sd"], n))
+        tgt = np.clip(np.rint(words * ratio), 1, 148)
+        return (words + 1).astype(np.int64), (tgt + 1).astype(np.int64), {
+            "kind": "synthetic", "what": f"no --data: {n} synthetic sentence lengths like IWSLT'15 En-Vi's "
+                                        f"tokenized text (log words ~ N({SYNTHETIC['log_mean']}, "
+                                        f"{SYNTHETIC['log_sd']}), target {SYNTHETIC['tgt_ratio']}x), + 1 for </s>"}
+    if len(data) == 1:
+        folder = data[0]
+        if not os.path.isdir(folder):
+            raise ValueError(f"--data {folder}: not a directory (give a binarized data dir, or SRC TGT text files)")
+        pairs = sorted({m.groups() for f in glob.glob(os.path.join(folder, f"{split}.*-*.*.idx"))
+                        if (m := re.fullmatch(rf"{re.escape(split)}\.([^.-]+)-([^.-]+)\.[^.]+\.idx",
+                                              os.path.basename(f)))})
+        if len(pairs) != 1:
+            found = ": " + ", ".join("-".join(p) for p in pairs) if pairs else ""
+            raise ValueError(f"--data {folder}: {'no' if not pairs else 'more than one'} binarized {split} split "
+                             f"({split}.SRC-TGT.SRC.idx){found}")
+        from fairseq.data import data_utils
+
+        src_lang, tgt_lang = pairs[0]
+        sizes = []
+        for lang in (src_lang, tgt_lang):
+            dataset = data_utils.load_indexed_dataset(os.path.join(folder, f"{split}.{src_lang}-{tgt_lang}.{lang}"))
+            if dataset is None:
+                raise ValueError(f"--data {folder}: cannot read {split}.{src_lang}-{tgt_lang}.{lang}")
+            sizes.append(np.asarray(dataset.sizes, dtype=np.int64))
+        return sizes[0], sizes[1], {"kind": "binarized", "what": f"{folder}: the {split} split's {src_lang}-{tgt_lang} "
+                                                                 "sizes (fairseq's tokens, </s> included)"}
+    if len(data) == 2:
+        counts = []
+        for path in data:
+            if not os.path.isfile(path):
+                raise ValueError(f"--data {path}: no such file")
+            with (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
+                counts.append(np.fromiter((len(line.split()) + 1 for line in f), dtype=np.int64))
+        if len(counts[0]) != len(counts[1]):
+            raise ValueError(f"--data {data[0]} {data[1]}: {len(counts[0])} and {len(counts[1])} lines")
+        return counts[0], counts[1], {"kind": "text", "what": f"{data[0]} / {data[1]}: whitespace word counts + 1 "
+                                                              "for </s>, a proxy for fairseq's tokens (BPE makes "
+                                                              "sentences longer)"}
+    raise ValueError("--data: one binarized data dir, or two text files SRC TGT")
+
+
+class RandomTokens:
+    """A sentence per size: token ids uniform over the dictionary's words, </s> last; the same ids
+    for an index every time (a generator seeded by it), so that nothing is held in memory."""
+
+    def __init__(self, sizes, dictionary, seed: int):
+        self.sizes, self.seed = sizes, seed
+        self.low, self.high, self.eos = dictionary.nspecial, len(dictionary), dictionary.eos()
+
+    def __len__(self):
+        return len(self.sizes)
+
+    def __getitem__(self, index):
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + int(index))
+        tokens = torch.randint(self.low, self.high, (int(self.sizes[index]),), generator=g)
+        tokens[-1] = self.eos
+        return tokens
+
+
+def pair_dataset(src_sizes, tgt_sizes, dictionary, seed: int, shuffle: bool = True):
+    """fairseq's LanguagePairDataset (padding and input feeding as the translation task sets
+    them) over random tokens of these sizes."""
+    from fairseq.data import LanguagePairDataset
+
+    return LanguagePairDataset(RandomTokens(src_sizes, dictionary, seed), src_sizes, dictionary,
+                               RandomTokens(tgt_sizes, dictionary, seed + 1), tgt_sizes, dictionary,
+                               left_pad_source=True, left_pad_target=False, shuffle=shuffle)
+
+
+def train_batches(trainer, dataset, max_tokens: int, count: int, seed: int, multiple: int):
+    """The first ``count`` batches fairseq-train makes of ``dataset`` at ``max_tokens`` (epochs
+    repeated as fairseq-train does when one is shorter), collated on the CPU; and what the
+    batching left out. The arguments are those of fairseq's ``Trainer.get_train_iterator``:
+    pairs longer than the model's or task's positions or than max_tokens are ignored. fairseq
+    0.12's batch_by_size drops a last batch whose size is not a multiple of ``multiple``; the
+    plugin's guard (fairseq_ext.guards.batching, on in fairseq-train with the plugin too) keeps
+    it, and ``dropped_by_batch_by_size`` counts what is missing all the same."""
+    from fairseq import utils
+
+    task = trainer.task
+    max_positions = utils.resolve_max_positions(task.max_positions(), trainer.model.max_positions(), max_tokens)
+    src, tgt = dataset.src_sizes, dataset.tgt_sizes
+    too_long = int(((src > max_positions[0]) | (tgt > max_positions[1])).sum())
+    if too_long == len(src):
+        raise ValueError(f"--max-tokens {max_tokens}: no sentence pair of the data fits (every one is longer "
+                         f"than {tuple(max_positions)} tokens)")
+    itr = task.get_batch_iterator(dataset, max_tokens=max_tokens, max_positions=max_positions,
+                                  ignore_invalid_inputs=True, required_batch_size_multiple=multiple, seed=seed,
+                                  epoch=1, disable_iterator_cache=True)
+    batched = sum(len(b) for b in itr.frozen_batches)
+    info = {"max_tokens": max_tokens, "max_positions": list(max_positions), "sentences": len(src),
+            "too_long": too_long, "dropped_by_batch_by_size": len(src) - too_long - batched,
+            "batches_in_epoch": len(itr.frozen_batches), "required_batch_size_multiple": multiple}
+    samples = []
+    while len(samples) < count:
+        for sample in itr.next_epoch_itr(shuffle=True):
+            samples.append(sample)
+            if len(samples) == count:
+                break
+    return samples, info
+
+
+def decode_batches(trainer, src_sizes, tgt_sizes, dictionary, cli, device):
+    """``--decode-sentences`` pairs of the corpus drawn at random, batched as fairseq-generate
+    batches a test set (fairseq's order by length, ``--decode-batch`` sentences a batch):
+    [((src_tokens, src_lengths, None), forced steps)]; ``--decode-len``: ``target`` the batch's
+    mean target length (</s> not counted), ``N`` a fixed number, ``Ax`` A times its mean source
+    length."""
+    max_positions = trainer.task.max_positions()
+    fits = np.flatnonzero((src_sizes <= max_positions[0]) & (tgt_sizes <= max_positions[1] - 1))
+    chosen = np.random.default_rng(cli.seed).choice(fits, min(cli.decode_sentences, len(fits)), replace=False)
+    dataset = pair_dataset(src_sizes[chosen], tgt_sizes[chosen], dictionary, cli.seed + 7, shuffle=False)
+    itr = trainer.task.get_batch_iterator(dataset, max_sentences=cli.decode_batch, disable_iterator_cache=True)
+    batches = []
+    for sample in itr.next_epoch_itr(shuffle=False):
+        ids, net, spec = sample["id"].numpy(), sample["net_input"], cli.decode_len
+        if spec == "target":
+            steps = float(dataset.tgt_sizes[ids].mean()) - 1
+        elif spec.endswith("x"):
+            steps = float(spec[:-1]) * (float(dataset.src_sizes[ids].mean()) - 1)
+        else:
+            steps = int(spec)
+        batches.append(((net["src_tokens"].to(device), net["src_lengths"].to(device), None), max(1, round(steps))))
+    return batches

@@ -15,9 +15,9 @@ from model_utils import make_tiny_parallel_data
 
 from fairseq_ext.model_builder import make_dictionary
 from fairseq_ext.selfcheck import benchmark, updates
-from fairseq_ext.selfcheck import corpus_batches as batches
+from fairseq_ext.selfcheck import updates as batches
 from fairseq_ext.selfcheck import timing as measure
-from fairseq_ext.selfcheck.stages import BASE_ROWS
+from fairseq_ext.selfcheck.timing import BASE_ROWS, ROWS
 
 TINY = measure.SIZES["tiny"]
 SWEEP = [61, 250]  # not multiples of 8
@@ -163,13 +163,13 @@ def test_every_row_of_the_thesis_overhead_list_runs_in_updates_mode(tmp_path, mo
         flags[flags.index(option) + 1] = "4"
     monkeypatch.setitem(measure.SIZES, "tiny", (TINY[0], TINY[1], flags))
     out = tmp_path / "rows.json"
-    names = [row.partition(":")[0] for row in BASE_ROWS]
+    names = BASE_ROWS
     assert benchmark.main(["--mode", "updates", "--config", "tiny", "--configs", *names, "--max-tokens", "90",
                            "--updates", "1", "--block", "1", "--warmup", "1", "--vocab", "200",
                            "--decode-sentences", "0", "--threads", "1", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["configs"]
     assert [r["name"] for r in rows] == names
-    assert [r["flags"] for r in rows] == [row.partition(":")[2] for row in BASE_ROWS]
+    assert [r["flags"] for r in rows] == [ROWS[name] for name in BASE_ROWS]
     assert all("error" not in r and r["updates"][0]["variant"]["updates"] == 2 for r in rows), \
         [r.get("error") for r in rows]
 

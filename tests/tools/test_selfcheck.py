@@ -190,13 +190,22 @@ def test_a_benchmark_stopped_by_the_time_limit_keeps_its_finished_rows(monkeypat
     row = {"name": "M-10", "train": timing, "generate_beam": timing, "train_flops_ratio": 1.5,
            "decode_flops_ratio": 1.4}
 
-    def stopped_run(cmd, **kwargs):
-        with open(cmd[cmd.index("--json") + 1], "w", encoding="utf-8") as f:
-            json.dump({"settings": {"batch": 16, "src_len": 30, "tgt_len": 30, "steps": 30, "beam": 4},
-                       "configs": [row]}, f)
-        raise subprocess.TimeoutExpired(cmd, kwargs["timeout"], output=b"| M-10 | ...\n")
+    class StoppedRun:  # a benchmark that has written one row when the stage stops it
+        def __init__(self, cmd, **kwargs):
+            with open(cmd[cmd.index("--json") + 1], "w", encoding="utf-8") as f:
+                json.dump({"settings": {"batch": 16, "src_len": 30, "tgt_len": 30, "steps": 30, "beam": 4},
+                           "configs": [row]}, f)
 
-    monkeypatch.setattr(stage_files.subprocess, "run", stopped_run)
+        def wait(self, timeout=None):
+            if timeout is not None:
+                raise subprocess.TimeoutExpired("benchmark", timeout)
+
+        def terminate(self):
+            pass
+
+        kill = terminate
+
+    monkeypatch.setattr(stage_files.subprocess, "Popen", StoppedRun)
     stages.run_bench(str(tmp_path), __import__("torch").device("cpu"), quick=False, time_limit=60)
     bench = read(str(tmp_path / "bench.json"))
     assert bench["result"] == "2 of 2 runs failed"
@@ -212,24 +221,24 @@ def test_a_benchmark_stopped_by_the_time_limit_keeps_its_finished_rows(monkeypat
 def test_paper_stage_plan_and_logs(tmp_path):
     """The paper stage's rows, grid and what it reads from fairseq's log, without training."""
     from fairseq_ext.errors import CommandError
-    from fairseq_ext.selfcheck import paper
+    from fairseq_ext.selfcheck import training
 
-    rows = [r.id for r in paper.thesis_rows()]
+    rows = [r.id for r in training.thesis_rows()]
     assert rows[:3] == ["transformer", "iter-c-agg", "m-01"] and len(rows) == 9  # by the thesis' En-Vi gain
-    assert paper.thesis_number(paper.chosen_rows("m-10")[0]) == (30.71, 0.13)
-    runs = paper.plan("transformer,m-01", "1,2", None, "4096,8192", None, None, quick=False)
-    assert len(runs) == 8 and {r.lr for r in runs} == {paper.SETTINGS["lr"]}
+    assert training.thesis_number(next(r for r in training.thesis_rows() if r.id == "m-10")) == (30.71, 0.13)
+    runs = training.plan("transformer,m-01", "1,2", None, "4096,8192", None, None, quick=False)
+    assert len(runs) == 8 and {r.lr for r in runs} == {training.SETTINGS["lr"]}
     assert "m-01-s2-u3000-mt4096-lr0.001-wu500" in {r.name for r in runs}
     with pytest.raises(CommandError, match="--rows: unknown row luong"):
-        paper.plan("transformer,luong", "1", None, None, None, None, quick=False)
+        training.plan("transformer,luong", "1", None, None, None, None, quick=False)
     with pytest.raises(CommandError, match="--lr: '0,1e-3'"):
-        paper.plan("transformer", "1", None, None, "0,1e-3", None, quick=False)
+        training.plan("transformer", "1", None, None, "0,1e-3", None, quick=False)
     with pytest.raises(CommandError, match=r"--warmup \(500\) must be below --updates \(400\)"):
-        paper.plan("transformer", "1", "400", None, None, None, quick=False)
+        training.plan("transformer", "1", "400", None, None, None, quick=False)
     log = tmp_path / "train.log"
     log.write_text("epoch 001 | valid on 'valid' subset | loss 9.5 | nll_loss 9 | num_updates 100\n"
                    "2026 | INFO | train | epoch 001 | loss 10 | wpb 6000.5 | bsz 200 | num_updates 100\n"
                    "epoch 002 | valid on 'valid' subset | loss 8.25 | nll_loss 8 | num_updates 130\n"
                    "2026 | INFO | train | epoch 002 | loss 9 | wpb 5000 | bsz 150 | num_updates 130\n")
-    assert paper.target_tokens(str(log)) == round(6000.5 * 100 + 5000 * 30)
-    assert paper.valid_loss(str(log)) == 8.25
+    assert training.target_tokens(str(log)) == round(6000.5 * 100 + 5000 * 30)
+    assert training.valid_loss(str(log)) == 8.25
