@@ -261,7 +261,7 @@ def run_all(todo: Reproduction) -> List[str]:
         try:
             execute.run(p)
         except ReproduceError as e:
-            print(f"[{p.table}/{p.row}/{p.dataset}] FAILED: {e}", file=sys.stderr, flush=True)
+            print(f"{p.where} FAILED: {e}", file=sys.stderr, flush=True)
             failed.append(f"{p.row}/{p.dataset}: {e}")
     for a in todo.analyses:
         if not os.path.exists(os.path.join(a.run.run_dir, "result.json")):
@@ -269,7 +269,7 @@ def run_all(todo: Reproduction) -> List[str]:
         try:
             execute.run_analysis(a)
         except ReproduceError as e:
-            print(f"[{a.run.table}/{a.run.row}/{a.run.dataset}] {a.name} FAILED: {e}", file=sys.stderr, flush=True)
+            print(f"{a.run.where} {a.name} FAILED: {e}", file=sys.stderr, flush=True)
             failed.append(f"{a.run.row}/{a.run.dataset} {a.name}: {e}")
     return failed
 

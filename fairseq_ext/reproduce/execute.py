@@ -5,13 +5,12 @@ logs, its measurements go into result.json, and each analysis of a finished run 
 finished run with the same commands is reused, never retrained; a finished analysis with the
 same command is reused, never rerun.
 
-The runner's child commands die with it (:func:`run_child`, :func:`install`). ``fairseq-ext
-reproduce`` runs long commands (train.sh -> fairseq-train, evaluate, analyses). Each runs in
-its own process group, so that a SIGTERM or SIGINT (Ctrl-C, a batch system's time limit,
-``kill``) of the runner reaches the whole tree: fairseq-train's data-loader workers and the
-torch.distributed processes train.sh starts included. On such a signal the runner sends
-SIGTERM to every running child group, waits ``GRACE_SECONDS`` for them to end, kills what is
-left, and then ends the way the signal would have ended it.
+The runner's child commands die with it (:func:`run_child`): each runs in its own process
+group, so that a SIGTERM or SIGINT (Ctrl-C, a batch system's time limit, ``kill``) of the
+runner reaches the whole tree, fairseq-train's data-loader workers and the torch.distributed
+processes train.sh starts included. On such a signal the runner sends SIGTERM to the child's
+group, waits ``GRACE_SECONDS`` for it to end, kills what is left, and then ends the way the
+signal would have ended it.
 
 What a finished run measured is read from what it left: the checkpoint's parameter count and
 model size, the training log's speed and updates, fairseq-generate's decoding speed, the
@@ -37,38 +36,19 @@ from fairseq_ext import resources
 
 GRACE_SECONDS = 10.0
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-_running: Dict[int, subprocess.Popen] = {}
-_lock = threading.Lock()
-_previous: Dict[int, object] = {}
+_running: Dict[int, subprocess.Popen] = {}  # the child run_child waits for
 
 
 class _Stopped(BaseException):
-    """Raised by the signal handler out of a waiting ``run_child`` (whose ``Popen.wait`` holds the
-    lock a second wait on the same child would need)."""
+    """Raised by the signal handler out of the waiting ``Popen.wait`` of :func:`run_child`."""
 
     def __init__(self, signum):
         super().__init__(signum)
         self.signum = signum
 
 
-_waiting = threading.Event()
-
-
-def stop_all(grace: float = GRACE_SECONDS) -> None:
-    """SIGTERM every running child's process group, SIGKILL what is left after ``grace`` s."""
-    with _lock:
-        procs = list(_running.values())
-    for proc in procs:
-        _signal_group(proc, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _signal_group(proc, signal.SIGKILL)
-            proc.wait()
-        _signal_group(proc, signal.SIGKILL)  # the child ended: end what it left in its group
+def _stop(signum, frame):
+    raise _Stopped(signum)
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
@@ -78,54 +58,38 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def _end_like(signum, frame=None):
-    """Stop the children, then end the way ``signum`` would have ended the runner."""
-    stop_all()
-    previous = _previous.get(signum, signal.SIG_DFL)
-    signal.signal(signum, previous)
-    if callable(previous):
-        previous(signum, frame)  # e.g. Python's SIGINT handler: KeyboardInterrupt
-    elif previous != signal.SIG_IGN:
-        os.kill(os.getpid(), signum)
-
-
-def _handle(signum, frame):
-    if _waiting.is_set():
-        raise _Stopped(signum)  # caught in run_child(), outside Popen.wait
-    _end_like(signum, frame)
-
-
-def install() -> None:
-    """Stop the children on SIGTERM/SIGINT (idempotent; only from the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for sig in SIGNALS:
-        current = signal.getsignal(sig)
-        if current is _handle or current == signal.SIG_IGN:
-            continue  # an ignored signal (nohup, a parent's choice) stays ignored
-        _previous[sig] = current
-        signal.signal(sig, _handle)
-
-
 def run_child(cmd: List[str], **popen_kwargs) -> int:
     """``subprocess.run(cmd, ...).returncode`` with the child in its own process group,
     stopped with the runner (see the module docstring)."""
-    install()
+    main = threading.current_thread() is threading.main_thread()  # only it can set signal handlers
+    previous = {sig: signal.getsignal(sig) for sig in SIGNALS} if main else {}
     proc = subprocess.Popen(cmd, start_new_session=True, **popen_kwargs)
-    with _lock:
-        _running[proc.pid] = proc
+    _running[proc.pid] = proc
     try:
-        _waiting.set()
-        try:
-            return proc.wait()
-        finally:
-            _waiting.clear()
+        for sig, handler in previous.items():
+            if handler != signal.SIG_IGN:  # an ignored signal (nohup, a parent's choice) stays ignored
+                signal.signal(sig, _stop)
+        return proc.wait()
     except _Stopped as stopped:
-        _end_like(stopped.signum)
-        raise  # not reached: _end_like ends the process or raises KeyboardInterrupt
+        _signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
+        _signal_group(proc, signal.SIGKILL)  # the child ended: end what it left in its group
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        handler = previous[stopped.signum]  # end the way the signal would have ended the runner
+        if callable(handler):
+            handler(stopped.signum, None)  # e.g. Python's SIGINT handler: KeyboardInterrupt
+        else:
+            os.kill(os.getpid(), stopped.signum)
+        raise
     finally:
-        with _lock:
-            _running.pop(proc.pid, None)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _running.pop(proc.pid, None)
 
 
 def model_summary(checkpoint: str) -> dict:
@@ -139,64 +103,52 @@ def model_summary(checkpoint: str) -> dict:
     return {"params": checkpoints.count_parameters(state), "model": size}
 
 
-_TRAIN_RE = re.compile(r"\|\s*train\s*\|.*")
-_NUM = r"([0-9.]+)"
+def _log_lines(path: str):
+    if os.path.exists(path):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            yield from f
 
 
 def training_speed(log_path: str) -> Dict[str, float]:
     """Updates per second and words per second of the last epoch summaries fairseq printed
     (``| train | ... | wps W | ups U |``), as the mean over epochs."""
-    ups, wps = [], []
-    if not os.path.exists(log_path):
-        return {}
-    with open(log_path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if not _TRAIN_RE.search(line):
-                continue
-            m_u = re.search(r"\bups " + _NUM, line)
-            m_w = re.search(r"\bwps " + _NUM, line)
-            if m_u:
-                ups.append(float(m_u.group(1)))
-            if m_w:
-                wps.append(float(m_w.group(1)))
-    out = {}
-    if ups:
-        out["train_ups"] = sum(ups) / len(ups)
-    if wps:
-        out["train_wps"] = sum(wps) / len(wps)
-    return out
+    found = {"train_ups": [], "train_wps": []}
+    for line in _log_lines(log_path):
+        if re.search(r"\|\s*train\s*\|", line):
+            for key, name in (("train_ups", "ups"), ("train_wps", "wps")):
+                m = re.search(rf"\b{name} ([0-9.]+)", line)
+                if m:
+                    found[key].append(float(m.group(1)))
+    return {key: sum(values) / len(values) for key, values in found.items() if values}
 
 
 def training_progress(log_path: str) -> Dict[str, int]:
     """Updates done and planned, from fairseq-train's closing line (``training ended: U of P
     updates``, fairseq_ext.guards.training_summary), else the last ``num_updates`` it logged."""
-    if not os.path.exists(log_path):
-        return {}
     out = {}
-    with open(log_path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            m = re.search(r"training ended: (\d+) of (\d+|\?) updates", line)
+    for line in _log_lines(log_path):
+        m = re.search(r"training ended: (\d+) of (\d+|\?) updates", line)
+        if m:
+            out = {"updates": int(m.group(1))}
+            if m.group(2) != "?":
+                out["planned_updates"] = int(m.group(2))
+        elif "planned_updates" not in out:
+            m = re.search(r"\bnum_updates (\d+)", line)
             if m:
-                out = {"updates": int(m.group(1))}
-                if m.group(2) != "?":
-                    out["planned_updates"] = int(m.group(2))
-            elif not out or "planned_updates" not in out:
-                m = re.search(r"\bnum_updates (\d+)", line)
-                if m:
-                    out["updates"] = int(m.group(1))
+                out["updates"] = int(m.group(1))
     return out
 
 
 def decoding_speed(eval_dir: str) -> Dict[str, float]:
     """fairseq-generate's "Translated N sentences (T tokens) in Xs (S sentences/s, K tokens/s)"."""
-    for path in sorted(glob.glob(os.path.join(eval_dir, "generate-*.txt")) + glob.glob(os.path.join(eval_dir, "generate-*.log"))):
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                m = re.search(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([0-9.]+)s \(([0-9.]+) sentences/s, ([0-9.]+) tokens/s\)", line)
-                if m:
-                    return {"decode_sentences": int(m.group(1).replace(",", "")),
-                            "decode_seconds": float(m.group(3)),
-                            "decode_sents_per_s": float(m.group(4)), "decode_tokens_per_s": float(m.group(5))}
+    pattern = os.path.join(eval_dir, "generate-*")
+    for path in sorted(glob.glob(pattern + ".txt") + glob.glob(pattern + ".log")):
+        for line in _log_lines(path):
+            m = re.search(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([0-9.]+)s "
+                          r"\(([0-9.]+) sentences/s, ([0-9.]+) tokens/s\)", line)
+            if m:
+                return {"decode_sentences": int(m.group(1).replace(",", "")), "decode_seconds": float(m.group(3)),
+                        "decode_sents_per_s": float(m.group(4)), "decode_tokens_per_s": float(m.group(5))}
     return {}
 
 
@@ -205,8 +157,7 @@ def read_bleu(eval_dir: str, flavour: str) -> Optional[float]:
     if not os.path.exists(path):
         return None
     with open(path, encoding="utf-8") as f:
-        scores = json.load(f)
-    return scores.get(flavour, {}).get("score")
+        return json.load(f).get(flavour, {}).get("score")
 
 
 # what makes a result: the commands that trained and evaluated it (not the labels around them)
@@ -234,8 +185,13 @@ def read_record(path: str, where: str) -> Optional[dict]:
     return record if isinstance(record, dict) else None
 
 
+def _write_json(path: str, record) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+
+
 def finished(plan: RunPlan) -> Optional[dict]:
-    result = read_record(os.path.join(plan.run_dir, "result.json"), f"[{plan.table}/{plan.row}/{plan.dataset}]")
+    result = read_record(os.path.join(plan.run_dir, "result.json"), plan.where)
     if result is None:
         return None
     if not same_run(result.get("plan", {}), plan):
@@ -274,7 +230,7 @@ def run_on_worker_node(plan: RunPlan, wait_seconds: int = 6 * 3600) -> None:
     shared file system), then train; node 0 evaluates and measures."""
     if os.path.exists(os.path.join(plan.run_dir, "result.json")):
         return
-    print(f"[{plan.table}/{plan.row}/{plan.dataset}] training as a worker node", flush=True)
+    print(f"{plan.where} training as a worker node", flush=True)
     deadline = time.time() + wait_seconds
     while not os.path.exists(os.path.join(plan.data_dir, "prep.env")):
         if time.time() > deadline:
@@ -288,13 +244,11 @@ def run(plan: RunPlan) -> dict:
     """Run one plan (data, train, average, evaluate, measure) unless it finished before."""
     done = finished(plan)
     if done is not None:
-        print(f"[{plan.table}/{plan.row}/{plan.dataset}] finished before: reused ({plan.run_dir})")
+        print(f"{plan.where} finished before: reused ({plan.run_dir})")
         return done
-    print(f"[{plan.table}/{plan.row}/{plan.dataset}] {plan.label}"
-          + (f"  (data: {plan.substitution})" if plan.substitution else ""), flush=True)
+    print(f"{plan.where} {plan.label}" + (f"  (data: {plan.substitution})" if plan.substitution else ""), flush=True)
     os.makedirs(plan.run_dir, exist_ok=True)
-    with open(os.path.join(plan.run_dir, "plan.json"), "w", encoding="utf-8") as f:
-        json.dump(plan.as_json(), f, indent=1)
+    _write_json(os.path.join(plan.run_dir, "plan.json"), plan.as_json())
     env = resources.command_environment()
     if plan.prepare and not os.path.exists(os.path.join(plan.data_dir, "prep.env")):
         run_command(plan.prepare, os.path.join(plan.run_dir, "prepare.log"), env)
@@ -312,54 +266,37 @@ def run(plan: RunPlan) -> dict:
         run_command(cmd, os.path.join(plan.run_dir, f"evaluate-shuffle-{lang}.log"), env)
         adversarial[lang] = read_bleu(cmd[cmd.index("--out") + 1], plan.bleu)
     summary = model_summary(plan.checkpoint)
-    result = {
-        "plan": plan.result_key(),
-        "bleu": read_bleu(eval_dir, plan.bleu),
-        "params": summary["params"],
-        "model": summary["model"],
-        "train_seconds": round(train_seconds, 1),
-        **training_progress(train_log),
-        **training_speed(train_log),
-        **decoding_speed(eval_dir),
-    }
+    result = {"plan": plan.result_key(), "bleu": read_bleu(eval_dir, plan.bleu), "params": summary["params"],
+              "model": summary["model"], "train_seconds": round(train_seconds, 1), **training_progress(train_log),
+              **training_speed(train_log), **decoding_speed(eval_dir)}
     if adversarial:
         result["adversarial"] = adversarial
     tmp = os.path.join(plan.run_dir, ".result.json.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
+    _write_json(tmp, result)
     os.replace(tmp, os.path.join(plan.run_dir, "result.json"))
     print(f"  BLEU ({plan.bleu}) {result['bleu']}, {result['params'] / 1e6:.2f}M parameters", flush=True)
     return result
 
 
-def analysis_finished(ap: AnalysisPlan) -> bool:
-    done = read_record(os.path.join(ap.out, ANALYSIS_DONE), f"[{ap.run.table}/{ap.run.row}/{ap.run.dataset}] {ap.name}")
-    return done is not None and done.get("command") == ap.command
-
-
 def run_analysis(ap: AnalysisPlan) -> None:
     """Run one analysis of a finished run unless the same command finished there before."""
-    where = f"[{ap.run.table}/{ap.run.row}/{ap.run.dataset}] {ap.name}"
-    if ap.name == "meteor":
-        run_meteor(ap)
+    if ap.name in ("meteor", "comet"):
+        (run_meteor if ap.name == "meteor" else run_comet)(ap)
         return
-    if ap.name == "comet":
-        run_comet(ap)
-        return
+    where = f"{ap.run.where} {ap.name}"
     if ap.command is None:
         print(f"{where}: not run: {ap.unavailable}", flush=True)
         return
-    if analysis_finished(ap):
+    marker = os.path.join(ap.out, ANALYSIS_DONE)
+    if (read_record(marker, where) or {}).get("command") == ap.command:
         print(f"{where}: finished before: reused ({ap.out})", flush=True)
         return
     print(f"{where}", flush=True)
-    marker = os.path.join(ap.out, ANALYSIS_DONE)
     if os.path.exists(marker):  # another command's outputs, replaced now: not finished until this one is
         os.remove(marker)
     run_command(ap.command, ap.log, resources.command_environment())
     os.makedirs(ap.out, exist_ok=True)
-    with open(marker, "w", encoding="utf-8") as f:
-        json.dump({"command": ap.command}, f, indent=1)
+    _write_json(marker, {"command": ap.command})
 
 
 def run_comet(ap: AnalysisPlan) -> dict:
@@ -382,8 +319,7 @@ def run_comet(ap: AnalysisPlan) -> dict:
         src = read_lines(os.path.join(ap.run.data_dir, "text", f"test.raw.{prep.get('src', '')}"))
         hyp, ref = (read_lines(os.path.join(eval_dir, f"{name}.detok")) for name in ("hyp", "ref"))
         result = comet.score(ap.comet, src, hyp, ref, lowercase=lowercase)
-    with open(ap.out, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
+    _write_json(ap.out, result)
     print(f"{where} ({ap.comet.name}): {result['score']:.4f}", flush=True)
     return result
 
@@ -391,7 +327,8 @@ def run_comet(ap: AnalysisPlan) -> dict:
 def run_meteor(ap: AnalysisPlan) -> dict:
     """METEOR of the run's detokenized hypotheses (fairseq_ext.tools.meteor) into meteor.json;
     {"unavailable": why} when it cannot be computed here (tried again on the next run)."""
-    done = read_record(ap.out, f"[{ap.run.table}/{ap.run.row}/{ap.run.dataset}] meteor")
+    where = f"[{ap.run.table}/{ap.run.row}/{ap.run.dataset}]"
+    done = read_record(ap.out, f"{where} meteor")
     language = read_prep_env(ap.run.data_dir).get("tgt", "")
     if done is not None and "score" in done and done.get("implementation") == meteor.describe(language):
         return done  # scored by this implementation (another one's score is made again)
@@ -401,8 +338,7 @@ def run_meteor(ap: AnalysisPlan) -> dict:
                                      read_lines(os.path.join(eval_dir, "ref.detok")), language)
     except meteor.MeteorUnavailable as e:
         result = {"unavailable": str(e)}
-    with open(ap.out, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
-    print(f"[{ap.run.table}/{ap.run.row}/{ap.run.dataset}] METEOR: "
+    _write_json(ap.out, result)
+    print(f"{where} METEOR: "
           + (f"{result['score']:.2f}" if "score" in result else f"unavailable: {result['unavailable']}"), flush=True)
     return result

@@ -84,6 +84,10 @@ class RunPlan:
     def smoke(self) -> bool:
         return self.scale == "smoke"
 
+    @property
+    def where(self) -> str:
+        return f"[{self.table}/{self.row}/{self.dataset}]"
+
     def commands(self) -> List[List[str]]:
         return [c for c in (self.prepare, self.train, self.average, self.evaluate) if c] + self.adversarial
 
