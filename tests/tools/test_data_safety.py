@@ -464,22 +464,19 @@ def test_quickstart_replaces_only_data_prepare_multi30k_wrote(tmp_path):
 
 
 # --- significance.sh reads only complete, unchanged evaluations ----------------------------
-def fake_evaluation(directory, lines, checksums=True):
+def fake_evaluation(directory, lines):
     """An evaluation directory as evaluate.sh leaves it (its files and .evaluation-complete)."""
     directory.mkdir(parents=True)
     for f in ("hyp.tok", "hyp.detok", "ref.tok", "ref.detok", "src.tok"):
         (directory / f).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    if checksums:
-        evaluations.write_evaluation_complete(str(directory), [f"sentences={len(lines)}"])
-    else:  # the marker of the first version, without checksums
-        (directory / ".evaluation-complete").write_text(f"checkpoint=x.pt\nsentences={len(lines)}\n")
+    evaluations.write_evaluation_complete(str(directory), [f"sentences={len(lines)}"])
 
 
 def test_significance_refuses_an_evaluation_changed_afterwards(tmp_path):
     rows = [f"word{i} is here ." for i in range(13)]
     a, b = tmp_path / "a", tmp_path / "b"
     fake_evaluation(a, rows)
-    fake_evaluation(b, rows, checksums=False)
+    fake_evaluation(b, rows)
     sig = [SCRIPTS / "significance.sh", "--eval-a", a, "--eval-b", b, "--samples", "50"]
     res = run([*sig, "--out", tmp_path / "sig"])
     assert res.returncode == 0, res.stderr
@@ -490,10 +487,10 @@ def test_significance_refuses_an_evaluation_changed_afterwards(tmp_path):
     (a / "hyp.tok").unlink()
     res = run([*sig, "--out", tmp_path / "sig2"])
     assert res.returncode != 0 and f"{a} holds no complete evaluation: hyp.tok is missing" in res.stderr
-    (b / "hyp.detok").write_text("one line\n")  # without checksums: the line count
+    (b / ".evaluation-complete").write_text("sentences=13\n")  # a marker without checksums
     res = run([SCRIPTS / "significance.sh", "--eval-a", b, "--eval-b", b, "--out", tmp_path / "sig2"])
-    assert res.returncode != 0 and f"{b} holds no complete evaluation: hyp.detok has 1 lines, but evaluate.sh " \
-        "translated 13 sentences" in res.stderr, res.stderr
+    assert res.returncode != 0 and f"{b} holds no complete evaluation: .evaluation-complete records no checksum " \
+        "of hyp.tok" in res.stderr, res.stderr
     assert not (tmp_path / "sig2").exists()
 
 

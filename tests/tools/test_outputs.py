@@ -300,16 +300,14 @@ def test_evaluation_complete_records_checksums_and_check_evaluation_reads_them(t
         evaluations.check_evaluation(str(d))
 
 
-def test_evaluation_without_checksums_is_checked_by_its_line_counts(tmp_path):
+def test_evaluation_without_checksums_is_refused(tmp_path):
     d = tmp_path / "eval"
     evaluation(d)
     (d / ".evaluation-complete").write_text("checkpoint=x.pt\nsentences=3\n")
-    evaluations.check_evaluation(str(d))
-    (d / "ref.detok").write_text("one line\n")
     with pytest.raises(OutputError) as e:
         evaluations.check_evaluation(str(d))
-    assert str(e.value) == (f"{d} holds no complete evaluation: ref.detok has 1 lines, but evaluate.sh translated "
-                            "3 sentences; rerun scripts/evaluate.sh into it")
+    assert str(e.value) == (f"{d} holds no complete evaluation: .evaluation-complete records no checksum of "
+                            "hyp.tok; rerun scripts/evaluate.sh into it")
 
 
 def test_staged_output_replaces_on_success_and_keeps_only_the_logs_on_failure(tmp_path):

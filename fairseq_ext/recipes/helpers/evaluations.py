@@ -49,23 +49,18 @@ def count_lines(path: str) -> int:
 def check_evaluation(directory: str) -> None:
     """Raise OutputError unless ``directory`` holds one complete evaluation: its
     evaluation-complete file, and each of EVAL_FILES as evaluation wrote it (the checksum it
-    recorded; for a file without checksums, as many lines as sentences were translated)."""
+    recorded)."""
     why = "holds no complete evaluation"
     fix = "rerun scripts/evaluate.sh into it"
     if not os.path.isfile(os.path.join(directory, EVAL_COMPLETE)):
         raise OutputError(f"{directory} {why} (no {EVAL_COMPLETE}: evaluate.sh did not finish there); {fix}")
     fields = read_evaluation_complete(directory)
-    n = fields.get("sentences", "")
     for name in EVAL_FILES:
         path = os.path.join(directory, name)
         if not os.path.isfile(path):
             raise OutputError(f"{directory} {why}: {name} is missing; {fix}")
         want = fields.get(f"sha256.{name}", "")
-        if want:
-            if _sha256(path) != want:
-                raise OutputError(f"{directory} {why}: {name} is not the file evaluate.sh wrote (changed since); {fix}")
-        elif n:
-            m = count_lines(path)
-            if str(m) != n:
-                raise OutputError(f"{directory} {why}: {name} has {m} lines, but evaluate.sh translated {n} sentences; "
-                                  f"{fix}")
+        if not want:
+            raise OutputError(f"{directory} {why}: {EVAL_COMPLETE} records no checksum of {name}; {fix}")
+        if _sha256(path) != want:
+            raise OutputError(f"{directory} {why}: {name} is not the file evaluate.sh wrote (changed since); {fix}")
