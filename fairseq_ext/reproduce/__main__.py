@@ -44,14 +44,12 @@ from fairseq_ext.tools import comet as comet_metric
 from fairseq_ext.tools import statistics
 
 
-def list_tables(setups):
+def list_tables():
     tables = load_tables()
     print(f"{'table':<12} {'rows':>9}  {'data sets':<46} columns")
     for t in tables:
         own = sum(r.runnable for r in t.rows)
-        datasets = ", ".join(t.datasets)
-        metrics = ", ".join(m for m in t.metrics)
-        print(f"{t.id:<12} {own:>3} (+{len(t.rows) - own:>2})  {datasets:<46} {metrics[:70]}")
+        print(f"{t.id:<12} {own:>3} (+{len(t.rows) - own:>2})  {', '.join(t.datasets):<46} {', '.join(t.metrics)[:70]}")
     print(f"\n{len(tables)} tables, {sum(len(t.rows) for t in tables)} rows "
           f"({sum(r.runnable for t in tables for r in t.rows)} of the papers' own systems; "
           "the others are numbers quoted from other papers).")
@@ -74,7 +72,8 @@ def list_rows(table, setups):
         print(f"analyses (fairseq_ext.analysis): {', '.join(table.analyses)}")
     print()
     for row in table.rows:
-        numbers = "; ".join(f"{k}: " + ", ".join(f"{m} {v}" for m, v in cells.items()) for k, cells in row.paper.items())
+        numbers = "; ".join(f"{k}: " + ", ".join(f"{m} {v}" for m, v in cells.items())
+                            for k, cells in row.paper.items())
         kind = f"cited ({row.cited})" if row.cited else " ".join(row.flags)
         if not row.cited and "--arch" in row.flags:  # a data set that names its own size preset
             for key, ds in table.datasets.items():
@@ -87,8 +86,8 @@ def list_rows(table, setups):
         if ref is not None:
             print(f"    compared with: {ref.id}")
         if row.model:
-            print(f"    reports on the model of: {row.model}" + (f" ({', '.join(f'{k} {v}' for k, v in row.analysis.items())})"
-                                                             if row.analysis else ""))
+            analysis = ", ".join(f"{k} {v}" for k, v in row.analysis.items())
+            print(f"    reports on the model of: {row.model}" + (f" ({analysis})" if analysis else ""))
         if row.note:
             print(f"    note: {row.note}")
 
@@ -98,14 +97,16 @@ def parse_from(values):
     for v in values or []:
         key, sep, path = v.partition("=")
         if not sep or not key or not path:
-            raise FairseqExtError(f"--from: expected DATASET=DIR (e.g. iwslt15-en-vi=/data/mt/iwslt15-en-vi), not {v!r}")
+            raise FairseqExtError(
+                f"--from: expected DATASET=DIR (e.g. iwslt15-en-vi=/data/mt/iwslt15-en-vi), not {v!r}")
         out[key] = os.path.abspath(path)
     return out
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fairseq-ext reproduce", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("table", nargs="?", help="table id, e.g. thesis-3.2, mlmha-6, mma-2, ms-1, wt-4 (see --list)")
     ap.add_argument("--list", action="store_true", help="list every table, or the rows of TABLE")
     ap.add_argument("--dry-run", action="store_true", help="print the commands of every row; run nothing")
@@ -135,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--seeds", help="comma list of seeds, e.g. 1,2,3: every row once per seed, the table "
                                     "with mean ± sd and marks that hold at every seed")
     ap.add_argument("--cpu", action="store_true", default=None, help="decode on the CPU (default: when no GPU)")
-    ap.add_argument("--train-args", default="", help="more fairseq-train flags for every row, e.g. --train-args='--fp16'")
+    ap.add_argument("--train-args", default="",
+                    help="more fairseq-train flags for every row, e.g. --train-args='--fp16'")
     ap.add_argument("--generate-args", default="", help="more fairseq-generate flags for every row")
     ap.add_argument("--samples", type=int, default=1000, help="paired bootstrap samples (default 1000)")
     ap.add_argument("--test", choices=marks.TESTS,
@@ -157,16 +159,20 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def parse_seeds(text, seed) -> list:
-    """The seeds of --seeds (a comma list of distinct integers), else [--seed] (default 1)."""
+def check_args(args) -> List[int]:
+    """The checks of the options that need no table; returns the seeds: those of --seeds (a
+    comma list of distinct integers), else [--seed] (default 1)."""
+    if args.samples < 1:
+        raise FairseqExtError(f"--samples must be at least 1, not {args.samples}")
+    if args.shuffles < 1:
+        raise FairseqExtError(f"--shuffles must be at least 1, not {args.shuffles}")
+    text, seed = args.seeds, args.seed
     if text is None:
         return [1 if seed is None else seed]
-    seeds = []
-    for part in text.split(","):
-        try:
-            seeds.append(int(part.strip()))
-        except ValueError:
-            raise FairseqExtError(f"--seeds: expected a comma list of integers (e.g. 1,2,3), not {text!r}") from None
+    try:
+        seeds = [int(part.strip()) for part in text.split(",")]
+    except ValueError:
+        raise FairseqExtError(f"--seeds: expected a comma list of integers (e.g. 1,2,3), not {text!r}") from None
     if len(set(seeds)) != len(seeds):
         raise FairseqExtError(f"--seeds: a seed appears twice in {text!r}")
     if seed is not None and seeds != [seed]:
@@ -195,23 +201,12 @@ class Reproduction:
         return [a for aps in self.analyses_by_seed.values() for a in aps]
 
 
-def check_args(args) -> List[int]:
-    """The checks of the options that need no table; returns the seeds."""
-    if args.samples < 1:
-        raise FairseqExtError(f"--samples must be at least 1, not {args.samples}")
-    if args.shuffles < 1:
-        raise FairseqExtError(f"--shuffles must be at least 1, not {args.shuffles}")
-    return parse_seeds(args.seeds, args.seed)
-
-
 def plan(table: Table, args, setups: dict, seeds: List[int]) -> Reproduction:
-    opts = Options(work_dir=os.path.abspath(args.work_dir), data_root=os.path.abspath(args.data_root),
-                   smoke=args.smoke, cpu_scale=args.cpu_scale, budget=args.budget, nproc=args.nproc,
-                   nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
-                   master_port=args.master_port, cpu=args.cpu, data_from=parse_from(args.data_from),
-                   extra_train=shlex.split(args.train_args), extra_generate=shlex.split(args.generate_args),
-                   substitute=args.substitute, senteval=os.path.abspath(args.senteval) if args.senteval else None,
-                   comet=comet_metric.from_args(args))
+    same = {f.name: getattr(args, f.name) for f in dataclasses.fields(Options) if f.name in vars(args)}
+    opts = Options(**{**same, "work_dir": os.path.abspath(args.work_dir), "data_root": os.path.abspath(args.data_root),
+                      "data_from": parse_from(args.data_from), "extra_train": shlex.split(args.train_args),
+                      "extra_generate": shlex.split(args.generate_args), "comet": comet_metric.from_args(args),
+                      "senteval": os.path.abspath(args.senteval) if args.senteval else None})
     if scale_name(opts) and not opts.budget:
         opts.budget = str(scale_settings(setups, opts).get("budget", "200"))
     budget_flags(opts.budget)  # check it before anything runs
@@ -243,7 +238,8 @@ def print_dry_run(todo: Reproduction, args) -> None:
             if a.name == "meteor":
                 print(f"# {where}: METEOR of eval-test/hyp.detok (fairseq_ext.tools.meteor) -> {a.out}")
             elif a.name == "comet":
-                print(f"# {where}: COMET ({a.comet.name}) of eval-test/hyp.detok (fairseq_ext.tools.comet) -> {a.out}")
+                print(f"# {where}: COMET ({a.comet.name}) of eval-test/hyp.detok (fairseq_ext.tools.comet) "
+                      f"-> {a.out}")
             elif a.command is None:
                 print(f"# {where}: {a.name}: unavailable: {a.unavailable}")
             else:
@@ -316,7 +312,7 @@ def main(argv=None):
     seeds = check_args(args)
     setups = load_setups()
     if args.list and not args.table:
-        list_tables(setups)
+        list_tables()
         return 0
     if not args.table:
         parser.error("name a table (see --list)")

@@ -1,6 +1,7 @@
-"""What reproducing one table runs: the options of a reproduction (:class:`Options`), one
-:class:`RunPlan` per (row that trains a model, data set, seed) and the planning of them, and
-the :class:`AnalysisPlan` of what runs on a trained model.
+"""What reproducing one table runs: the options (:class:`Options`), one :class:`RunPlan` per
+(row that trains a model, data set, seed), and the :class:`AnalysisPlan` of each analysis a
+table's columns read on a trained model (``python -m fairseq_ext.analysis.NAME`` with the
+table's and the reduced scale's arguments, or why it cannot run here; METEOR; COMET).
 
 A run's directory is ``WORK/<table>/<row>/<data set>[.smoke|.cpu][.budget][.seedN]`` (the row that
 trains the model: rows that report on another row's model share that row's run; ``.seedN``: a
@@ -9,18 +10,12 @@ seed other than 1 of a table trained with several seeds, ``--seeds``); it holds
 ``result.json``; then ``analysis/NAME/`` (each analysis of its model, with
 ``.reproduce-command.json``, the command that finished there), ``meteor.json`` and
 ``significance.json`` (against its reference row). A finished run with the same commands is
-reused, never retrained; a finished analysis with the same command is reused, never rerun.
-Everything of one run stays in its directory, so that several runs of a row (seeds) can be
-read one by one.
-
-The analyses a table's columns read beyond a run's result: per analysis
-(``python -m fairseq_ext.analysis.NAME``) the command that runs it on one trained model, with
-the table's and the reduced scale's arguments, or why it cannot run here; and METEOR."""
+reused, never retrained; a finished analysis with the same command is reused, never rerun."""
 import os
 import re
 import shlex
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Set, Tuple
 
 from fairseq_ext.analysis import registry
 from fairseq_ext.errors import FairseqExtError
@@ -130,7 +125,8 @@ def budget_flags(budget: Optional[str]) -> List[str]:
         return []
     m = re.fullmatch(r"(\d+)([mh]?)", budget.strip())
     if not m or int(m.group(1)) <= 0:
-        raise ReproduceError(f"--budget: expected a number of updates (e.g. 300) or minutes/hours (20m, 2h), not {budget!r}")
+        raise ReproduceError("--budget: expected a number of updates (e.g. 300) or minutes/hours (20m, 2h), "
+                             f"not {budget!r}")
     value, unit = int(m.group(1)), m.group(2)
     if unit == "":
         return ["--max-update", str(value), "--max-epoch", "0"]
@@ -334,68 +330,55 @@ def _option(flags: List[str], name: str, default: str) -> str:
     return flags[flags.index(name) + 1] if name in flags and flags.index(name) + 1 < len(flags) else default
 
 
-def _analysis_command(name: str, plan: RunPlan, out: str, names: bool = True) -> List[str]:
-    cmd = ["python", "-m", registry.get(name).module, "--checkpoint", plan.checkpoint]
-    cmd += ["--names", plan.row] if names else []
-    cmd += ["--data", plan.data_dir, "--split", "test", "--out", out]
-    return cmd + (["--cpu"] if plan.cpu else [])
-
-
-def _bootstrap_analysis(name, table, plan, out, setups, opts, samples):
+def _decodings(table: Table, plan: RunPlan, setups: dict, opts: Options, samples: int):
     """layer_dependency, decoders: decodings of the test set with their paired bootstrap."""
-    return _analysis_command(name, plan, out) + [
-        f"--generate-args={' '.join(plan.generate)}", "--flavour", plan.bleu, "--samples", str(samples),
-        "--marks", table.marks], ""
+    return [f"--generate-args={' '.join(plan.generate)}", "--flavour", plan.bleu, "--samples", str(samples),
+            "--marks", table.marks]
 
 
-def training_text(plan: RunPlan, setups: dict, opts: Options):
-    """(the source side of the data set's training text in its local copy, whether it is
-    Moses-tokenized already), or (None, why not)."""
-    cfg = setups["datasets"][plan.data_key]
-    pattern = cfg.get("train_text")
-    local = local_copy(plan.data_key, setups, opts)
-    if not pattern or not local:
-        return None, f"no local copy of {plan.data_key}'s training text"
-    recipe = shlex.split(cfg.get("recipe") or "")
-    src = (cfg.get("sources") or [None])[0] or _option(recipe, "--src", "")
-    path = os.path.join(local, pattern.format(src=src))
-    if not os.path.exists(path):
-        return None, f"{path} does not exist"
-    return path, bool(cfg.get("train_text_tokenized"))
-
-
-def _probing(name, table, plan, out, setups, opts, samples):
+def _probing(table: Table, plan: RunPlan, setups: dict, opts: Options, samples: int):
     """probing: SentEval's ten tasks (--senteval), else SentLen, WC and BShift generated from the
-    data set's training text (the other seven need SentEval's files)."""
+    source side of the data set's training text in its local copy (the other seven need
+    SentEval's files)."""
     if opts.senteval:
-        tasks = ["--senteval", opts.senteval]
+        return ["--senteval", opts.senteval]
+    cfg = setups["datasets"][plan.data_key]
+    local = local_copy(plan.data_key, setups, opts)
+    if not cfg.get("train_text") or not local:
+        why = f"no local copy of {plan.data_key}'s training text"
     else:
-        corpus, tokenized_or_why = training_text(plan, setups, opts)
-        if corpus is None:
-            return None, (f"probing needs SentEval's probing files (--senteval DIR) or a local copy of the training "
-                          f"text to generate SentLen, WC and BShift from ({tokenized_or_why})")
-        tasks = ["--corpus", corpus] + (["--corpus-tokenized"] if tokenized_or_why else [])
-    return _analysis_command(name, plan, out) + tasks, ""
+        src = (cfg.get("sources") or [None])[0] or _option(shlex.split(cfg.get("recipe") or ""), "--src", "")
+        corpus = os.path.join(local, cfg["train_text"].format(src=src))
+        if os.path.exists(corpus):
+            return ["--corpus", corpus] + (["--corpus-tokenized"] if cfg.get("train_text_tokenized") else [])
+        why = f"{corpus} does not exist"
+    return ("probing needs SentEval's probing files (--senteval DIR) or a local copy of the training text to "
+            f"generate SentLen, WC and BShift from ({why})")
 
 
-def _word_translation(name, table, plan, out, setups, opts, samples):
-    return _analysis_command(name, plan, out, names=False), ""
-
-
-def _translate_from_layer(name, table, plan, out, setups, opts, samples):
-    """translate_from_layer: FULL with the row's own beam and length penalty."""
-    return _analysis_command(name, plan, out, names=False) + [
-        "--beam", _option(plan.generate, "--beam", "4"), "--lenpen", _option(plan.generate, "--lenpen", "1.0")], ""
-
-
-# analysis -> (name, table, run plan, output, setups, options, bootstrap samples) -> (command or None, why not)
+# analysis -> (whether its command names the row, (table, run plan, setups, options, bootstrap samples) -> the
+# arguments of its own, or why it cannot run here)
 ANALYSIS_COMMANDS = {
-    "layer_dependency": _bootstrap_analysis,
-    "decoders": _bootstrap_analysis,
-    "probing": _probing,
-    "word_translation": _word_translation,
-    "translate_from_layer": _translate_from_layer,
+    "layer_dependency": (True, _decodings),
+    "decoders": (True, _decodings),
+    "probing": (True, _probing),
+    "word_translation": (False, lambda *_: []),
+    "translate_from_layer": (False, lambda table, plan, *_: [  # FULL with the row's own beam and length penalty
+        "--beam", _option(plan.generate, "--beam", "4"), "--lenpen", _option(plan.generate, "--lenpen", "1.0")]),
 }
+
+
+def analysis_command(name: str, table: Table, plan: RunPlan, out: str, setups: dict, opts: Options,
+                     samples: int) -> Tuple[Optional[List[str]], str]:
+    """(the command of ``python -m fairseq_ext.analysis.NAME`` on ``plan``'s model into ``out``,
+    "") or (None, why it cannot run here)."""
+    names, arguments = ANALYSIS_COMMANDS[name]
+    own = arguments(table, plan, setups, opts, samples)
+    if isinstance(own, str):
+        return None, own
+    cmd = ["python", "-m", registry.get(name).module, "--checkpoint", plan.checkpoint]
+    cmd += (["--names", plan.row] if names else []) + ["--data", plan.data_dir, "--split", "test", "--out", out]
+    return cmd + (["--cpu"] if plan.cpu else []) + own, ""
 
 
 def plan_analyses(table: Table, plans: List[RunPlan], setups: dict, opts: Options,
@@ -417,7 +400,7 @@ def plan_analyses(table: Table, plans: List[RunPlan], setups: dict, opts: Option
                 out.append(AnalysisPlan(name, plan, os.path.join(plan.run_dir, "comet.json"), comet=opts.comet))
                 continue
             directory = analysis_dir(plan, name)
-            cmd, why = ANALYSIS_COMMANDS[name](name, table, plan, directory, setups, opts, samples)
+            cmd, why = analysis_command(name, table, plan, directory, setups, opts, samples)
             if cmd is not None:
                 reduced = (scale_settings(setups, opts).get("analysis_args") or {}).get(name, "")
                 cmd += shlex.split(reduced) + shlex.split(table.analysis_args.get(name, ""))

@@ -415,7 +415,7 @@ def test_the_analyses_a_table_reads_are_the_registered_ones():
     plan = planning.RunPlan(table="t", row="r", label="r", dataset="d", data_key="d", substitution="",
                             bleu="detok-cased", data_dir="bin", run_dir="run", prepare=None, train=[], average=None,
                             evaluate=[], checkpoint="run/checkpoint_best.pt", budget="")
-    cmd, _ = ANALYSIS_COMMANDS["word_translation"]("word_translation", None, plan, "out", {}, None, 10)
+    cmd, _ = planning.analysis_command("word_translation", None, plan, "out", {}, None, 10)
     assert cmd[:3] == ["python", "-m", "fairseq_ext.analysis.word_translation"]
 
 
