@@ -31,7 +31,6 @@ every row, so that a run stopped early keeps the rows it finished.
 import argparse
 import logging
 import shlex
-from contextlib import contextmanager
 
 import torch
 
@@ -84,22 +83,6 @@ def decode_fn(model, batch, beam, steps, state_out=None):
     return run
 
 
-@contextmanager
-def saved_for_backward():
-    """Bytes of the tensors autograd saves for backward (the activations of a step)."""
-    seen = {"bytes": 0, "ptrs": set()}
-
-    def pack(t):
-        key = (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
-        if key not in seen["ptrs"]:
-            seen["ptrs"].add(key)
-            seen["bytes"] += t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        yield seen
-
-
 def profile(model, batch, cli, device):
     """Deterministic numbers: FLOPs of a train step and of a decoding run, activation bytes,
     cache bytes (of the incremental state after the last step), parameters, and on CUDA the
@@ -107,11 +90,16 @@ def profile(model, batch, cli, device):
     parameters, gradients, activations and the step's temporaries), not what other tensors
     hold: the stock model and its gradients stay on the device while a variant is measured,
     and an absolute peak would count them in the variant's."""
-    step, state = train_step_fn(model, batch), {}
+    step, state, saved = train_step_fn(model, batch), {}, {}
     out = {"params": sum(p.numel() for p in model.parameters()), "train_flops": flops(step)}
-    with saved_for_backward() as saved:
+
+    def pack(t):  # the bytes of each storage autograd saves for backward (the step's activations)
+        saved[(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         step()
-    out["activation_bytes"] = saved["bytes"]
+    out["activation_bytes"] = sum(saved.values())
     dec = decode_fn(model, batch, cli.beam, cli.steps, state_out=state)
     out["decode_flops"] = flops(dec)
     dec()

@@ -88,23 +88,6 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile
 """)
 
 
-def write_readme(out: str, python_version: str) -> int:
-    rows, total = [], 0
-    for path in sorted(glob.glob(os.path.join(out, "wheels", "*"))) + sorted(glob.glob(os.path.join(out, "data", "*"))):
-        n = os.path.getsize(path) if os.path.isfile(path) else sum(
-            os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
-        total += n
-        rows.append(f"| {os.path.relpath(path, out)} | {mib(n)} |")
-    lines = ["# The self-check's pack", "", f"Made by `{PROG}` for Python {python_version}. On the machine without a "
-             "registry, from the checkout's root:", "", "```bash", "source PACK/install.sh",
-             "python3 -m fairseq_ext selfcheck --out selfcheck --stage env,tests,bench",
-             "python3 -m fairseq_ext selfcheck --out selfcheck --stage train --data PACK/data", "```", "",
-             "| file | size |", "|---|---:|", *rows, f"| **total** | **{mib(total)}** |"]
-    with open(os.path.join(out, "README.md"), "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-    return total
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     setup_cli()
     p = CommandParser(prog=PROG, description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
@@ -134,10 +117,22 @@ def main(argv: Optional[List[str]] = None) -> int:
         if not args.no_data:
             prepare_data(os.path.join(args.out, "data"), args.corpora, args.max_lines, args.workers, datasets)
         write_install(args.out, args.python_version)
-        total = write_readme(args.out, args.python_version)
     except CommandError as e:
         return fail(PROG, e, p.format_usage())
-    print(open(os.path.join(args.out, "README.md"), encoding="utf-8").read())
+    rows, total = [], 0
+    for path in [p for folder in ("wheels", "data") for p in sorted(glob.glob(os.path.join(args.out, folder, "*")))]:
+        n = os.path.getsize(path) if os.path.isfile(path) else sum(
+            os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+        total += n
+        rows.append(f"| {os.path.relpath(path, args.out)} | {mib(n)} |")
+    readme = ["# The self-check's pack", "", f"Made by `{PROG}` for Python {args.python_version}. On the machine "
+              "without a registry, from the checkout's root:", "", "```bash", "source PACK/install.sh",
+              "python3 -m fairseq_ext selfcheck --out selfcheck --stage env,tests,bench",
+              "python3 -m fairseq_ext selfcheck --out selfcheck --stage train --data PACK/data", "```", "",
+              "| file | size |", "|---|---:|", *rows, f"| **total** | **{mib(total)}** |"]
+    with open(os.path.join(args.out, "README.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(readme) + "\n")
+    print("\n".join(readme) + "\n")
     print(f"{PROG}: {args.out}: {mib(total)}")
     if total > args.max_mib * 2 ** 20:
         print(f"{PROG}: error: {args.out} is {mib(total)}, over --max-mib {args.max_mib:g}", file=sys.stderr)

@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+import torch
+
 from fairseq_ext.common import checkpoints
 from fairseq_ext.common.data_text import env_headline, read_lines, read_prep_env
 from fairseq_ext.errors import CommandError
@@ -326,11 +328,12 @@ def train_paper_runs(root: str, data: str, device, quick: bool, deadline: float,
     evaluated_s = time.time() - begun
     prep = read_prep_env(data)
     flavour, _ = env_headline(prep)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({os.cpu_count()} cores)"
     for run in todo:
         log, folder = os.path.join(folders[run.name], "train.log"), folders[run.name]
         metrics = read_json(os.path.join(folder, "eval-test", "metrics.json"))
         record = {"name": run.name, "row": run.row, "seed": run.seed, "updates_planned": run.updates,
-                  "max_tokens": run.max_tokens, "lr": run.lr, "warmup": run.warmup, "device": device_name(device),
+                  "max_tokens": run.max_tokens, "lr": run.lr, "warmup": run.warmup, "device": name,
                   "precision": "fp16" if device.type == "cuda" else "fp32", "quick": quick,
                   "concurrent_runs": len(todo), "data": data, "test_set": prep.get("test_set"),
                   "bpe_merges": prep.get("bpe_merges"), "dict_size": prep.get("dict_size"),
@@ -344,12 +347,6 @@ def train_paper_runs(root: str, data: str, device, quick: bool, deadline: float,
         with open(os.path.join(folder, "run.json"), "w", encoding="utf-8") as f:
             json.dump(record, f, indent=1)
             f.write("\n")
-
-
-def device_name(device) -> str:
-    import torch
-
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({os.cpu_count()} cores)"
 
 
 def sentence_stats(record: dict):

@@ -36,6 +36,7 @@ import torch
 
 from fairseq_ext.errors import OptionError
 from fairseq_ext.model_builder import build_model, make_dictionary
+from fairseq_ext.selfcheck.stage_files import table
 from fairseq_ext.selfcheck.timing import (BASE_ROWS, SIZES, flops, generate_fn, interleaved_ratio, quartiles,
                                            size_flags, speed, sync, write_json)
 
@@ -295,18 +296,16 @@ def run(cli, parser, device) -> int:
         print(f"\nDecoding: fairseq's SequenceGenerator at beam {cli.beam}, {decode_rows[0][1]['sentences']} sentences "
               f"of the data in {decode_rows[0][1]['batches']} batches, each forced to --decode-len {cli.decode_len} "
               "steps; speed as above (median of interleaved runs [IQR]); tok/s = output tokens per second")
-        print("| row | generate speed [IQR] | by FLOPs | stock tok/s | row tok/s | stock TFLOP/s | row TFLOP/s |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
-        for name, g in decode_rows:
-            print(f"| {name} | {speed(g)} | {1 / g['flops_ratio']:.2f} | {g['stock_tokens_per_s']:.0f} | "
-                  f"{g['variant_tokens_per_s']:.0f} | {g['stock_tflops']:.3g} | {g['variant_tflops']:.3g} |")
+        print("\n".join(table(["row", "generate speed [IQR]", "by FLOPs", "stock tok/s", "row tok/s", "stock TFLOP/s",
+                               "row TFLOP/s"],
+                              [[name, speed(g), f"{1 / g['flops_ratio']:.2f}", f"{g['stock_tokens_per_s']:.0f}",
+                                f"{g['variant_tokens_per_s']:.0f}", f"{g['stock_tflops']:.3g}",
+                                f"{g['variant_tflops']:.3g}"] for name, g in decode_rows])))
     if len(cli.max_tokens) > 1:
         print("\nTraining speed by --max-tokens (1 / time ratio, median over the pairs of blocks)")
-        print("| row | " + " | ".join(str(m) for m in cli.max_tokens) + " |")
-        print("|---|" + "---:|" * len(cli.max_tokens))
-        for rec in results["configs"]:
-            speeds = [f"{1 / u['ratio']:.2f}" for u in rec.get("updates", [])] or ["–"] * len(cli.max_tokens)
-            print(f"| {rec['name']} | " + " | ".join(speeds) + " |")
+        print("\n".join(table(["row", *map(str, cli.max_tokens)], [
+            [rec["name"], *([f"{1 / u['ratio']:.2f}" for u in rec.get("updates", [])] or [None] * len(cli.max_tokens))]
+            for rec in results["configs"]])))
     return 0
 
 
