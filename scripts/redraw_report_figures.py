@@ -1,5 +1,5 @@
 """Redraw docs/figures/ from the analyses' stored tables in docs/benchmarks/report-cpu-multi30k/
-(read back by fairseq_ext.analysis.table_files.read_table: the JSON, or the Markdown where only that
+(read back by fairseq_ext.analysis.command.read_table: the JSON, or the Markdown where only that
 was kept), with each analysis' own plot function: the figures change when the figure code does,
 the numbers never (no model is loaded, nothing is decoded).
 
@@ -17,7 +17,7 @@ import sys
 
 from fairseq_ext.analysis import (aif_dependency, attention_stats, dc_divergence, decoders, layer_dependency,
                                   length_buckets, probing, translate_from_layer, word_order)
-from fairseq_ext.analysis.table_files import read_table
+from fairseq_ext.analysis.command import read_table
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "benchmarks", "report-cpu-multi30k")
 SIZE = "3+3 layers, d_model 128, FFN 512, 4 heads, 800 updates"

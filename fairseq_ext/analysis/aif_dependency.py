@@ -43,12 +43,10 @@ from fairseq.data import data_utils
 from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_ext.analysis import AnalysisError, command
-from fairseq_ext.analysis.batches import batches, to_device
 from fairseq_ext.analysis.capture import capture_cross_attention
 from fairseq_ext.analysis.figures import (FIGURE_WIDTH, FigureContext, add_caption, layer_axes, names_for, pyplot,
-                                         save_figure, system_colour, system_colours)
+                                         save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
-from fairseq_ext.analysis.table_files import write_table
 from fairseq_ext.common import checkpoints
 from fairseq_ext.common.command_line import search_arguments
 from fairseq_ext.modules.auxiliary_information_fusion import AuxiliaryInformationFusion
@@ -135,24 +133,21 @@ def compare(model, ind, sample, hypotheses: List[torch.Tensor], rows: str = "mea
 
 
 def analyse(model, task, split: str, max_sentences: Optional[int] = None, rows: str = "mean",
-            max_len_a: float = 0.0, max_len_b: int = 200, cpu: bool = False) -> List[dict]:
-    """:func:`compare` over the sentences of ``split`` (the lowest ids with ``max_sentences``)."""
-    ind = ind_decoder(model)
-    dev = checkpoints.device(cpu)
+            max_len_a: float = 0.0, max_len_b: int = 200, cpu: bool = False,
+            sentence: Optional[int] = None) -> List[dict]:
+    """:func:`compare` over the sentences of ``split`` (the lowest ids with ``max_sentences``),
+    or over its sentence ``sentence`` alone."""
+    ind, dev = ind_decoder(model), checkpoints.device(cpu)
+    samples = command.batches(task, split, max_sentences=max_sentences, device=dev)
+    if sentence is not None:
+        dataset = task.dataset(split)
+        if not 0 <= sentence < len(dataset):
+            raise AnalysisError(f"--sentence {sentence}: the {split} split has {len(dataset)} sentences")
+        samples = [command.to_device(dataset.collater([dataset[sentence]]), dev)]
     results = []
-    for sample in batches(task, split, max_sentences=max_sentences):
-        sample = to_device(sample, dev)
+    for sample in samples:
         results += compare(model, ind, sample, greedy_decode(model, sample, max_len_a, max_len_b), rows)
     return sorted(results, key=lambda r: r["id"])
-
-
-def one_sentence(model, task, split: str, sentence: int, rows: str = "mean", max_len_a: float = 0.0,
-                 max_len_b: int = 200, cpu: bool = False) -> dict:
-    dataset = task.dataset(split)
-    if not 0 <= sentence < len(dataset):
-        raise AnalysisError(f"--sentence {sentence}: the {split} split has {len(dataset)} sentences")
-    sample = to_device(dataset.collater([dataset[sentence]]), checkpoints.device(cpu))
-    return compare(model, ind_decoder(model), sample, greedy_decode(model, sample, max_len_a, max_len_b), rows)[0]
 
 
 def summarise(name: str, results: List[dict], dictionary) -> Dict[str, List[dict]]:
@@ -166,12 +161,6 @@ def summarise(name: str, results: List[dict], dictionary) -> Dict[str, List[dict
     per_head = [{"model": name, "layer": l + 1, "head": h + 1, "D^l_h": attention[l, h].item()}
                 for l in range(attention.size(0)) for h in range(attention.size(1))]
     return {"summary": [summary], "per_sentence": per_sentence, "per_head": per_head}
-
-
-def token_rows(name: str, result: dict, dictionary, source: str = "") -> List[dict]:
-    return [{"model": name, "sentence": result["id"], "source": source, "position": t + 1,
-             "token": dictionary[int(tok)], "D_yt": d.item()}
-            for t, (tok, d) in enumerate(zip(result["tokens"], result["D_yt"]))]
 
 
 def plot_dependency(summary: List[dict], per_sentence: List[dict], per_head: List[dict], path: str,
@@ -209,11 +198,12 @@ def plot_tokens(tokens: List[dict], path: str, context: Optional[FigureContext] 
     """Fig. 4.8: D_yt of every token of one sentence, one panel per model."""
     plt = pyplot()
     names = list(dict.fromkeys(r["model"] for r in tokens))
+    colours = system_colours(names)
     fig, axes = plt.subplots(len(names), 1, figsize=(max(6, 0.45 * max(len(tokens), 1) / len(names)),
                                                        2.6 * len(names)), squeeze=False, sharey=True)
     for ax, name in zip(axes[:, 0], names):
         sel = [r for r in tokens if r["model"] == name]
-        ax.bar(range(len(sel)), [r["D_yt"] for r in sel], color=system_colour(name))
+        ax.bar(range(len(sel)), [r["D_yt"] for r in sel], color=colours[name])
         ax.set_xticks(range(len(sel)), [r["token"] for r in sel], rotation=45, ha="right")
         ax.set_ylabel("D_yt (KL, nats)")
         if sel:  # the whole source, BPE joined, wrapped to the panel's width
@@ -229,7 +219,6 @@ def plot_tokens(tokens: List[dict], path: str, context: Optional[FigureContext] 
 
 
 def build_parser():
-    """This command's options (the report reads them to give it only what it takes)."""
     ap = command.parser(__doc__, max_sentences=True)
     ap.add_argument("--sentence", type=int, help="sentence id for the per-token figure (default: lowest analysed)")
     ap.add_argument("--attention-rows", default="mean", choices=["mean", "sum"],
@@ -239,10 +228,9 @@ def build_parser():
 
 
 def execute(args, figures: FigureContext):
-    names = names_for(args.checkpoint, args.names)
-    summary, per_sentence, per_head, tokens = [], [], [], []
+    tables = {"summary": [], "per_sentence": [], "per_head": [], "tokens": []}
     decoding = dict(rows=args.attention_rows, max_len_a=args.max_len_a, max_len_b=args.max_len_b, cpu=args.cpu)
-    for name, ckpt in zip(names, args.checkpoint):
+    for name, ckpt in zip(names_for(args.checkpoint, args.names), args.checkpoint):
         model, task = checkpoints.load_model(ckpt, args.data, split=args.split, overrides={"decode_from": "main"},
                                              cpu=args.cpu)
         check_aif(model, ckpt)
@@ -250,26 +238,25 @@ def execute(args, figures: FigureContext):
         if not results:
             raise AnalysisError(f"no sentence of {args.split} analysed (--max-sentences {args.max_sentences})")
         dictionary = task.target_dictionary
-        tables = summarise(name, results, dictionary)
-        summary += tables["summary"]
-        per_sentence += tables["per_sentence"]
-        per_head += tables["per_head"]
+        for table, rows in summarise(name, results, dictionary).items():
+            tables[table] += rows
         sentence = results[0]["id"] if args.sentence is None else args.sentence
         chosen = next((r for r in results if r["id"] == sentence), None) \
-            or one_sentence(model, task, args.split, sentence, **decoding)
+            or analyse(model, task, args.split, sentence=sentence, **decoding)[0]
         source = task.source_dictionary.string(task.dataset(args.split)[chosen["id"]]["source"])
-        tokens += token_rows(name, chosen, dictionary, source)
-    write_table(summary, args.out, "summary", "AIF dependency: mean D_Y (Eq. 4.5) and D^l (Eq. 4.7)", ".4f")
-    write_table(per_head, args.out, "per_head", "D^l_h per decoder layer and head (Eq. 4.6)", ".4f")
-    write_table(tokens, args.out, "tokens", "D_yt per token (Eq. 4.4)", ".4f")
-    write_table(per_sentence, args.out, "per_sentence", "D_Y per sentence (Eq. 4.5)", ".4f")
-    plot_dependency(summary, per_sentence, per_head, os.path.join(args.out, "aif_dependency.png"), figures)
-    plot_tokens(tokens, os.path.join(args.out, "tokens.png"), figures)
+        tables["tokens"] += [{"model": name, "sentence": chosen["id"], "source": source, "position": t + 1,
+                              "token": dictionary[int(tok)], "D_yt": d.item()}
+                             for t, (tok, d) in enumerate(zip(chosen["tokens"], chosen["D_yt"]))]
+    for table, title in (("summary", "AIF dependency: mean D_Y (Eq. 4.5) and D^l (Eq. 4.7)"),
+                         ("per_head", "D^l_h per decoder layer and head (Eq. 4.6)"),
+                         ("tokens", "D_yt per token (Eq. 4.4)"), ("per_sentence", "D_Y per sentence (Eq. 4.5)")):
+        command.write_table(tables[table], args.out, table, title, ".4f")
+    plot_dependency(tables["summary"], tables["per_sentence"], tables["per_head"],
+                    os.path.join(args.out, "aif_dependency.png"), figures)
+    plot_tokens(tables["tokens"], os.path.join(args.out, "tokens.png"), figures)
 
 
-def main(argv=None):
-    return command.run(build_parser, execute, argv)
-
+main = command.main(build_parser, execute)
 
 if __name__ == "__main__":
     sys.exit(main())

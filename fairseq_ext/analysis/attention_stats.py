@@ -38,12 +38,10 @@ from typing import Dict, List, Optional
 import torch
 
 from fairseq_ext.analysis import AnalysisError, command
-from fairseq_ext.analysis.attention_layers import encoder_head_types, mma_legend
-from fairseq_ext.analysis.capture import encoder_self_attention
+from fairseq_ext.analysis.capture import encoder_head_types, encoder_self_attention, mma_legend
 from fairseq_ext.analysis.figures import (FIGURE_WIDTH, FigureContext, add_caption, add_title, data_description,
                                           file_stem, layer_axes, names_for, pyplot, save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
-from fairseq_ext.analysis.table_files import write_table
 from fairseq_ext.common import checkpoints
 
 ANALYSIS = Analysis("attention_stats", "Encoder self-attention distance and entropy",
@@ -129,11 +127,6 @@ def span_of(rows: List[dict]) -> str:
     return spans.pop()
 
 
-def type_legend(rows: List[dict]) -> str:
-    """The caption's key to the MMA head-type letters found in ``rows`` ("" without any)."""
-    return mma_legend({r["type"] for r in rows if r.get("type")})
-
-
 def heatmaps(rows: List[dict], name: str, path: str, data: str = "", context: Optional[FigureContext] = None):
     """Distance and entropy of every head of ``name``, layer x head, per unit (global, and
     DC's local FI unit); each quantity on one colour scale shared by every model and unit of
@@ -164,9 +157,10 @@ def heatmaps(rows: List[dict], name: str, path: str, data: str = "", context: Op
             bar = fig.colorbar(im, ax=ax)
             bar.set_label(UNITS[metric])
     add_title(fig, f"{name}: encoder self-attention per head" + (f", {data}" if data else ""))
+    legend = mma_legend({r["type"] for r in rows if r["model"] == name and r.get("type")})
     add_caption(fig, f"Mean attention distance (Eq. 13, in source tokens) and entropy (Eq. 15, in nats) of "
                      f"every head, {READING[span]} (--span {span}); one colour scale per quantity for every "
-                     f"model compared. {type_legend([r for r in rows if r['model'] == name])}".strip())
+                     f"model compared. {legend}".strip())
     save_figure(fig, path, context)
     return fig
 
@@ -195,7 +189,6 @@ def layer_plot(layer_rows: List[dict], path: str, data: str = "", context: Optio
 
 
 def build_parser():
-    """This command's options (the report reads them to give it only what it takes)."""
     ap = command.parser(__doc__, max_sentences=True)
     ap.add_argument("--span", default="all", choices=SPANS,
                     help="the keys of the sums: all (default, d = |i - j|) or left (j <= i, d = i - j, the "
@@ -215,19 +208,17 @@ def execute(args, figures: FigureContext):
     if args.max_sentences is not None:
         sentences = min(sentences, args.max_sentences)
     data = f"{data_description(args.data, args.split)} ({sentences} sentences)"
-    write_table(rows, args.out, "per_head", f"Encoder self-attention per head, {READING[args.span]}: {data}", ".4f")
+    reading = READING[args.span]
+    command.write_table(rows, args.out, "per_head", f"Encoder self-attention per head, {reading}: {data}", ".4f")
     layers = per_layer(rows)
-    write_table(layers, args.out, "per_layer", f"Per encoder layer (mean over heads), {READING[args.span]}: {data}",
-                ".4f")
+    command.write_table(layers, args.out, "per_layer", f"Per encoder layer (mean over heads), {reading}: {data}", ".4f")
     for name in names:
         heatmaps(rows, name, os.path.join(args.out, f"heatmaps_{file_stem(name)}.png"), data, figures)
     layer_plot(layers, os.path.join(args.out, "layers.png"), data, figures)
-    print(f"written: {args.out}/per_head.*, per_layer.*, heatmaps_*.png, layers.png ({READING[args.span]})")
+    print(f"written: {args.out}/per_head.*, per_layer.*, heatmaps_*.png, layers.png ({reading})")
 
 
-def main(argv=None):
-    return command.run(build_parser, execute, argv)
-
+main = command.main(build_parser, execute)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,7 +1,9 @@
-"""Attention weights as the model's own forward computes them, read through the attention
-modules' reporting contract (:func:`fairseq_ext.modules.attention_utils.record_attention_weights`):
-every encoder layer's self-attention and every main-decoder layer's attention over the
-source. Nothing is recomputed here, and recording changes no output of the model."""
+"""What the analyses read of a model's own forward: every encoder layer's self-attention and
+every main-decoder layer's attention over the source, through the attention modules'
+reporting contract (:func:`fairseq_ext.modules.attention_utils.record_attention_weights`;
+nothing is recomputed, and recording changes no output of the model), each encoder layer's
+output (H^0 the embeddings to H^L, as the top layer is handed on), and the MMA type of each
+head with the key to its letters."""
 import contextlib
 from typing import Dict, Iterator, List, Optional, Tuple
 
@@ -9,9 +11,12 @@ import torch
 from fairseq.modules import MultiheadAttention
 
 from fairseq_ext.analysis import AnalysisError
-from fairseq_ext.analysis.batches import batches, to_device
+from fairseq_ext.analysis.command import batches
 from fairseq_ext.common import checkpoints
 from fairseq_ext.modules.attention_utils import record_attention_weights, reporting_weights
+from fairseq_ext.modules.mixed_multihead_attention import MixedMultiheadAttention
+
+MMA_NAMES = {"G": "global", "L": "local", "F": "forward", "B": "backward"}
 
 
 def _reporting(modules) -> List[torch.nn.Module]:
@@ -20,11 +25,46 @@ def _reporting(modules) -> List[torch.nn.Module]:
     return [reporting_weights(m) if type(m) is MultiheadAttention else m for m in modules]
 
 
+def primary_encoder(model):
+    """The encoder of the (first) source sentence, whose layers the analyses read."""
+    encoder = model.encoder
+    return encoder.encoder_for(0) if hasattr(encoder, "encoder_for") else encoder
+
+
 def encoder_layers(model):
-    """The encoder layers whose self-attention is read (the primary source's encoder in
-    multi-source translation)."""
-    encoders = getattr(model.encoder, "encoders", None) or [model.encoder]
-    return encoders[0].layers
+    return primary_encoder(model).layers
+
+
+def layer_outputs(encoder, encoder_out) -> List[torch.Tensor]:
+    """[H^0 (embeddings), H^1, ..., H^L], T x B x C each, every one as the top layer is handed
+    on: through the encoder's final LayerNorm when it has one (pre-norm), so H^L is
+    ``encoder_out``."""
+    states = list(encoder_out.get("encoder_states") or [])
+    if not states:
+        raise AnalysisError("the encoder did not return its layer outputs (encoder_states)")
+    norm = getattr(encoder, "layer_norm", None)
+    return [norm(s) if norm is not None else s for s in states]
+
+
+def head_types(layer_module) -> Optional[List[str]]:
+    """The type letter (G, L, F, B) of each head of an MMA layer's self-attention, as the
+    model assigned them (its ``--mma-heads``); None for any other layer."""
+    attn = layer_module.self_attn
+    return list(attn.head_types) if isinstance(attn, MixedMultiheadAttention) else None
+
+
+def encoder_head_types(model) -> Dict[int, Optional[List[str]]]:
+    """{layer index: the MMA type letter of each head, or None} of the model's encoder."""
+    return {i: head_types(layer) for i, layer in enumerate(encoder_layers(model))}
+
+
+def mma_legend(letters, window: Optional[int] = None) -> str:
+    """A caption's key to the MMA head-type letters ``letters`` (MMA paper Eq. 8-11); "" for none."""
+    what = {"G": "every key", "L": f"|i - j| <= {'w' if window is None else window}", "F": "keys j >= i",
+            "B": "keys j <= i"}
+    found = [t for t in MMA_NAMES if t in set(letters)]
+    return ("MMA head types (the model's --mma-heads): " +
+            "; ".join(f"{t} = {MMA_NAMES[t]} ({what[t]})" for t in found) + ".") if found else ""
 
 
 @contextlib.contextmanager
@@ -52,11 +92,10 @@ def encoder_self_attention(model, task, split: str, max_sentences: Optional[int]
     """Per batch of ``split`` (the sentences with the lowest ids under ``max_sentences``): its
     source padding (B x T, True = padding, on the CPU) and ``{layer index: {"global": B x H x T
     x T, "local": the same or None}}`` of the encoder's own forward."""
-    dev = checkpoints.device(cpu)
     pad = task.source_dictionary.pad()
     with capture_self_attention(model) as records:
-        for sample in batches(task, split, max_sentences=max_sentences):
-            net = to_device(sample, dev)["net_input"]
+        for sample in batches(task, split, max_sentences=max_sentences, device=checkpoints.device(cpu)):
+            net = sample["net_input"]
             for layer in records.values():
                 layer["global"].clear()
                 layer["local"].clear()

@@ -1,30 +1,31 @@
-"""The command skeleton of every analysis: its parser (the module docstring as description and
-epilog, the arguments all of them take, and each option several of them take declared here
-once) and :func:`run`, which parses a command line and hands the analysis its arguments and
-the :class:`~fairseq_ext.analysis.figures.FigureContext` its figures name."""
+"""What every analysis command is built on: its parser (the module docstring as description and
+epilog, each option several analyses take declared here once), :func:`run` (the arguments and
+the :class:`~fairseq_ext.analysis.figures.FigureContext` its figures name handed to the
+analysis), the batches of a split it reads, and its tables, printed and written as Markdown,
+CSV and JSON (the report reads the JSON), with the command that made the directory, and read
+back (:func:`read_table`: the JSON, or the Markdown where only that was kept)."""
 import argparse
-from typing import Callable, Dict, Optional
+import csv
+import json
+import os
+import shlex
+import sys
+from typing import Callable, Dict, Iterator, List, Optional
+
+import torch
+from fairseq import utils
 
 from fairseq_ext.analysis.figures import FigureContext
 from fairseq_ext.common.command_line import setup_cli
-
-HELP = {
-    "--checkpoint": "model checkpoint(s)",
-    "--names": "a name per checkpoint (default: the checkpoint's directory)",
-    "--data": "binarized data directory (a fairseq-ext prepare output, or any fairseq-preprocess output)",
-    "--split": None,
-    "--out": "output directory (tables, JSON, CSV, PNG)",
-    "--cpu": "run on the CPU even when a GPU is there",
-}
 
 
 class AnalysisParser(argparse.ArgumentParser):
     """An analysis command's parser: its module docstring's first paragraph as the
     description, the rest as the epilog, printed as written."""
 
-    def __init__(self, doc: str, **kwargs):
-        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
-        super().__init__(description=doc.split("\n\n")[0], epilog=doc.split("\n\n", 1)[1], **kwargs)
+    def __init__(self, doc: str):
+        super().__init__(description=doc.split("\n\n")[0], epilog=doc.split("\n\n", 1)[1],
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def common_arguments(parser, several: bool = True, overrides: Optional[Dict[str, dict]] = None,
@@ -34,59 +35,134 @@ def common_arguments(parser, several: bool = True, overrides: Optional[Dict[str,
     ``checkpoint_group``: where --checkpoint goes (a mutually exclusive group)."""
     settings = {
         "--checkpoint": dict(nargs="+" if several else None, required=True,
-                             help=HELP["--checkpoint"] if several else "model checkpoint"),
-        "--names": dict(nargs="+", help=HELP["--names"]),
-        "--data": dict(required=True, help=HELP["--data"]),
+                             help="model checkpoint(s)" if several else "model checkpoint"),
+        "--names": dict(nargs="+", help="a name per checkpoint (default: the checkpoint's directory)"),
+        "--data": dict(required=True, help="binarized data directory (a fairseq-ext prepare output, or any "
+                                           "fairseq-preprocess output)"),
         "--split": dict(default="test"),
-        "--out": dict(required=True, help=HELP["--out"]),
-        "--cpu": dict(action="store_true", help=HELP["--cpu"]),
+        "--out": dict(required=True, help="output directory (tables, JSON, CSV, PNG)"),
+        "--cpu": dict(action="store_true", help="run on the CPU even when a GPU is there"),
     }
-    for option, changed in (overrides or {}).items():
-        settings[option] = {**settings[option], **changed}
     for option, kwargs in settings.items():
         where = checkpoint_group if option == "--checkpoint" and checkpoint_group is not None else parser
-        where.add_argument(option, **kwargs)
+        where.add_argument(option, **{**kwargs, **(overrides or {}).get(option, {})})
     return parser
 
 
 def parser(doc: str, several: bool = True, max_sentences: bool = False,
            overrides: Optional[Dict[str, dict]] = None) -> AnalysisParser:
-    """The parser of an analysis command (:class:`AnalysisParser`) with its
-    :func:`common_arguments` and, with ``max_sentences``, --max-sentences."""
+    """The parser of an analysis command with its :func:`common_arguments` and, with
+    ``max_sentences``, --max-sentences."""
     ap = common_arguments(AnalysisParser(doc), several, overrides)
     if max_sentences:
-        max_sentences_argument(ap)
-    return ap
-
-
-def max_sentences_argument(parser) -> None:
-    parser.add_argument("--max-sentences", type=int, metavar="N",
+        ap.add_argument("--max-sentences", type=int, metavar="N",
                         help="analyse only the sentences of --split with ids below N (the N lowest ids)")
-
-
-def language_arguments(parser) -> None:
-    """--src/--tgt of the analyses that decode through fairseq-ext evaluate: needed only when
-    neither DATA/prep.env, the checkpoint nor the data's file names tell the languages."""
-    parser.add_argument("--src", help="source language (default: DATA/prep.env, the checkpoint, the data's file names)")
-    parser.add_argument("--tgt", help="target language (default: as --src)")
+    return ap
 
 
 def evaluation_arguments(parser, significance: bool = True, marks: str = "thesis") -> None:
     """What the analyses that decode through fairseq-ext evaluate take: --generate-args,
-    --flavour, the languages and, with ``significance``, the paired bootstrap's --samples and
-    --marks (default ``marks``)."""
+    --flavour, with ``significance`` the paired bootstrap's --samples and --marks (default
+    ``marks``), and --src/--tgt, needed only when neither DATA/prep.env, the checkpoint nor
+    the data's file names tell the languages."""
     parser.add_argument("--generate-args", default="", help="fairseq-generate flags, e.g. '--beam 4 --lenpen 0.6'")
     parser.add_argument("--flavour", help="BLEU flavour (default: the one fairseq-ext evaluate reports for the data)")
     if significance:
         parser.add_argument("--samples", type=int, default=1000, help="paired bootstrap samples")
         parser.add_argument("--marks", default=marks, help="significance marks: thesis, mma or wt")
-    language_arguments(parser)
+    parser.add_argument("--src", help="source language (default: DATA/prep.env, the checkpoint, the data's file names)")
+    parser.add_argument("--tgt", help="target language (default: as --src)")
 
 
-def run(build_parser: Callable[[], argparse.ArgumentParser], execute: Callable, argv=None) -> int:
-    """An analysis command: parse ``argv`` with ``build_parser()`` and run ``execute(args,
-    figures)``, ``figures`` the :class:`FigureContext` of those arguments; its exit status 0
-    unless ``execute`` returns another."""
-    setup_cli()
-    args = build_parser().parse_args(argv)
-    return execute(args, FigureContext.of(args)) or 0
+def main(build_parser: Callable[[], argparse.ArgumentParser], execute: Callable) -> Callable:
+    """The ``main(argv=None)`` of an analysis command: parse ``argv`` with ``build_parser()`` and
+    run ``execute(args, figures)``, ``figures`` the :class:`FigureContext` of those arguments;
+    its exit status 0 unless ``execute`` returns another."""
+    def run(argv=None) -> int:
+        setup_cli()
+        args = build_parser().parse_args(argv)
+        return execute(args, FigureContext.of(args)) or 0
+
+    return run
+
+
+def batches(task, split: str, max_tokens: int = 4000, max_sentences: Optional[int] = None,
+            device: Optional[torch.device] = None, epoch: Optional[int] = None, seed: int = 1) -> Iterator[dict]:
+    """fairseq's batches of ``split``, every sentence once, in order (shuffled as fairseq does
+    for ``epoch`` and ``seed`` when ``epoch`` is given), only the sentences with ids below
+    ``max_sentences`` when given, moved to ``device``."""
+    itr = task.get_batch_iterator(dataset=task.dataset(split), max_tokens=max_tokens, ignore_invalid_inputs=False,
+                                  required_batch_size_multiple=1, seed=seed, epoch=epoch or 1)
+    for sample in itr.next_epoch_itr(shuffle=epoch is not None):
+        keep = sample["id"] < max_sentences if sample and max_sentences is not None else None
+        if keep is not None and not keep.all():
+            if not keep.any():
+                continue
+            sample = {"id": sample["id"][keep], "nsentences": int(keep.sum()),
+                      "net_input": {k: (v[keep] if torch.is_tensor(v) and v.size(0) == keep.size(0) else v)
+                                    for k, v in sample["net_input"].items()},
+                      "target": None if sample.get("target") is None else sample["target"][keep]}
+            sample["ntokens"] = 0 if sample["target"] is None else int(sample["target"].ne(1).sum())
+        if sample:
+            yield sample if device is None else to_device(sample, device)
+
+
+def to_device(sample: dict, device: torch.device) -> dict:
+    return utils.move_to_cuda(sample) if device.type == "cuda" else sample
+
+
+def write_table(rows: List[dict], out_dir: str, name: str, title: str = "", floatfmt: str = ".2f") -> str:
+    """Print ``rows`` (dicts with the same keys) as a Markdown table and write
+    ``OUT/NAME.md``, ``.csv`` and ``.json``; returns the Markdown. Run as a command (``python
+    -m fairseq_ext.analysis.NAME ARGS``), the analysis also writes the command line to
+    ``OUT/command.txt``, for the HTML report and for whoever finds the directory later."""
+    os.makedirs(out_dir, exist_ok=True)
+    columns = list(rows[0]) if rows else []
+
+    def cell(v):
+        return format(v, floatfmt) if isinstance(v, float) else "–" if v is None else str(v)
+
+    lines = ([f"### {title}", ""] if title else []) + ["| " + " | ".join(columns) + " |",
+                                                     "|" + "|".join("---" for _ in columns) + "|"]
+    text = "\n".join(lines + ["| " + " | ".join(cell(r[c]) for c in columns) + " |" for r in rows]) + "\n"
+    with open(os.path.join(out_dir, f"{name}.md"), "w", encoding="utf-8") as f:
+        f.write(text)
+    with open(os.path.join(out_dir, f"{name}.csv"), "w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    with open(os.path.join(out_dir, f"{name}.json"), "w", encoding="utf-8") as f:
+        json.dump(rows, f, indent=1, ensure_ascii=False)
+    module = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", "") or ""
+    if module.startswith("fairseq_ext.analysis."):
+        with open(os.path.join(out_dir, "command.txt"), "w", encoding="utf-8") as f:
+            f.write(" ".join(shlex.quote(a) for a in ["python", "-m", module, *sys.argv[1:]]) + "\n")
+    print(text)
+    return text
+
+
+def read_table(out_dir: str, name: str) -> List[dict]:
+    """The rows of the table ``name`` that :func:`write_table` wrote into ``out_dir``: from
+    NAME.json, or, where only the Markdown was kept, from NAME.md (numbers as printed there,
+    "–" None)."""
+    path = os.path.join(out_dir, f"{name}.json")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    with open(os.path.join(out_dir, f"{name}.md"), encoding="utf-8") as f:
+        lines = [l.strip() for l in f if l.strip().startswith("|")]
+    if len(lines) < 2:
+        raise ValueError(f"{out_dir}/{name}.md holds no table")
+
+    def value(text):
+        for kind in (int, float):
+            try:
+                return kind(text)
+            except ValueError:
+                pass
+        return None if text == "–" else text
+
+    def cells(line):  # cells are separated by " | " (a header such as "|Y|" holds bars of its own)
+        return [c.strip() for c in line[1:-1].strip().split(" | ")] if line != "|" else []
+
+    return [dict(zip(cells(lines[0]), map(value, cells(line)))) for line in lines[2:]]

@@ -27,7 +27,6 @@ from fairseq_ext.analysis.figures import (FIGURE_WIDTH, FigureContext, add_capti
                                          integer_ticks, label_points, legend_outside, names_for, pyplot,
                                          save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
-from fairseq_ext.analysis.table_files import write_table
 from fairseq_ext.common import checkpoints
 
 ANALYSIS = Analysis("dc_divergence", "DC divergence", "thesis 5.6.2 (Fig. 5.4)", order=60,
@@ -77,7 +76,6 @@ def layer_divergences(model, task, split, heads="max", max_sentences=None, cpu=F
 
 
 def build_parser():
-    """This command's options (the report reads them to give it only what it takes)."""
     ap = command.parser(__doc__, max_sentences=True)
     ap.add_argument("--heads", default="max", choices=["max", "mean", "each"])
     return ap
@@ -134,15 +132,13 @@ def execute(args, figures: FigureContext):
         dv = layer_divergences(model, task, args.split, args.heads, args.max_sentences, args.cpu)
         rows += [{"model": name, "layer": layer, "JS": round(v, 5)} for layer, v in dv.items()]
         summary.append({"model": name, "Ed": round(sum(dv.values()) / len(dv), 5), "DC layers": len(dv)})
-    write_table(rows, args.out, "per_layer", f"JS(global || local) per DC layer (heads: {args.heads})", ".5f")
-    write_table(summary, args.out, "summary", "Ed: mean over the DC layers", ".5f")
+    command.write_table(rows, args.out, "per_layer", f"JS(global || local) per DC layer (heads: {args.heads})", ".5f")
+    command.write_table(summary, args.out, "summary", "Ed: mean over the DC layers", ".5f")
     plot(rows, summary, names, os.path.join(args.out, "dc_divergence.png"), figures, args.heads,
          data_description(args.data, args.split))
 
 
-def main(argv=None):
-    return command.run(build_parser, execute, argv)
-
+main = command.main(build_parser, execute)
 
 if __name__ == "__main__":
     sys.exit(main())

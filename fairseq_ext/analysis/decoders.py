@@ -9,12 +9,11 @@ main decoder.
 Writes decoders.{md,csv,json} (model, decoder, reads encoder layer, BLEU, delta, p, mark) and
 decoders.png (BLEU per decoder); decodings in OUT/<model>/<decoder>.
 """
-import os
 import sys
 from typing import Optional
 
 from fairseq_ext.analysis import AnalysisError
-from fairseq_ext.analysis.decoding import compare_decodings, comparison_command, significance_rows
+from fairseq_ext.analysis.decoding import comparison_command
 from fairseq_ext.analysis.figures import (FigureContext, add_caption, add_title, flavour_of, marks_note, pyplot,
                                          save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
@@ -25,18 +24,14 @@ ANALYSIS = Analysis("decoders", "Main and auxiliary decoders", "thesis Table 4.7
                     lacks="it has no auxiliary decoder (--aux-decoder-layers)")
 
 
-def decoder_rows(name, checkpoint, data, split, out, generate_args, flavour, samples, cpu=False, marks="thesis",
-                 src=None, tgt=None):
+def decoder_runs(name, checkpoint):
     options = checkpoints.options(checkpoint)
     if not options.aux_layers:
         raise AnalysisError(f"{checkpoint}: no auxiliary decoder (--aux-decoder-layers is empty)")
-    runs = {"main": {"decode_from": "main"}, **{f"aux{l}": {"decode_from": f"aux{l}"} for l in options.aux_layers}}
-    flavour, sig = compare_decodings(checkpoint, data, split, os.path.join(out, name), runs, generate_args, flavour,
-                                     samples, cpu, marks, src, tgt)
     n_layers = options.encoder_self_attention and len(options.encoder_self_attention)
-    return significance_rows(sig, flavour, {
-        "main": {"model": name, "decoder": "main", "reads encoder layer": n_layers},
-        **{f"aux{l}": {"model": name, "decoder": f"aux{l}", "reads encoder layer": l} for l in options.aux_layers}})
+    return {"main": ({"decode_from": "main"}, {"model": name, "decoder": "main", "reads encoder layer": n_layers}),
+            **{f"aux{l}": ({"decode_from": f"aux{l}"}, {"model": name, "decoder": f"aux{l}", "reads encoder layer": l})
+               for l in options.aux_layers}}
 
 
 def plot(rows, path, context: Optional[FigureContext] = None, marks: str = "thesis"):
@@ -54,7 +49,8 @@ def plot(rows, path, context: Optional[FigureContext] = None, marks: str = "thes
     ax.bar_label(bars, [f"{r['BLEU']:.2f}" + ("" if r["decoder"] == "main" else f"\n{r['delta']:+.2f}{r['mark']}")
                         for r in rows], fontsize=8, padding=2)
     ax.margins(y=0.2)
-    ax.set_xticks(range(len(rows)), labels, rotation=30 if len(rows) > 4 else 0, ha="right" if len(rows) > 4 else "center")
+    many = len(rows) > 4
+    ax.set_xticks(range(len(rows)), labels, rotation=30 if many else 0, ha="right" if many else "center")
     ax.set_ylabel(f"BLEU ({flavour_of(rows)})")
     add_title(fig, "BLEU of the main and every auxiliary decoder, each decoding alone")
     add_caption(fig, f"BLEU ({flavour_of(rows)}) of each decoder of a model translating alone (decode_from): main, "
@@ -65,7 +61,7 @@ def plot(rows, path, context: Optional[FigureContext] = None, marks: str = "thes
     return fig
 
 
-build_parser, main = comparison_command(__doc__, decoder_rows, "decoders", "BLEU of every decoder", plot)
+build_parser, main = comparison_command(__doc__, decoder_runs, "decoders", "BLEU of every decoder", plot)
 
 
 if __name__ == "__main__":

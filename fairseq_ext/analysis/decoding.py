@@ -1,7 +1,7 @@
 """Decoding for the analyses that score translations: ``fairseq-ext evaluate``'s tool on a
 checkpoint (BLEU is the BLEU that command reports; model overrides allowed), its output lines,
-decodings of one checkpoint compared with a baseline decoding (sacreBLEU's paired test), and
-the command of an analysis made of such comparisons, one table and one figure."""
+and the command of an analysis that compares decodings of one checkpoint with a baseline
+decoding (sacreBLEU's paired test), one table and one figure."""
 import os
 import shlex
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -10,7 +10,6 @@ import torch
 
 from fairseq_ext.analysis import AnalysisError, command
 from fairseq_ext.analysis.figures import names_for
-from fairseq_ext.analysis.table_files import write_table
 from fairseq_ext.common import checkpoints, data_text
 from fairseq_ext.tools.evaluate import EvaluationError
 from fairseq_ext.tools.evaluate import evaluate as run_evaluation
@@ -44,52 +43,20 @@ def lines(evaluation: dict, flavour: str, kind: str = "hyp") -> List[str]:
     return data_text.read_lines(os.path.join(evaluation["dir"], f"{kind}.{level}"))
 
 
-def compare_decodings(checkpoint: str, data: str, split: str, out: str, runs: Dict[str, Optional[dict]],
-                      generate_args: Sequence[str] = (), flavour: Optional[str] = None, samples: int = 1000,
-                      cpu: bool = False, marks: str = "thesis", src: Optional[str] = None,
-                      tgt: Optional[str] = None) -> Tuple[str, dict]:
-    """Decode ``checkpoint`` once per run (``runs``: name -> model overrides, into OUT/NAME),
-    the first run the baseline, and test every other run against it (paired bootstrap on
-    the same references). Returns (the flavour: ``flavour`` or the baseline's headline, the
-    :func:`~fairseq_ext.tools.significance.paired_significance` result by run name)."""
-    evaluations = {}
-    for run, overrides in runs.items():
-        evaluations[run] = evaluate(checkpoint, data, split, os.path.join(out, run), overrides=overrides,
-                                    generate_args=generate_args, cpu=cpu, src=src, tgt=tgt)
-        flavour = flavour or evaluations[run]["headline"]
-    baseline, *others = evaluations
-    sig = paired_significance(lines(evaluations[baseline], flavour, "ref"), lines(evaluations[baseline], flavour),
-                              {run: lines(evaluations[run], flavour) for run in others}, flavour=flavour,
-                              n_samples=samples, marks=marks)
-    return flavour, sig
-
-
-def significance_rows(sig: dict, flavour: str, cells: Dict[str, dict]) -> List[dict]:
-    """A table row per run of :func:`compare_decodings` (``cells``: run -> the row's leading
-    cells, the baseline first): its BLEU, then the difference to the baseline's, its p-value
-    and mark (none for the baseline)."""
-    base = sig["baseline"]["bleu"]
-    rows = []
-    for k, (run, lead) in enumerate(cells.items()):
-        if k == 0:
-            rows.append({**lead, "BLEU": base, "delta": None, "p": None, "mark": "", "flavour": flavour})
-            continue
-        s = sig[run]
-        rows.append({**lead, "BLEU": s["bleu"], "delta": round(s["bleu"] - base, 2), "p": s["p_value"],
-                     "mark": s["mark"], "flavour": flavour})
-    return rows
-
-
-def comparison_command(doc: str, rows_of: Callable[..., List[dict]], table: str, title: str,
-                       plot: Callable, add_arguments: Optional[Callable] = None,
+def comparison_command(doc: str, runs_of: Callable[..., Dict[str, Tuple[Optional[dict], dict]]], table: str,
+                       title: str, plot: Callable, add_arguments: Optional[Callable] = None,
                        options_of: Optional[Callable] = None) -> Tuple[Callable, Callable]:
     """(build_parser, main) of an analysis that compares decodings of each checkpoint: its
     parser is the common arguments and :func:`~fairseq_ext.analysis.command.evaluation_arguments`;
-    its run writes ``rows_of(name, checkpoint, data, split, out, generate_args, flavour,
-    samples, cpu, marks, src, tgt)`` of every checkpoint as the table OUT/TABLE (titled
-    ``title``) and draws ``plot(rows, OUT/TABLE.png, figures, marks)`` (``marks``: --marks, the key
-    to the marks in the caption). ``add_arguments(parser)`` adds the analysis' own options;
-    ``options_of(args)`` gives rows_of and plot the keyword arguments made of them."""
+    its run decodes each checkpoint once per run of ``runs_of(name, checkpoint)`` (run ->
+    (model overrides, the table row's leading cells), the first the baseline) into
+    OUT/NAME/RUN, tests every other run against the baseline (sacreBLEU's paired bootstrap on
+    the same references, in --flavour or the baseline's headline flavour), writes a row per
+    run (its leading cells, BLEU, the difference to the baseline's, p and mark; none for the
+    baseline) as the table OUT/TABLE (titled ``title``) and draws ``plot(rows, OUT/TABLE.png,
+    figures, marks)`` (``marks``: --marks, the key to the marks in the caption).
+    ``add_arguments(parser)`` adds the analysis' own options; ``options_of(args)`` gives
+    runs_of and plot the keyword arguments made of them."""
     def build_parser():
         ap = command.parser(doc)
         command.evaluation_arguments(ap)
@@ -100,13 +67,23 @@ def comparison_command(doc: str, rows_of: Callable[..., List[dict]], table: str,
     def execute(args, figures):
         rows, extra = [], (options_of(args) if options_of is not None else {})
         for name, ckpt in zip(names_for(args.checkpoint, args.names), args.checkpoint):
-            rows += rows_of(name, ckpt, args.data, args.split, args.out, shlex.split(args.generate_args),
-                            args.flavour, args.samples, args.cpu, args.marks, args.src, args.tgt, **extra)
-        write_table(rows, args.out, table, title)
+            runs, flavour = runs_of(name, ckpt, **extra), args.flavour
+            evaluations = {}
+            for run, (overrides, _) in runs.items():
+                evaluations[run] = evaluate(ckpt, args.data, args.split, os.path.join(args.out, name, run),
+                                            overrides=overrides, generate_args=shlex.split(args.generate_args),
+                                            cpu=args.cpu, src=args.src, tgt=args.tgt)
+                flavour = flavour or evaluations[run]["headline"]
+            (baseline, (_, lead)), *others = runs.items()
+            hyps = {run: lines(evaluation, flavour) for run, evaluation in evaluations.items()}
+            sig = paired_significance(lines(evaluations[baseline], flavour, "ref"), hyps.pop(baseline), hyps,
+                                      flavour=flavour, n_samples=args.samples, marks=args.marks)
+            base = sig["baseline"]["bleu"]
+            rows.append({**lead, "BLEU": base, "delta": None, "p": None, "mark": "", "flavour": flavour})
+            rows += [{**lead, "BLEU": sig[run]["bleu"], "delta": round(sig[run]["bleu"] - base, 2),
+                      "p": sig[run]["p_value"], "mark": sig[run]["mark"], "flavour": flavour}
+                     for run, (_, lead) in others]
+        command.write_table(rows, args.out, table, title)
         plot(rows, os.path.join(args.out, f"{table}.png"), figures, args.marks, **extra)
 
-    def main(argv=None):
-        return command.run(build_parser, execute, argv)
-
-    build_parser.__doc__ = "This command's options (the report reads them to give it only what it takes)."
-    return build_parser, main
+    return build_parser, command.main(build_parser, execute)

@@ -4,6 +4,7 @@ every caption by :func:`save_figure`), the names models are shown by and the col
 model has in every figure (:func:`system_colours`), legends beside the axes, labels beside
 points, 95% intervals of proportions and the key to significance marks, and the grid of heatmap
 panels on one colour scale (:func:`map_figure`)."""
+import collections
 import dataclasses
 import math
 import os
@@ -83,11 +84,6 @@ def system_colours(names: Sequence[str]) -> Dict[str, str]:
         out[name] = next((c for c in free if c not in taken), free[0])
         taken.add(out[name])
     return {n: out[n] for n in names}
-
-
-def system_colour(name: str) -> str:
-    """The colour of one model (:func:`system_colours` of it alone)."""
-    return system_colours([name])[name]
 
 
 # ---- what the figures of several numbers share ------------------------------------------------
@@ -270,11 +266,8 @@ COLOURBAR = 0.9  # inches at the right for the colour bar and its label
 MAX_COLUMNS = 4
 
 
-class Panel:
-    """One heatmap: ``matrix`` (rows x columns, numpy), its column and row token labels."""
-
-    def __init__(self, title: str, matrix, xlabels: List[str], ylabels: List[str]):
-        self.title, self.matrix, self.xlabels, self.ylabels = title, matrix, xlabels, ylabels
+# one heatmap: ``matrix`` (rows x columns, numpy), its column and row token labels
+Panel = collections.namedtuple("Panel", "title matrix xlabels ylabels")
 
 
 def _label_inches(labels, font: float) -> float:

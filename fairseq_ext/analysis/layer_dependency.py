@@ -13,12 +13,11 @@ Writes masking.{md,csv,json} (model, layer, BLEU, delta, p, mark; one row per ma
 and masking.png (delta per masked layer, one series per model); the decodings stay in
 OUT/<model>/full and OUT/<model>/mask<i> (fairseq-ext evaluate directories).
 """
-import os
 import sys
 from typing import Optional
 
 from fairseq_ext.analysis import AnalysisError
-from fairseq_ext.analysis.decoding import compare_decodings, comparison_command, significance_rows
+from fairseq_ext.analysis.decoding import comparison_command
 from fairseq_ext.analysis.figures import (FigureContext, add_caption, add_title, flavour_of,
                                          label_points, layer_axes, marks_note, pyplot, save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
@@ -34,20 +33,15 @@ ANALYSIS = Analysis(
 MASK_MODES = {"zero": "replaced by zeros in", "remove": "removed from"}
 
 
-def masking_rows(name: str, checkpoint: str, data: str, split: str, out: str, generate_args, flavour, samples,
-                 cpu=False, marks="thesis", src=None, tgt=None, mask_mode="zero"):
+def masking_runs(name: str, checkpoint: str, mask_mode: str = "zero"):
     options = checkpoints.options(checkpoint)
     n = options.num_joint_layers
     if options.strategy.name == "none" or n < 2:
         raise AnalysisError(f"{checkpoint}: the decoder reads one encoder layer (--joint-attention "
                             f"{options.strategy.name}, n = {n}): there is no layer to mask")
-    runs = {"full": None, **{f"mask{i}": {"mask_source_layer": i, "mask_source_mode": mask_mode}
-                             for i in range(1, n + 1)}}
-    flavour, sig = compare_decodings(checkpoint, data, split, os.path.join(out, name), runs, generate_args, flavour,
-                                     samples, cpu, marks, src, tgt)
-    return significance_rows(sig, flavour, {"full": {"model": name, "masked layer": "none", "masking": "–"},
-                                            **{f"mask{i}": {"model": name, "masked layer": f"f^{i}",
-                                                            "masking": mask_mode} for i in range(1, n + 1)}})
+    return {"full": (None, {"model": name, "masked layer": "none", "masking": "–"}),
+            **{f"mask{i}": ({"mask_source_layer": i, "mask_source_mode": mask_mode},
+                            {"model": name, "masked layer": f"f^{i}", "masking": mask_mode}) for i in range(1, n + 1)}}
 
 
 def plot(rows, path, context: Optional[FigureContext] = None, marks: str = "thesis", mask_mode: str = "zero"):
@@ -84,8 +78,9 @@ def add_arguments(ap):
                          "the biased key/value projections; remove: f^i taken out of the combination")
 
 
-build_parser, main = comparison_command(__doc__, masking_rows, "masking", "BLEU with one collected encoder layer masked",
-                                        plot, add_arguments, lambda args: {"mask_mode": args.mask_mode})
+build_parser, main = comparison_command(__doc__, masking_runs, "masking",
+                                        "BLEU with one collected encoder layer masked", plot, add_arguments,
+                                        lambda args: {"mask_mode": args.mask_mode})
 
 
 if __name__ == "__main__":

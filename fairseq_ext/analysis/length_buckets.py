@@ -28,6 +28,7 @@ the sample alone moves a bucket's BLEU by more than the 1-2 points that separate
 the papers compare. An empty bucket is written "0 sentences" in the figure and has no BLEU
 ("–") in the table.
 """
+import bisect
 import glob
 import json
 import os
@@ -40,7 +41,6 @@ from fairseq_ext.analysis.decoding import evaluate
 from fairseq_ext.analysis.figures import (FIGURE_WIDTH, FigureContext, add_caption, data_description, names_for,
                                           pyplot, save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
-from fairseq_ext.analysis.table_files import write_table
 from fairseq_ext.common import data_text
 from fairseq_ext.recipes.helpers.evaluations import read_evaluation_complete
 from fairseq_ext.tools.statistics import bleu_metric
@@ -52,46 +52,27 @@ DEFAULT_EDGES = (10, 20, 30, 40, 50)
 DEFAULT_MIN_SENTENCES = 30
 
 
-def bucket_names(edges: Sequence[int]) -> List[str]:
-    names = [f"<{edges[0]}"] + [f"{a}-{b}" for a, b in zip(edges, edges[1:])] + [f">={edges[-1]}"]
-    return names
-
-
-def bucket_of(length: int, edges: Sequence[int]) -> int:
-    for i, edge in enumerate(edges):
-        if length < edge:
-            return i
-    return len(edges)
-
-
-def bucket_note(sentences: int, min_sentences: int) -> Optional[str]:
-    """The table's note on a bucket: empty, too small to read its BLEU, or nothing."""
-    if sentences == 0:
-        return "0 sentences"
-    if sentences < min_sentences:
-        return f"fewer than {min_sentences} sentences"
-    return None
-
-
 def bucket_bleu(lengths: Sequence[int], refs: List[str], systems: Dict[str, List[str]], flavour: str,
                 edges: Sequence[int] = DEFAULT_EDGES, min_sentences: int = DEFAULT_MIN_SENTENCES) -> List[dict]:
-    """A row per bucket of the source ``lengths``: its name, how many sentences it holds, the
-    corpus BLEU of each system on them (None for an empty bucket) and :func:`bucket_note`."""
+    """A row per bucket of the source ``lengths`` (<e_1, e_1-e_2, ..., >=e_k; a-b holds a to
+    b-1): its name, how many sentences it holds, the corpus BLEU of each system on them (None
+    for an empty bucket) and its note: empty, or too small to read its BLEU."""
     taken = {"bucket", "sentences", "note"} & set(systems)
     if taken:
         raise AnalysisError(f"--names: {', '.join(sorted(taken))} names a column of the table; choose another")
-    groups: Dict[int, List[int]] = {}
+    names = [f"<{edges[0]}"] + [f"{a}-{b}" for a, b in zip(edges, edges[1:])] + [f">={edges[-1]}"]
+    groups: List[List[int]] = [[] for _ in names]
     for i, length in enumerate(lengths):
-        groups.setdefault(bucket_of(length, edges), []).append(i)
+        groups[bisect.bisect_right(edges, length)].append(i)
     rows = []
-    for b, name in enumerate(bucket_names(edges)):
-        idx = groups.get(b, [])
+    for name, idx in zip(names, groups):
         row = {"bucket": name, "sentences": len(idx)}
         for system, hyps in systems.items():
             row[system] = (round(bleu_metric(flavour).corpus_score([hyps[i] for i in idx],
                                                                   [[refs[i] for i in idx]]).score, 2)
                            if idx else None)
-        row["note"] = bucket_note(len(idx), min_sentences)
+        row["note"] = "0 sentences" if not idx else f"fewer than {min_sentences} sentences" \
+            if len(idx) < min_sentences else None
         rows.append(row)
     return rows
 
@@ -189,7 +170,8 @@ def plot(rows: List[dict], systems: Sequence[str], flavour: str, path: str,
     hist.set_xticks(x, [r["bucket"] for r in rows])
     hist.set_xlabel(f"source length ({unit})")
     counted = ("the subword tokens of the binarized source the models read, without end of sentence"
-               if unit == "subword tokens" else f"the whitespace-separated units of the evaluated source (src.tok: {unit})")
+               if unit == "subword tokens" else
+               f"the whitespace-separated units of the evaluated source (src.tok: {unit})")
     add_caption(fig, f"Corpus BLEU (sacreBLEU, {flavour}) of the sentences of each source-length bucket, per "
                      f"system ({', '.join(systems)}); below, the sentences in each bucket. Source length counts "
                      f"{counted}; a-b holds a to b-1. Hatched, pale: buckets with "
@@ -200,7 +182,6 @@ def plot(rows: List[dict], systems: Sequence[str], flavour: str, path: str,
 
 
 def build_parser():
-    """This command's options (the report reads them to give it only what it takes)."""
     ap = command.AnalysisParser(__doc__)
     systems = ap.add_mutually_exclusive_group(required=True)
     systems.add_argument("--eval", nargs="+", help="fairseq-ext evaluate output directories")
@@ -267,13 +248,11 @@ def execute(args, figures: FigureContext):
     else:
         lengths, unit = [len(src.split()) for src in sources], length_unit(dirs[0])
     rows = bucket_bleu(lengths, refs, systems, flavour, edges, args.min_bucket_sentences)
-    write_table(rows, args.out, "buckets", f"BLEU ({flavour}) by source length ({unit}): {data}")
+    command.write_table(rows, args.out, "buckets", f"BLEU ({flavour}) by source length ({unit}): {data}")
     plot(rows, names, flavour, os.path.join(args.out, "buckets.png"), args.min_bucket_sentences, unit, data, figures)
 
 
-def main(argv=None):
-    return command.run(build_parser, execute, argv)
-
+main = command.main(build_parser, execute)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -49,23 +49,286 @@ probing.png (accuracy per task and model; per layer when several layers are prob
 accuracy with its 95% Wilson score interval over the task's test sentences, whose number is
 the table's "test" column).
 """
+import collections
+import math
 import os
+import random
 import sys
-from typing import Dict, List, Optional, Tuple
+import unicodedata
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+from fairseq.data import data_utils
 
 from fairseq_ext.analysis import AnalysisError, command
-from fairseq_ext.analysis.encoder_features import pooled_features, primary_encoder, resolve_layer
+from fairseq_ext.analysis.capture import layer_outputs, primary_encoder
 from fairseq_ext.analysis.figures import (FigureContext, add_caption, add_title, legend_outside, names_for, pyplot,
                                          save_figure, system_colours, wilson_interval)
-from fairseq_ext.analysis.probing_classifier import probe_task
-from fairseq_ext.analysis.probing_tasks import CATEGORY, GENERATED, PARTITIONS, Split, load_tasks
 from fairseq_ext.analysis.registry import Analysis
-from fairseq_ext.analysis.table_files import write_table
-from fairseq_ext.common import checkpoints
-from fairseq_ext.common.data_text import TextPipeline
+from fairseq_ext.common import checkpoints, data_text
+from fairseq_ext.common.data_text import TextPipeline, recipe_tokenizer, unescape_moses
+from fairseq_ext.errors import CheckpointError, DataError
 
 ANALYSIS = Analysis("probing", "Linguistic probing", "thesis Tables 4.8, 5.5", order=70)
 
+# ---- the tasks ----------------------------------------------------------------------------------
+# (thesis name, SentEval file, category), in the order of thesis Tables 4.8 / 5.5
+TASKS = [
+    ("SentLen", "sentence_length.txt", "Surface"),
+    ("WC", "word_content.txt", "Surface"),
+    ("TDep", "tree_depth.txt", "Syntactic"),
+    ("BShift", "bigram_shift.txt", "Syntactic"),
+    ("ToCo", "top_constituents.txt", "Syntactic"),
+    ("Tense", "past_present.txt", "Semantic"),
+    ("SubjN", "subj_number.txt", "Semantic"),
+    ("ObjN", "obj_number.txt", "Semantic"),
+    ("SoMo", "odd_man_out.txt", "Semantic"),
+    ("CoIn", "coordination_inversion.txt", "Semantic"),
+]
+CATEGORY = {name: cat for name, _, cat in TASKS}
+GENERATED = ("SentLen", "WC", "BShift")
+PARTITIONS = ("tr", "va", "te")
+SENTLEN_BINS = [(5, 8), (9, 12), (13, 16), (17, 20), (21, 25), (26, 28)]
+Split = Dict[str, List[Tuple[str, str]]]  # partition -> [(label, sentence)]
+
+
+def read_senteval(path: str) -> Split:
+    """A SentEval probing file: ``partition <TAB> label <TAB> ... <TAB> sentence``."""
+    data: Split = {p: [] for p in PARTITIONS}
+    for number, line in enumerate(data_text.read_lines(path), start=1):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) < 3 or fields[0] not in data:
+            raise AnalysisError(f"{path}:{number}: expected 'tr|va|te<TAB>label<TAB>sentence'")
+        data[fields[0]].append((fields[1], fields[-1].strip()))
+    for p in PARTITIONS:  # va too: the probe is early-stopped on it
+        if not data[p]:
+            raise AnalysisError(f"{path}: no '{p}' sentences")
+    return data
+
+
+def write_senteval(data: Split, path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.writelines(f"{p}\t{label}\t{sentence}\n" for p in PARTITIONS for label, sentence in data[p])
+    os.replace(path + ".tmp", path)
+
+
+def is_punctuation(token: str) -> bool:
+    return all(unicodedata.category(c)[0] in "PS" for c in token)
+
+
+def task_examples(name: str, sentences: Sequence[Tuple[str, ...]], rng: random.Random, wc_words: int = 1000,
+                  wc_rank_start: int = 2000) -> List[Tuple[str, str]]:
+    """(label, sentence) of the generated task ``name``: SentLen, the SentEval bin of every
+    sentence whose token count falls in one; WC, the sentences holding exactly one target word
+    (the first ``wc_words`` lower-cased words of at least 4 characters from frequency rank
+    ``wc_rank_start`` + 1 on; ties: the earlier first occurrence first), exactly once, labelled
+    with it; BShift, half the usable sentences with one random adjacent pair swapped (I: not
+    the first token, no punctuation, different tokens), half as they are (O)."""
+    if name == "SentLen":
+        return [(str(label), " ".join(tokens)) for tokens in sentences
+                for label, (lo, hi) in enumerate(SENTLEN_BINS) if lo <= len(tokens) <= hi]
+    if name == "WC":
+        counts = collections.Counter(t.lower() for tokens in sentences for t in tokens)
+        wanted = set([w for w, _ in counts.most_common()[wc_rank_start:] if len(w) >= 4][:wc_words])
+        hits = [([t.lower() for t in tokens if t.lower() in wanted], tokens) for tokens in sentences]
+        return [(found[0], " ".join(tokens)) for found, tokens in hits if len(found) == 1]
+    if name != "BShift":
+        raise AnalysisError(f"--generate: {name} needs a parser or a language model; give its SentEval file")
+
+    def positions(tokens):
+        return [i for i in range(1, len(tokens) - 1) if not is_punctuation(tokens[i])
+                and not is_punctuation(tokens[i + 1]) and tokens[i] != tokens[i + 1]]
+
+    usable = [list(t) for t in sentences if '"' not in t and positions(t)]
+    rng.shuffle(usable)
+    out = []
+    for k, tokens in enumerate(usable):
+        if k % 2 == 0:
+            i = rng.choice(positions(tokens))
+            tokens[i], tokens[i + 1] = tokens[i + 1], tokens[i]
+        out.append(("I" if k % 2 == 0 else "O", " ".join(tokens)))
+    return out
+
+
+def balanced_split(examples: List[Tuple[str, str]], sizes: Sequence[int], rng: random.Random,
+                   min_per_class: int = 3) -> Split:
+    """Every label cut to the same count (the rarest label's, at most sum(sizes) / labels;
+    labels with fewer than ``min_per_class`` examples dropped), then split per label in the
+    proportions of ``sizes`` (tr, va, te), at least one va and one te example each."""
+    by_label: Dict[str, List[str]] = collections.defaultdict(list)
+    for label, sentence in examples:
+        by_label[label].append(sentence)
+    by_label = {k: v for k, v in by_label.items() if len(v) >= max(min_per_class, 3)}
+    data: Split = {p: [] for p in PARTITIONS}
+    if not by_label:
+        return data
+    total = sum(sizes)
+    per_label = min(min(len(v) for v in by_label.values()), math.ceil(total / len(by_label)))
+    n_va, n_te = max(1, round(per_label * sizes[1] / total)), max(1, round(per_label * sizes[2] / total))
+    for label in sorted(by_label):
+        sents = by_label[label]
+        rng.shuffle(sents)
+        sents = sents[:per_label]
+        data["te"] += [(label, s) for s in sents[:n_te]]
+        data["va"] += [(label, s) for s in sents[n_te:n_te + n_va]]
+        data["tr"] += [(label, s) for s in sents[n_te + n_va:]]
+    for p in PARTITIONS:
+        rng.shuffle(data[p])
+    return data
+
+
+def generate_tasks(sentences: Sequence[List[str]], tasks: Sequence[str], sizes: Sequence[int], seed: int = 1,
+                   wc_words: int = 1000, wc_rank_start: int = 2000, min_per_class: int = 10) -> Dict[str, Split]:
+    """SentLen / WC / BShift from tokenized sentences (duplicates removed first, so that no
+    sentence is in two partitions)."""
+    unique = list(dict.fromkeys(tuple(t) for t in sentences if t))
+    out = {}
+    for name in tasks:
+        rng = random.Random(f"{seed}-{name}")
+        examples = task_examples(name, unique, rng, wc_words, wc_rank_start)
+        out[name] = balanced_split(examples, sizes, rng, min_per_class)
+        if len({label for label, _ in out[name]["tr"]}) < 2:
+            raise AnalysisError(f"--corpus: too few sentences for {name} ({len(examples)} usable)")
+    return out
+
+
+def load_tasks(args, out: str) -> Dict[str, Split]:
+    """The tasks the command's options name (--senteval, --task, --corpus with --generate), in
+    the order of the thesis' tables; generated ones are written to OUT/tasks/."""
+    tasks: Dict[str, Split] = {}
+    if args.senteval:
+        if not os.path.isdir(args.senteval):
+            raise AnalysisError(f"--senteval {args.senteval}: no such directory")
+        tasks = {name: read_senteval(os.path.join(args.senteval, filename)) for name, filename, _ in TASKS
+                 if os.path.exists(os.path.join(args.senteval, filename))}
+        if not tasks:
+            raise AnalysisError(f"--senteval {args.senteval}: none of the SentEval probing files "
+                                f"({', '.join(f for _, f, _ in TASKS)})")
+    for spec in args.task or []:
+        name, sep, path = spec.partition("=")
+        if not sep or not path:
+            raise AnalysisError(f"--task {spec}: expected NAME=FILE")
+        if not os.path.exists(path):
+            raise AnalysisError(f"--task {spec}: no such file")
+        tasks[name] = read_senteval(path)
+    if args.corpus:
+        if not os.path.exists(args.corpus):
+            raise AnalysisError(f"--corpus {args.corpus}: no such file")
+        try:  # the source language's Moses rules (English when nothing tells the language)
+            lang = checkpoints.languages(args.checkpoint[0], args.data, args.split)[0]
+        except (CheckpointError, DataError):
+            lang = "en"
+        tok = (lambda line: unescape_moses(line).split()) if args.corpus_tokenized else \
+            (lambda line, t=recipe_tokenizer(lang, escape=False): t(line).split())
+        lines = data_text.read_lines(args.corpus)[:args.corpus_lines or None]
+        generated = generate_tasks([tok(line) for line in lines], [t for t in args.generate if t not in tasks],
+                                   args.sizes, args.seed, args.wc_words, args.wc_rank_start, args.min_per_class)
+        for name, data in generated.items():
+            write_senteval(data, os.path.join(out, "tasks", next(f for n, f, _ in TASKS if n == name)))
+        tasks.update(generated)
+    if not tasks:
+        raise AnalysisError("no probing task: give --senteval DIR, --task NAME=FILE or --corpus FILE")
+    known = [n for n, _, _ in TASKS]
+    return dict(sorted(tasks.items(), key=lambda kv: known.index(kv[0]) if kv[0] in known else len(known)))
+
+
+# ---- the representation and the classifier --------------------------------------------------------
+
+@torch.no_grad()
+def pooled_features(model, pipeline: TextPipeline, sentences: Sequence[str], layers: Sequence[int],
+                    max_tokens: int = 6000) -> Dict[int, torch.Tensor]:
+    """layer -> N x C: the mean of encoder layer l over each sentence's positions."""
+    encoder = primary_encoder(model)
+    dev = next(model.parameters()).device
+    pad = pipeline.dictionary.pad()
+    ids = [pipeline(s) for s in sentences]
+    order = sorted(range(len(ids)), key=lambda i: ids[i].numel())
+    out = {l: torch.zeros(len(ids), encoder.embed_tokens.embedding_dim) for l in layers}
+    start = 0
+    while start < len(order):
+        end = start + 1  # sorted by length: a batch of k sentences is k times its last one's length
+        while end < len(order) and ids[order[end]].numel() * (end - start + 1) <= max_tokens:
+            end += 1
+        batch = [ids[i] for i in order[start:end]]
+        tokens = data_utils.collate_tokens(batch, pad, left_pad=True).to(dev)
+        lengths = torch.tensor([b.numel() for b in batch], device=dev)
+        states = layer_outputs(encoder, encoder(tokens, src_lengths=lengths, return_all_hiddens=True))
+        keep = tokens.ne(pad).t().unsqueeze(-1).float()  # T x B x 1
+        for l in layers:
+            out[l][torch.tensor(order[start:end])] = ((states[l].float() * keep).sum(0) / keep.sum(0)).cpu()
+        start = end
+    return out
+
+
+def mlp_probe(dim: int, num_labels: int, hidden: int = 200, dropout: float = 0.0) -> nn.Sequential:
+    """SentEval's MLP: Linear(C, hidden), dropout, sigmoid, Linear(hidden, labels); ``hidden``
+    0 is logistic regression."""
+    if hidden <= 0:
+        return nn.Sequential(nn.Linear(dim, num_labels))
+    return nn.Sequential(nn.Linear(dim, hidden), nn.Dropout(dropout), nn.Sigmoid(), nn.Linear(hidden, num_labels))
+
+
+@torch.no_grad()
+def accuracy(probe: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 4096) -> float:
+    probe.eval()
+    if len(y) == 0:
+        return float("nan")
+    return sum(int((probe(x[i:i + batch_size]).argmax(-1) == y[i:i + batch_size]).sum())
+               for i in range(0, len(y), batch_size)) / len(y)
+
+
+def train_probe(x_tr, y_tr, x_va, y_va, num_labels: int, hidden: int = 200, dropout: float = 0.0,
+                l2: float = 1e-4, lr: float = 1e-3, batch_size: int = 512, max_epochs: int = 100,
+                patience: Optional[int] = None, seed: int = 1) -> Tuple[nn.Sequential, dict]:
+    """RMSprop on cross-entropy, L2 ``l2`` on the hidden layer's weights, ``max_epochs``
+    epochs; the parameters of the epoch with the best validation accuracy are kept (early
+    stopping), and with ``patience`` training stops after that many epochs without a better
+    one."""
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    probe = mlp_probe(x_tr.size(1), num_labels, hidden, dropout)
+    rest = [p for p in probe.parameters() if p is not probe[0].weight]
+    optimizer = torch.optim.RMSprop([{"params": [probe[0].weight], "weight_decay": l2},
+                                     {"params": rest, "weight_decay": 0.0}], lr=lr)
+    best, best_state, best_epoch, epoch = -1.0, None, 0, 0
+    for epoch in range(1, max_epochs + 1):
+        probe.train()
+        perm = torch.randperm(len(y_tr), generator=gen)
+        for i in range(0, len(perm), batch_size):
+            idx = perm[i:i + batch_size]
+            loss = nn.functional.cross_entropy(probe(x_tr[idx]), y_tr[idx])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        acc = accuracy(probe, x_va, y_va)
+        if acc > best:
+            best, best_epoch = acc, epoch
+            best_state = {k: v.clone() for k, v in probe.state_dict().items()}
+        elif patience and epoch - best_epoch >= patience:
+            break
+    probe.load_state_dict(best_state)
+    return probe, {"valid": best, "epochs": epoch, "best_epoch": best_epoch}
+
+
+def probe_task(features: Dict[str, torch.Tensor], data: Split, report: str = "te", **train_args) -> dict:
+    """Train on tr (labels indexed in sorted order; a label absent from tr counts as an
+    error), early-stop on va, accuracy on ``report``."""
+    labels = sorted({label for label, _ in data["tr"]})
+    index = {label: i for i, label in enumerate(labels)}
+    y = {p: torch.tensor([index.get(label, -1) for label, _ in data[p]], dtype=torch.long) for p in PARTITIONS}
+    probe, info = train_probe(features["tr"], y["tr"], features["va"], y["va"], len(labels), **train_args)
+    majority = collections.Counter(label for label, _ in data["tr"]).most_common(1)[0][0]
+    n = len(data[report])
+    return {"accuracy": accuracy(probe, features[report], y[report]), "valid": info["valid"],
+            "epochs": info["epochs"], "labels": len(labels),
+            "majority": sum(label == majority for label, _ in data[report]) / n if n else float("nan")}
+
+
+# ---- the table and the figure ----------------------------------------------------------------------
 
 def summary_rows(results: Dict[str, Dict[str, dict]], tasks: Dict[str, Split], columns: List[str],
                  report: str) -> List[dict]:
@@ -74,36 +337,26 @@ def summary_rows(results: Dict[str, Dict[str, dict]], tasks: Dict[str, Split], c
     task_rows = []
     for name, data in tasks.items():
         first = results[columns[0]][name]
-        row = {"category": CATEGORY.get(name, "other"), "task": name, "labels": first["labels"],
-               "train": len(data["tr"]), "test": len(data[report]), "majority": round(100 * first["majority"], 2)}
-        for c in columns:
-            row[c] = round(100 * results[c][name]["accuracy"], 2)
-        task_rows.append(row)
+        task_rows.append({"category": CATEGORY.get(name, "other"), "task": name, "labels": first["labels"],
+                          "train": len(data["tr"]), "test": len(data[report]),
+                          "majority": round(100 * first["majority"], 2),
+                          **{c: round(100 * results[c][name]["accuracy"], 2) for c in columns}})
     rows = []
     for cat in ("Surface", "Syntactic", "Semantic", "other"):
         sel = [r for r in task_rows if r["category"] == cat]
         rows += sel
         if len(sel) > 1 and cat != "other":
-            avg = {"category": cat, "task": "#AVG", "labels": None, "train": None, "test": None,
-                   "majority": round(sum(r["majority"] for r in sel) / len(sel), 2)}
-            for c in columns:
-                avg[c] = round(sum(r[c] for r in sel) / len(sel), 2)
-            rows.append(avg)
+            rows.append({"category": cat, "task": "#AVG", "labels": None, "train": None, "test": None,
+                         **{c: round(sum(r[c] for r in sel) / len(sel), 2) for c in ["majority", *columns]}})
     return rows
 
 
-def accuracy_interval(accuracy: float, n: int) -> Tuple[float, float]:
-    """The 95% Wilson score interval (%, low and high) of an accuracy (%) over ``n`` test
-    sentences (the accuracy read back as a whole number of correct sentences)."""
-    low, high = wilson_interval(round(accuracy * n / 100), n)
-    return 100 * low, 100 * high
-
-
-def error_bars(task_rows: List[dict], column: str) -> List[List[float]]:
-    """matplotlib's yerr (below, above) of ``column``'s accuracies: their Wilson intervals."""
-    spans = [accuracy_interval(r[column], r["test"]) for r in task_rows]
-    return [[r[column] - lo for r, (lo, _) in zip(task_rows, spans)],
-            [hi - r[column] for r, (_, hi) in zip(task_rows, spans)]]
+def error_bars(accuracies: Sequence[float], sizes: Sequence[int]) -> List[List[float]]:
+    """matplotlib's yerr (below, above) of accuracies (%): the 95% Wilson score interval of
+    each over its ``sizes`` test sentences (read back as a whole number of correct ones)."""
+    spans = [wilson_interval(round(a * n / 100), n) for a, n in zip(accuracies, sizes)]
+    return [[a - 100 * lo for a, (lo, _) in zip(accuracies, spans)],
+            [100 * hi - a for a, (_, hi) in zip(accuracies, spans)]]
 
 
 def plot(rows: List[dict], columns: List[str], layer_columns: Dict[str, List[Tuple[int, str]]], path: str,
@@ -113,16 +366,13 @@ def plot(rows: List[dict], columns: List[str], layer_columns: Dict[str, List[Tup
     Wilson interval over the task's test sentences."""
     plt = pyplot()
     task_rows = [r for r in rows if r["task"] != "#AVG"]
-    several_layers = any(len(v) > 1 for v in layer_columns.values())
-    if several_layers:
+    if any(len(v) > 1 for v in layer_columns.values()):
         fig, axes = plt.subplots(1, len(layer_columns), figsize=(5 * len(layer_columns), 3.5), squeeze=False)
         for ax, (model, cols) in zip(axes[0], layer_columns.items()):
             for r in task_rows:
                 acc = [r[c] for _, c in cols]
-                spans = [accuracy_interval(a, r["test"]) for a in acc]
-                ax.errorbar([l for l, _ in cols], acc, yerr=[[a - lo for a, (lo, _) in zip(acc, spans)],
-                                                             [hi - a for a, (_, hi) in zip(acc, spans)]],
-                            marker="o", capsize=3, label=f"{r['task']} (n = {r['test']})")
+                ax.errorbar([l for l, _ in cols], acc, yerr=error_bars(acc, [r["test"]] * len(acc)), marker="o",
+                            capsize=3, label=f"{r['task']} (n = {r['test']})")
             ax.set_xlabel("encoder layer")
             ax.set_ylabel("probing accuracy (%)")
             ax.set_title(model)
@@ -133,11 +383,12 @@ def plot(rows: List[dict], columns: List[str], layer_columns: Dict[str, List[Tup
         width = 0.8 / len(columns)
         for k, c in enumerate(columns):
             ax.bar([i + k * width for i in range(len(task_rows))], [r[c] for r in task_rows], width, label=c,
-                   color=colours[c], yerr=error_bars(task_rows, c), capsize=2, error_kw={"linewidth": 0.8})
-        ax.scatter([i + 0.4 - width / 2 for i in range(len(task_rows))], [r["majority"] for r in task_rows],
-                   marker="_", s=300, color="black", label="majority label", zorder=3)
-        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(task_rows))],
-                      [f"{r['task']}\n(n = {r['test']})" for r in task_rows])
+                   color=colours[c], yerr=error_bars([r[c] for r in task_rows], [r["test"] for r in task_rows]),
+                   capsize=2, error_kw={"linewidth": 0.8})
+        centres = [i + 0.4 - width / 2 for i in range(len(task_rows))]
+        ax.scatter(centres, [r["majority"] for r in task_rows], marker="_", s=300, color="black",
+                   label="majority label", zorder=3)
+        ax.set_xticks(centres, [f"{r['task']}\n(n = {r['test']})" for r in task_rows])
         ax.set_ylabel("probing accuracy (%)")
         ax.set_ylim(0, 100)
         legend_outside(ax, fontsize=7)
@@ -152,7 +403,6 @@ def plot(rows: List[dict], columns: List[str], layer_columns: Dict[str, List[Tup
 
 
 def build_parser():
-    """This command's options (the report reads them to give it only what it takes)."""
     ap = command.parser(__doc__)
     g = ap.add_argument_group("tasks")
     g.add_argument("--senteval", help="SentEval's data/probing directory (any of its ten files)")
@@ -189,36 +439,36 @@ def execute(args, figures: FigureContext):
     figures = FigureContext.of(args, "the probing tasks " + ", ".join(
         f"{t} ({len(d['tr']):,}/{len(d['va']):,}/{len(d['te']):,})" for t, d in tasks.items())
         + f", reported on their {'test' if report == 'te' else 'validation'} sentences ({report})")
-    names = names_for(args.checkpoint, args.names)
     results: Dict[str, Dict[str, dict]] = {}
     layer_columns: Dict[str, List[Tuple[int, str]]] = {}
     train_args = dict(hidden=args.hidden, dropout=args.dropout, l2=args.l2, lr=args.lr, batch_size=args.batch_size,
                       max_epochs=args.max_epoch, patience=args.patience, seed=args.seed)
-    for name, ckpt in zip(names, args.checkpoint):
+    for name, ckpt in zip(names_for(args.checkpoint, args.names), args.checkpoint):
         model, task = checkpoints.load_model(ckpt, args.data, cpu=args.cpu)
         encoder = primary_encoder(model)
         pipeline = TextPipeline(args.data, task.source_dictionary, encoder.max_positions())
-        layers = sorted({resolve_layer(l, len(encoder.layers)) for l in args.layer})
-        cols = [(l, name if len(layers) == 1 else f"{name} L{l}") for l in layers]
-        layer_columns[name] = cols
+        num_layers = len(encoder.layers)
+        for l in args.layer:
+            if not -num_layers - 1 <= l <= num_layers:
+                raise AnalysisError(f"--layer {l}: the encoder has layers 0 (embeddings) to {num_layers}")
+        layers = sorted({l % (num_layers + 1) for l in args.layer})
+        cols = layer_columns[name] = [(l, name if len(layers) == 1 else f"{name} L{l}") for l in layers]
         print(f"{name}: encoding with {pipeline.description}, layers {layers}", file=sys.stderr)
         for task_name, data in tasks.items():
             feats = {p: pooled_features(model, pipeline, [s for _, s in data[p]], layers) for p in PARTITIONS}
             for l, col in cols:
-                res = probe_task({p: feats[p][l] for p in PARTITIONS}, data, report, **train_args)
-                results.setdefault(col, {})[task_name] = res
+                res = results.setdefault(col, {})[task_name] = probe_task({p: feats[p][l] for p in PARTITIONS},
+                                                                          data, report, **train_args)
                 print(f"  {col} {task_name}: {100 * res['accuracy']:.2f} (valid {100 * res['valid']:.2f}, "
                       f"{res['epochs']} epochs)", file=sys.stderr)
     columns = [c for cols in layer_columns.values() for _, c in cols]
     rows = summary_rows(results, tasks, columns, report)
-    write_table(rows, args.out, "probing", f"Probing accuracy (%) on {report}")
+    command.write_table(rows, args.out, "probing", f"Probing accuracy (%) on {report}")
     plot(rows, columns, layer_columns, os.path.join(args.out, "probing.png"), figures)
-    print(f"written: {args.out}/probing.{{md,csv,json,png}}" + (", tasks/" if args.corpus else ""))
+    print(f"written: {args.out}/probing.{{md,csv,json}}" + (", tasks/" if args.corpus else ""))
 
 
-def main(argv=None):
-    return command.run(build_parser, execute, argv)
-
+main = command.main(build_parser, execute)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -35,15 +35,11 @@ from fairseq.dataclass.configs import GenerationConfig
 from sacrebleu.metrics import BLEU
 
 from fairseq_ext.analysis import command
-from fairseq_ext.analysis.batches import batches, to_device
-from fairseq_ext.analysis.encoder_features import layer_outputs, primary_encoder
+from fairseq_ext.analysis.capture import layer_outputs, primary_encoder
 from fairseq_ext.analysis.figures import (FIGURE_WIDTH, FigureContext, add_caption, add_title, integer_ticks,
                                          legend_outside, names_for, pyplot, save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
-from fairseq_ext.analysis.table_files import write_table
-from fairseq_ext.analysis.translation_probe_training import (add_training_arguments, load_for_training,
-                                                             load_projections, save_projections, train_from_args)
-from fairseq_ext.analysis.translation_probes import probe_names
+from fairseq_ext.analysis.word_translation import add_training_arguments, load_projections, trained_probes
 from fairseq_ext.common import checkpoints
 from fairseq_ext.common.command_line import search_arguments
 
@@ -70,13 +66,11 @@ def layer_translations(model, task, split: str, probes, layers: Sequence[int], m
                        max_sentences=None) -> Dict[str, List[str]]:
     """``layer<l>`` -> hypotheses, ``ref`` -> references, in sentence-id order."""
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
-    dev = next(model.parameters()).device
     out: Dict[str, Dict[int, str]] = {f"layer{l}": {} for l in layers}
     out["ref"] = {}
     encoder = primary_encoder(model)
     special = [tgt_dict.pad(), tgt_dict.eos(), tgt_dict.bos()]
-    for sample in batches(task, split, max_tokens, max_sentences):
-        sample = to_device(sample, dev)
+    for sample in command.batches(task, split, max_tokens, max_sentences, next(model.parameters()).device):
         net = {k: v for k, v in sample["net_input"].items() if k != "prev_output_tokens"}
         states = layer_outputs(encoder, model.encoder(**net, return_all_hiddens=True))
         src = sample["net_input"]["src_tokens"]
@@ -98,10 +92,8 @@ def full_translations(model, task, split: str, beam: int = 4, lenpen: float = 1.
                       max_sentences=None) -> List[str]:
     """The whole model's beam-search hypotheses (BPE units), in sentence-id order."""
     generator = task.build_generator([model], GenerationConfig(beam=beam, lenpen=lenpen))
-    dev = next(model.parameters()).device
     hyps: Dict[int, str] = {}
-    for sample in batches(task, split, max_tokens, max_sentences):
-        sample = to_device(sample, dev)
+    for sample in command.batches(task, split, max_tokens, max_sentences, next(model.parameters()).device):
         for i, hypos in zip(sample["id"].tolist(), task.inference_step(generator, [model], sample)):
             hyps[i] = token_string(task.target_dictionary, hypos[0]["tokens"])
     return [hyps[i] for i in sorted(hyps)]
@@ -149,27 +141,22 @@ def plot(models: Dict[str, List[dict]], path: str, context: Optional[FigureConte
 
 
 def build_parser():
-    """This command's options (the report reads them to give it only what it takes)."""
     ap = command.parser(__doc__, several=False, max_sentences=True)
     ap.add_argument("--projections", help="projections.pt written by word_translation (default: train them here)")
     search_arguments(ap, beam=4, beam_help="beam of the FULL row (0: no FULL row)", lenpen=True)
-    add_training_arguments(ap)
-    return ap
+    return add_training_arguments(ap)
 
 
 def execute(args, figures: FigureContext):
+    def names_of(model):
+        return [f"enc{l}" for l in range(len(primary_encoder(model).layers) + 1)]
+
     if args.projections:
         model, task = checkpoints.load_model(args.checkpoint, args.data, split=args.split, cpu=args.cpu)
+        probes = load_projections(model, args.projections, names_of(model))
     else:
-        model, task = load_for_training(args)
-    num_layers = len(primary_encoder(model).layers)
-    layers = list(range(num_layers + 1))
-    names = probe_names(num_layers, 0, ["encoder"])
-    if args.projections:
-        probes = load_projections(model, args.projections, names)
-    else:
-        probes = train_from_args(model, task, names, args)
-        save_projections(probes, os.path.join(args.out, "projections.pt"), args.checkpoint)
+        model, task, probes = trained_probes(args, names_of)
+    layers = list(range(len(primary_encoder(model).layers) + 1))
     probes.eval()
     texts = layer_translations(model, task, args.split, probes, layers, args.max_tokens, args.max_sentences)
     if args.beam > 0:
@@ -182,7 +169,7 @@ def execute(args, figures: FigureContext):
             f.writelines(line + "\n" for line in lines)
     scores = {k: bleu_scores(v, texts["ref"]) for k, v in texts.items() if k != "ref"}
     rows = table_rows(scores, layers)
-    write_table(rows, args.out, "translate_from_layer",
+    command.write_table(rows, args.out, "translate_from_layer",
                 f"Translating from encoder layers ({args.split}, BPE, lowercased)")
     plot({names_for([args.checkpoint], args.names)[0]: rows}, os.path.join(args.out, "translate_from_layer.png"),
          figures)
@@ -190,9 +177,7 @@ def execute(args, figures: FigureContext):
           f"({len(texts['ref'])} sentences)")
 
 
-def main(argv=None):
-    return command.run(build_parser, execute, argv)
-
+main = command.main(build_parser, execute)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -53,18 +53,11 @@ from fairseq_ext.analysis import AnalysisError, command, decoding
 from fairseq_ext.analysis.figures import (FigureContext, add_caption, add_title, flavour_of, legend_outside, marks_note,
                                          names_for, pyplot, save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
-from fairseq_ext.analysis.table_files import write_table
-from fairseq_ext.common import checkpoints
+from fairseq_ext.common.checkpoints import checkpoint_config
 from fairseq_ext.tools.significance import paired_significance
 
 ANALYSIS = Analysis("word_order", "Word-order sensitivity", "MMA Table 3", order=110)
 logger = logging.getLogger(__name__)
-
-
-def checkpoint_config(checkpoint: str):
-    """The model configuration saved in ``checkpoint`` (loaded through the plugin's safe
-    loader)."""
-    return checkpoints.checkpoint_config(checkpoint, "model")
 
 
 def encoder_positions(model_cfg) -> str:
@@ -110,10 +103,6 @@ def architecture(model_cfg) -> Dict[str, object]:
 def _differences(a: Dict[str, object], b: Dict[str, object]) -> List[str]:
     return [f"--{k.replace('_', '-')}" if k != "model" else "model" for k in sorted(a.keys() | b.keys())
             if a.get(k) != b.get(k)]
-
-
-def _side(model_cfg) -> str:
-    return "nopos" if encoder_positions(model_cfg) == "none" else "pos"
 
 
 def _given_pairs(checkpoints: List[str], names: Optional[List[str]], pairs: Optional[List[str]],
@@ -207,8 +196,8 @@ def pair_checkpoints(checkpoints: List[str], names: Optional[List[str]] = None,
     configurations (:func:`architecture`)."""
     if names and len(names) != len(checkpoints):
         raise AnalysisError(f"--names: {len(names)} names for {len(checkpoints)} checkpoints")
-    configs = [checkpoint_config(c) for c in checkpoints]
-    sides = [_side(cfg) for cfg in configs]
+    configs = [checkpoint_config(c) for c in checkpoints]  # the model part of each
+    sides = ["nopos" if encoder_positions(cfg) == "none" else "pos" for cfg in configs]
     groups = _given_pairs(checkpoints, names, pairs, sides)
     taken = {i for g in groups for i in g}
     groups += _pairs_by_architecture([i for i in range(len(checkpoints)) if i not in taken], checkpoints, configs,
@@ -334,7 +323,6 @@ def plot(rows: List[dict], path: str, context: Optional[FigureContext] = None, m
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """This command's options (the report reads them to give it only what it takes)."""
     ap = command.parser(__doc__)
     command.evaluation_arguments(ap, marks="mma")
     ap.add_argument("--pairs", nargs="+", metavar="WITH:WITHOUT",
@@ -353,14 +341,12 @@ def execute(args, figures: FigureContext):
                   "(its configuration)")
     rows = word_order_rows(systems, args.data, args.split, args.out, shlex.split(args.generate_args), args.flavour,
                            args.samples, args.cpu, args.marks, args.src, args.tgt)
-    write_table(rows, args.out, "word_order",
+    command.write_table(rows, args.out, "word_order",
                 "Word order: BLEU with and without the encoder's positional embedding (MMA paper Table 3)")
     plot(rows, os.path.join(args.out, "word_order.png"), figures, args.marks)
 
 
-def main(argv=None):
-    return command.run(build_parser, execute, argv)
-
+main = command.main(build_parser, execute)
 
 if __name__ == "__main__":
     sys.exit(main())

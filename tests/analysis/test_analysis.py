@@ -9,7 +9,7 @@ import torch
 
 from fairseq_ext.common import checkpoints
 from fairseq_ext.analysis import AnalysisError, attention_stats, decoders, layer_dependency, length_buckets
-from fairseq_ext.analysis.batches import batches
+from fairseq_ext.analysis.command import batches
 from fairseq_ext.analysis.capture import capture_self_attention
 from model_utils import make_tiny_parallel_data, train_tiny
 

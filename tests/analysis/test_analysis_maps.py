@@ -9,9 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from fairseq_ext.common import checkpoints
-from fairseq_ext.analysis import (AnalysisError, attention_layers, attention_maps, attention_stats, decoding, figures,
-                                  map_figures, sentence_maps, word_order)
-from fairseq_ext.analysis.batches import batches
+from fairseq_ext.analysis import AnalysisError, attention_maps, attention_stats, capture, decoding, figures, word_order
+from fairseq_ext.analysis.command import batches
 from fairseq_ext.analysis.capture import capture_cross_attention
 from fixed_decodings import fixed_decodings
 from joint_attention_reference import attention_by_hand
@@ -21,8 +20,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def one_sentence(ckpt, bin_dir, sentence=3):
     model, task = checkpoints.load_model(ckpt, bin_dir, split="test", cpu=True)
-    sample = sentence_maps.sentence_sample(task, "test", sentence, None)
-    target = sentence_maps.translate(model, task, sample, beam=2, max_len_a=1.2, max_len_b=10)
+    sample = attention_maps.sentence_sample(task, "test", sentence, None)
+    target = attention_maps.translate(model, task, sample, beam=2, max_len_a=1.2, max_len_b=10)
     return model, task, sample, target
 
 
@@ -38,7 +37,7 @@ def test_encoder_maps_equal_torch_multi_head_attention_on_the_layer_input(map_mo
         lambda m, a, k, i=i: inputs.__setitem__(i, (k.get("query", a[0] if a else None),
                                                    k.get("key_padding_mask"))), with_kwargs=True)
         for i, layer in enumerate(layers)]
-    maps = sentence_maps.attention_maps(model, task, sample, target)
+    maps = attention_maps.attention_maps(model, task, sample, target)
     for h in hooks:
         h.remove()
     assert [e["kind"] for e in maps["encoder"]] == ["standard", "standard"]
@@ -131,7 +130,7 @@ def test_mma_heads_are_zero_outside_their_band(map_models):
 
     bin_dir, ckpts = map_models
     model, task, sample, target = one_sentence(ckpts["mma"], bin_dir)
-    maps = sentence_maps.attention_maps(model, task, sample, target)
+    maps = attention_maps.attention_maps(model, task, sample, target)
     for entry, layer in zip(maps["encoder"], model.encoder.layers):
         assert entry["kind"] == "mma"
         assert entry["titles"]["global"] == ["h1 G (global)", "h2 L (local)", "h3 F (forward)", "h4 B (backward)"]
@@ -211,20 +210,20 @@ def test_attention_maps_command_figures_and_json(map_models, tmp_path):
                                atol=2e-6, rtol=0)
     torch.testing.assert_close(torch.tensor(saved["decoder"][1]["beta"])[0], by_hand["decoder L2 beta"], atol=2e-6,
                                rtol=0)
-    maps = sentence_maps.attention_maps(model, task, sample, target)
+    maps = attention_maps.attention_maps(model, task, sample, target)
     # figures: per encoder layer a panel per head; per decoder layer the combined map and each source's
-    names = attention_layers.source_names(model, task)
-    src = sentence_maps.memory_labels(model, task, sample)
+    names = attention_maps.source_names(model, task)
+    src = attention_maps.memory_labels(model, task, sample)
     tgt = saved["target_tokens"]
     about = {"name": "hier", "stem": "hier", "data": "bin, test", "sentence": "sentence 3 of 'test'",
              "translation": "its beam-2 translation"}
-    figs = list(map_figures.encoder_figures(maps, src[0], about, str(tmp_path)).values())
+    figs = list(attention_maps.encoder_figures(maps, src[0], about, str(tmp_path)).values())
     assert len(figs) == 2 and [a.get_title() for a in figs[1].axes[:2]] == ["h1", "h2"]
     assert "hier: encoder self-attention, layer 2 (bin, test)" in [t.get_text() for t in figs[1].texts]
-    figs = list(map_figures.decoder_figures(maps, tgt, src, names, about, str(tmp_path)).values())
+    figs = list(attention_maps.decoder_figures(maps, tgt, src, names, about, str(tmp_path)).values())
     assert [a.get_title() for a in figs[0].axes[:3]] == ["attention (combined)", "f^1 (enc L1)", "f^2 (enc L2)"]
     assert len(figs) == 2
-    fig = map_figures.context_figure(maps, tgt, names, about, str(tmp_path / "c.png"))
+    fig = attention_maps.context_figure(maps, tgt, names, about, str(tmp_path / "c.png"))
     assert len(fig.axes) == 2 + 1 and [t.get_text() for t in fig.axes[0].get_xticklabels()] == names
     # MMA: the head types in the titles; a given source and a given hypothesis, teacher-forced;
     # without --names the checkpoint's directory names it (fairseq's checkpoint_last.pt says nothing)
@@ -255,15 +254,15 @@ def test_every_map_is_on_one_colour_scale_with_a_colour_bar(map_models, tmp_path
     layer and head (recomputed from the captured maps), and over every decoder map."""
     bin_dir, ckpts = map_models
     model, task, sample, target = one_sentence(ckpts["hier"], bin_dir)
-    maps = sentence_maps.attention_maps(model, task, sample, target)
-    src = sentence_maps.memory_labels(model, task, sample)
-    tgt = sentence_maps.token_labels(task.target_dictionary, target)
-    names = attention_layers.source_names(model, task)
+    maps = attention_maps.attention_maps(model, task, sample, target)
+    src = attention_maps.memory_labels(model, task, sample)
+    tgt = attention_maps.token_labels(task.target_dictionary, target)
+    names = attention_maps.source_names(model, task)
     about = {"name": "hier", "stem": "hier", "data": "bin, test", "sentence": "sentence 3 of 'test'",
              "translation": "its beam-2 translation"}
     for scale in ("unit", "max"):
-        enc = map_figures.encoder_figures(maps, src[0], about, str(tmp_path / scale), scale=scale)
-        dec = map_figures.decoder_figures(maps, tgt, src, names, about, str(tmp_path / scale), scale=scale)
+        enc = attention_maps.encoder_figures(maps, src[0], about, str(tmp_path / scale), scale=scale)
+        dec = attention_maps.decoder_figures(maps, tgt, src, names, about, str(tmp_path / scale), scale=scale)
         top_enc = max(float(e["global"].max()) for e in maps["encoder"])
         top_dec = max(float(m.mean(0).max()) for d in maps["decoder"]
                       for m in [d["attention"], *d["per_source"].values()])
@@ -282,8 +281,8 @@ def test_mma_heads_are_labelled_by_their_type_in_maps_and_statistics(map_models,
     keys the forward head spans a distance, read as printed (j <= i) it has none."""
     bin_dir, ckpts = map_models
     model, task = checkpoints.load_model(ckpts["mma"], bin_dir, split="valid", cpu=True)
-    assert [attention_layers.head_types(layer) for layer in model.encoder.layers] == [["G", "L", "F", "B"]] * 2
-    types = attention_layers.encoder_head_types(model)
+    assert [capture.head_types(layer) for layer in model.encoder.layers] == [["G", "L", "F", "B"]] * 2
+    types = capture.encoder_head_types(model)
     default = attention_stats.summarise("mma", attention_stats.collect(model, task, "valid", cpu=True), "all", types)
     left = attention_stats.summarise("mma", attention_stats.collect(model, task, "valid", span="left", cpu=True),
                                      "left", types)
@@ -319,11 +318,11 @@ def test_a_long_sentence_is_cut_to_max_tokens_with_a_note(map_models, tmp_path):
     assert all(png_width(tmp_path / p) <= 1100 for p in pngs)
     # the same figure, built again: 21 of the 30 tokens drawn, and the caption says so
     model, task = checkpoints.load_model(ckpts["mma"], bin_dir, cpu=True)
-    sample = sentence_maps.sentence_sample(task, None, None, words)
-    maps = sentence_maps.attention_maps(model, task, sample, sample["net_input"]["src_tokens"][0])
+    sample = attention_maps.sentence_sample(task, None, None, words)
+    maps = attention_maps.attention_maps(model, task, sample, sample["net_input"]["src_tokens"][0])
     about = {"name": "mma", "stem": "mma", "data": "bin", "sentence": "the given --source sentence",
              "translation": "the teacher-forced --hypothesis"}
-    fig = next(iter(map_figures.encoder_figures(maps, saved["source_tokens"][0], about, str(tmp_path / "again"),
+    fig = next(iter(attention_maps.encoder_figures(maps, saved["source_tokens"][0], about, str(tmp_path / "again"),
                                                    limit=21).values()))
     first = fig.axes[0]
     assert [t.get_text() for t in first.get_xticklabels()] == saved["source_tokens"][0][:21]

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from fairseq_ext.analysis import AnalysisError, sentence_maps
+from fairseq_ext.analysis import AnalysisError, attention_maps
 from fairseq_ext.common import checkpoints, data_text
 from fairseq_ext.errors import DataError
 from model_utils import clean_env, make_tiny_parallel_data, train_tiny
@@ -69,11 +69,11 @@ def test_attention_maps_picks_the_first_sentence_of_readable_length():
         def dataset(self, split):
             return self.pair
 
-    assert sentence_maps.default_sentence(Task([5, 30, 14, 13]), "test") == 2  # 13 tokens + EOS
-    assert sentence_maps.default_sentence(Task([5, 9, 30, 9, 23]), "test") == 4  # 22 tokens: 2 from 20
-    assert sentence_maps.default_sentence(Task([5, 9, 9]), "test") == 1  # the lowest of the closest
+    assert attention_maps.default_sentence(Task([5, 30, 14, 13]), "test") == 2  # 13 tokens + EOS
+    assert attention_maps.default_sentence(Task([5, 9, 30, 9, 23]), "test") == 4  # 22 tokens: 2 from 20
+    assert attention_maps.default_sentence(Task([5, 9, 9]), "test") == 1  # the lowest of the closest
     with pytest.raises(AnalysisError, match="--split test: no sentence"):
-        sentence_maps.default_sentence(Task([]), "test")
+        attention_maps.default_sentence(Task([]), "test")
 
 
 @pytest.mark.slow

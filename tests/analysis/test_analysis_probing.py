@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fairseq_ext.common import checkpoints, data_text
-from fairseq_ext.analysis import AnalysisError, encoder_features, probing, probing_classifier, probing_tasks
+from fairseq_ext.analysis import AnalysisError, capture, probing
 from model_utils import make_tiny_parallel_data, train_tiny
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -56,21 +56,21 @@ def synthetic_corpus(seed=0, n=1500):
 
 def test_generated_tasks_follow_senteval_rules():
     corpus = synthetic_corpus()
-    tasks = probing_tasks.generate_tasks(corpus, ["SentLen", "WC", "BShift"], sizes=(80, 10, 10), seed=1, wc_words=6,
+    tasks = probing.generate_tasks(corpus, ["SentLen", "WC", "BShift"], sizes=(80, 10, 10), seed=1, wc_words=6,
                                    wc_rank_start=3, min_per_class=3)
     corpus_set = {" ".join(t) for t in corpus}
     for name, data in tasks.items():
-        seen = [s for p in probing_tasks.PARTITIONS for _, s in data[p]]
+        seen = [s for p in probing.PARTITIONS for _, s in data[p]]
         assert len(seen) == len(set(seen)), name  # no sentence twice (so never in two partitions)
         tr_counts = collections.Counter(label for label, _ in data["tr"])
         assert len(set(tr_counts.values())) == 1, (name, tr_counts)  # balanced over the labels
-        assert all(data[p] for p in probing_tasks.PARTITIONS)
+        assert all(data[p] for p in probing.PARTITIONS)
 
     # SentLen: SentEval's bins 0: 5-8, 1: 9-12, 2: 13-16, 3: 17-20, 4: 21-25, 5: 26-28
     bins = {0: (5, 8), 1: (9, 12), 2: (13, 16), 3: (17, 20), 4: (21, 25), 5: (26, 28)}
     sentlen = tasks["SentLen"]
     assert {label for label, _ in sentlen["tr"]} == {"0", "1", "2", "3", "4", "5"}
-    for p in probing_tasks.PARTITIONS:
+    for p in probing.PARTITIONS:
         for label, s in sentlen[p]:
             lo, hi = bins[int(label)]
             assert lo <= len(s.split()) <= hi and s in corpus_set
@@ -85,7 +85,7 @@ def test_generated_tasks_follow_senteval_rules():
     assert set(targets) == {f"word{c}{c}" for c in "abcdefghijkl"} & set(targets) and len(targets) == 6
     wc = tasks["WC"]
     assert {label for label, _ in wc["tr"]} <= set(targets)
-    for p in probing_tasks.PARTITIONS:
+    for p in probing.PARTITIONS:
         for label, s in wc[p]:
             toks = [t.lower() for t in s.split()]
             assert toks.count(label) == 1 and sum(toks.count(w) for w in targets) == 1 and s in corpus_set
@@ -94,7 +94,7 @@ def test_generated_tasks_follow_senteval_rules():
     # punctuation, never two equal tokens); O = a corpus sentence as it is; no double quotes
     bshift = tasks["BShift"]
     assert set(tr_label for tr_label, _ in bshift["tr"]) == {"I", "O"}
-    for p in probing_tasks.PARTITIONS:
+    for p in probing.PARTITIONS:
         for label, s in bshift[p]:
             toks = s.split()
             assert '"' not in toks
@@ -106,22 +106,22 @@ def test_generated_tasks_follow_senteval_rules():
             assert swaps, s
             i = swaps[0]
             assert toks[i] != toks[i + 1]
-            assert not probing_tasks.is_punctuation(toks[i]) and not probing_tasks.is_punctuation(toks[i + 1])
+            assert not probing.is_punctuation(toks[i]) and not probing.is_punctuation(toks[i + 1])
 
 
 def test_senteval_file_round_trip_and_errors(tmp_path):
     data = {"tr": [("PAST", "he went ."), ("PRES", "he goes .")], "va": [("PAST", "she ran .")],
             "te": [("PRES", "she runs .")]}
     path = str(tmp_path / "past_present.txt")
-    probing_tasks.write_senteval(data, path)
+    probing.write_senteval(data, path)
     assert open(path).read().splitlines()[0] == "tr\tPAST\the went ."
-    assert probing_tasks.read_senteval(path) == data
+    assert probing.read_senteval(path) == data
     (tmp_path / "bad.txt").write_text("tr\tA\tx y\nte\tB\tz\n")
     with pytest.raises(AnalysisError, match="no 'va' sentences"):  # the probe early-stops on va
-        probing_tasks.read_senteval(str(tmp_path / "bad.txt"))
+        probing.read_senteval(str(tmp_path / "bad.txt"))
     (tmp_path / "bad2.txt").write_text("train\tA\tx y\n")
     with pytest.raises(AnalysisError, match="bad2.txt:1"):
-        probing_tasks.read_senteval(str(tmp_path / "bad2.txt"))
+        probing.read_senteval(str(tmp_path / "bad2.txt"))
 
 
 # ---- the representation: mean pooling of the frozen encoder ---------------------------------
@@ -130,7 +130,7 @@ def test_mean_pooling_over_non_pad_positions(tiny):
     model, pipeline = tiny["model"], tiny["pipeline"]
     rng = random.Random(1)
     sents = sentences(rng, 9, range(2, 12))
-    got = encoder_features.pooled_features(model, pipeline, sents, [0, 1, 2], max_tokens=40)  # several padded batches
+    got = probing.pooled_features(model, pipeline, sents, [0, 1, 2], max_tokens=40)  # several padded batches
     d = model.encoder.embed_tokens.embedding_dim
     with torch.no_grad():
         for k, s in enumerate(sents):
@@ -156,15 +156,15 @@ def test_probe_at_chance_for_random_labels_and_near_one_for_sentence_length(tiny
     for p in split:
         rng.shuffle(split[p])
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    feats = {p: encoder_features.pooled_features(model, pipeline, [s for _, s in split[p]], [2])[2] for p in split}
+    feats = {p: probing.pooled_features(model, pipeline, [s for _, s in split[p]], [2])[2] for p in split}
     assert not any(f.requires_grad for f in feats.values())
     train_args = dict(hidden=50, lr=1e-2, batch_size=64, max_epochs=40, seed=1)
-    length = probing_classifier.probe_task(feats, split, **train_args)
+    length = probing.probe_task(feats, split, **train_args)
     assert length["labels"] == 2 and length["majority"] == pytest.approx(0.5)
     assert length["accuracy"] >= 0.95
     # the same sentences with labels drawn at random: nothing to learn
     random_labels = {p: [(rng.choice("AB"), s) for _, s in split[p]] for p in split}
-    chance = probing_classifier.probe_task(feats, random_labels, **train_args)
+    chance = probing.probe_task(feats, random_labels, **train_args)
     assert 0.35 <= chance["accuracy"] <= 0.65
     # the encoder is frozen: the probes trained, the model did not change
     after = model.state_dict()
@@ -175,13 +175,13 @@ def test_probe_keeps_the_best_validation_epoch():
     torch.manual_seed(0)
     x = torch.randn(200, 8)
     y = (x[:, 0] > 0).long()
-    probe, info = probing_classifier.train_probe(x[:120], y[:120], x[120:160], y[120:160], 2, hidden=0, lr=1e-2,
+    probe, info = probing.train_probe(x[:120], y[:120], x[120:160], y[120:160], 2, hidden=0, lr=1e-2,
                                       batch_size=32, max_epochs=15, patience=3)
-    assert probing_classifier.accuracy(probe, x[120:160], y[120:160]) == pytest.approx(info["valid"])
+    assert probing.accuracy(probe, x[120:160], y[120:160]) == pytest.approx(info["valid"])
     assert info["epochs"] <= 15 and 1 <= info["best_epoch"] <= info["epochs"]
     # L2 on the hidden layer only (SentEval's MLP: Linear, dropout, sigmoid, Linear)
-    mlp = probing_classifier.MLPProbe(8, 3, hidden=5)
-    assert [type(m).__name__ for m in mlp.net] == ["Linear", "Dropout", "Sigmoid", "Linear"]
+    mlp = probing.mlp_probe(8, 3, hidden=5)
+    assert [type(m).__name__ for m in mlp] == ["Linear", "Dropout", "Sigmoid", "Linear"]
 
 
 # ---- the command --------------------------------------------------------------------------
@@ -194,7 +194,7 @@ def test_probing_command_writes_tables_tasks_and_figure(tiny, tmp_path):
     # a task given in SentEval's format (WC over the tiny vocabulary)
     wc = {p: [(w, " ".join([w] + [rng.choice(WORDS[3:]) for _ in range(5)])) for w in ("w0", "w1", "w2")
               for _ in range(n)] for p, n in (("tr", 30), ("va", 5), ("te", 10))}
-    probing_tasks.write_senteval(wc, str(tmp_path / "word_content.txt"))
+    probing.write_senteval(wc, str(tmp_path / "word_content.txt"))
     out = tmp_path / "out"
     probing.main(["--checkpoint", tiny["ckpt"], "--names", "tiny", "--data", tiny["bin"], "--out", str(out), "--cpu",
                   "--corpus", str(corpus), "--generate", "SentLen", "BShift", "--sizes", "200", "20", "20",
@@ -213,7 +213,7 @@ def test_probing_command_writes_tables_tasks_and_figure(tiny, tmp_path):
     assert (out / "probing.png").read_bytes()[:8] == PNG_MAGIC
     # the generated tasks are written in SentEval's format and read back the same
     for filename, name in (("sentence_length.txt", "SentLen"), ("bigram_shift.txt", "BShift")):
-        data = probing_tasks.read_senteval(str(out / "tasks" / filename))
+        data = probing.read_senteval(str(out / "tasks" / filename))
         assert sum(len(v) for v in data.values()) == [r for r in rows if r["task"] == name][0]["train"] + \
             len(data["va"]) + len(data["te"])
     assert not (out / "tasks" / "word_content.txt").exists()
@@ -228,7 +228,7 @@ def test_pre_norm_layers_go_through_the_final_layer_norm():
     src, lengths, _ = random_batch(model.encoder.dictionary)
     with torch.no_grad():
         out = model.encoder(src, src_lengths=lengths, return_all_hiddens=True)
-        states = encoder_features.layer_outputs(model.encoder, out)
+        states = capture.layer_outputs(model.encoder, out)
     assert model.encoder.layer_norm is not None and len(states) == len(model.encoder.layers) + 1
     torch.testing.assert_close(states[-1], out["encoder_out"][0])
     torch.testing.assert_close(states[1], model.encoder.layer_norm(out["encoder_states"][1]))

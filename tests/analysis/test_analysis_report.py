@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from fairseq_ext.common import checkpoints
-from fairseq_ext.analysis import AnalysisError, registry, report, report_page
-from fairseq_ext.analysis import table_files as tables
+from fairseq_ext.analysis import AnalysisError, registry, report
+from fairseq_ext.analysis import command as tables
 from fairseq_ext.model_builder import parse_model_args
 from fairseq_ext.models.multilayer_transformer_config import parse_options
 from model_utils import clean_env, make_tiny_parallel_data, train_tiny
@@ -36,10 +36,10 @@ def test_collect_and_render_a_hand_made_analysis_directory(tmp_path):
     (out / "broken.png").write_bytes(b"GIF89a")  # not a PNG: left out
     (out / "other.json").write_text("[1, 2]")  # no .md beside it: not a table
     (out / "command.txt").write_text("python -m fairseq_ext.analysis.attention_stats --out a\n")
-    found = report_page.collect(str(out))
+    found = report.collect(str(out))
     assert [t["title"] for t in found["tables"]] == ["A <title>"]
     assert [f["name"] for f in found["figures"]] == [os.path.join("sub", "fig.png")]
-    page = report_page.section_html("x", "T", "ref", str(out), found)
+    page = report.section_html("x", "T", "ref", str(out), found)
     assert "&lt;unk&gt; &amp; co" in page and "<unk>" not in page and "A &lt;title&gt;" in page
     assert "<td>12.35</td>" in page and "<td>0.0004</td>" in page and "<td>–</td>" in page
     assert _images(page) == [png]
@@ -133,7 +133,7 @@ def test_the_page_says_what_each_model_is(tmp_path):
     assert about["d_model"] == str(cfg.encoder_embed_dim) and about["heads"] == str(cfg.encoder_attention_heads)
     assert "joint attention m-10" in about["technique"] and "with AIF" in about["technique"]
     assert about["updates"] == f"{state['optimizer_history'][-1]['num_updates']:,}"
-    page = report_page.models_html([path], ["M-10+AIF"], "", "test")
+    page = report.models_html([path], ["M-10+AIF"], "", "test")
     assert "<td>M-10+AIF</td>" in page and about["parameters"] in page
 
 
@@ -176,7 +176,7 @@ def test_options_an_analysis_does_not_take_are_not_given(monkeypatch):
     """An analysis without --names or --cpu runs without them; one without --split is refused
     (it would analyse another split) and shown as failed while the others run."""
     accepted = {"--checkpoint", "--data", "--split", "--out", "--sentence"}
-    monkeypatch.setattr(report, "analysis_options", lambda name: accepted)
+    monkeypatch.setattr(registry.Analysis, "option_strings", lambda self: accepted)
     (argv, out), _ = report.analysis_commands("attention_maps", ["a.pt", "b.pt"], ["A", "B"], "bin", "test", "o",
                                               True, ["--sentence", "2"])
     assert argv[3:] == ["--checkpoint", "a.pt", "--out", os.path.join("o", "attention_maps", "A"), "--data", "bin",

@@ -11,9 +11,8 @@ import pytest
 import torch
 
 from fairseq_ext.common import checkpoints
-from fairseq_ext.analysis import (translate_from_layer, translation_probe_training, translation_probes,
-                                  word_translation)
-from fairseq_ext.analysis.batches import batches
+from fairseq_ext.analysis import translate_from_layer, word_translation
+from fairseq_ext.analysis.command import batches
 from model_utils import make_tiny_parallel_data, train_tiny
 from joint_attention_reference import attention_by_hand
 
@@ -61,7 +60,7 @@ def test_merged_alignment_is_eq_1_to_3_over_the_models_cross_attention(tiny):
     model, task = tiny["model"], tiny["task"]
     sample = first_batch(task)
     names = ["enc0", "enc1", "enc2"]
-    feats = translation_probes.frozen_features(model, sample, names)
+    feats = word_translation.frozen_features(model, sample, names)
     attn = feats["attn"]  # B x (M H) x T x S, layer-major
     layers = model.decoder.layers
     heads = layers[0].encoder_attn.num_heads
@@ -80,7 +79,7 @@ def test_merged_alignment_is_eq_1_to_3_over_the_models_cross_attention(tiny):
     states = [s.transpose(0, 1).double() for s in enc["encoder_states"]]  # post-norm: no final LayerNorm
     for l in range(3):
         torch.testing.assert_close(feats[f"enc{l}"].double(), states[l])
-    probe = translation_probes.LayerProbe(32, 32, alignment_size=len(layers) * heads)  # float32, as it runs
+    probe = word_translation.LayerProbe(32, 32, alignment_size=len(layers) * heads)  # float32, as it runs
     with torch.no_grad():
         probe.w.copy_(w)
         probe.projection.weight.copy_(torch.randn(32, 32))
@@ -98,10 +97,10 @@ def test_merged_alignment_is_eq_1_to_3_over_the_models_cross_attention(tiny):
 
 def test_projection_is_d_by_d_without_bias_and_only_the_probes_are_trained(tiny):
     model, task = tiny["model"], tiny["task"]
-    names = translation_probes.probe_names(2, 2, translation_probes.PARTS)
+    names = word_translation.probe_names(2, 2, word_translation.PARTS)
     assert names == ["enc0", "enc1", "enc2", "dec0", "dec1", "dec2", "dec1-self", "dec2-self", "dec1-cross",
                      "dec2-cross"]
-    probes = translation_probes.build_probes(model, names)
+    probes = word_translation.build_probes(model, names)
     for name, probe in probes.items():
         assert probe.projection.weight.shape == (32, 32) and probe.projection.bias is None
         torch.testing.assert_close(probe.projection.weight, torch.eye(32))  # identity at the start
@@ -109,15 +108,15 @@ def test_projection_is_d_by_d_without_bias_and_only_the_probes_are_trained(tiny)
         if probe.w is not None:
             assert probe.w.shape == (2 * 2,)  # one weight per decoder layer x head (the paper's 48)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    initial = translation_probe_training.evaluate_probes(model, task, "valid", probes)
-    best = translation_probe_training.train_probes(model, task, probes, "train", "valid", lr=1e-2, max_epoch=3,
+    initial = word_translation.evaluate_probes(model, task, "valid", probes)
+    best = word_translation.train_probes(model, task, probes, "train", "valid", lr=1e-2, max_epoch=3,
                                          validate_interval=0, log=open(os.devnull, "w"))
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # model and classifier frozen
     assert not any(p.requires_grad for p in model.decoder.output_projection.parameters())
     moved = [n for n in names if not torch.equal(probes[n].projection.weight, torch.eye(32))]
     assert moved  # the projections were trained
-    final = translation_probe_training.evaluate_probes(model, task, "valid", probes)
+    final = word_translation.evaluate_probes(model, task, "valid", probes)
     for name in names:  # each probe keeps its best validation parameters (never worse than the start)
         assert final[name]["accuracy"] == pytest.approx(best[name])
         assert best[name] >= initial[name]["accuracy"]
@@ -130,12 +129,12 @@ def test_accuracy_by_hand_on_two_sentences(tiny):
     argmax over the whole vocabulary equal to the gold token, padding excluded, EOS counted."""
     model, task = tiny["model"], tiny["task"]
     names = ["enc1", "dec0", "dec2"]
-    probes = translation_probes.build_probes(model, names)
+    probes = word_translation.build_probes(model, names)
     torch.manual_seed(0)
     with torch.no_grad():
         probes["enc1"].w.copy_(torch.randn(4))
         probes["dec0"].projection.weight.copy_(torch.randn(32, 32))
-    scores = translation_probe_training.evaluate_probes(model, task, "test", probes, max_sentences=2)
+    scores = word_translation.evaluate_probes(model, task, "test", probes, max_sentences=2)
     ds = task.dataset("test")
     pad = task.target_dictionary.pad()
     counts = {n: [0, 0] for n in [*names, "model"]}
@@ -212,8 +211,8 @@ def test_bypassed_sublayer_leaves_the_residual_path(tiny, drop):
             expected = _layer_by_hand(layer, x_in, enc["encoder_out"][0], enc["encoder_padding_mask"][0],
                                       model.decoder.buffered_future_mask(x_in),
                                       self_pad if self_pad.any() else None, drop)
-            sublayer = translation_probes.SUBLAYER.get(drop)
-            got = translation_probes.layer_output(model, index, prev, enc, sublayer)
+            sublayer = word_translation.SUBLAYER.get(drop)
+            got = word_translation.layer_output(model, index, prev, enc, sublayer)
             real = ~self_pad.t()
             torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=1e-5)
             if drop is None:
@@ -222,10 +221,10 @@ def test_bypassed_sublayer_leaves_the_residual_path(tiny, drop):
         _, again = model.decoder(prev, encoder_out=enc, features_only=True)
         torch.testing.assert_close(again["inner_states"][-1], inner[-1])
     if drop is not None:
-        feats = translation_probes.frozen_features(model, sample, [f"dec2-{drop}", "dec2"])
+        feats = word_translation.frozen_features(model, sample, [f"dec2-{drop}", "dec2"])
         assert not torch.allclose(feats[f"dec2-{drop}"], feats["dec2"])
-        torch.testing.assert_close(feats[f"dec2-{drop}"], translation_probes.layer_output(
-            model, 1, prev, enc, translation_probes.SUBLAYER[drop]).transpose(0, 1))
+        torch.testing.assert_close(feats[f"dec2-{drop}"], word_translation.layer_output(
+            model, 1, prev, enc, word_translation.SUBLAYER[drop]).transpose(0, 1))
 
 
 # ---- translate_from_layer -----------------------------------------------------------------
@@ -261,9 +260,9 @@ def test_word_translation_and_translate_from_layer_commands(tiny, tmp_path):
         assert (wt / name).exists()
     # the table's numbers are the saved projections evaluated on the split
     model, task = checkpoints.load_model(ckpt, bin_dir, split="test", cpu=True)
-    names = translation_probes.probe_names(2, 2, translation_probes.PARTS)
-    probes = translation_probe_training.load_projections(model, str(wt / "projections.pt"), names)
-    scores = translation_probe_training.evaluate_probes(model, task, "test", probes)
+    names = word_translation.probe_names(2, 2, word_translation.PARTS)
+    probes = word_translation.load_projections(model, str(wt / "projections.pt"), names)
+    scores = word_translation.evaluate_probes(model, task, "test", probes)
     assert rows[1]["encoder"] == round(100 * scores["enc1"]["accuracy"], 2)
     assert rows[2]["-cross attention"] == round(100 * scores["dec2-cross"]["accuracy"], 2)
 
@@ -291,7 +290,7 @@ def test_word_translation_and_translate_from_layer_commands(tiny, tmp_path):
         row = table[int(key[5:])]
         assert row["BLEU-1"] == round(scores["BLEU-1"], 2) and row["BLEU"] == round(scores["BLEU"], 2)
     # each layer's hypothesis is the argmax of its projection through the classifier
-    probes = translation_probe_training.load_projections(model, str(wt / "projections.pt"), ["enc0", "enc1", "enc2"])
+    probes = word_translation.load_projections(model, str(wt / "projections.pt"), ["enc0", "enc1", "enc2"])
     ds = task.dataset("test")
     sample = ds.collater([ds[0]])
     with torch.no_grad():

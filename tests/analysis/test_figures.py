@@ -13,8 +13,7 @@ import struct
 import pytest
 import torch
 
-from fairseq_ext.analysis import (AnalysisError, attention_layers, attention_maps, attention_stats, figures, length_buckets,
-                                  map_figures)
+from fairseq_ext.analysis import AnalysisError, attention_maps, attention_stats, capture, figures, length_buckets
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -298,15 +297,15 @@ def test_map_figure_draws_one_colour_scale_with_a_colour_bar(tmp_path):
     figures.save_figure(fig, str(tmp_path / "m.png"))
     assert png_size(tmp_path / "m.png")[0] <= 1100
     top = max(float(p.matrix.max()) for p in drawn)
-    assert map_figures.scale_of([p.matrix for p in drawn], "max") == pytest.approx(top)
-    assert map_figures.scale_of([p.matrix for p in drawn], "unit") == 1.0
+    assert attention_maps.scale_of([p.matrix for p in drawn], "max") == pytest.approx(top)
+    assert attention_maps.scale_of([p.matrix for p in drawn], "unit") == 1.0
 
 
 def test_mma_legend_and_the_display_name():
-    assert attention_layers.mma_legend(["G", "F", "G"], 1) == (
+    assert capture.mma_legend(["G", "F", "G"], 1) == (
         "MMA head types (the model's --mma-heads): G = global (every key); F = forward (keys j >= i).")
-    assert "L = local (|i - j| <= 2)" in attention_layers.mma_legend(["L"], 2)
-    assert attention_layers.mma_legend([]) == ""
+    assert "L = local (|i - j| <= 2)" in capture.mma_legend(["L"], 2)
+    assert capture.mma_legend([]) == ""
     assert attention_maps.display_name("runs/mma/checkpoint_best.pt") == "mma"
     assert attention_maps.display_name("runs/mma/checkpoint17.pt") == "mma"
     assert attention_maps.display_name("models/mma-big.pt") == "mma-big"
@@ -317,12 +316,12 @@ def test_mma_legend_and_the_display_name():
 
 
 def test_cut_note_says_what_max_tokens_left_out():
-    assert map_figures.cut_note(45, 51, 32) == (" Only the first 32 of the 45 source tokens and 51 target tokens "
+    assert attention_maps.cut_note(45, 51, 32) == (" Only the first 32 of the 45 source tokens and 51 target tokens "
                                                    "are drawn (--max-tokens 32); the rows drawn then sum to less "
                                                    "than 1.")
-    assert map_figures.cut_note(20, 23, 32) == ""
+    assert attention_maps.cut_note(20, 23, 32) == ""
     # target rows cut: each row drawn still holds all its weight
-    assert map_figures.cut_note(20, 40, 32) == (" Only the first 32 of the 40 target tokens are drawn "
+    assert attention_maps.cut_note(20, 40, 32) == (" Only the first 32 of the 40 target tokens are drawn "
                                                    "(--max-tokens 32).")
 
 
@@ -522,14 +521,15 @@ def test_one_model_has_one_colour_in_every_figure(tmp_path):
     layer_fig = translate_from_layer.plot({"MMA": full}, str(tmp_path / "t.png"))
     assert to_rgb(layer_fig.axes[0].lines[0].get_color()) == bar_colour["MMA"]
     for name in ("baseline", "MMA"):
-        assert line_colour[name] == bar_colour[name] == probe_colour[name] == to_rgb(figures.system_colour(name))
+        colour = to_rgb(figures.system_colours([name])[name])
+        assert line_colour[name] == bar_colour[name] == probe_colour[name] == colour
     assert bar_colour["baseline"] != bar_colour["MMA"]
     order = word_order.plot([{"model": "MMA", "encoder positions": "sinusoidal", "BLEU": 30.1, "delta": None,
                               "mark": "", "flavour": "detok-cased"}], str(tmp_path / "w.png"))
     assert order.axes[0].patches[0].get_edgecolor()[:3] != bar_colour["MMA"]  # alone: hollow and grey
     # names as the benchmark's rows spell them are the same model
-    assert figures.system_colour("MS-1+AIF") == figures.system_colour("ms-1-plus-aif")
-    assert figures.system_colour("baseline-nopos") == figures.system_colour("baseline-no-pos")
+    for spelling, name in (("MS-1+AIF", "ms-1-plus-aif"), ("baseline-nopos", "baseline-no-pos")):
+        assert figures.system_colours([spelling])[spelling] == figures.system_colours([name])[name]
 
 
 def test_names_the_palette_does_not_know_keep_one_colour_and_differ_within_a_figure():
@@ -541,7 +541,7 @@ def test_names_the_palette_does_not_know_keep_one_colour_and_differ_within_a_fig
 
 
 def test_a_table_kept_only_as_markdown_reads_back_as_its_rows(tmp_path):
-    from fairseq_ext.analysis import table_files as tables
+    from fairseq_ext.analysis import command as tables
 
     rows = [{"model": "M-00", "masked layer": "f^1", "BLEU": 16.07, "delta": -12.46, "p": 0.0, "mark": "‡",
              "|Y|": 3, "note": None, "text": "a - b"}]
