@@ -68,45 +68,49 @@ def per_run(table: Table, plans: List[RunPlan], test: str = "bootstrap", n_sampl
                 entry[1].append(plan)
     out = {}
     for base, tested in groups.values():
-        level = "tok" if base.bleu.startswith("tok") else "detok"
-        hyp_name, ref_name = FLAVOUR_FILES[level]
-        base_dir = os.path.join(base.run_dir, "eval-test")
-        if not os.path.exists(os.path.join(base_dir, hyp_name)):
+        ref_file, base_hyp = _texts(base)
+        if not os.path.exists(base_hyp):
             continue
         todo = {}
         for p in tested:
-            hyp = os.path.join(p.run_dir, "eval-test", hyp_name)
+            hyp = _texts(p)[1]
             if not os.path.exists(hyp):
                 continue
-            digest = _digest([os.path.join(base_dir, ref_name), os.path.join(base_dir, hyp_name), hyp])
-            known = os.path.join(p.run_dir, "significance.json")
-            if os.path.exists(known):
-                with open(known, encoding="utf-8") as f:
-                    old = json.load(f)
-                if (old.get("baseline"), old.get("flavour"), old.get("samples"), old.get("inputs"),
-                        old.get("test", "bootstrap")) == (base.row, base.bleu, n_samples, digest, test):
-                    out[p.run_dir] = old
-                    continue
-            todo[p.row] = (p, digest)
+            digest = _digest([ref_file, base_hyp, hyp])
+            old = _cached(os.path.join(p.run_dir, "significance.json"), {
+                "baseline": base.row, "flavour": base.bleu, "samples": n_samples, "inputs": digest, "test": test})
+            if old is not None:
+                out[p.run_dir] = old
+            else:
+                todo[p.row] = (p, digest)
         if not todo:
             continue
-        refs = read_lines(os.path.join(base_dir, ref_name))
-        hyps = {name: read_lines(os.path.join(p.run_dir, "eval-test", hyp_name)) for name, (p, _) in todo.items()}
-        run_test = _thesis if test == "thesis" else _bootstrap
-        result = run_test(refs, read_lines(os.path.join(base_dir, hyp_name)), hyps, base.bleu, n_samples, seed,
-                          table.marks)
+        refs, hyps = read_lines(ref_file), {name: read_lines(_texts(p)[1]) for name, (p, _) in todo.items()}
+        if test == "thesis":
+            result = _thesis(refs, read_lines(base_hyp), hyps, base.bleu, n_samples, seed, table.marks)
+        else:
+            result = paired_significance(refs, read_lines(base_hyp), hyps, flavour=base.bleu, method="bs",
+                                         n_samples=n_samples, seed=seed, marks=table.marks)
         for name, (p, digest) in todo.items():
-            entry = {"baseline": base.row, "flavour": base.bleu, "samples": n_samples, "inputs": digest,
-                     "test": test, "baseline_bleu": result["baseline"].get("bleu"), **result[name]}
-            out[p.run_dir] = entry
-            with open(os.path.join(p.run_dir, "significance.json"), "w", encoding="utf-8") as f:
-                json.dump(entry, f, indent=1)
+            out[p.run_dir] = entry = {"baseline": base.row, "flavour": base.bleu, "samples": n_samples, "inputs": digest,
+                                      "test": test, "baseline_bleu": result["baseline"].get("bleu"), **result[name]}
+            _write(os.path.join(p.run_dir, "significance.json"), entry)
     return out
 
 
-def _bootstrap(refs, baseline, systems, flavour, n_samples, seed, marks) -> dict:
-    return paired_significance(refs, baseline, systems, flavour=flavour, method="bs", n_samples=n_samples,
-                               seed=seed, marks=marks)
+def _cached(path: str, key: dict) -> Optional[dict]:
+    """The JSON record at ``path`` when it holds ``key``'s values (a record without a ``test``
+    is of the bootstrap), else None."""
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        old = json.load(f)
+    return old if all(old.get(k, "bootstrap" if k == "test" else None) == v for k, v in key.items()) else None
+
+
+def _write(path: str, record: dict) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
 
 
 def _thesis(refs, baseline, systems, flavour, n_samples, seed, marks) -> dict:
@@ -148,19 +152,15 @@ def pooled_ar(reference: Dict[int, RunPlan], system: Dict[int, RunPlan], shuffle
     key = {"reference": reference[seeds[0]].row, "flavour": flavour, "shuffles": shuffles, "seed": seed,
            "statistic": statistic, "seeds": seeds, "inputs": _digest([f for pair in files.values() for f in pair])}
     cache = os.path.join(system[seeds[0]].run_dir, "significance-ar.json")
-    if os.path.exists(cache):
-        with open(cache, encoding="utf-8") as f:
-            old = json.load(f)
-        if all(old.get(k) == v for k, v in key.items()):
-            return old
+    old = _cached(cache, key)
+    if old is not None:
+        return old
     stats = {who: {s: statistics.sentence_stats(read_lines(files[who, s][0]), read_lines(files[who, s][1]),
                                                       flavour) for s in seeds} for who in ("reference", "system")}
     result = statistics.stratified_ar(stats["reference"], stats["system"], shuffles, seed, statistic)
     result.update({f"s_sel_{who}": statistics.selection_sd(stats[who], seed=seed) for who in stats})
-    entry = {**key, **result}
-    with open(cache, "w", encoding="utf-8") as f:
-        json.dump(entry, f, indent=1)
-    return entry
+    _write(cache, {**key, **result})
+    return {**key, **result}
 
 
 TESTS = ("bootstrap", "thesis", "ar")

@@ -1,17 +1,14 @@
-"""The papers' results tables as configured in ``configs/tables/``: data sets, trainings,
-tables, their printed columns and rows, read and checked; and the text of a table cell.
+"""The papers' results tables as configured in ``configs/tables/``, read and checked (every
+error names the file, the row or column, and the key); and the text of a table cell.
 
 ``configs/tables/setups.yaml`` holds the data sets (recipe, local copies, substitute) and the
 trainings (fairseq-train config, generate arguments, checkpoint averaging); each
-``configs/tables/<id>.yaml`` holds one table: its data sets, the baseline row, its columns
-(``columns:``: per printed column, where our number comes from) and per row the flags, the
-row it is compared with and the paper's printed numbers. This module only reads and checks
-them; every error names the file, the row or column, and the key.
+``configs/tables/<id>.yaml`` holds one table: its data sets, the baseline row, its columns and
+per row the flags, the row it is compared with and the paper's printed numbers.
 
-- Columns: where the numbers of each column come from (its source, one of :data:`SOURCES`),
-  the parameters a source takes, and the checks of those parameters. A column is
-  ``{name, source, ...parameters}``: ``name`` is the printed column (the key of the rows'
-  ``paper`` cells), ``source`` one of :data:`SOURCES`.
+- Columns: ``{name, source, ...parameters}``: ``name`` is the printed column (the key of the
+  rows' ``paper`` cells), ``source`` one of :data:`SOURCES` (where our number comes from, and
+  the parameters it takes).
 - Rows: a row may carry ``compare_with`` (the row its delta and significance are against;
   default the table's baseline), ``model`` (another row whose trained model it reports on: the
   rows of an analysis of one model, such as the layers of the word-translation paper's Table 1)
@@ -40,9 +37,7 @@ MARK_CHARS = "†‡*"
 def printed_value(printed: Optional[str]) -> Optional[float]:
     """The first number of a printed cell ("28.24(-0.13)†" -> 28.24, "+ 18.11" -> 18.11,
     "−0.22" -> -0.22, "38.3 ± .8" -> 38.3); None for "-"."""
-    if printed is None:
-        return None
-    m = _NUMBER.search(str(printed))
+    m = _NUMBER.search(str(printed)) if printed is not None else None
     if not m:
         return None
     value = float(m.group(2))
@@ -92,9 +87,7 @@ def format_duration(seconds: Optional[float]) -> str:
 
 
 def format_number(value: Optional[float], digits: int = 2, signed: bool = False) -> str:
-    if value is None:
-        return "–"
-    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+    return "–" if value is None else f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
 
 
 class TableConfigError(FairseqExtError):
@@ -204,9 +197,6 @@ def read_columns(raw: dict, path: str) -> List[Column]:
     return out
 
 
-CHRF_COLUMN = "chrF"
-
-
 def with_chrf(columns: List[Column]) -> List[Column]:
     """The columns with ours chrF (sacreBLEU's chrF2, not printed by any of the papers) after
     the first BLEU column and the paper's difference columns of it, unless the table names a
@@ -218,10 +208,7 @@ def with_chrf(columns: List[Column]) -> List[Column]:
         return columns
     at = max(i for i, c in enumerate(columns)
              if c is bleu or (c.source == "delta" and c.params.get("of") == bleu.name))
-    return _ours_after(columns, at, CHRF_COLUMN, "chrf")
-
-
-COMET_COLUMN = "COMET"
+    return columns[: at + 1] + [Column(name="chrF", source="chrf", printed=False)] + columns[at + 1:]
 
 
 def with_comet(columns: List[Column]) -> List[Column]:
@@ -232,12 +219,7 @@ def with_comet(columns: List[Column]) -> List[Column]:
     at = next((i for i, c in enumerate(columns) if c.source == "chrf"), None)
     if at is None:
         at = next((i for i, c in enumerate(columns) if c.source == "bleu"), None)
-    return columns if at is None else _ours_after(columns, at, COMET_COLUMN, "comet")
-
-
-def _ours_after(columns: List[Column], at: int, name: str, source: str) -> List[Column]:
-    """``columns`` with a column of ours (not printed by the paper) after position ``at``."""
-    return columns[: at + 1] + [Column(name=name, source=source, printed=False)] + columns[at + 1:]
+    return columns if at is None else columns[: at + 1] + [Column("COMET", "comet", printed=False)] + columns[at + 1:]
 
 
 def check_params(where: str, column: Column, params: Dict[str, object], path: str) -> None:
@@ -330,16 +312,16 @@ class Table:
         return self.id.split("-")[0] in MARKS and not printed.startswith(("none", "±"))
 
     def column(self, name: str) -> Column:
-        for c in self.columns:
-            if c.name == name:
-                return c
-        raise TableConfigError(f"{self.id}: no column {name!r}")
+        found = next((c for c in self.columns if c.name == name), None)
+        if found is None:
+            raise TableConfigError(f"{self.id}: no column {name!r}")
+        return found
 
     def row(self, row_id: str) -> Row:
-        for r in self.rows:
-            if r.id == row_id:
-                return r
-        raise TableConfigError(f"{self.id}: no row {row_id!r} (rows: {', '.join(r.id for r in self.rows)})")
+        found = next((r for r in self.rows if r.id == row_id), None)
+        if found is None:
+            raise TableConfigError(f"{self.id}: no row {row_id!r} (rows: {', '.join(r.id for r in self.rows)})")
+        return found
 
     def reference(self, row: Row) -> Optional[Row]:
         """The row ``row`` is compared with: its ``compare_with``, else the baseline (None for
@@ -423,15 +405,11 @@ def table_ids(config_dir: str = CONFIG_DIR) -> List[str]:
     return sorted(names, key=order)
 
 
-
-
-
 def _row(r: dict, path: str, strict: bool = True) -> Row:
     if not isinstance(r, dict) or "id" not in r:
         raise TableConfigError(f"{path}: a row without an 'id'")
-    for key in r:
-        if strict and key not in ROW_KEYS:
-            raise TableConfigError(f"{path}: row {r['id']}: unknown key {key!r} ({', '.join(sorted(ROW_KEYS))})")
+    for key in [k for k in r if k not in ROW_KEYS] if strict else []:
+        raise TableConfigError(f"{path}: row {r['id']}: unknown key {key!r} ({', '.join(sorted(ROW_KEYS))})")
     analysis = r.get("analysis") or {}
     if not isinstance(analysis, dict):
         raise TableConfigError(f"{path}: row {r['id']}: 'analysis' must be a mapping of column parameters")
@@ -504,17 +482,10 @@ def shipped_table_file(path: str) -> str:
         shipped = os.path.join(SHIPPED_CONFIG_DIR, *parts[1:])
         if os.path.exists(shipped):
             return shipped
-    raise TableConfigError(f"no table file {path} (a path, or configs/... of the package: "
-                           f"{', '.join(_shipped_files())})")
-
-
-def _shipped_files() -> List[str]:
-    out = []
-    for sub in sorted(os.listdir(SHIPPED_CONFIG_DIR)):
-        full = os.path.join(SHIPPED_CONFIG_DIR, sub)
-        if os.path.isdir(full) and sub != "tables":
-            out += [f"configs/{sub}/{f}" for f in sorted(os.listdir(full)) if f.endswith(".yaml")]
-    return out
+    shipped = [f"configs/{sub}/{f}" for sub in sorted(os.listdir(SHIPPED_CONFIG_DIR)) if sub != "tables"
+               and os.path.isdir(os.path.join(SHIPPED_CONFIG_DIR, sub))
+               for f in sorted(os.listdir(os.path.join(SHIPPED_CONFIG_DIR, sub))) if f.endswith(".yaml")]
+    raise TableConfigError(f"no table file {path} (a path, or configs/... of the package: {', '.join(shipped)})")
 
 
 def load_table(table_id: str, config_dir: str = CONFIG_DIR, setups: Optional[dict] = None) -> Table:
@@ -533,16 +504,15 @@ def load_table(table_id: str, config_dir: str = CONFIG_DIR, setups: Optional[dic
     # a file in the older form (`metrics:` instead of `columns:`) is read as before: unknown
     # keys of it are ignored
     strict = "columns" in raw
-    for key in raw:
-        if strict and key not in TABLE_KEYS:
-            raise TableConfigError(f"{path}: unknown key {key!r} ({', '.join(sorted(TABLE_KEYS))})")
+    for key in [k for k in raw if k not in TABLE_KEYS] if strict else []:
+        raise TableConfigError(f"{path}: unknown key {key!r} ({', '.join(sorted(TABLE_KEYS))})")
     setups = setups if setups is not None else load_setups(config_dir)
     rows = [_row(r, path, strict) for r in raw.get("rows", [])]
     analysis_args = raw.get("analysis_args") or {}
     table = Table(id=raw["id"], paper=raw.get("paper", ""), source=raw.get("source", ""),
                   caption=raw.get("caption", ""), datasets=raw["datasets"], baseline=raw.get("baseline"),
-                  columns=with_chrf(read_columns(raw, path)), rows=rows, path=path, adversarial=raw.get("adversarial", ""),
-                  analysis_args={k: str(v) for k, v in analysis_args.items()},
+                  columns=with_chrf(read_columns(raw, path)), rows=rows, path=path,
+                  adversarial=raw.get("adversarial", ""), analysis_args={k: str(v) for k, v in analysis_args.items()},
                   paper_significance=str(raw.get("paper_significance", "") or ""))
     if table.id != table_id:
         raise TableConfigError(f"{path}: id {table.id!r} differs from the file name")
