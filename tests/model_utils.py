@@ -170,7 +170,6 @@ def make_tiny_parallel_data(directory, num_train=300, seed=0):
     """A tiny synthetic translation task (target = reversed source), binarized with
     fairseq-preprocess --joined-dictionary into ``directory/bin``."""
     import random
-    import subprocess
 
     rng = random.Random(seed)
     words = [f"w{i}" for i in range(24)]
@@ -183,13 +182,24 @@ def make_tiny_parallel_data(directory, num_train=300, seed=0):
                 fs.write(" ".join(sent) + "\n")
                 ft.write(" ".join(reversed(sent)) + "\n")
     bin_dir = os.path.join(directory, "bin")
-    subprocess.run(
-        ["fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt", "--trainpref", f"{raw}/train",
-         "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test", "--destdir", bin_dir,
-         "--joined-dictionary", "--workers", "1"],
-        check=True, capture_output=True,
-    )
+    preprocess_in_process(["--source-lang", "src", "--target-lang", "tgt", "--trainpref", f"{raw}/train",
+                           "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test", "--destdir", bin_dir,
+                           "--joined-dictionary", "--workers", "1"])
     return bin_dir
+
+
+def preprocess_in_process(argv):
+    """fairseq-preprocess ARGV by its own main, in this process (no interpreter and fairseq
+    import per data set); the log file handler it adds is closed afterwards."""
+    from fairseq_cli import preprocess
+
+    handlers = list(preprocess.logger.handlers)
+    try:
+        preprocess.main(options.get_preprocessing_parser().parse_args(argv))
+    finally:
+        for handler in set(preprocess.logger.handlers) - set(handlers):
+            preprocess.logger.removeHandler(handler)
+            handler.close()
 
 
 TINY_TRAIN_FLAGS = ("--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32",

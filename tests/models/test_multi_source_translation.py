@@ -22,7 +22,9 @@ from model_utils import (
     full_and_incremental,
     make_dictionary,
     parse_model_args,
+    preprocess_in_process,
     random_batch,
+    train_in_process,
 )
 
 STRATEGIES = MULTI_SOURCE_STRATEGY_NAMES  # every row of the table that combines source sentences
@@ -141,20 +143,24 @@ def make_two_source_data(root):
         for lang in ("en", "fr", "de"):
             f.write(open(f"{raw}/train.{lang}").read())
     bin_dir = os.path.join(root, "bin")
-    subprocess.run(["fairseq-preprocess", "--only-source", "--trainpref", f"{raw}/all.txt", "--destdir",
-                    f"{root}/dict", "--workers", "1"], check=True, capture_output=True)
+    preprocess_in_process(["--only-source", "--trainpref", f"{raw}/all.txt", "--destdir", f"{root}/dict",
+                           "--workers", "1"])
     for src in ("en", "fr"):
-        subprocess.run(["fairseq-preprocess", "-s", src, "-t", "de", "--trainpref", f"{raw}/train", "--validpref",
-                        f"{raw}/valid", "--testpref", f"{raw}/test", "--srcdict", f"{root}/dict/dict.txt",
-                        "--tgtdict", f"{root}/dict/dict.txt", "--destdir", bin_dir, "--workers", "1"],
-                       check=True, capture_output=True)
+        preprocess_in_process(["-s", src, "-t", "de", "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid",
+                               "--testpref", f"{raw}/test", "--srcdict", f"{root}/dict/dict.txt",
+                               "--tgtdict", f"{root}/dict/dict.txt", "--destdir", bin_dir, "--workers", "1"])
     return bin_dir
 
 
-def test_task_batches_align_the_extra_source(tmp_path):
+@pytest.fixture(scope="module")
+def two_source_bin(tmp_path_factory):
+    return make_two_source_data(str(tmp_path_factory.mktemp("two_sources")))
+
+
+def test_task_batches_align_the_extra_source(two_source_bin):
     from fairseq_ext.tasks.multi_source_translation import MultiSourceTranslationConfig, MultiSourceTranslationTask
 
-    bin_dir = make_two_source_data(str(tmp_path))
+    bin_dir = two_source_bin
     task = MultiSourceTranslationTask.setup_task(MultiSourceTranslationConfig(
         data=bin_dir, source_lang="en", target_lang="de", extra_source_langs="fr", train_subset="train",
         dataset_impl=None, required_seq_len_multiple=1))
@@ -176,15 +182,13 @@ def test_task_batches_align_the_extra_source(tmp_path):
 
 
 @pytest.mark.slow
-def test_train_and_generate_two_sources(tmp_path):
-    bin_dir = make_two_source_data(str(tmp_path))
+def test_train_and_generate_two_sources(two_source_bin, tmp_path):
+    bin_dir = two_source_bin
     env = clean_env()
     common = ["--task", "multi_source_translation", "-s", "en", "-t", "de", "--extra-source-langs", "fr"]
-    train = subprocess.run(
-        ["fairseq-train", bin_dir, "--user-dir", USER_DIR, *common, "--arch", "multilayer_transformer",
-         "--joint-attention", "hierarchical", *TINY_TRAIN_FLAGS, "--max-update", "5", "--save-dir", str(tmp_path / "ck")],
-        capture_output=True, text=True, env=env)
-    assert train.returncode == 0, train.stderr[-3000:]
+    train_in_process([bin_dir, "--user-dir", USER_DIR, *common, "--arch", "multilayer_transformer",
+                      "--joint-attention", "hierarchical", *TINY_TRAIN_FLAGS, "--max-update", "5",
+                      "--save-dir", str(tmp_path / "ck")])
     result = subprocess.run(
         ["fairseq-generate", bin_dir, "--user-dir", USER_DIR, *common, "--path", str(tmp_path / "ck" / "checkpoint_last.pt"),
          "--beam", "3", "--cpu"], capture_output=True, text=True, env=env)
