@@ -228,6 +228,20 @@ def train_in_process(argv):
     train.main(convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv)))
 
 
+def generate_in_process(argv):
+    """fairseq-generate ARGV by its own main, in this process; what it prints (S-, T-, H-, D-,
+    P- lines and the BLEU line)."""
+    import io
+
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_cli import generate
+
+    printed = io.StringIO()
+    generate._main(convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_generation_parser(), argv)),
+                   printed)
+    return printed.getvalue()
+
+
 def clean_env():
     """The environment for CLI subprocesses, without any weights_only override."""
     env = dict(os.environ)

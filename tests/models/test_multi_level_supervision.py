@@ -4,7 +4,7 @@ auxiliary decoders that are stock decoders over their encoder layer, the AIF equ
 what AIF reads in training and in beam search, settings refused at build, and (slow)
 training, stripping the auxiliary decoders and translating identically. The loss is tested
 in tests/criterions/."""
-import subprocess
+import logging
 
 import pytest
 import torch
@@ -18,12 +18,13 @@ from model_utils import (
     beam_search_rescored,
     build,
     build_stock,
-    clean_env,
     count_parameters,
     full_and_incremental,
+    generate_in_process,
     make_dictionary,
     make_tiny_parallel_data,
     random_batch,
+    train_in_process,
 )
 
 
@@ -253,48 +254,43 @@ def test_invalid_settings_fail_at_build(flags, message):
 
 
 # --- stripping and end-to-end --------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_bin(tmp_path_factory):
+    return make_tiny_parallel_data(str(tmp_path_factory.mktemp("tiny")))
+
+
+def generate(bin_dir, path, *extra):
+    """The H- and D- lines of fairseq-generate --beam 3 (in this process)."""
+    printed = generate_in_process([bin_dir, "--user-dir", USER_DIR, "--cpu", "--beam", "3", "--path", str(path),
+                                   *extra])
+    return [line for line in printed.splitlines() if line.startswith(("H-", "D-"))], printed
+
+
 @pytest.mark.slow
-def test_train_strip_and_translate_identically(tmp_path):
-    bin_dir = make_tiny_parallel_data(str(tmp_path))
-    env = clean_env()
+def test_train_strip_and_translate_identically(tiny_bin, tmp_path, caplog):
     save = tmp_path / "ms"
-    train = subprocess.run(
-        ["fairseq-train", bin_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer", *TINY_TRAIN_FLAGS,
-         "--aux-decoder-layers", "1", "--criterion", "multi_output_label_smoothed_cross_entropy",
-         "--label-smoothing", "0.1", "--aux-loss-weight", "0.5", "--max-update", "5", "--save-dir", str(save)],
-        capture_output=True, text=True, env=env)
-    assert train.returncode == 0, train.stderr[-2000:]
-    assert "aux1_loss" in train.stdout + train.stderr and "main_loss" in train.stdout + train.stderr
+    with caplog.at_level(logging.INFO):
+        train_in_process([tiny_bin, "--user-dir", USER_DIR, "--arch", "multilayer_transformer", *TINY_TRAIN_FLAGS,
+                          "--aux-decoder-layers", "1", "--criterion", "multi_output_label_smoothed_cross_entropy",
+                          "--label-smoothing", "0.1", "--aux-loss-weight", "0.5", "--max-update", "5",
+                          "--save-dir", str(save)])
+    assert "aux1_loss" in caplog.text and "main_loss" in caplog.text
     state = torch.load(save / "checkpoint_last.pt", weights_only=True)
     removed = strip_aux_decoders(state)
     assert removed > 0 and not any("aux_decoders" in k for k in state["model"])
     torch.save(state, save / "stripped.pt")
-
-    def generate(path, *extra):
-        result = subprocess.run(["fairseq-generate", bin_dir, "--user-dir", USER_DIR, "--cpu", "--beam", "3",
-                                 "--path", str(path), *extra], capture_output=True, text=True, env=env)
-        assert result.returncode == 0, result.stderr[-2000:]
-        return [line for line in result.stdout.splitlines() if line.startswith(("H-", "D-"))]
-
-    full = generate(save / "checkpoint_last.pt")
-    assert full and generate(save / "stripped.pt") == full
-    assert generate(save / "checkpoint_last.pt", "--model-overrides", "{'decode_from': 'aux1'}")
+    full, _ = generate(tiny_bin, save / "checkpoint_last.pt")
+    assert full and generate(tiny_bin, save / "stripped.pt")[0] == full
+    assert generate(tiny_bin, save / "checkpoint_last.pt", "--model-overrides", "{'decode_from': 'aux1'}")[0]
 
 
 @pytest.mark.slow
-def test_m00_ms1_aif_trains_and_decodes(tmp_path):
-    bin_dir = make_tiny_parallel_data(str(tmp_path))
-    env = clean_env()
+def test_m00_ms1_aif_trains_and_decodes(tiny_bin, tmp_path):
     save = tmp_path / "combo"
-    train = subprocess.run(
-        ["fairseq-train", bin_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer", *TINY_TRAIN_FLAGS,
-         "--joint-attention", "m-00", "--aux-decoder-layers", "1", "--aux-fusion",
-         "--criterion", "multi_output_label_smoothed_cross_entropy", "--max-update", "5", "--save-dir", str(save)],
-        capture_output=True, text=True, env=env)
-    assert train.returncode == 0, train.stderr[-2000:]
-    result = subprocess.run(["fairseq-generate", bin_dir, "--user-dir", USER_DIR, "--cpu", "--beam", "3",
-                             "--path", str(save / "checkpoint_last.pt")], capture_output=True, text=True, env=env)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "BLEU4" in result.stdout
+    train_in_process([tiny_bin, "--user-dir", USER_DIR, "--arch", "multilayer_transformer", *TINY_TRAIN_FLAGS,
+                      "--joint-attention", "m-00", "--aux-decoder-layers", "1", "--aux-fusion",
+                      "--criterion", "multi_output_label_smoothed_cross_entropy", "--max-update", "5",
+                      "--save-dir", str(save)])
+    assert "BLEU4" in generate(tiny_bin, save / "checkpoint_last.pt")[1]
 
 
