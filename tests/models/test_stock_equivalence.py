@@ -11,14 +11,12 @@ from fairseq.sequence_generator import SequenceGenerator
 
 from model_utils import (
     SMALL,
-    TINY_TRAIN_FLAGS,
     USER_DIR,
     build,
     build_stock,
     clean_env,
     count_parameters,
     make_dictionary,
-    make_tiny_parallel_data,
     random_batch,
 )
 
@@ -102,15 +100,9 @@ def test_beam_search_runs_with_the_stock_sequence_generator():
 
 
 @pytest.mark.slow
-def test_stock_fairseq_generate_loads_our_checkpoint(tmp_path):
-    bin_dir = make_tiny_parallel_data(str(tmp_path))
-    save_dir = tmp_path / "ckpt"
-    env = clean_env()
-    subprocess.run(["fairseq-train", bin_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer",
-                    *TINY_TRAIN_FLAGS, "--max-update", "3", "--save-dir", str(save_dir)],
-                   check=True, capture_output=True, env=env)
+def test_stock_fairseq_generate_loads_our_checkpoint(tiny_trained):
+    bin_dir, checkpoint = tiny_trained  # trained by fairseq-train (conftest)
     result = subprocess.run(["fairseq-generate", bin_dir, "--user-dir", USER_DIR, "--cpu", "--beam", "2",
-                             "--path", str(save_dir / "checkpoint_last.pt")],
-                            capture_output=True, text=True, env=env)
+                             "--path", checkpoint], capture_output=True, text=True, env=clean_env())
     assert result.returncode == 0, result.stderr[-2000:]
     assert "BLEU4" in result.stdout
