@@ -92,8 +92,9 @@ def per_run(table: Table, plans: List[RunPlan], test: str = "bootstrap", n_sampl
             result = paired_significance(refs, read_lines(base_hyp), hyps, flavour=base.bleu, method="bs",
                                          n_samples=n_samples, seed=seed, marks=table.marks)
         for name, (p, digest) in todo.items():
-            out[p.run_dir] = entry = {"baseline": base.row, "flavour": base.bleu, "samples": n_samples, "inputs": digest,
-                                      "test": test, "baseline_bleu": result["baseline"].get("bleu"), **result[name]}
+            out[p.run_dir] = entry = {"baseline": base.row, "flavour": base.bleu, "samples": n_samples,
+                                      "inputs": digest, "test": test, "baseline_bleu": result["baseline"].get("bleu"),
+                                      **result[name]}
             _write(os.path.join(p.run_dir, "significance.json"), entry)
     return out
 

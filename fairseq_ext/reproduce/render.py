@@ -17,6 +17,7 @@
 import csv
 import hashlib
 import io
+import itertools
 import json
 import os
 import re
@@ -258,40 +259,23 @@ def timing_noise_text(table: Table, records: List[Record]) -> Optional[str]:
             "fairseq-ext benchmark.")
 
 
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-
-
-_LATEX_UNICODE = {"Δ": r"\(\Delta\)", "∆": r"\(\Delta\)", "±": r"\(\pm\)", "−": "-", "→": r"\(\rightarrow\)",
-                  "↔": r"\(\leftrightarrow\)", "×": r"\(\times\)", "–": "--", "—": "---", "’": "'",
-                  "ρ": r"\(\rho\)"}
-
-
+_LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
+          "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "Δ": r"\(\Delta\)", "∆": r"\(\Delta\)",
+          "±": r"\(\pm\)", "−": "-", "→": r"\(\rightarrow\)", "↔": r"\(\leftrightarrow\)", "×": r"\(\times\)",
+          "–": "--", "—": "---", "’": "'", "ρ": r"\(\rho\)", "†": r"\(^{\dagger}\)", "‡": r"\(^{\ddagger}\)"}
 _LATEX_MARKS = {"††": r"\dagger\dagger", "†": r"\dagger", "‡": r"\ddagger", "*": "*"}
 
 
 def latex_escape(text: str) -> str:
     """Plain text as LaTeX: its special characters escaped, the few non-ASCII symbols of the
-    tables as math, the significance marks as superscripts."""
-    out = []
+    tables as math, the significance marks as superscripts; "--beam" stays two hyphens, not an
+    en dash."""
     text = str(text)
-    for i, ch in enumerate(text):
-        if ch == "-" and text[i + 1:i + 2] == "-":  # "--beam" stays two hyphens, not an en dash
-            out.append("-{}")
-        elif ch in _LATEX_SPECIAL:
-            out.append(_LATEX_SPECIAL[ch])
-        elif ch in _LATEX_UNICODE:
-            out.append(_LATEX_UNICODE[ch])
-        elif ch in "†‡":
-            out.append(f"\\(^{{{_LATEX_MARKS[ch]}}}\\)")
-        else:
-            out.append(ch)
-    return "".join(out)
+    return "".join("-{}" if ch == "-" and text[i + 1:i + 2] == "-" else _LATEX.get(ch, ch) for i, ch in enumerate(text))
 
 
 def _latex_number(text: str, mark: str = "") -> str:
-    body = latex_escape(text)
-    return body + (f"\\(^{{{''.join(_LATEX_MARKS.get(m, m) for m in mark)}}}\\)" if mark else "")
+    return latex_escape(text) + (f"\\(^{{{''.join(_LATEX_MARKS.get(m, m) for m in mark)}}}\\)" if mark else "")
 
 
 def latex(table: Table, records: List[Record], scales: Optional[Dict[str, Scale]] = None) -> str:
@@ -307,14 +291,9 @@ def latex(table: Table, records: List[Record], scales: Optional[Dict[str, Scale]
             continue
         layout = [(c, k) for c, k in sub_columns(table, rows) if k != "sig"]  # marks go on our numbers
         with_ref = any(r["reference"] for r in rows)
-        groups = []  # (title, sub-columns)
-        for col, kind in layout:
-            title = {"delta_paper": "\\(\\Delta\\)", "delta_ours": "\\(\\Delta\\)", "ratio_paper": "ratio",
-                     "ratio_ours": "ratio"}.get(kind, latex_escape(col.name))
-            if groups and groups[-1][0] == title and groups[-1][1][-1][0] is col:
-                groups[-1][1].append((col, kind))
-            else:
-                groups.append((title, [(col, kind)]))
+        titles = {"delta": "\\(\\Delta\\)", "ratio": "ratio"}  # (title, sub-columns) of a column's kinds
+        groups = [(title, list(subs)) for (title, _), subs in itertools.groupby(
+            layout, key=lambda ck: (titles.get(ck[1].split("_")[0], latex_escape(ck[0].name)), id(ck[0])))]
         several = any("seeds" in r for r in rows)
         lead = 1 + with_ref + several
         caption = f"{table.id}, {table.source}: the paper's numbers and ours"

@@ -91,13 +91,10 @@ def sub_columns(table: Table, records: List[Record]) -> List[Tuple[Column, str]]
     out = []
     for col in table.columns:
         paper = has_paper_numbers(table, col)  # none printed (a benchmark of ours): no paper sub-columns
-        out += ([(col, "paper")] if paper else []) + [(col, "ours")]
-        if with_ref and shows_delta(table, col):
-            out += ([(col, "delta_paper")] if paper else []) + [(col, "delta_ours")]
-        if has_test(col):
-            out.append((col, "sig"))
-        if with_ref and shows_ratio(col):
-            out += ([(col, "ratio_paper")] if paper else []) + [(col, "ratio_ours")]
+        for kind, shown in (("", True), ("delta_", with_ref and shows_delta(table, col)), ("sig", has_test(col)),
+                            ("ratio_", with_ref and shows_ratio(col))):
+            if shown:
+                out += [(col, kind)] if kind == "sig" else [(col, kind + "paper")] * paper + [(col, kind + "ours")]
     return out
 
 
@@ -111,11 +108,6 @@ def cell_text(table: Table, col: Column, cell: Cell, kind: str, record: Record) 
         return printed_text(cell["paper"]) if col.printed else "–"
     if kind == "ours":
         return cell["ours_text"]
-    if kind.startswith("delta"):
-        value = cell.get("paper_delta" if kind == "delta_paper" else "delta")
-        spread = cell.get("delta_sd") if kind == "delta_ours" else None
-        digits = column_digits(table, col)
-        return format_number(value, digits, signed=True) + (f" ± {spread:.{digits}f}" if spread is not None else "")
     if kind == "sig":
         if not cell.get("mark") and cell.get("p_value") is None:
             return ""
@@ -129,13 +121,13 @@ def cell_text(table: Table, col: Column, cell: Cell, kind: str, record: Record) 
         if several and len(cell["tested_seeds"]) < len(record["seeds"]):
             text += f" (n={len(cell['tested_seeds'])})"
         return text
-    if kind == "ratio_ours" and cell.get("timing_noise"):
-        return "—"
-    if kind == "ratio_ours" and cell.get("not_comparable"):
-        return NOT_COMPARABLE
-    value = cell.get("paper_ratio" if kind == "ratio_paper" else "ratio")
-    spread = cell.get("ratio_sd") if kind == "ratio_ours" else None
-    return format_number(value) + (f" ± {spread:.2f}" if spread is not None else "")
+    if kind == "ratio_ours" and (cell.get("timing_noise") or cell.get("not_comparable")):
+        return "—" if cell.get("timing_noise") else NOT_COMPARABLE
+    name, whose = kind.split("_")  # delta or ratio; paper or ours
+    digits = column_digits(table, col) if name == "delta" else 2
+    spread = cell.get(f"{name}_sd") if whose == "ours" else None
+    return format_number(cell.get(name if whose == "ours" else f"paper_{name}"), digits, signed=name == "delta") \
+        + (f" ± {spread:.{digits}f}" if spread is not None else "")
 
 
 def seed_count(record: Record) -> str:
@@ -186,21 +178,13 @@ def build_rows(table: Table, plans: List[RunPlan], rows: Optional[List[Row]] = N
                 memo[key][col.name] = make_value(mine["ours"] - other["ours"] if both else None)
         return memo[key]
 
-    records = []
-    for dataset in keys:
-        for row in table.rows:
-            if row.cited and dataset not in row.paper:
-                continue
-            if not row.cited and (row not in rows or dataset not in on[row.id]):
-                continue
-            records.append(_record(table, row, dataset, ours, run_of))
-    return records
+    return [_record(table, row, dataset, ours, run_of) for dataset in keys for row in table.rows
+            if (dataset in row.paper if row.cited else row in rows and dataset in on[row.id])]
 
 
 def display_label(table: Table, row: Row) -> str:
     """The row's label, with its id where another row of the table has the same label."""
-    same = sum(r.label == row.label for r in table.rows)
-    return row.label if same == 1 else f"{row.label} [{row.id}]"
+    return row.label if sum(r.label == row.label for r in table.rows) == 1 else f"{row.label} [{row.id}]"
 
 
 def _record(table: Table, row: Row, dataset: str, ours, run_of) -> Record:
@@ -219,7 +203,8 @@ def _record(table: Table, row: Row, dataset: str, ours, run_of) -> Record:
         ref_number = paper_number(col, ref_paper.get(col.name))
         theirs_ours = (ref_value or {}).get("ours")
         if shows_delta(table, col) and ref is not None:
-            cell["paper_delta"] = None if None in (cell["paper_value"], ref_number) else cell["paper_value"] - ref_number
+            paper_value = cell["paper_value"]
+            cell["paper_delta"] = None if None in (paper_value, ref_number) else paper_value - ref_number
             cell["delta"] = None if None in (value["ours"], theirs_ours) else value["ours"] - theirs_ours
         if shows_ratio(col) and ref is not None:
             cell["paper_ratio"] = cell["paper_value"] / ref_number if cell["paper_value"] and ref_number else None
