@@ -197,9 +197,10 @@ def main(argv=None):
                      "are reference code, so the ratio would time them and not the technique; use --dtype bf16 "
                      "on a CPU")
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[cli.dtype]
-    if cli.mode == "updates":
-        return updates.run(cli, parser, device)
+    return updates.run(cli, parser, device) if cli.mode == "updates" else run_steps(cli, device, dtype)
 
+
+def run_steps(cli, device, dtype) -> int:
     dictionary = make_dictionary(cli.vocab - 4)
     g = torch.Generator().manual_seed(cli.seed)
     src = torch.randint(dictionary.nspecial, len(dictionary), (cli.batch, cli.src_len), generator=g)

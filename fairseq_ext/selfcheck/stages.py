@@ -25,7 +25,7 @@ import torch
 
 from fairseq_ext.errors import CommandError
 from fairseq_ext.selfcheck.stage_files import last_line, read_json, run_logged, table, write_stage
-from fairseq_ext.selfcheck.timing import BASE_ROWS, SMALL_ROWS, speed
+from fairseq_ext.selfcheck.timing import BASE_ROWS, ROWS, SMALL_ROWS, speed
 
 PACKAGES = ("fairseq", "fairseq-fixed", "fairseq_ext", "torch", "numpy", "hydra-core", "omegaconf", "sacrebleu",
             "sentencepiece", "subword-nmt", "sacremoses", "compare-mt", "bitarray", "matplotlib", "pytest",
@@ -236,8 +236,8 @@ def run_bench(out: str, device, quick: bool, time_limit: float, dtypes: Optional
             json_path = os.path.join(os.path.abspath(out), f"bench-{name}.json")
             log = os.path.join(out, f"bench-{name}.log")
             cmd = [sys.executable, "-m", "fairseq_ext", "benchmark", "--config", size, "--device", device.type,
-                   "--dtype", dtype, "--configs", *rows, *(QUICK_BENCH if quick else ["--seconds", "2"]),
-                   "--json", json_path]
+                   "--dtype", dtype, "--configs", *(f"{n}:{ROWS[n]}" for n in rows),
+                   *(QUICK_BENCH if quick else ["--seconds", "2"]), "--json", json_path]
             share = (time_limit - (time.time() - start)) * len(rows) / total_rows  # time by rows
             total_rows -= len(rows)
             code = run_logged({name: (cmd, log)}, time.time() + max(1.0, share), append=False)[name]

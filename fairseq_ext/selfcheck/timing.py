@@ -36,9 +36,9 @@ SIZES = {  # the stock architecture and the plugin's preset of the same size
     "base": ("transformer_wmt_en_de", "multilayer_transformer_wmt_en_de", []),
     # a smoke-test size: the code path in seconds (fairseq-ext selfcheck --quick), not a measurement
     "tiny": ("transformer_iwslt_de_en", "multilayer_transformer_iwslt",
-             ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
-              "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-              "--encoder-layers", "2", "--decoder-layers", "2"]),
+             ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32",
+              "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+              "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"]),
     # the model of the CPU benchmark table (docs/reproduction.md): the flags of its training setup, read in main
     "quickstart": ("transformer_iwslt_de_en", "multilayer_transformer_iwslt", None),
 }
