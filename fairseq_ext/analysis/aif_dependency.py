@@ -40,10 +40,9 @@ from typing import Dict, List, Optional
 
 import torch
 from fairseq.data import data_utils
-from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_ext.analysis import AnalysisError, command
-from fairseq_ext.analysis.capture import capture_cross_attention
+from fairseq_ext.analysis.capture import capture_cross_attention, translate
 from fairseq_ext.analysis.figures import (FIGURE_WIDTH, FigureContext, add_caption, layer_axes, names_for, pyplot,
                                          save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
@@ -92,16 +91,6 @@ def ind_decoder(model):
     return ind
 
 
-def greedy_decode(model, sample, max_len_a: float = 0.0, max_len_b: int = 200) -> List[torch.Tensor]:
-    """The main decoder's greedy translation of every sentence (fairseq's SequenceGenerator
-    with beam 1, the model's own incremental decoding): token ids ending with EOS."""
-    generator = SequenceGenerator([model], model.decoder.dictionary, beam_size=1, max_len_a=max_len_a,
-                                  max_len_b=max_len_b)
-    with torch.no_grad():
-        hypos = generator.generate([model], sample)
-    return [h[0]["tokens"].cpu() for h in hypos]
-
-
 def compare(model, ind, sample, hypotheses: List[torch.Tensor], rows: str = "mean") -> List[dict]:
     """Teacher-force both models on the main decoder's translations; per sentence: its id,
     tokens, ``D_yt`` (|Y|, Eq. 4.4), ``D_Y`` (Eq. 4.5) and ``attention`` (L x H, Eq. 4.6)."""
@@ -146,7 +135,7 @@ def analyse(model, task, split: str, max_sentences: Optional[int] = None, rows: 
         samples = [command.to_device(dataset.collater([dataset[sentence]]), dev)]
     results = []
     for sample in samples:
-        results += compare(model, ind, sample, greedy_decode(model, sample, max_len_a, max_len_b), rows)
+        results += compare(model, ind, sample, translate(model, sample, 1, max_len_a, max_len_b), rows)
     return sorted(results, key=lambda r: r["id"])
 
 
@@ -167,10 +156,9 @@ def plot_dependency(summary: List[dict], per_sentence: List[dict], per_head: Lis
                     context: Optional[FigureContext] = None):
     """Fig. 4.7: (a) D_Y of every sentence per model (box) with its mean; (b) D^l per layer,
     one line per model, with its heads' D^l_h as dots."""
-    plt = pyplot()
     names = [s["model"] for s in summary]
     colours = system_colours(names)
-    fig, (a, b) = plt.subplots(1, 2, figsize=(FIGURE_WIDTH, 3.8))
+    fig, (a, b) = pyplot().subplots(1, 2, figsize=(FIGURE_WIDTH, 3.8))
     a.boxplot([[r["D_Y"] for r in per_sentence if r["model"] == n] for n in names], showmeans=True)
     a.set_xticks(range(1, len(names) + 1), names)
     a.set_ylabel("D_Y (KL, nats)")
@@ -190,16 +178,14 @@ def plot_dependency(summary: List[dict], per_sentence: List[dict], per_head: Lis
                      "greedy output. (a) D_Y, the mean over a sentence's tokens of KL(P_m(y_t) || P_ind(y_t)), "
                      "one value per sentence (box: quartiles and median, whiskers 1.5 IQR). (b) D^l, the mean "
                      "over heads of the KL between the two decoders' cross-attention in decoder layer l.")
-    save_figure(fig, path, context)
-    return fig
+    return save_figure(fig, path, context)
 
 
 def plot_tokens(tokens: List[dict], path: str, context: Optional[FigureContext] = None):
     """Fig. 4.8: D_yt of every token of one sentence, one panel per model."""
-    plt = pyplot()
     names = list(dict.fromkeys(r["model"] for r in tokens))
     colours = system_colours(names)
-    fig, axes = plt.subplots(len(names), 1, figsize=(max(6, 0.45 * max(len(tokens), 1) / len(names)),
+    fig, axes = pyplot().subplots(len(names), 1, figsize=(max(6, 0.45 * max(len(tokens), 1) / len(names)),
                                                        2.6 * len(names)), squeeze=False, sharey=True)
     for ax, name in zip(axes[:, 0], names):
         sel = [r for r in tokens if r["model"] == name]
@@ -214,8 +200,7 @@ def plot_tokens(tokens: List[dict], path: str, context: Optional[FigureContext] 
             ax.set_title(name)
     add_caption(fig, "D_yt = KL(P_m(y_t) || P_ind(y_t)) of every token of the main decoder's greedy translation: "
                      "how far the main decoder's distribution moves when the AIF weights are zeroed (Eq. 4.4).")
-    save_figure(fig, path, context)
-    return fig
+    return save_figure(fig, path, context)
 
 
 def build_parser():

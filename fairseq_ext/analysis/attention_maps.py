@@ -54,11 +54,10 @@ import sys
 from typing import Dict, List, Optional, Sequence
 
 import torch
-from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_ext.analysis import AnalysisError, command
 from fairseq_ext.analysis.capture import (MMA_NAMES, capture_cross_attention, capture_self_attention, encoder_layers,
-                                          head_types, mma_legend)
+                                          head_types, mma_legend, translate)
 from fairseq_ext.analysis.figures import (FigureContext, Panel, data_description, file_stem, map_figure, names_for,
                                          save_figure)
 from fairseq_ext.analysis.registry import Analysis
@@ -108,14 +107,6 @@ def sentence_sample(task, split: Optional[str], sentence: Optional[int], source:
     if sentence is None or not 0 <= sentence < len(dataset):
         raise AnalysisError(f"--sentence {sentence}: {split} has sentences 0..{len(dataset) - 1}")
     return dataset.collater([dataset[sentence]])
-
-
-def translate(model, task, sample, beam: int, max_len_a: float, max_len_b: int) -> torch.Tensor:
-    """The best hypothesis of fairseq's SequenceGenerator (tokens, ending with EOS)."""
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=beam, max_len_a=max_len_a,
-                                  max_len_b=max_len_b)
-    with torch.no_grad():
-        return generator.forward(sample)[0][0]["tokens"]
 
 
 def head_titles(layer_module) -> Dict[str, List[str]]:
@@ -238,8 +229,7 @@ def _draw(entries, per_layer, about, part: str, count: int, out: str, scale: str
         path = os.path.join(out, f"{about['stem']}_{part}_L{entry['layer']:0{len(str(count))}d}.png")
         fig = map_figure(panels, f"{about['name']}: {title.format(layer=entry['layer'])} ({about['data']})",
                          caption(entry, vmax), vmax, xlabel, ylabel)
-        save_figure(fig, path, context)
-        figures[path] = fig
+        figures[path] = save_figure(fig, path, context)
     return figures
 
 
@@ -322,8 +312,7 @@ def context_figure(maps: dict, target: List[str], names: List[str], about: dict,
                f"scale (0 to {vmax:.2g}, --scale {scale}).{cut_note(0, len(target), limit)}")
     fig = map_figure(panels, f"{about['name']}: weights over the contexts per decoder layer ({about['data']})",
                      caption, vmax, "context", "target token", quantity="weight beta")
-    save_figure(fig, path, context)
-    return fig
+    return save_figure(fig, path, context)
 
 
 # ---- the command --------------------------------------------------------------------------------
@@ -352,7 +341,7 @@ def target_of(args, model, task, sample):
             raise AnalysisError("--reference: the split has no target side")
         target = sample["target"][0]
         return target[target.ne(tgt_dict.pad())], "teacher-forced reference"
-    return translate(model, task, sample, args.beam, args.max_len_a, args.max_len_b), f"beam {args.beam}"
+    return translate(model, sample, args.beam, args.max_len_a, args.max_len_b)[0], f"beam {args.beam}"
 
 
 def run(args, context: Optional[FigureContext] = None) -> dict:

@@ -131,11 +131,10 @@ def heatmaps(rows: List[dict], name: str, path: str, data: str = "", context: Op
     """Distance and entropy of every head of ``name``, layer x head, per unit (global, and
     DC's local FI unit); each quantity on one colour scale shared by every model and unit of
     ``rows``, so the models' files compare. MMA heads are labelled with their type."""
-    plt = pyplot()
     span = span_of(rows)
     units = sorted({r["unit"] for r in rows if r["model"] == name})
     limits = {m: (min(r[m] for r in rows), max(r[m] for r in rows)) for m in ("distance", "entropy")}
-    fig, axes = plt.subplots(len(units), 2, figsize=(FIGURE_WIDTH, 3.4 * len(units) + 0.4), squeeze=False)
+    fig, axes = pyplot().subplots(len(units), 2, figsize=(FIGURE_WIDTH, 3.4 * len(units) + 0.4), squeeze=False)
     for u, unit in enumerate(units):
         sel = [r for r in rows if r["model"] == name and r["unit"] == unit]
         layers, heads = max(r["layer"] for r in sel), max(r["head"] for r in sel)
@@ -161,15 +160,13 @@ def heatmaps(rows: List[dict], name: str, path: str, data: str = "", context: Op
     add_caption(fig, f"Mean attention distance (Eq. 13, in source tokens) and entropy (Eq. 15, in nats) of "
                      f"every head, {READING[span]} (--span {span}); one colour scale per quantity for every "
                      f"model compared. {legend}".strip())
-    save_figure(fig, path, context)
-    return fig
+    return save_figure(fig, path, context)
 
 
 def layer_plot(layer_rows: List[dict], path: str, data: str = "", context: Optional[FigureContext] = None):
     """Per-layer means (Eq. 14, 16) of every model and unit, as thesis Figs. 3.11-3.12."""
-    plt = pyplot()
     span = span_of(layer_rows)
-    fig, axes = plt.subplots(1, 2, figsize=(FIGURE_WIDTH, 3.6))
+    fig, axes = pyplot().subplots(1, 2, figsize=(FIGURE_WIDTH, 3.6))
     pairs = sorted({(r["model"], r["unit"]) for r in layer_rows})
     colours = system_colours(list(dict.fromkeys(r["model"] for r in layer_rows)))
     for (model, unit) in pairs:
@@ -184,8 +181,7 @@ def layer_plot(layer_rows: List[dict], path: str, data: str = "", context: Optio
     add_title(fig, "Encoder self-attention per layer" + (f", {data}" if data else ""))
     add_caption(fig, f"Mean over the heads of each layer (Eq. 14, 16) of the attention distance (in source "
                      f"tokens) and entropy (in nats), {READING[span]} (--span {span}).")
-    save_figure(fig, path, context)
-    return fig
+    return save_figure(fig, path, context)
 
 
 def build_parser():

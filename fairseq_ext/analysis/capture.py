@@ -3,12 +3,13 @@ every main-decoder layer's attention over the source, through the attention modu
 reporting contract (:func:`fairseq_ext.modules.attention_utils.record_attention_weights`;
 nothing is recomputed, and recording changes no output of the model), each encoder layer's
 output (H^0 the embeddings to H^L, as the top layer is handed on), and the MMA type of each
-head with the key to its letters."""
+head with the key to its letters; and the model's own translation."""
 import contextlib
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 from fairseq.modules import MultiheadAttention
+from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_ext.analysis import AnalysisError
 from fairseq_ext.analysis.command import batches
@@ -23,6 +24,16 @@ def _reporting(modules) -> List[torch.nn.Module]:
     # a model fairseq built alone has its plain MultiheadAttention, which reports nothing;
     # the plugin's reporting subclass adds no state and changes no output
     return [reporting_weights(m) if type(m) is MultiheadAttention else m for m in modules]
+
+
+def translate(model, sample, beam: int = 1, max_len_a: float = 0.0, max_len_b: int = 200) -> List[torch.Tensor]:
+    """The best hypothesis of fairseq's SequenceGenerator (the model's own incremental
+    decoding; beam 1: greedy) of every sentence of ``sample``: token ids ending with EOS, on
+    the CPU; the output length limit is ``max_len_a * |x| + max_len_b``."""
+    generator = SequenceGenerator([model], model.decoder.dictionary, beam_size=beam, max_len_a=max_len_a,
+                                  max_len_b=max_len_b)
+    with torch.no_grad():
+        return [h[0]["tokens"].cpu() for h in generator.generate([model], sample)]
 
 
 def primary_encoder(model):

@@ -19,13 +19,11 @@ from fairseq_ext.analysis.figures import FigureContext
 from fairseq_ext.common.command_line import setup_cli
 
 
-class AnalysisParser(argparse.ArgumentParser):
-    """An analysis command's parser: its module docstring's first paragraph as the
-    description, the rest as the epilog, printed as written."""
-
-    def __init__(self, doc: str):
-        super().__init__(description=doc.split("\n\n")[0], epilog=doc.split("\n\n", 1)[1],
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+def doc_parser(doc: str) -> argparse.ArgumentParser:
+    """A command's parser: its module docstring's first paragraph as the description, the
+    rest as the epilog, printed as written."""
+    return argparse.ArgumentParser(description=doc.split("\n\n")[0], epilog=doc.split("\n\n", 1)[1],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def common_arguments(parser, several: bool = True, overrides: Optional[Dict[str, dict]] = None,
@@ -50,10 +48,10 @@ def common_arguments(parser, several: bool = True, overrides: Optional[Dict[str,
 
 
 def parser(doc: str, several: bool = True, max_sentences: bool = False,
-           overrides: Optional[Dict[str, dict]] = None) -> AnalysisParser:
+           overrides: Optional[Dict[str, dict]] = None) -> argparse.ArgumentParser:
     """The parser of an analysis command with its :func:`common_arguments` and, with
     ``max_sentences``, --max-sentences."""
-    ap = common_arguments(AnalysisParser(doc), several, overrides)
+    ap = common_arguments(doc_parser(doc), several, overrides)
     if max_sentences:
         ap.add_argument("--max-sentences", type=int, metavar="N",
                         help="analyse only the sentences of --split with ids below N (the N lowest ids)")

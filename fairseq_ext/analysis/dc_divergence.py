@@ -90,9 +90,8 @@ def plot(rows, summary, names, path: str, context: Optional[FigureContext] = Non
          data: str = ""):
     """Fig. 5.4: (a) JS per DC layer, one series per model; (b) Ed per model; both in nats on
     one y-axis from 0, each value written beside its point or bar."""
-    plt = pyplot()
     colours = system_colours(names)
-    fig, (a, b) = plt.subplots(1, 2, figsize=(FIGURE_WIDTH, 3.6), sharey=True,
+    fig, (a, b) = pyplot().subplots(1, 2, figsize=(FIGURE_WIDTH, 3.6), sharey=True,
                                gridspec_kw={"width_ratios": [3, max(1, len(summary))]})
     for name in names:
         sel = [r for r in rows if r["model"] == name]
@@ -120,8 +119,7 @@ def plot(rows, summary, names, path: str, context: Optional[FigureContext] = Non
                      f"global and the local FI unit, {HEADS_READING[heads]}, averaged over the query tokens of "
                      "the split. (b) Ed, the mean of dv_l over the DC layers (thesis Fig. 5.4). The y-axis "
                      "starts at 0.")
-    save_figure(fig, path, context)
-    return fig
+    return save_figure(fig, path, context)
 
 
 def execute(args, figures: FigureContext):

@@ -37,9 +37,8 @@ def decoder_runs(name, checkpoint):
 def plot(rows, path, context: Optional[FigureContext] = None, marks: str = "thesis"):
     """BLEU per decoder in its model's colour (the auxiliary decoders hatched), each bar's
     BLEU above it and, for the auxiliary decoders, the difference to the main one with its mark."""
-    plt = pyplot()
     colours = system_colours(list(dict.fromkeys(r["model"] for r in rows)))
-    fig, ax = plt.subplots(figsize=(max(6.5, 1.2 * len(rows) + 2), 3.6))
+    fig, ax = pyplot().subplots(figsize=(max(6.5, 1.2 * len(rows) + 2), 3.6))
     labels = [f"{r['model']}:{r['decoder']}" for r in rows]
     bars = ax.bar(range(len(rows)), [r["BLEU"] for r in rows], color=[colours[r["model"]] for r in rows],
                   edgecolor="black", linewidth=0.6)
@@ -57,8 +56,7 @@ def plot(rows, path, context: Optional[FigureContext] = None, marks: str = "thes
                      "or auxl, the auxiliary decoder on encoder layer l (hatched). Under an auxiliary decoder's "
                      "BLEU: its difference to the main decoder and sacreBLEU's paired-bootstrap mark against it, "
                      f"{marks_note(marks)}; no mark: not significant.")
-    save_figure(fig, path, context)
-    return fig
+    return save_figure(fig, path, context)
 
 
 build_parser, main = comparison_command(__doc__, decoder_runs, "decoders", "BLEU of every decoder", plot)

@@ -233,9 +233,9 @@ class FigureContext:
         return where
 
 
-def save_figure(fig, path: str, context: Optional[FigureContext] = None) -> str:
+def save_figure(fig, path: str, context: Optional[FigureContext] = None):
     """Write ``fig`` as PNG, its caption followed by the note of ``context`` (the models, data
-    and decoding it was made from)."""
+    and decoding it was made from); returns ``fig``."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     try:
         note = context.note() if context is not None else ""
@@ -251,7 +251,7 @@ def save_figure(fig, path: str, context: Optional[FigureContext] = None) -> str:
     fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")
     pyplot().close(fig)
-    return path
+    return fig
 
 
 # ---- a grid of heatmap panels ------------------------------------------------------------------
@@ -302,7 +302,6 @@ def map_figure(panels: List[Panel], title: str, caption: str, vmax: float = 1.0,
                quantity: str = "attention weight"):
     """The panels on one colour scale (0 to ``vmax``, one colour bar of ``quantity``), laid
     out by :func:`grid_layout`, titled ``title`` and captioned ``caption``; returns the figure."""
-    plt = pyplot()
     layout = grid_layout(panels)
     cols, rows, font, cell = layout["cols"], layout["rows"], layout["font"], layout["cell"]
     n_x = max(len(p.xlabels) for p in panels)
@@ -312,7 +311,7 @@ def map_figure(panels: List[Panel], title: str, caption: str, vmax: float = 1.0,
     height = rows * (panel_h + x_room + 0.3) + 0.5  # each row: its titles; the bottom: the axis label
     width = (_label_inches([l for p in panels for l in p.ylabels], font) + 0.35 + cols * n_x * cell / 72
              + 0.25 * (cols - 1) + COLOURBAR)
-    fig = plt.figure(figsize=(min(FIGURE_WIDTH, width), height))
+    fig = pyplot().figure(figsize=(min(FIGURE_WIDTH, width), height))
     grid = fig.add_gridspec(rows, cols + 1, width_ratios=[n_x * cell / 72] * cols + [0.15])
     image = None
     for k, panel in enumerate(panels):

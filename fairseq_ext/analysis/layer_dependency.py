@@ -47,10 +47,9 @@ def masking_runs(name: str, checkpoint: str, mask_mode: str = "zero"):
 def plot(rows, path, context: Optional[FigureContext] = None, marks: str = "thesis", mask_mode: str = "zero"):
     """ΔBLEU per masked layer, one series per model (its colour in every figure), each point
     with its paired-bootstrap mark (and, for one model, its value) as in the table."""
-    plt = pyplot()
     models = list(dict.fromkeys(r["model"] for r in rows))
     colours = system_colours(models)
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    fig, ax = pyplot().subplots(figsize=(7.5, 3.6))
     for model in models:
         sel = [r for r in rows if r["model"] == model and r["delta"] is not None]
         xs, ys = [int(r["masked layer"][2:]) for r in sel], [r["delta"] for r in sel]
@@ -68,8 +67,7 @@ def plot(rows, path, context: Optional[FigureContext] = None, marks: str = "thes
                      f"{mask_mode}), minus the full model's BLEU "
                      f"(full: {full}). Marks: sacreBLEU's paired bootstrap against the full model, "
                      f"{marks_note(marks)}; no mark: not significant.")
-    save_figure(fig, path, context)
-    return fig
+    return save_figure(fig, path, context)
 
 
 def add_arguments(ap):

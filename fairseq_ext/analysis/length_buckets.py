@@ -125,8 +125,7 @@ def plot(rows: List[dict], systems: Sequence[str], flavour: str, path: str,
     sentences per bucket with their counts."""
     from matplotlib.patches import Patch
 
-    plt = pyplot()
-    fig, (ax, hist) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH, 6.4), sharex=True,
+    fig, (ax, hist) = pyplot().subplots(2, 1, figsize=(FIGURE_WIDTH, 6.4), sharex=True,
                                    gridspec_kw={"height_ratios": [2.2, 1]})
     x = list(range(len(rows)))
     width = 0.8 / max(1, len(systems))
@@ -177,12 +176,11 @@ def plot(rows: List[dict], systems: Sequence[str], flavour: str, path: str,
                      f"{counted}; a-b holds a to b-1. Hatched, pale: buckets with "
                      f"fewer than {min_sentences} sentences (--min-bucket-sentences), too few for their BLEU "
                      "to be compared.")
-    save_figure(fig, path, context)
-    return fig
+    return save_figure(fig, path, context)
 
 
 def build_parser():
-    ap = command.AnalysisParser(__doc__)
+    ap = command.doc_parser(__doc__)
     systems = ap.add_mutually_exclusive_group(required=True)
     systems.add_argument("--eval", nargs="+", help="fairseq-ext evaluate output directories")
     command.common_arguments(ap, checkpoint_group=systems, overrides={

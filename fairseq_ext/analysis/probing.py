@@ -398,8 +398,7 @@ def plot(rows: List[dict], columns: List[str], layer_columns: Dict[str, List[Tup
                      f"(n: {sizes}). Error bars: 95% Wilson score intervals of each accuracy over its task's n "
                      "sentences. Black dash: the accuracy of always answering the majority label.",
                 width=max(fig.get_figwidth(), 6.5))
-    save_figure(fig, path, context)
-    return fig
+    return save_figure(fig, path, context)
 
 
 def build_parser():

@@ -46,7 +46,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import fairseq
 import torch
 
-from fairseq_ext.analysis import AnalysisError, registry
+from fairseq_ext.analysis import AnalysisError, command, registry
 from fairseq_ext.analysis.figures import names_for
 from fairseq_ext.common import checkpoints, data_text
 from fairseq_ext.common.command_line import setup_cli
@@ -262,8 +262,7 @@ def models_html(paths: Sequence[str], names: Sequence[str], data: str, split: st
 # ---- the command ---------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = command.doc_parser(__doc__)
     ap.add_argument("--run", nargs="+", choices=list(registry.analyses()),
                     help="analyses to run (page order: as listed)")
     ap.add_argument("--checkpoint", nargs="+",

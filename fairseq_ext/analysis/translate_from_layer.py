@@ -114,9 +114,8 @@ def plot(models: Dict[str, List[dict]], path: str, context: Optional[FigureConte
     """BLEU-1 and BLEU per encoder layer (a panel each), one line per model in its colour, the
     FULL model's score a dashed line of the same colour; the legend beside the panels, where it
     covers no line. ``models``: name -> the rows of :func:`table_rows`."""
-    plt = pyplot()
     colours = system_colours(list(models))
-    fig, axes = plt.subplots(1, 2, figsize=(FIGURE_WIDTH, 3.6))
+    fig, axes = pyplot().subplots(1, 2, figsize=(FIGURE_WIDTH, 3.6))
     for ax, key in zip(axes, ("BLEU-1", "BLEU")):
         for name, rows in models.items():
             layer_rows = [r for r in rows if r["layer"] != "FULL"]
@@ -136,8 +135,7 @@ def plot(models: Dict[str, List[dict]], path: str, context: Optional[FigureConte
                      "the model's classifier, gives one target token (argmax; pad, BOS and EOS left out), in "
                      "source order. BLEU-1 (brevity penalty x unigram precision) and BLEU on BPE units, "
                      "lowercased (sacreBLEU). Dashed: FULL, the whole model with beam search, scored the same way.")
-    save_figure(fig, path, context)
-    return fig
+    return save_figure(fig, path, context)
 
 
 def build_parser():

@@ -236,9 +236,8 @@ def word_order_rows(systems: Dict[str, Dict[str, dict]], data: str, split: str, 
     hyps = {key: decoding.lines(e, flavour) for key, e in evals.items()}
 
     def compare(base_key, other_key):
-        sig = paired_significance(refs, hyps[base_key], {"other": hyps[other_key]}, flavour=flavour,
-                                  n_samples=samples, marks=marks)
-        return sig["baseline"]["bleu"], sig["other"]
+        return paired_significance(refs, hyps[base_key], {"other": hyps[other_key]}, flavour=flavour,
+                                   n_samples=samples, marks=marks)["other"]
 
     base_system = next(iter(systems))
     several = len(systems) > 1
@@ -251,13 +250,13 @@ def word_order_rows(systems: Dict[str, Dict[str, dict]], data: str, split: str, 
             row = {"model": system, "encoder positions": sides[side]["positions"], "BLEU": bleu,
                    "delta": None, "p": None, "mark": ""}
             if side == "nopos" and "pos" in sides:
-                _, other = compare((system, "pos"), (system, "nopos"))
+                other = compare((system, "pos"), (system, "nopos"))
                 with_pos = round(evals[system, "pos"]["bleu"][flavour], 2)
                 row.update({"delta": round(bleu - with_pos, 2), "p": other["p_value"], "mark": other["mark"]})
             if several:
                 row.update({f"Δ vs {base_system}": None, "p vs base": None, "mark vs base": ""})
                 if system != base_system and side in systems[base_system]:
-                    _, other = compare((base_system, side), (system, side))
+                    other = compare((base_system, side), (system, side))
                     base_bleu = round(evals[base_system, side]["bleu"][flavour], 2)
                     row.update({f"Δ vs {base_system}": round(bleu - base_bleu, 2),
                                 "p vs base": other["p_value"], "mark vs base": other["mark"]})
@@ -274,11 +273,10 @@ def plot(rows: List[dict], path: str, context: Optional[FigureContext] = None, m
     counterpart is a hollow, hatched bar marked "alone", with no drop."""
     from matplotlib.patches import Patch
 
-    plt = pyplot()
     systems = list(dict.fromkeys(r["model"] for r in rows))
     colours = system_colours(systems)
     paired = {s for s in systems if sum(r["model"] == s for r in rows) == 2}
-    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(systems), 3.5))
+    fig, ax = pyplot().subplots(figsize=(1.8 + 1.6 * len(systems), 3.5))
     width = 0.38
     handles = []
     for offset, label, with_positions in ((-width / 2, "with encoder positions", True),
@@ -318,8 +316,7 @@ def plot(rows: List[dict], path: str, context: Optional[FigureContext] = None, m
                      "counterpart trained without them (pale, dotted), in the system's colour. Δ: BLEU without "
                      f"minus BLEU with, marked by sacreBLEU's paired bootstrap, {marks_note(marks)}; no mark: not "
                      "significant.", width=max(fig.get_figwidth(), 6.5))
-    save_figure(fig, path, context)
-    return fig
+    return save_figure(fig, path, context)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -351,8 +351,7 @@ def plot(rows: List[dict], model_accuracy: float, path: str, context: Optional[F
             ax.plot(*zip(*pts), style, label=key)
     ax.axhline(100 * model_accuracy, color="gray", linestyle=":", label="model (no projection)")
     layer_axes(ax, "layer (0 = embeddings)", "word translation accuracy (%)", legend=8)
-    save_figure(fig, path, context)
-    return fig
+    return save_figure(fig, path, context)
 
 
 def build_parser():

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fairseq_ext.common import checkpoints
-from fairseq_ext.analysis import AnalysisError, aif_dependency
+from fairseq_ext.analysis import AnalysisError, aif_dependency, capture
 from model_utils import SMALL, build, make_tiny_parallel_data, random_batch, train_tiny
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -32,7 +32,7 @@ def sample_of(model, bsz=3):
 def greedy_of_different_lengths(model, sample):
     """The main decoder's greedy output, cut to a different length per sentence (9, 7, 5
     tokens with EOS), so that the batch has padded target positions."""
-    hyps = aif_dependency.greedy_decode(model, sample, max_len_b=8)
+    hyps = capture.translate(model, sample, max_len_b=8)
     eos = hyps[0].new_tensor([model.decoder.dictionary.eos()])
     return [torch.cat([h[: len(h) - 1 - 2 * b], eos]) for b, h in enumerate(hyps)]
 
@@ -141,7 +141,7 @@ def test_zero_aif_weights_give_zero_dependency():
     model = aif_model(zero_aif=True)
     sample = sample_of(model)
     results = aif_dependency.compare(model, aif_dependency.ind_decoder(model), sample,
-                                     aif_dependency.greedy_decode(model, sample, max_len_b=8))
+                                     capture.translate(model, sample, max_len_b=8))
     for r in results:
         assert torch.count_nonzero(r["D_yt"]) == 0 and r["D_Y"] == 0.0
         assert torch.count_nonzero(r["attention"]) == 0

@@ -21,7 +21,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def one_sentence(ckpt, bin_dir, sentence=3):
     model, task = checkpoints.load_model(ckpt, bin_dir, split="test", cpu=True)
     sample = attention_maps.sentence_sample(task, "test", sentence, None)
-    target = attention_maps.translate(model, task, sample, beam=2, max_len_a=1.2, max_len_b=10)
+    target = capture.translate(model, sample, beam=2, max_len_a=1.2, max_len_b=10)[0]
     return model, task, sample, target
 
 
