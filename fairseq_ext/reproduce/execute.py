@@ -294,7 +294,7 @@ def run_analysis(ap: AnalysisPlan) -> None:
     print(f"{where}", flush=True)
     if os.path.exists(marker):  # another command's outputs, replaced now: not finished until this one is
         os.remove(marker)
-    run_command(ap.command, ap.log, resources.command_environment())
+    run_command(ap.command, os.path.join(ap.run.run_dir, f"analysis-{ap.name}.log"), resources.command_environment())
     os.makedirs(ap.out, exist_ok=True)
     _write_json(marker, {"command": ap.command})
 

@@ -89,16 +89,12 @@ class RunPlan:
     def as_json(self) -> dict:
         """The plan as plan.json holds it: the seed there is the training command's --seed, not
         a key of its own."""
-        recorded = asdict(self)
-        recorded.pop("seed")
-        return recorded
+        return {k: v for k, v in asdict(self).items() if k != "seed"}
 
     def result_key(self) -> dict:
         """The plan as its result.json records it: without the data preparation, since data
         that exists or not does not change a result."""
-        recorded = self.as_json()
-        recorded.pop("prepare")
-        return recorded
+        return {k: v for k, v in self.as_json().items() if k != "prepare"}
 
 
 @dataclass
@@ -110,10 +106,6 @@ class AnalysisPlan:
     command: Optional[List[str]] = None
     unavailable: str = ""  # why it cannot run with what is here (its columns say so)
     comet: Optional[object] = None  # "comet": fairseq_ext.tools.comet.Comet
-
-    @property
-    def log(self) -> str:
-        return os.path.join(self.run.run_dir, f"analysis-{self.name}.log")
 
 
 def analysis_dir(run: RunPlan, name: str) -> str:
