@@ -221,10 +221,15 @@ def train_tiny(bin_dir, save_dir, *flags, max_update=6, lr="5e-3"):
 
 
 def train_in_process(argv):
-    """fairseq-train ARGV by fairseq-train's own main, in this process."""
+    """fairseq-train ARGV by fairseq-train's own main, in this process. The best validation
+    loss fairseq keeps from run to run in the process (``save_checkpoint.best``, which it logs
+    and selects checkpoint_best.pt by) is forgotten first, as in a new fairseq-train."""
+    from fairseq import checkpoint_utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq_cli import train
 
+    if hasattr(checkpoint_utils.save_checkpoint, "best"):
+        del checkpoint_utils.save_checkpoint.best
     train.main(convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv)))
 
 

@@ -2,6 +2,7 @@
 (``fairseq-ext config-dir``), every plugin option settable under ``model:``, and a run through
 hydra that is the run through fairseq-train's flags (same losses, same weights), resumes,
 and decodes with fairseq-generate and fairseq-ext translate, for M-10 and MS-1+AIF."""
+import logging
 import os
 import re
 import sys
@@ -11,7 +12,7 @@ import torch
 import yaml
 
 from fairseq_ext.tools import hydra_configs
-from model_utils import USER_DIR
+from model_utils import USER_DIR, train_in_process
 from script_utils import run
 
 TINY = {"encoder_layers": 2, "decoder_layers": 2, "encoder_embed_dim": 32, "decoder_embed_dim": 32,
@@ -52,7 +53,7 @@ def losses(log):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("row", sorted(ROWS))
-def test_a_hydra_run_is_the_flags_run_and_resumes_and_decodes(tiny_trained, tmp_path, row):
+def test_a_hydra_run_is_the_flags_run_and_resumes_and_decodes(tiny_trained, tmp_path, row, caplog):
     bin_dir, _ = tiny_trained
     cfg_dir = tmp_path / "cfg"
     hydra_configs.write_config_dir(str(cfg_dir))
@@ -67,16 +68,16 @@ def test_a_hydra_run_is_the_flags_run_and_resumes_and_decodes(tiny_trained, tmp_
                                                    *overrides])
     assert hydra.returncode == 0, hydra.stderr[-3000:]
     flags = [f"--{k.replace('_', '-')}" + ("" if v == "true" else f"={v}") for k, v in model.items()]
-    plain = run(command("fairseq-train") + [bin_dir, "--user-dir", USER_DIR,
-        "--task", "translation", "-s", "src", "-t", "tgt", "--arch", "multilayer_transformer_iwslt",
-        "--share-all-embeddings", "--attention-dropout", "0.0", "--activation-dropout", "0.0", "--optimizer", "adam",
-        "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-9", "--clip-norm", "0.0", "--lr-scheduler", "inverse_sqrt",
-        "--warmup-init-lr", "1e-7", "--warmup-updates", "10", "--criterion", criterion, "--label-smoothing", "0.1",
-        "--no-epoch-checkpoints", "--keep-last-epochs", "1", "--num-workers", "0", "--cpu", "--seed", "1",
-        "--log-interval", "1", "--log-format", "simple", "--max-tokens", "500", "--max-update", "2", "--lr", "0.001",
-        "--save-dir", str(tmp_path / "flags"), *flags])
-    assert plain.returncode == 0, plain.stderr[-3000:]
-    assert losses(hydra.stdout + hydra.stderr) == losses(plain.stdout + plain.stderr) != []
+    with caplog.at_level(logging.INFO):
+        train_in_process([bin_dir, "--user-dir", USER_DIR,
+            "--task", "translation", "-s", "src", "-t", "tgt", "--arch", "multilayer_transformer_iwslt",
+            "--share-all-embeddings", "--attention-dropout", "0.0", "--activation-dropout", "0.0", "--optimizer", "adam",
+            "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-9", "--clip-norm", "0.0", "--lr-scheduler", "inverse_sqrt",
+            "--warmup-init-lr", "1e-7", "--warmup-updates", "10", "--criterion", criterion, "--label-smoothing", "0.1",
+            "--no-epoch-checkpoints", "--keep-last-epochs", "1", "--num-workers", "0", "--cpu", "--seed", "1",
+            "--log-interval", "1", "--log-format", "simple", "--max-tokens", "500", "--max-update", "2", "--lr", "0.001",
+            "--save-dir", str(tmp_path / "flags"), *flags])
+    assert losses(hydra.stdout + hydra.stderr) == losses(caplog.text) != []
     a = torch.load(tmp_path / "hydra" / "checkpoint_last.pt", weights_only=False)["model"]
     b = torch.load(tmp_path / "flags" / "checkpoint_last.pt", weights_only=False)["model"]
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -181,18 +182,19 @@ def test_a_hand_written_nested_yaml_trains_and_decodes(tiny_trained, tmp_path):
     assert generate.returncode == 0 and "Translated" in generate.stdout + generate.stderr, generate.stderr[-2000:]
 
 
-def test_config_dir_never_replaces_a_users_yaml(tmp_path):
+def test_config_dir_never_replaces_a_users_yaml(tmp_path, capsys):
     """--out naming a folder with a user's iwslt.yaml, or a file, is refused in one line; a
     folder it wrote before is written again."""
     mine = tmp_path / "iwslt.yaml"
     mine.write_text("model: {_name: mine}\n")
-    res = run([sys.executable, "-m", "fairseq_ext", "config-dir", "--out", str(tmp_path)])
-    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+    assert hydra_configs.main(["--out", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
         f"fairseq-ext config-dir: error: --out {tmp_path}: iwslt.yaml there was not written by fairseq-ext "
         "config-dir (it would be replaced): choose another folder"]
     assert mine.read_text() == "model: {_name: mine}\n"
-    res = run([sys.executable, "-m", "fairseq_ext", "config-dir", "--out", str(mine)])
-    assert res.returncode == 1 and "exists and is not a folder" in res.stderr and "Traceback" not in res.stderr
+    assert hydra_configs.main(["--out", str(mine)]) == 1
+    err = capsys.readouterr().err
+    assert "exists and is not a folder" in err and len(err.strip().splitlines()) == 1
     ours = tmp_path / "ours"
     for _ in range(2):
-        assert run([sys.executable, "-m", "fairseq_ext", "config-dir", "--out", str(ours)]).returncode == 0
+        assert hydra_configs.main(["--out", str(ours)]) == 0
