@@ -220,10 +220,10 @@ def write_page(sections: List[str], titles: List[Tuple[str, str]], path: str, he
         version = importlib.metadata.version("fairseq_ext")
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
-    command = " ".join(shlex.quote(a) for a in ["python", "-m", "fairseq_ext.analysis.report", *sys.argv[1:]])
+    invoked = " ".join(shlex.quote(a) for a in ["python", "-m", "fairseq_ext.analysis.report", *sys.argv[1:]])
     env = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in (
         ("date", datetime.datetime.now().isoformat(timespec="seconds")), ("fairseq_ext", version),
-        ("torch", torch.__version__), ("fairseq", fairseq.__version__), ("command", command)))
+        ("torch", torch.__version__), ("fairseq", fairseq.__version__), ("command", invoked)))
     nav = "".join(f'<a href="#{html.escape(a)}">{html.escape(t)}</a>' for a, t in titles)
     page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(heading)}</title>"
             f"<style>{STYLE}</style></head><body>\n<h1>{html.escape(heading)}</h1>\n<nav>{nav}</nav>\n"
@@ -320,8 +320,8 @@ def main(argv=None):
             continue
         if note:
             print(f"{name}: {note}", flush=True)
-        for command, out in commands:
-            error = run_analysis(command, out)
+        for cmd, out in commands:
+            error = run_analysis(cmd, out)
             failed += error is not None
             add(out, analysis.title + (f": {os.path.basename(out)}" if analysis.single else ""), analysis.reference,
                 error, note)

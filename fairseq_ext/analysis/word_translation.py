@@ -42,7 +42,6 @@ accuracy), word_translation.png (accuracy per layer: encoder, decoder, -self, -c
 projections.pt (every trained projection and w; ``translate_from_layer --projections``
 reads it).
 """
-import os
 import contextlib
 import os
 import sys
