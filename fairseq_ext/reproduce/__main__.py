@@ -26,7 +26,9 @@ corrects the marks for the number of rows tested against one reference row.
 """
 import argparse
 import dataclasses
+import hashlib
 import os
+import re
 import shlex
 import sys
 from dataclasses import dataclass
@@ -36,7 +38,7 @@ from fairseq_ext.errors import FairseqExtError
 from fairseq_ext.reproduce.planning import (AnalysisPlan, Options, ReproduceError, RunPlan, budget_flags, plan_analyses,
                                             plan_seeds, scale_name, scale_settings, shell_line)
 from fairseq_ext.reproduce.readers import scales as scales_of
-from fairseq_ext.reproduce.render import markdown, table_name, write_reports
+from fairseq_ext.reproduce.render import markdown, write_reports
 from fairseq_ext.reproduce.rows import build_rows, build_seed_rows, complete
 from fairseq_ext.reproduce.tables import Row, Table, load_setups, load_table, load_tables, with_comet
 from fairseq_ext.reproduce import execute, marks
@@ -245,7 +247,7 @@ def print_dry_run(todo: Reproduction, args) -> None:
             else:
                 print(shell_line(a.command))
         print()
-    name = output_name(todo.table, args, todo.opts, seeds=todo.seeds)
+    name = output_name(todo.table, args, todo.opts, todo.seeds)
     print(f"# table: {os.path.join(todo.opts.work_dir, todo.table.id, name)}.{{md,csv,json,tex}}")
 
 
@@ -288,17 +290,15 @@ def report(todo: Reproduction, args, failed: List[str]) -> None:
     scales = scales_of(table, todo.plans)
     print(markdown(table, records, scales))
     partial = bool(failed) or not complete(records)
-    name = output_name(table, args, opts, partial, seeds)
+    name = output_name(table, args, opts, seeds, partial)
     out_dir = os.path.join(opts.work_dir, table.id)
     paths = write_reports(table, records, out_dir, name, scales)
     print(f"written: {paths['md']}, .csv, .json, .tex")
-    whole = output_name(table, argparse.Namespace(rows=None, datasets=None), opts, seeds=seeds)
+    whole = output_name(table, argparse.Namespace(rows=None, datasets=None), opts, seeds)
     if name != whole:
-        why = []
-        if any(subset(table, args)):
-            why.append("a subset of the table (--rows / --datasets)")
-        if partial:
-            why.append("incomplete (failed runs or missing numbers)")
+        subset = output_name(table, args, opts, seeds) != whole
+        why = (["a subset of the table (--rows / --datasets)"] * subset
+               + ["incomplete (failed runs or missing numbers)"] * partial)
         print(f"  ({' and '.join(why)}: {whole}.md, the complete table at this scale, is written only by a "
               "complete run of every row and data set"
               + (", and was left as it was" if os.path.exists(os.path.join(out_dir, whole + ".md")) else "") + ")")
@@ -340,24 +340,30 @@ def main(argv=None):
     return 0
 
 
-def subset(table, args) -> (str, str):
-    """(rows, data sets) that --rows / --datasets choose when they leave out some of the
-    table's own rows or data sets, else ""."""
+def output_name(table: Table, args, opts: Options, seeds: List[int], partial: bool = False) -> str:
+    """The file name (without extension) of a table: ``table`` for a complete table at the
+    paper's scale; the scale (``smoke.200``), the seeds of a table of several seeds
+    (``seeds-1-2-3``), the subset when --rows / --datasets leave out some of the table's own
+    rows or data sets (``rows-m-00``, ``datasets-...``) and ``partial`` (a run with failures or
+    missing numbers) added, so that nothing but a complete run of every row and data set at the
+    same scale and with the same seeds replaces a table."""
+    scale = scale_name(opts)
+    parts = ["table"] + [p for p in (scale, "substitute" if opts.substitute and not scale else "", opts.budget) if p]
+    parts += ["seeds-" + "-".join(str(x) for x in seeds)] if len(seeds) > 1 else []
     rows = datasets = ""
     if args.rows and {r.id for r in table.select(args.rows)} != {r.id for r in table.rows if r.runnable}:
         rows = ",".join(r.id for r in table.named(args.rows))
     chosen = [d.strip() for d in (args.datasets or "").split(",") if d.strip()]
     if chosen and set(chosen) != set(table.datasets):
         datasets = ",".join(chosen)
-    return rows, datasets
-
-
-def output_name(table, args, opts, partial: bool = False, seeds=None) -> str:
-    """The table's file name: the scale (smoke, substitute, budget), the seeds when several,
-    the subset, partial."""
-    tag = ".".join(p for p in (scale_name(opts), "substitute" if opts.substitute and not scale_name(opts) else "",
-                                opts.budget or "") if p)
-    return table_name(tag, *subset(table, args), partial=partial, seeds=seeds if seeds and len(seeds) > 1 else None)
+    for kind, spec in (("rows", rows), ("datasets", datasets)):
+        if spec:
+            names = [re.sub(r"[^A-Za-z0-9.+-]+", "_", s.strip()) for s in spec.split(",") if s.strip()]
+            text = "+".join(names)
+            if len(text) > 60:
+                text = f"{len(names)}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
+            parts.append(f"{kind}-{text}")
+    return ".".join(parts + (["partial"] if partial else []))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,8 @@
 """Running a table's plans, and what a finished run measured.
 
 Each run's commands (data, training, averaging, evaluation) run in its directory with their
-logs, its measurements go into result.json, and each analysis of a finished run follows. A
-finished run with the same commands is reused, never retrained; a finished analysis with the
-same command is reused, never rerun.
+logs, its measurements go into result.json, then each analysis of a finished run; a finished
+run or analysis with the same commands is reused, never rerun.
 
 The runner's child commands die with it (:func:`run_child`): each runs in its own process
 group, so that a SIGTERM or SIGINT (Ctrl-C, a batch system's time limit, ``kill``) of the
@@ -13,8 +12,7 @@ group, waits ``GRACE_SECONDS`` for it to end, kills what is left, and then ends 
 signal would have ended it.
 
 What a finished run measured is read from what it left: the checkpoint's parameter count and
-model size, the training log's speed and updates, fairseq-generate's decoding speed, the
-evaluation's BLEU and its text files."""
+model size, the training log's speed and updates, fairseq-generate's decoding speed, the BLEU."""
 import glob
 import json
 import os
@@ -160,15 +158,6 @@ def read_bleu(eval_dir: str, flavour: str) -> Optional[float]:
         return json.load(f).get(flavour, {}).get("score")
 
 
-# what makes a result: the commands that trained and evaluated it (not the labels around them)
-RESULT_FIELDS = ("train", "average", "evaluate", "checkpoint", "adversarial")
-
-
-def same_run(recorded: dict, plan: RunPlan) -> bool:
-    current = plan.result_key()
-    return all(recorded.get(k, [] if k == "adversarial" else None) == current[k] for k in RESULT_FIELDS)
-
-
 def read_record(path: str, where: str) -> Optional[dict]:
     """A JSON record the runner wrote (result.json, an analysis' marker, meteor.json); None
     when there is none, or when it is unreadable (truncated by a kill, emptied by a full disk):
@@ -194,7 +183,10 @@ def finished(plan: RunPlan) -> Optional[dict]:
     result = read_record(os.path.join(plan.run_dir, "result.json"), plan.where)
     if result is None:
         return None
-    if not same_run(result.get("plan", {}), plan):
+    recorded, current = result.get("plan", {}), plan.result_key()
+    # what makes a result: the commands that trained and evaluated it (not the labels around them)
+    if any(recorded.get(k, [] if k == "adversarial" else None) != current[k]
+           for k in ("train", "average", "evaluate", "checkpoint", "adversarial")):
         raise ReproduceError(f"{plan.run_dir} holds a run with other settings (see its result.json): "
                              "choose another --work-dir, or remove that directory to retrain")
     return result
@@ -204,11 +196,8 @@ def executable(cmd: List[str]) -> List[str]:
     """A planned command as it runs: ``fairseq-ext ...`` and ``python -m ...`` through this
     Python (the plan prints the command a user would type; running it this way needs no
     ``fairseq-ext`` on PATH and keeps the runner's own installation)."""
-    if cmd and cmd[0] == "fairseq-ext":
-        return [sys.executable, "-m", "fairseq_ext", *cmd[1:]]
-    if cmd and cmd[0] == "python":
-        return [sys.executable, *cmd[1:]]
-    return cmd
+    through = {"fairseq-ext": [sys.executable, "-m", "fairseq_ext"], "python": [sys.executable]}
+    return through[cmd[0]] + cmd[1:] if cmd and cmd[0] in through else cmd
 
 
 def run_command(cmd: List[str], log: str, env=None):
@@ -220,8 +209,7 @@ def run_command(cmd: List[str], log: str, env=None):
         returncode = run_child(executable(cmd), stdout=out, stderr=subprocess.STDOUT, env=env)
     if returncode != 0:
         with open(log, encoding="utf-8", errors="replace") as f:
-            tail = f.readlines()[-15:]
-        sys.stderr.write("".join(tail))
+            sys.stderr.write("".join(f.readlines()[-15:]))
         raise ReproduceError(f"command failed ({returncode}); full log: {log}")
 
 

@@ -1,20 +1,11 @@
-"""The marks of the BLEU column: the tests of every row's BLEU against its reference row's,
-with the table's BLEU flavour and its paper's marks (``--test``), the number of comparisons
-against each reference row and Holm's correction over them (``--correction``), and the
-sentences that say all this under the table. The tests themselves are
-:mod:`fairseq_ext.tools.statistics`.
+"""The marks of the BLEU column: the test of every row's BLEU against its reference row's in
+the table's BLEU flavour with its paper's marks (``--test``: :func:`test_text` says each), the
+comparisons against each reference row and Holm's correction over them (``--correction``),
+and the sentences that say this under the table; the tests are :mod:`fairseq_ext.tools.statistics`'.
 
-- ``bootstrap``: sacreBLEU's paired bootstrap of each run (two-sided, full-size resamples);
-  with several seeds a mark only where every seed's test agrees, with one sign
-  (:func:`fairseq_ext.tools.statistics.across_seeds`). The default with one seed.
-- ``thesis``: compare-mt's paired bootstrap as the thesis ran it (subsamples of half the
-  sentences, one-sided), per run, combined over seeds as ``bootstrap``.
-- ``ar``: stratified approximate randomization over every seed the row shares with its
-  reference row (:func:`fairseq_ext.tools.statistics.stratified_ar`). The default with
-  several seeds.
-
-:func:`per_run` (``bootstrap``, ``thesis``) runs per data set and seed and writes into the
-tested row's run directory as ``significance.json``; :func:`pooled_ar` (``ar``) writes
+:func:`per_run` (``bootstrap``, ``thesis``; over seeds a mark where every seed's agrees) writes
+``significance.json`` into the tested row's run directory, per data set and seed;
+:func:`pooled_ar` (``ar``, over the seeds the row shares with its reference row) writes
 ``significance-ar.json`` beside the row's run of its first seed, and :func:`mark_pooled` puts
 its marks on the records. Both are reused while their inputs are the same."""
 import hashlib
@@ -222,21 +213,19 @@ def mark_pooled(table: Table, records: List[Record], by_seed: Dict[int, List[Run
                      plans.get((s, record["dataset"], table.owner(row).id)))
                  for s in record.get("seeds_counted", list(by_seed))}
         pairs = {s: pair for s, pair in pairs.items() if None not in pair and pair[0] is not pair[1]}
-        if pairs:
-            found = pooled_ar({s: a for s, (a, _) in pairs.items()},
-                                           {s: b for s, (_, b) in pairs.items()}, shuffles, seed, statistic)
-            _put_ar(record, col.name, found, table.marks)
-
-
-def _put_ar(record: Record, column: str, found: dict, marks: str) -> None:
-    cell = record["columns"][column]
-    if "missing" in found:
-        why = f"no stratified approximate randomization ({found['missing']})"
-        cell.update(mark="", p_value=None, rule=f"no mark: {why}.")
-        record["missing"].append(f"{column}: {why}")
-    else:
+        if not pairs:
+            continue
+        found = pooled_ar({s: a for s, (a, _) in pairs.items()}, {s: b for s, (_, b) in pairs.items()}, shuffles,
+                          seed, statistic)
+        cell = record["columns"][col.name]
+        if "missing" in found:
+            why = f"no stratified approximate randomization ({found['missing']})"
+            cell.update(mark="", p_value=None, rule=f"no mark: {why}.")
+            record["missing"].append(f"{col.name}: {why}")
+            record["mark"], record["p_value"], record["rule"] = cell["mark"], cell["p_value"], cell.get("rule")
+            continue
         p, runs = found["p_value"], found["runs"]
-        cell.update(mark=mark(p, marks), p_value=round(p, 4), tested_seeds=runs,
+        cell.update(mark=mark(p, table.marks), p_value=round(p, 4), tested_seeds=runs,
                     ar={k: found[k] for k in ("runs", "shuffles", "seed", "statistic", "delta", "count",
                                               "reference_concatenated", "system_concatenated", "reference_mean",
                                               "system_mean", "s_dev_reference", "s_dev_system", "s_sel_reference",
@@ -249,7 +238,7 @@ def _put_ar(record: Record, column: str, found: dict, marks: str) -> None:
                         f"{seeds_text(runs)} ({found['shuffles']} shuffles): Δ of the mean BLEU {found['delta']:+.2f}, "
                         f"p = {p:.4g}.")
         record["p_t"] = cell.get("p_t")
-    record["mark"], record["p_value"], record["rule"] = cell["mark"], cell["p_value"], cell.get("rule")
+        record["mark"], record["p_value"], record["rule"] = cell["mark"], cell["p_value"], cell.get("rule")
 
 
 def label(table: Table, records: List[Record], test: str, several: bool, shuffles: int,

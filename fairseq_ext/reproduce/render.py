@@ -10,12 +10,9 @@
 - LaTeX (booktabs): per data set a tabular with the paper's and our number of every column
   side by side, Δ and ratio to the reference row, the marks as superscripts, the scale in the
   caption.
-- Files: their name (``table[.SCALE][.seeds-...][.rows-...][.datasets-...][.partial]``, so
-  that only a complete run of every row and data set at one scale replaces a table) and the
-  four formats written side by side: Markdown, CSV (one line per record, one column per cell's
+- Files: the four formats written side by side: Markdown, CSV (one line per record, one column per cell's
   number), JSON (the records as they are, with the table's columns and scale) and LaTeX."""
 import csv
-import hashlib
 import io
 import itertools
 import json
@@ -349,30 +346,6 @@ def _flat(record: Record) -> dict:
         if cell.get("timing_noise"):  # a speed shown as —: its sd over seeds in % of its mean, and whose
             out[f"{name} | timing noise"] = f"sd {cell['timing_noise']['sd_percent']}% ({cell['timing_noise']['of']})"
     return out
-
-
-def table_name(scale_tag: str = "", rows: str = "", datasets: str = "", partial: bool = False,
-               seeds: Optional[List[int]] = None) -> str:
-    """The file name (without extension) of a table: ``table`` for a complete table at the
-    paper's scale; the scale (``smoke.200``), the seeds of a table of several seeds
-    (``seeds-1-2-3``), the subset (``rows-m-00``, ``datasets-...``) and ``partial`` (a run with
-    failures or missing numbers) added, so that nothing but a complete run of every row and
-    data set at the same scale and with the same seeds replaces a table."""
-    parts = ["table"]
-    if scale_tag:
-        parts.append(scale_tag)
-    if seeds:
-        parts.append("seeds-" + "-".join(str(x) for x in seeds))
-    for kind, spec in (("rows", rows), ("datasets", datasets)):
-        if spec:
-            names = [re.sub(r"[^A-Za-z0-9.+-]+", "_", s.strip()) for s in spec.split(",") if s.strip()]
-            text = "+".join(names)
-            if len(text) > 60:
-                text = f"{len(names)}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
-            parts.append(f"{kind}-{text}")
-    if partial:
-        parts.append("partial")
-    return ".".join(parts)
 
 
 def write_reports(table: Table, records: List[Record], out_dir: str, name: str = "table",
