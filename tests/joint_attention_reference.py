@@ -64,6 +64,16 @@ OPTION_SETS = {
 }
 
 
+# pre-norm layers (fairseq's --*-normalize-before) and the option sets they are tested with:
+# every set above, AIF with two auxiliary decoders (its sum) and serial with AIF
+PRE_NORM = ("--encoder-normalize-before", "--decoder-normalize-before")
+PRE_NORM_OPTION_SETS = {
+    **OPTION_SETS,
+    "aif": ("--aux-decoder-layers", "1,2", "--aux-fusion"),
+    "serial+aif": ("--joint-attention", "serial", "--aux-decoder-layers", "1", "--aux-fusion"),
+}
+
+
 def perturb(module, seed=0, scale=0.2):
     """Random everything (biases and LayerNorms included), so that no term of an equation
     can hide behind a zero or one initialisation."""

@@ -148,6 +148,20 @@ def test_no_file_of_the_package_is_over_600_lines():
     assert long == {}
 
 
+def test_no_test_module_imports_another():
+    """What several test files share lives in the suite's helper modules (model_utils,
+    script_utils, joint_attention_reference, ...), never in a test module, which is collected
+    and run on its own."""
+    tests = PACKAGE.parent / "tests"
+    found = []
+    for path in sorted(tests.rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{path.relative_to(tests)}: {n}" for n in names if n.split(".")[-1].startswith("test_")]
+    assert found == []
+
+
 def write(root: Path, files: Dict[str, str]) -> Path:
     for rel, text in files.items():
         path = root / rel

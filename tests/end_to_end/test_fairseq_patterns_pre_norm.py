@@ -12,8 +12,9 @@ import torch
 
 from fairseq_ext.average_checkpoints import cli_main as average_checkpoints
 from fairseq_ext.guards.checkpoint_safety import load_checkpoint_state
+from joint_attention_reference import PRE_NORM
+from joint_attention_reference import PRE_NORM_OPTION_SETS as OPTION_SETS
 from model_utils import USER_DIR
-from models.test_pre_norm_and_checkpointing import OPTION_SETS, PRE_NORM
 
 pytestmark = pytest.mark.slow
 

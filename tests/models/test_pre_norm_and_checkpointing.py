@@ -16,16 +16,10 @@ import torch
 
 from fairseq_ext import keys
 from fairseq_ext.model_builder import make_dictionary
-from joint_attention_reference import OPTION_SETS as EVERY_OPTION_SET
-from joint_attention_reference import L_SMALL, perturb
+from joint_attention_reference import L_SMALL, PRE_NORM, perturb
+from joint_attention_reference import PRE_NORM_OPTION_SETS as OPTION_SETS
 from model_utils import SMALL, beam_search_rescored, build, full_and_incremental, random_batch
 
-PRE_NORM = ("--encoder-normalize-before", "--decoder-normalize-before")
-OPTION_SETS = {
-    **EVERY_OPTION_SET,
-    "aif": ("--aux-decoder-layers", "1,2", "--aux-fusion"),  # two auxiliary decoders: AIF's sum
-    "serial+aif": ("--joint-attention", "serial", "--aux-decoder-layers", "1", "--aux-fusion"),
-}
 # the sets whose decoder layers run sublayers right after self-attention
 AFTER_SELF_ATTENTION = ("serial", "aif", "serial+aif", "combined")
 
