@@ -120,3 +120,13 @@ def test_no_development_history(page):
         text = f.read().lower()
     found = [(phrase, text[:text.index(phrase)].count("\n") + 1) for phrase in FORBIDDEN if phrase in text]
     assert not found, f"{rel(page)}: " + ", ".join(f"{p!r} (line {n})" for p, n in found)
+
+
+def test_design_layout_names_every_module():
+    """docs/design.md's Layout names every module of the package (its file name)."""
+    with open(os.path.join(REPO, "docs", "design.md"), encoding="utf-8") as f:
+        layout = f.read().split("## Layout", 1)[1]
+    package = os.path.join(REPO, "fairseq_ext")
+    missing = sorted(os.path.relpath(p, package) for p in glob.glob(os.path.join(package, "**", "*.py"), recursive=True)
+                     if os.path.basename(p) not in ("__init__.py", "__main__.py") and os.path.basename(p) not in layout)
+    assert not missing, f"docs/design.md's Layout does not name {missing}"
