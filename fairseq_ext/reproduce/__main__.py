@@ -192,15 +192,11 @@ class Reproduction:
     opts: Options
     seeds: List[int]
     by_seed: Dict[int, List[RunPlan]]
-    analyses_by_seed: Dict[int, List[AnalysisPlan]]
+    analyses: List[AnalysisPlan]
 
     @property
     def plans(self) -> List[RunPlan]:
         return [p for ps in self.by_seed.values() for p in ps]
-
-    @property
-    def analyses(self) -> List[AnalysisPlan]:
-        return [a for aps in self.analyses_by_seed.values() for a in aps]
 
 
 def plan(table: Table, args, setups: dict, seeds: List[int]) -> Reproduction:
@@ -215,8 +211,8 @@ def plan(table: Table, args, setups: dict, seeds: List[int]) -> Reproduction:
     rows = table.select(args.rows)
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()] if args.datasets else None
     by_seed = plan_seeds(table, rows, setups, opts, seeds, datasets)
-    analyses_by_seed = {s: plan_analyses(table, ps, setups, opts, args.samples) for s, ps in by_seed.items()}
-    return Reproduction(table, rows, opts, seeds, by_seed, analyses_by_seed)
+    plans = [p for ps in by_seed.values() for p in ps]
+    return Reproduction(table, rows, opts, seeds, by_seed, plan_analyses(table, plans, setups, opts, args.samples))
 
 
 def print_dry_run(todo: Reproduction, args) -> None:
@@ -280,7 +276,7 @@ def report(todo: Reproduction, args, failed: List[str]) -> None:
         marks.per_run(table, ps, "thesis" if test == "thesis" else "bootstrap", n_samples=args.samples,
                              seed=12345, rows=todo.rows)
     if len(seeds) > 1:
-        records = build_seed_rows(table, todo.by_seed, todo.rows, todo.analyses_by_seed)
+        records = build_seed_rows(table, todo.by_seed, todo.rows, todo.analyses)
     else:
         records = build_rows(table, todo.plans, todo.rows, todo.analyses)
     if test == "ar":

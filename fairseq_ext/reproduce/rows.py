@@ -242,7 +242,7 @@ def complete(records: List[Record]) -> bool:
 
 
 def build_seed_rows(table: Table, plans_by_seed: Dict[int, List[RunPlan]], rows: Optional[List[Row]] = None,
-                    analyses_by_seed: Optional[Dict[int, List[AnalysisPlan]]] = None) -> List[Record]:
+                    analyses: Optional[List[AnalysisPlan]] = None) -> List[Record]:
     """One record per (data set, row) of a table trained with several seeds: each seed's
     records (:func:`build_rows`, against the reference row's run of the same seed) combined per
     column over the seeds the row counts (``seeds_counted``: those both it and its reference
@@ -254,7 +254,7 @@ def build_seed_rows(table: Table, plans_by_seed: Dict[int, List[RunPlan]], rows:
     shown (``timing_noise``)."""
     seeds = list(plans_by_seed)
     by_seed = {s: {(r["dataset"], r["row"]): r for r in
-                   build_rows(table, plans, rows, (analyses_by_seed or {}).get(s) if analyses_by_seed else None)}
+                   build_rows(table, plans, rows, None if analyses is None else [a for a in analyses if a.run.seed == s])}
                for s, plans in plans_by_seed.items()}
     return [_combine(table, key, {s: by_seed[s][key] for s in seeds if key in by_seed[s]}, by_seed, table.marks)
             for key in by_seed[seeds[0]]]
