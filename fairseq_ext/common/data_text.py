@@ -68,8 +68,11 @@ def headline_for(recipe: str, src: str, tgt: str, lowercase: bool = False):
     return flavour, note
 
 
-def env_headline(env: Dict[str, str]):
-    """:func:`headline_for` the recipe, direction and casing a prep.env records."""
+def env_headline(env: Dict[str, str], headline: str = ""):
+    """(flavour, note) reported last: ``headline`` when given, else :func:`headline_for` the
+    recipe, direction and casing a prep.env records."""
+    if headline:
+        return headline, ""
     return headline_for(env.get("recipe", ""), env.get("src", ""), env.get("tgt", ""),
                         lowercase=env.get("lowercase") == "1")
 

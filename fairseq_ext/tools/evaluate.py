@@ -41,23 +41,26 @@ succeeded. A rerun removes the previous evaluation when it starts, so after a fa
 --out holds no result, only the generate log and command to debug with (and significance
 refuses it): a stale result never passes for the new one.
 """
+import argparse
 import ast
+import glob
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
-from typing import Callable, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_ext import resources
 from fairseq_ext.common.command_line import CommandParser, fail
-from fairseq_ext.common.data_text import FLAVOURS, read_lines
+from fairseq_ext.common.data_text import FLAVOURS, REMOVE_BPE, env_headline, read_lines, read_prep_env
 from fairseq_ext.errors import CommandError, DataError
 from fairseq_ext.recipes.helpers import bleu, corpus, evaluations, moses, outputs
 from fairseq_ext.tools import comet as comet_metric
-from fairseq_ext.tools.evaluation_plan import EvaluationError, Options, Plan, has_option, plan
 
 # the name evaluation writes under (the markers of its directories): directories written by
 # scripts/evaluate.sh stay its own
@@ -65,6 +68,124 @@ PROG = outputs.EVALUATE
 COMMAND = "fairseq-ext evaluate"
 # fairseq-generate options that evaluation sets itself
 OWN_GENERATE_OPTIONS = ("--remove-bpe", "--user-dir")
+
+
+class EvaluationError(CommandError):
+    """An evaluation that cannot run or failed; the message is the one-line error.
+    ``usage``: the usage goes with it (a required option is missing)."""
+
+
+def generate_value(args: Sequence[str], name: str) -> str:
+    """The value of fairseq-generate option ``name`` in ``args`` (the last one; "" if absent)."""
+    value = ""
+    for i, arg in enumerate(args):
+        if arg == name:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def has_option(args: Sequence[str], name: str) -> bool:
+    return any(a == name or a.startswith(name + "=") for a in args)
+
+
+@dataclass
+class Plan:
+    """An evaluation resolved before anything runs: the options (:func:`parse_args`) checked
+    against the files and DATA/prep.env, and where its result goes."""
+    opts: argparse.Namespace
+    checkpoints: List[str]
+    data: str
+    prep: Dict[str, str]
+    src: str
+    tgt: str
+    remove_bpe: List[str]
+    headline: str
+    note: str
+    shuffle: str
+    shuffle_seed: str
+    unshuffled: str
+    out: str
+    comet: Optional[comet_metric.Comet] = None  # --comet-model: COMET's settings, checked
+
+
+def result_key(prep: Dict[str, str], split: str) -> str:
+    """What names an evaluation's default directory (CKPT_DIR/eval-KEY): the test or valid set
+    the recipe recorded for ``split`` in prep.env (test_2016_flickr, tst2013, newstest2014),
+    else the split, so that two test sets binarized as split ``test`` do not share a directory."""
+    name = prep.get(f"{split}_set", "") if split in ("valid", "test") else ""
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", name) if name else split
+
+
+def check_default_out(out: str, data: str, split: str) -> str:
+    """``out``, the default directory of an evaluation, unless it holds the evaluation of other
+    data (an EvaluationError naming both: a result is never replaced by another data set's)."""
+    if os.path.isfile(os.path.join(out, evaluations.EVAL_COMPLETE)):
+        fields = evaluations.read_evaluation_complete(out)
+        if fields.get("data") not in (None, data) or fields.get("split") not in (None, split):
+            raise EvaluationError(f"refusing to replace {out}: it holds the evaluation of '{fields.get('split')}' of "
+                                  f"{fields.get('data')}, not of '{split}' of {data}; pass --out DIR for this one")
+    return out
+
+
+def plan(opts: argparse.Namespace) -> Plan:
+    """Check the options against the files, in the order the errors should come."""
+    if not opts.checkpoint:
+        raise EvaluationError("--checkpoint is required", usage=True)
+    if not opts.data:
+        raise EvaluationError("--data is required", usage=True)
+    checkpoints = opts.checkpoint.split(":")
+    for c in checkpoints:
+        if not os.path.isfile(c):
+            raise EvaluationError(f"checkpoint not found: {c}")
+    if not os.path.isdir(opts.data):
+        raise EvaluationError(f"data directory not found: {opts.data}")
+    data = os.path.realpath(opts.data)
+    prep = read_prep_env(data)
+    src = opts.src or prep.get("src", "")
+    tgt = opts.tgt or prep.get("tgt", "")
+    bpe = opts.bpe or prep.get("bpe", "") or "subword_nmt"
+    if not tgt:
+        raise EvaluationError(f"cannot tell the target language: no {data}/prep.env; pass --tgt (and --src)")
+    if not glob.glob(os.path.join(glob.escape(data), glob.escape(opts.split) + ".*.idx")):
+        raise EvaluationError(f"no binarized split '{opts.split}' in {data}")
+    if bpe not in REMOVE_BPE:
+        raise EvaluationError("--bpe must be subword_nmt, sentencepiece or none")
+    if opts.headline and opts.headline not in FLAVOURS:
+        raise EvaluationError(f"--headline must be one of {', '.join(FLAVOURS)}, not '{opts.headline}'")
+    headline, note = env_headline({**prep, "src": src, "tgt": tgt}, opts.headline)
+    for name, path in (("--ref-detok", opts.ref_detok), ("--ref-tok", opts.ref_tok)):
+        if path and not os.path.isfile(path):
+            raise EvaluationError(f"{name} {path}: no such file")
+
+    args = opts.generate_args
+    shuffle = generate_value(args, "--shuffle-source")
+    out, unshuffled = opts.out, opts.unshuffled
+    default = os.path.join(os.path.dirname(checkpoints[0]), f"eval-{result_key(prep, opts.split)}")
+    if shuffle:
+        if not prep.get("extra_src") and not generate_value(args, "--extra-source-langs"):
+            raise EvaluationError(f"--shuffle-source {shuffle}: {data} is not multi-source data "
+                                  "(no extra_src in its prep.env)")
+        out = out or check_default_out(f"{default}-shuffle-{shuffle}", data, opts.split)
+        if not unshuffled and os.path.isfile(os.path.join(default, evaluations.EVAL_COMPLETE)) \
+                and evaluations.read_evaluation_complete(default).get("checkpoint") == opts.checkpoint:
+            unshuffled = default
+        if unshuffled:
+            try:
+                evaluations.check_evaluation(unshuffled)
+            except outputs.OutputError as e:
+                raise EvaluationError(str(e)) from None
+            if not os.path.isfile(os.path.join(unshuffled, "bleu.json")):
+                raise EvaluationError(f"--unshuffled {unshuffled}: no bleu.json")
+    elif unshuffled:
+        raise EvaluationError("--unshuffled is for the adversarial evaluation (--shuffle-source L)")
+    out = out or check_default_out(default, data, opts.split)
+    comet = comet_metric.from_args(argparse.Namespace(**vars(opts), cpu=has_option(args, "--cpu")))
+    return Plan(opts=opts, checkpoints=checkpoints, data=data, prep=prep, src=src, tgt=tgt,
+                remove_bpe=REMOVE_BPE[bpe], headline=headline, note=note, shuffle=shuffle,
+                shuffle_seed=generate_value(args, "--shuffle-seed") or "1", unshuffled=unshuffled, out=out,
+                comet=comet)
 
 
 def build_parser() -> CommandParser:
@@ -101,16 +222,17 @@ def build_parser() -> CommandParser:
     return parser
 
 
-def parse_args(argv: Sequence[str]) -> Options:
-    """Our options; everything else is kept, in order, for fairseq-generate (all of it after
-    a lone ``--``, ours included)."""
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Our options, and as ``generate_args`` everything else, in order, for fairseq-generate
+    (all of it after a lone ``--``, ours included)."""
     known, rest = build_parser().parse_known_args(list(argv))
     for arg in rest[:rest.index("--")] if "--" in rest else rest:
         if arg.split("=", 1)[0] in OWN_GENERATE_OPTIONS:
             raise EvaluationError(f"{arg} is set by {COMMAND} itself (use --bpe to choose the subword kind)")
     if "--" in rest:
         rest.remove("--")
-    return Options(**vars(known), generate_args=rest)
+    known.generate_args = rest
+    return known
 
 
 def comet_of(p: Plan, out: str, split: str, flavour: str) -> dict:
@@ -122,13 +244,11 @@ def comet_of(p: Plan, out: str, split: str, flavour: str) -> dict:
     if p.src and os.path.isfile(raw_src) and evaluations.count_lines(raw_src) == len(hyp):
         src = read_lines(raw_src)
     else:
-        _warn(f"no {raw_src} with {len(hyp)} lines: COMET reads the detokenized source of fairseq's S- lines")
+        _log(f"WARNING: no {raw_src} with {len(hyp)} lines: COMET reads the detokenized source of fairseq's "
+             "S- lines")
         detok = moses.moses_detokenizer(p.src or "en")
         src = [detok(line) for line in read_lines(os.path.join(out, "src.tok"))]
-    try:
-        return comet_metric.score(p.comet, src, hyp, ref, lowercase=flavour.endswith("-lc"))
-    except comet_metric.CometError as e:
-        raise EvaluationError(str(e)) from None
+    return comet_metric.score(p.comet, src, hyp, ref, lowercase=flavour.endswith("-lc"))
 
 
 def generate_command(p: Plan, user_dir: str) -> List[str]:
@@ -176,10 +296,6 @@ def _log(message: str) -> None:
     print(f"[{COMMAND}] {message}", file=sys.stderr, flush=True)
 
 
-def _warn(message: str) -> None:
-    print(f"[{COMMAND}] WARNING: {message}", file=sys.stderr, flush=True)
-
-
 def run(p: Plan, log: Callable[[str], None] = _log, echo: Callable[[str], None] = print) -> dict:
     """Run the evaluation ``p``: translate, detokenize, score, and move the result into
     ``p.out``. ``log``: progress lines; ``echo``: the scores (bleu.txt's lines). Returns
@@ -200,10 +316,9 @@ def run(p: Plan, log: Callable[[str], None] = _log, echo: Callable[[str], None] 
         # removed), so that an unreadable one fails before the decoding, not after it
         ref_tok = p.opts.ref_tok or os.path.join(p.data, "text", f"{split}.tok.{tgt}")
         ref_detok = p.opts.ref_detok or os.path.join(p.data, "text", f"{split}.raw.{tgt}")
-        if os.path.isfile(ref_tok):
-            _write_lines(os.path.join(out, "ref.tok"), read_lines(ref_tok))
-        if os.path.isfile(ref_detok):
-            _write_lines(os.path.join(out, "ref.detok"), read_lines(ref_detok))
+        for path, name in ((ref_tok, "ref.tok"), (ref_detok, "ref.detok")):
+            if os.path.isfile(path):
+                _write_lines(os.path.join(out, name), read_lines(path))
 
         gen = os.path.join(out, f"generate-{split}.txt")
         gen_log = os.path.join(out, f"generate-{split}.log")
@@ -227,10 +342,11 @@ def run(p: Plan, log: Callable[[str], None] = _log, echo: Callable[[str], None] 
         detok = moses.moses_detokenizer(tgt)
         _write_lines(os.path.join(out, "hyp.detok"), [detok(h) for h in lines["hyp"]])
         if not os.path.isfile(os.path.join(out, "ref.tok")):
-            _warn(f"no {ref_tok}: using fairseq's target lines as the tokenized reference (their <unk>s count as errors)")
+            _log(f"WARNING: no {ref_tok}: using fairseq's target lines as the tokenized reference (their <unk>s "
+                 "count as errors)")
             _write_lines(os.path.join(out, "ref.tok"), lines["ref"])
         if not os.path.isfile(os.path.join(out, "ref.detok")):
-            _warn(f"no {ref_detok}: detokenizing the tokenized reference for detokenized BLEU")
+            _log(f"WARNING: no {ref_detok}: detokenizing the tokenized reference for detokenized BLEU")
             _write_lines(os.path.join(out, "ref.detok"), [detok(r) for r in read_lines(os.path.join(out, "ref.tok"))])
         for name, path in (("ref.tok", ref_tok), ("ref.detok", ref_detok)):
             m = evaluations.count_lines(os.path.join(out, name))
@@ -323,7 +439,7 @@ def evaluate(checkpoint: str, data: str, *, split: str = "test", out: Optional[s
     silent = (lambda message: None) if quiet else _log
     try:
         scores = run(plan(parse_args(argv)), log=silent, echo=silent if quiet else print)
-    except (outputs.OutputError, DataError, corpus.TextError) as e:
+    except (outputs.OutputError, DataError, corpus.TextError, comet_metric.CometError) as e:
         raise EvaluationError(str(e)) from None
     return {"dir": scores["dir"], "bleu": {k: v["score"] for k, v in scores.items() if isinstance(v, dict)},
             "headline": scores.get("headline", "detok-cased"), "sentences": scores["sentences"]}
@@ -336,7 +452,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         run(plan(parse_args(argv)), echo=lambda line: print(line, flush=True))
-    except (CommandError, outputs.OutputError, DataError, corpus.TextError) as e:
+    except (CommandError, outputs.OutputError, DataError, corpus.TextError, comet_metric.CometError) as e:
         return fail(COMMAND, e, parser.format_usage())
     except KeyboardInterrupt:
         return 130

@@ -5,7 +5,7 @@ import pytest
 
 from fairseq_ext.common import data_text
 from fairseq_ext.errors import CommandError
-from fairseq_ext.tools import compare, evaluate, evaluation_plan
+from fairseq_ext.tools import compare, evaluate
 from fairseq_ext.tools.evaluate import EvaluationError, generate_command, parse_args, plan
 
 
@@ -175,8 +175,8 @@ def test_the_default_output_is_keyed_by_the_test_set(data, tmp_path):
     second = plan(parse_args(["--checkpoint", str(ckpt), "--data", str(other)])).out
     assert (first, second) == (str(ckpt.parent / "eval-test_2016_flickr"), str(ckpt.parent / "eval-test_2017_mscoco"))
     # odd characters of a set name stay out of the path; a split without a recorded set keeps its name
-    assert evaluation_plan.result_key({"test_set": "dev2010+tst2010/2012"}, "test") == "dev2010+tst2010_2012"
-    assert evaluation_plan.result_key({"test_set": "x"}, "test1") == "test1"
+    assert evaluate.result_key({"test_set": "dev2010+tst2010/2012"}, "test") == "dev2010+tst2010_2012"
+    assert evaluate.result_key({"test_set": "x"}, "test1") == "test1"
 
 
 def test_a_default_output_holding_other_data_is_refused_not_replaced(data, tmp_path):
