@@ -24,10 +24,8 @@ VOCAB = 32000  # any: the deltas do not depend on it
 
 def _arch(flags) -> Tuple[str, List[str]]:
     """(the --arch preset, the other flags)."""
-    args = [f for f in flags if f != "--arch"]
-    arch = flags[flags.index("--arch") + 1]
-    args.remove(arch)
-    return arch, args
+    at = flags.index("--arch")
+    return flags[at + 1], [*flags[:at], *flags[at + 2:]]
 
 
 def count(flags: List[str], vocab: int = VOCAB) -> int:

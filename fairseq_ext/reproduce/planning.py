@@ -195,20 +195,13 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options, 
     suffix = ".smoke" if opts.smoke else ""  # the smoke cut is its own data; the cpu scale reads all of it
     data_dir = os.path.join(opts.data_root, "reproduce", data_key + suffix)
     tag = dataset + (f".{data_key}" if data_key != dataset else "") + suffix + (".cpu" if opts.cpu_scale else "") \
-        + (f".{opts.budget}" if opts.budget else "")
-    if several_seeds and seed != 1:  # seed 1 keeps the one-seed directory: its runs are reused
-        tag += f".seed{seed}"
+        + (f".{opts.budget}" if opts.budget else "") \
+        + (f".seed{seed}" if several_seeds and seed != 1 else "")  # seed 1 keeps the one-seed runs: reused
     run_dir = os.path.join(opts.work_dir, table.id, row.id, tag)
     cpu = (not has_gpu()) if opts.cpu is None else opts.cpu
-
-    prepare = None
-    if not os.path.exists(os.path.join(data_dir, "prep.env")):
-        recipe = shlex.split(data_cfg["recipe"])
-        prepare = ["fairseq-ext", "prepare", *recipe, "--out", data_dir]
-        if local:
-            prepare += ["--from", local]
-        if opts.smoke:
-            prepare += ["--max-lines", str(setups["smoke"]["max_lines"])]
+    prepare = None if os.path.exists(os.path.join(data_dir, "prep.env")) else [
+        "fairseq-ext", "prepare", *shlex.split(data_cfg["recipe"]), "--out", data_dir,
+        *(["--from", local] if local else []), *(["--max-lines", str(setups["smoke"]["max_lines"])] * opts.smoke)]
 
     extra_data_flags = shlex.split(data_cfg.get("flags", "") or "")
     generate_task_flags = []
@@ -247,9 +240,8 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options, 
     generate = shlex.split(reduced["generate"]) if reduced else shlex.split(training["generate"])
     evaluate = ["fairseq-ext", "evaluate", "--checkpoint", checkpoint,
                 "--data", data_dir, "--split", "test", "--out", os.path.join(run_dir, "eval-test"),
-                "--headline", ds["bleu"], *generate, *generate_task_flags, *opts.extra_generate]
-    if cpu:
-        evaluate.append("--cpu")
+                "--headline", ds["bleu"], *generate, *generate_task_flags, *opts.extra_generate,
+                *(["--cpu"] if cpu else [])]
     adversarial = []
     if table.adversarial and row.multi_source:
         langs = sources if table.adversarial == "all" else sources[1:]

@@ -82,13 +82,11 @@ class RunData:
     def json(self, *parts):
         path = os.path.join(self.plan.run_dir, *parts)
         if path not in self._cache:
-            self._cache[path] = None
-            if os.path.exists(path):
-                try:
-                    with open(path, encoding="utf-8") as f:
-                        self._cache[path] = json.load(f)
-                except (ValueError, UnicodeDecodeError):  # cut short by a kill: a run not finished
-                    pass
+            try:
+                with open(path, encoding="utf-8") as f:
+                    self._cache[path] = json.load(f)
+            except (FileNotFoundError, ValueError, UnicodeDecodeError):  # or cut short by a kill: not finished
+                self._cache[path] = None
         return self._cache[path]
 
     @property
@@ -364,15 +362,14 @@ def scale_lines(s: Scale) -> List[str]:
         if s["train_pairs"] else ""
     models = "; ".join(text + (f" ({', '.join(rows)})" if len(s["models"]) > 1 else "")
                        for text, rows in s["models"].items())
-    params = ""
+    params = done = ""
     if s["params_m"]:
         low, high = s["params_m"]
         params = f"; {low:.2f}M parameters" if low == high else f"; {low:.2f}M to {high:.2f}M parameters"
-    done = ""
     if s["updates"]:
         low, high = s["updates"]
-        done = f"{low:,}" if low == high else f"{low:,} to {high:,}"
-        done = f" ({done}" + (f" of {s['planned_updates']:,}" if s["planned_updates"] else "") + " updates done)"
+        done = (f" ({low:,}" if low == high else f" ({low:,} to {high:,}") \
+            + (f" of {s['planned_updates']:,}" if s["planned_updates"] else "") + " updates done)"
     lines = [f"paper: {s['paper']}",
              f"ours: {data}; {test}{train}",
              f"model: {models}{params}",
@@ -391,9 +388,8 @@ def scale_lines(s: Scale) -> List[str]:
 
 def _seeds_text(s: Scale) -> str:
     several = s.get("seeds") or []
-    if len(several) < 2:
-        return f"seed {s['seed']}"
-    return f"seeds {', '.join(str(x) for x in several)} (each row once per seed)"
+    return f"seeds {', '.join(str(x) for x in several)} (each row once per seed)" if len(several) > 1 \
+        else f"seed {s['seed']}"
 
 
 def scale_summary(s: Scale) -> str:

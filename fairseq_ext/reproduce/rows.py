@@ -253,8 +253,8 @@ def build_seed_rows(table: Table, plans_by_seed: Dict[int, List[RunPlan]], rows:
     reference run is named in ``missing``; speeds and times too noisy over seeds are not
     shown (``timing_noise``)."""
     seeds = list(plans_by_seed)
-    by_seed = {s: {(r["dataset"], r["row"]): r for r in
-                   build_rows(table, plans, rows, None if analyses is None else [a for a in analyses if a.run.seed == s])}
+    of_seed = {s: None if analyses is None else [a for a in analyses if a.run.seed == s] for s in seeds}
+    by_seed = {s: {(r["dataset"], r["row"]): r for r in build_rows(table, plans, rows, of_seed[s])}
                for s, plans in plans_by_seed.items()}
     return [_combine(table, key, {s: by_seed[s][key] for s in seeds if key in by_seed[s]}, by_seed, table.marks)
             for key in by_seed[seeds[0]]]
