@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, TypedDict
 from fairseq_ext.common.data_text import read_prep_env
 from fairseq_ext.reproduce.params import shape
 from fairseq_ext.reproduce.planning import ANALYSIS_DONE, AnalysisPlan, RunPlan, analysis_dir, describe_budget
-from fairseq_ext.reproduce.tables import Column, Row, Table
+from fairseq_ext.reproduce.tables import Row, Table
 
 
 # Our number of one column of one row, as a reader of a run gives it. ours_text: a reader's text

@@ -1,17 +1,9 @@
-"""The table's files and formats: Markdown (printed and written), LaTeX, CSV and JSON.
-
-- Markdown: per data set its scale and the side-by-side rows, the adversarial evaluations, and
-  the legend under the table (what each sub-column is, the tests behind the marks, why a
-  column has none, what is incomplete).
-- Paper checks: the paper's printed numbers read against each other: a printed difference
-  (the number in parentheses, "30.78 (+0.17)") that the table's own numbers contradict is said
-  on the page, where a reader comparing our Δ with the paper's would otherwise meet it
-  unexplained.
-- LaTeX (booktabs): per data set a tabular with the paper's and our number of every column
-  side by side, Δ and ratio to the reference row, the marks as superscripts, the scale in the
-  caption.
-- Files: the four formats written side by side: Markdown, CSV (one line per record, one column per cell's
-  number), JSON (the records as they are, with the table's columns and scale) and LaTeX."""
+"""The table's files, side by side: Markdown (printed too: per data set its scale, the rows, the
+adversarial evaluations, and the legend under the table), CSV (one line per record, one column
+per cell's number), JSON (the records as they are, with the table's columns and scale) and
+LaTeX (booktabs: per data set a tabular, the marks as superscripts, the scale in the caption).
+A printed difference ("30.78 (+0.17)") that the paper's own numbers contradict is said on the
+page, where a reader comparing our Δ with the paper's would otherwise meet it unexplained."""
 import csv
 import io
 import itertools
@@ -24,8 +16,7 @@ from fairseq_ext.reproduce.marks import comparisons_text, test_text
 from fairseq_ext.reproduce.readers import Record, Scale, scale_lines, scale_summary
 from fairseq_ext.reproduce.rows import (NOT_COMPARABLE, TESTS, TIMINGS, cell_text, complete, has_paper_numbers,
                                         has_test, seed_count, shows_ratio, sub_columns)
-from fairseq_ext.reproduce.tables import (Column, MARK_CHARS, Row, Table, format_number, printed_decimals, printed_text,
-                                          printed_value)
+from fairseq_ext.reproduce.tables import Column, MARK_CHARS, Table, format_number, printed_decimals, printed_value
 from fairseq_ext.tools.statistics import MARKS, TIMING_NOISE
 
 
@@ -48,15 +39,10 @@ def contradicted_differences(table: Table, datasets: Optional[Iterable[str]] = N
     wanted = set(datasets) if datasets is not None else None
     lines = []
     for row in table.rows:
-        reference = table.reference(row)
-        if reference is None and table.baseline and row.id != table.baseline:
-            reference = table.row(table.baseline)
-        if reference is None:
-            continue
-        for dataset, cells in row.paper.items():
-            if wanted is not None and dataset not in wanted:
-                continue
-            for column, printed in (cells or {}).items():
+        reference = table.reference(row) or (table.row(table.baseline) if table.baseline
+                                             and row.id != table.baseline else None)
+        for dataset, cells in row.paper.items() if reference is not None else []:
+            for column, printed in (cells or {}).items() if wanted is None or dataset in wanted else []:
                 given = printed_parenthesis(printed)
                 theirs = (reference.paper.get(dataset) or {}).get(column)
                 if given is None or printed_value(theirs) is None:
@@ -317,15 +303,11 @@ def latex(table: Table, records: List[Record], scales: Optional[Dict[str, Scale]
             cells = [latex_escape(r["label"] + (" (cited)" if r["cited"] else ""))]
             cells += [latex_escape(r["reference_label"] or "--")] if with_ref else []
             cells += [latex_escape(seed_count(r))] if several else []
-            for col, kind in layout:
-                cell = r["columns"][col.name]
-                if kind == "paper":
-                    text = printed_text(cell["paper"]) if col.printed else "–"
-                    cells.append(_latex_number(re.sub(f"[{MARK_CHARS}]", "", text), cell["paper_mark"]))
-                elif kind == "ours":
-                    cells.append(_latex_number(cell["ours_text"], cell.get("mark", "") if has_test(col) else ""))
-                else:
-                    cells.append(latex_escape(cell_text(table, col, cell, kind, r)))
+            for col, kind in layout:  # the marks as superscripts: the paper's, and ours of a tested column
+                cell, paper = r["columns"][col.name], kind == "paper"
+                text = cell_text(table, col, cell, kind, r)
+                mark = cell["paper_mark"] if paper else cell.get("mark", "") if kind == "ours" and has_test(col) else ""
+                cells.append(_latex_number(re.sub(f"[{MARK_CHARS}]", "", text) if paper else text, mark))
             out.write(" & ".join(cells) + " \\\\\n")
         out.write("\\bottomrule\n\\end{tabular}\n\\end{table}\n\n")
     return out.getvalue()
