@@ -27,13 +27,11 @@ The source and the reference must have as many lines; a reference line that is n
 an error (a reference line cannot be skipped). Both are checked before the model loads.
 --output keeps the translations (detokenized, one per source line).
 """
-import argparse
 import os
 import sys
 import tempfile
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
-from fairseq_ext.common.command_line import setup_cli
 from fairseq_ext.common.data_text import FLAVOURS, env_headline, read_prep_env, side_tokenizer
 from fairseq_ext.common.output_file import check_output_file, staged_output_file
 from fairseq_ext.errors import DataError
@@ -48,31 +46,11 @@ PROG = "fairseq-ext score"
 def read_reference(path: str) -> List[str]:
     """The reference's lines, cleaned as every tool reads text; a line that is not UTF-8 is
     an InputError naming the file and the line."""
-    lines = []
     try:
         with translate.open_binary(path) as f:
-            for number, raw in enumerate(f, start=1):
-                text, problem = translate.decode_line(raw, path, number)
-                if problem:
-                    raise InputError(f"--ref {problem}: a reference line cannot be skipped")
-                lines.append(text)
+            return list(translate.read_input(f, path, strict="--ref {}: a reference line cannot be skipped"))
     except (OSError, EOFError) as e:
         raise InputError(f"--ref: cannot read {path}: {e}") from None
-    return lines
-
-
-def choose_headline(env: Dict[str, str], headline: str = "") -> Tuple[str, str]:
-    """(flavour, note) reported last: ``headline`` when given, else the one ``fairseq-ext
-    evaluate`` reports for the recipe and direction in prep.env (lowercased on lowercased data)."""
-    if headline:
-        return headline, ""
-    return env_headline(env)
-
-
-def reference_tokenizer(env: Dict[str, str]):
-    """The recipe's Moses tokenization of the target side (its options, lowercasing where it
-    lowercased), as DATA/text/*.tok.TGT was made; the reference as given without prep.env."""
-    return side_tokenizer(env, "tgt") or (lambda line: line)
 
 
 def score_lines(hyp_detok: List[str], ref_detok: List[str], hyp_tok: List[str], ref_tok: List[str],
@@ -91,22 +69,13 @@ def score_lines(hyp_detok: List[str], ref_detok: List[str], hyp_tok: List[str], 
 
 
 def main(argv=None):
-    setup_cli()
-    translate.setup_logging(PROG)
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    translate.add_model_arguments(parser)
-    parser.add_argument("--src", required=True, help="raw source text, one sentence per line")
-    parser.add_argument("--ref", required=True, help="raw reference, one sentence per source line")
-    parser.add_argument("--output", help="also write the translations here (detokenized, one per line)")
-    parser.add_argument("--headline", choices=FLAVOURS,
-                        help="the flavour reported last (default: the one fairseq-ext evaluate reports "
-                             "for the recipe in DATA/prep.env)")
-    translate.add_decoding_arguments(parser)
-    comet.add_arguments(parser)
-    args = parser.parse_args(argv)
-    translate.check_decoding_arguments(parser, args)
+    args = translate.parse_command(PROG, __doc__, argv, [
+        ("--src", {"required": True, "help": "raw source text, one sentence per line"}),
+        ("--ref", {"required": True, "help": "raw reference, one sentence per source line"}),
+        ("--output", {"help": "also write the translations here (detokenized, one per line)"}),
+        ("--headline", {"choices": FLAVOURS, "help": "the flavour reported last (default: the one fairseq-ext "
+                                                     "evaluate reports for the recipe in DATA/prep.env)"})],
+        more=comet.add_arguments)
 
     # everything about the files before the model loads
     for flag, path in (("--src", args.src), ("--ref", args.ref)):
@@ -124,15 +93,16 @@ def main(argv=None):
     if not os.path.isdir(args.data):  # said alone, not after a warning about its prep.env
         raise DataError(f"--data {args.data}: no such directory")
     env = read_prep_env(args.data)
-    headline, note = choose_headline(env, args.headline or "")
+    headline, note = env_headline(env, args.headline or "")
     if not env:
         logger.warning(f"no {os.path.join(args.data, 'prep.env')}: the translations are the model's tokens, "
                        "compared with the reference as given in every flavour")
 
-    translator = translate.translator_from(args)
+    translator = translate.Translator(args)
     tally = translate.Tally()
     with translate.open_binary(args.src) as source, translate.progress_bar(args.progress, n_src) as update:
-        sources = list(translate.read_input(source, args.src, strict=args.strict))  # COMET reads them too
+        # COMET reads the sources too
+        sources = list(translate.read_input(source, args.src, strict="{} (--strict)" if args.strict else ""))
         hyp_tok = list(translator.translate_tokenized(sources, batch_size=args.batch_size, tally=tally,
                                                       progress=update))
     hyp_detok = [translator.detokenize(h) for h in hyp_tok]
@@ -140,7 +110,8 @@ def main(argv=None):
     if args.output:
         with staged_output_file(args.output) as f:
             f.writelines(line + "\n" for line in hyp_detok)
-    tokenize = reference_tokenizer(env)
+    # the reference tokenized as the recipe tokenized DATA/text/*.tok.TGT; as given without prep.env
+    tokenize = side_tokenizer(env, "tgt") or (lambda line: line)
     results, metrics = score_lines(hyp_detok, refs, hyp_tok, [tokenize(r) for r in refs], headline)
     lines = bleu.report(results, headline, note)
     more = bleu.metric_lines(metrics)
@@ -152,7 +123,6 @@ def main(argv=None):
     for line in lines[:-1] + more + lines[-1:]:  # the reported BLEU line last
         print(line, flush=True)
     return 0
-
 
 
 if __name__ == "__main__":

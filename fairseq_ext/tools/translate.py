@@ -35,7 +35,7 @@ import os
 import sys
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, List, Optional, Tuple
+from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -59,27 +59,20 @@ class InputError(FairseqExtError):
     line that is not UTF-8, files that are not parallel."""
 
 
-def decode_line(raw: bytes, name: str, number: int) -> Tuple[Optional[str], str]:
-    """(text, "") for one line of ``name`` as every tool reads it (corpus.clean_line: BOM and
-    CRs removed), or (None, the problem in clean_line's words) when it is not UTF-8."""
-    try:
-        return clean_line(raw, name, number), ""
-    except TextError as e:
-        return None, str(e)
-
-
-def read_input(stream, name: Optional[str] = None, strict: bool = False) -> Iterator[Optional[str]]:
-    """The lines of a binary stream, cleaned as every tool reads text. A line that is not
-    UTF-8 comes out as None after one warning naming it and its byte (the translation puts
-    an empty line in its place); with ``strict`` it is an InputError instead."""
+def read_input(stream, name: Optional[str] = None, strict: str = "") -> Iterator[Optional[str]]:
+    """The lines of a binary stream, cleaned as every tool reads text (corpus.clean_line: BOM
+    and CRs removed). A line that is not UTF-8 comes out as None after one warning naming it
+    and its byte (the translation puts an empty line in its place); with ``strict`` it is an
+    InputError instead, ``strict`` the message with {} for clean_line's words."""
     name = name or getattr(stream, "name", STDIN)
     for number, raw in enumerate(stream, start=1):  # binary: split on LF only, as wc -l
-        text, problem = decode_line(raw, name, number)
-        if problem:
+        try:
+            yield clean_line(raw, name, number)
+        except TextError as e:
             if strict:
-                raise InputError(f"{problem} (--strict)")
-            logger.warning(f"{problem}: skipped, an empty output line in its place")
-        yield text
+                raise InputError(strict.format(e)) from None
+            logger.warning(f"{e}: skipped, an empty output line in its place")
+            yield None
 
 
 _PIPED: dict = {}  # a pipe (``--input <(...)``) is read once: its bytes, for every later read
@@ -151,18 +144,19 @@ class Tally:
 class Translator:
     """A checkpoint, its data directory's text pipeline and fairseq's SequenceGenerator."""
 
-    def __init__(self, checkpoint: str, data: str, beam: int = 5, lenpen: float = 1.0, max_len_a: float = 1.2,
-                 max_len_b: int = 10, cpu: bool = False):
-        self.model, self.task = checkpoints.load_model(checkpoint, data, cpu=cpu)
+    def __init__(self, args: argparse.Namespace):
+        """``args``: checkpoint, data, cpu and the search's beam, lenpen, max_len_a, max_len_b."""
+        self.model, self.task = checkpoints.load_model(args.checkpoint, args.data, cpu=args.cpu)
         if getattr(self.task.cfg, "extra_source_langs", None):
             raise FairseqExtError("--checkpoint: a multi-source model reads several sources; "
                                   "translate it with fairseq-ext evaluate on a prepared split")
-        self.env = read_prep_env(data)
+        self.env = read_prep_env(args.data)
         self.src_dict, self.tgt_dict = self.task.source_dictionary, self.task.target_dictionary
-        self.pipeline = TextPipeline(data, self.src_dict, max_positions=None, env=self.env)
+        self.pipeline = TextPipeline(args.data, self.src_dict, max_positions=None, env=self.env)
         max_positions = self.model.max_positions()
         self.max_source = max_positions[0] if isinstance(max_positions, tuple) else max_positions
-        gen_args = argparse.Namespace(beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b)
+        gen_args = argparse.Namespace(beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
+                                      max_len_b=args.max_len_b)
         self.generator = self.task.build_generator([self.model], gen_args)
         self.device = next(self.model.parameters()).device
         # the subword kind as the text pipeline and evaluation read it (subword-nmt unless prep.env
@@ -170,19 +164,13 @@ class Translator:
         self.bpe = self.env.get("bpe", "subword_nmt") if self.env else "none"
         self._detokenizer = moses_detokenizer(self.env.get("tgt", "en")) if self.env else None
 
-    def encode(self, number: int, line: str, tally: Optional[Tally] = None) -> torch.Tensor:
+    def encode(self, number: int, line: str, tally: Tally) -> torch.Tensor:
         ids = self.pipeline(line)
         if self.max_source is not None and ids.numel() > self.max_source:
             logger.warning(f"line {number}: {ids.numel()} source tokens, more than the model's "
                            f"{self.max_source} positions: cut to them")
-            if tally is not None:
-                tally.cut.append(number)
+            tally.cut.append(number)
         return within_positions(ids, self.max_source)
-
-    def decode(self, tokens: torch.Tensor) -> str:
-        """A hypothesis as tokenized text: subword units joined, not detokenized (the recipe's
-        tokenization, as in DATA/text/*.tok.*)."""
-        return self.tgt_dict.string(tokens.int().cpu(), POSTPROCESS.get(self.bpe))
 
     def detokenize(self, text: str) -> str:
         """Tokenized output as plain text (Moses detokenizer; as it is without prep.env)."""
@@ -190,7 +178,8 @@ class Translator:
 
     @torch.no_grad()
     def translate_batch(self, batch: List[torch.Tensor]) -> List[str]:
-        """The best hypothesis of each sentence, tokenized (see decode)."""
+        """The best hypothesis of each sentence as tokenized text: subword units joined, not
+        detokenized (the recipe's tokenization, as in DATA/text/*.tok.*)."""
         from fairseq.data import data_utils
 
         pad, eos = self.src_dict.pad(), self.src_dict.eos()
@@ -199,13 +188,7 @@ class Translator:
         lengths = torch.tensor([b.numel() for b in batch], device=self.device)
         sample = {"net_input": {"src_tokens": tokens, "src_lengths": lengths}, "id": torch.arange(len(batch))}
         hypos = self.task.inference_step(self.generator, [self.model], sample)
-        return [self.decode(h[0]["tokens"]) for h in hypos]
-
-    def translate(self, lines: Iterable[Optional[str]], batch_size: int = 32, buffer_batches: int = 16,
-                  tally: Optional[Tally] = None, progress: Optional[Callable[[int], object]] = None) -> Iterator[str]:
-        """Detokenized translations in input order, one per line (see translate_tokenized)."""
-        for text in self.translate_tokenized(lines, batch_size, buffer_batches, tally, progress):
-            yield self.detokenize(text)
+        return [self.tgt_dict.string(h[0]["tokens"].int().cpu(), POSTPROCESS.get(self.bpe)) for h in hypos]
 
     def translate_tokenized(self, lines: Iterable[Optional[str]], batch_size: int = 32, buffer_batches: int = 16,
                             tally: Optional[Tally] = None,
@@ -251,15 +234,25 @@ def has_words(line: str) -> bool:
 
 
 # ----------------------------------------------------------------------------- command line
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """--checkpoint and --data, shared by ``translate`` and ``score``."""
+def parse_command(prog: str, doc: str, argv, files: Sequence[Tuple[str, dict]],
+                  more: Callable[[argparse.ArgumentParser], None] = lambda parser: None) -> argparse.Namespace:
+    """The command line of ``translate`` and ``score`` (``doc``: the command's docstring, its
+    help): --checkpoint and --data, the command's ``files`` (flag, add_argument's keywords),
+    the options of a Translator and of reading the source, then ``more``'s. Logging is set up
+    first: warnings and the summary as one line each on stderr (:class:`_OneLine`)."""
+    setup_cli()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLine(prog))
+    logger.handlers = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0], epilog=doc.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--data", required=True, help="the binarized data the model was trained on "
                         "(its dictionaries, prep.env, BPE codes)")
-
-
-def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of a Translator and of reading the source, shared by ``translate`` and ``score``."""
+    for flag, keywords in files:
+        parser.add_argument(flag, **keywords)
     search_arguments(parser, beam=5, lenpen=True, max_len=(1.2, 10))
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--cpu", action="store_true", help="run on the CPU even when a GPU is there")
@@ -270,17 +263,12 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
                        help="show the progress bar on stderr (default: when stderr is a terminal)")
     shown.add_argument("--no-progress", dest="progress", action="store_false", help="never show it")
     parser.set_defaults(progress=None)
-
-
-def check_decoding_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    more(parser)
+    args = parser.parse_args(argv)
     for name in ("beam", "batch_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
-
-
-def translator_from(args: argparse.Namespace) -> Translator:
-    return Translator(args.checkpoint, args.data, beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
-                      max_len_b=args.max_len_b, cpu=args.cpu)
+    return args
 
 
 class _OneLine(logging.Formatter):
@@ -293,15 +281,6 @@ class _OneLine(logging.Formatter):
     def format(self, record):
         level = f"{record.levelname.lower()}: " if record.levelno >= logging.WARNING else ""
         return f"{self.prog}: {level}{record.getMessage()}"
-
-
-def setup_logging(prog: str) -> None:
-    """Warnings and the summary of the translation as one line each on stderr."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_OneLine(prog))
-    logger.handlers = [handler]
-    logger.propagate = False
-    logger.setLevel(logging.INFO)
 
 
 @contextlib.contextmanager
@@ -319,32 +298,24 @@ def progress_bar(show: Optional[bool], total: Optional[int] = None):
 
 
 def main(argv=None):
-
-    setup_cli()
-    setup_logging(PROG)
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_model_arguments(parser)
-    parser.add_argument("--input", help="raw text, one sentence per line (default: standard input)")
-    parser.add_argument("--output", help="translations, one per line (default: standard output)")
-    add_decoding_arguments(parser)
-    args = parser.parse_args(argv)
-    check_decoding_arguments(parser, args)
+    args = parse_command(PROG, __doc__, argv, [
+        ("--input", {"help": "raw text, one sentence per line (default: standard input)"}),
+        ("--output", {"help": "translations, one per line (default: standard output)"})])
     if args.input:
         check_input("--input", args.input)
     check_output_file(args.output, inputs={"--input": args.input}, checkpoints=args.checkpoint, data=args.data)
     total = count_lines(args.input) if args.input else None  # for the progress bar
-    translator = translator_from(args)
+    translator = Translator(args)
     tally = Tally()
     source = open_binary(args.input) if args.input else sys.stdin.buffer
     # --output: written beside the file and renamed at the end (a failed run leaves it as it was)
     staged = staged_output_file(args.output) if args.output else contextlib.nullcontext(sys.stdout)
     try:
         with staged as out, progress_bar(args.progress, total) as update:
-            lines = read_input(source, args.input or STDIN, strict=args.strict)
-            for text in translator.translate(lines, batch_size=args.batch_size, tally=tally, progress=update):
-                out.write(text + "\n")
+            lines = read_input(source, args.input or STDIN, strict="{} (--strict)" if args.strict else "")
+            for text in translator.translate_tokenized(lines, batch_size=args.batch_size, tally=tally,
+                                                       progress=update):
+                out.write(translator.detokenize(text) + "\n")
                 out.flush()
     finally:
         if args.input:

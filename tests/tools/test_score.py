@@ -11,7 +11,7 @@ import sys
 import pytest
 import sacrebleu
 
-from fairseq_ext.tools.score import choose_headline
+from fairseq_ext.common.data_text import env_headline as choose_headline
 from model_utils import MULTI30K
 from script_utils import SENTENCE, fairseq_ext, head_gz, needs_multi30k, write_lines
 
