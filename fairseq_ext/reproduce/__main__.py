@@ -271,14 +271,12 @@ def run_all(todo: Reproduction) -> List[str]:
 def report(todo: Reproduction, args, failed: List[str]) -> None:
     """The side-by-side table of what finished: printed, and written under WORK/TABLE/."""
     table, opts, seeds = todo.table, todo.opts, todo.seeds
-    test = args.test or marks.default_test(seeds)
+    test = args.test or ("ar" if len(seeds) > 1 else "bootstrap")
     for ps in todo.by_seed.values():  # each seed's runs against the reference rows' runs of the same seed
         marks.per_run(table, ps, "thesis" if test == "thesis" else "bootstrap", n_samples=args.samples,
-                             seed=12345, rows=todo.rows)
-    if len(seeds) > 1:
-        records = build_seed_rows(table, todo.by_seed, todo.rows, todo.analyses)
-    else:
-        records = build_rows(table, todo.plans, todo.rows, todo.analyses)
+                      seed=12345, rows=todo.rows)
+    records = build_seed_rows(table, todo.by_seed, todo.rows, todo.analyses) if len(seeds) > 1 \
+        else build_rows(table, todo.plans, todo.rows, todo.analyses)
     if test == "ar":
         marks.mark_pooled(table, records, todo.by_seed, args.shuffles, statistic=args.ar_statistic)
     marks.label(table, records, test, len(seeds) > 1, args.shuffles, args.correction, args.ar_statistic)

@@ -159,10 +159,6 @@ TESTS = ("bootstrap", "thesis", "ar")
 CORRECTIONS = ("none", "holm")
 
 
-def default_test(seeds: List[int]) -> str:
-    return "ar" if len(seeds) > 1 else "bootstrap"
-
-
 def test_text(test: str, several: bool, samples: int, shuffles: int, statistic: str = "concatenated") -> str:
     """What the marks of the BLEU column come from, as one clause of the legend."""
     if test == "ar":

@@ -408,8 +408,9 @@ def table_ids(config_dir: str = CONFIG_DIR) -> List[str]:
 def _row(r: dict, path: str, strict: bool = True) -> Row:
     if not isinstance(r, dict) or "id" not in r:
         raise TableConfigError(f"{path}: a row without an 'id'")
-    for key in [k for k in r if k not in ROW_KEYS] if strict else []:
-        raise TableConfigError(f"{path}: row {r['id']}: unknown key {key!r} ({', '.join(sorted(ROW_KEYS))})")
+    for key in r:
+        if strict and key not in ROW_KEYS:
+            raise TableConfigError(f"{path}: row {r['id']}: unknown key {key!r} ({', '.join(sorted(ROW_KEYS))})")
     analysis = r.get("analysis") or {}
     if not isinstance(analysis, dict):
         raise TableConfigError(f"{path}: row {r['id']}: 'analysis' must be a mapping of column parameters")
@@ -429,38 +430,35 @@ def _check_rows(table: Table, path: str) -> None:
     names = {c.name for c in table.columns}
     analysis_params = {p for c in table.columns for p in SOURCES[c.source].params}
     for r in table.rows:
-        where = f"row {r.id}"
+        where = f"{path}: row {r.id}"
         if r.runnable and "--arch" not in r.flags:
-            raise TableConfigError(f"{path}: {where} has no --arch in its flags")
+            raise TableConfigError(f"{where} has no --arch in its flags")
         for dataset, cells in r.paper.items():
             if dataset not in table.datasets:
-                raise TableConfigError(f"{path}: {where}: paper: {dataset!r} is not a data set of the table")
+                raise TableConfigError(f"{where}: paper: {dataset!r} is not a data set of the table")
             for name in cells:
                 if name not in names:
-                    raise TableConfigError(f"{path}: {where}: paper: {dataset}: {name!r} is not a column "
+                    raise TableConfigError(f"{where}: paper: {dataset}: {name!r} is not a column "
                                            f"(columns: {', '.join(sorted(names))})")
-        if r.compare_with is not None:
-            if r.compare_with not in ids:
-                raise TableConfigError(f"{path}: {where}: compare_with {r.compare_with!r} is not a row")
-            if r.compare_with == r.id:
-                raise TableConfigError(f"{path}: {where}: compare_with names the row itself")
+        if r.compare_with is not None and r.compare_with not in ids:
+            raise TableConfigError(f"{where}: compare_with {r.compare_with!r} is not a row")
+        if r.compare_with == r.id:
+            raise TableConfigError(f"{where}: compare_with names the row itself")
         if r.model is not None:
             if r.model not in ids:
-                raise TableConfigError(f"{path}: {where}: model {r.model!r} is not a row")
+                raise TableConfigError(f"{where}: model {r.model!r} is not a row")
             owner = table.row(r.model)
             if owner.model is not None or not owner.runnable or not r.runnable:
-                raise TableConfigError(f"{path}: {where}: model {r.model!r} must be an own row that trains its "
-                                       "own model")
+                raise TableConfigError(f"{where}: model {r.model!r} must be an own row that trains its own model")
             if owner.flags != r.flags:
-                raise TableConfigError(f"{path}: {where}: model {r.model!r} has other flags: a row reports on "
-                                       "another row's model only when both are the same model")
+                raise TableConfigError(f"{where}: model {r.model!r} has other flags: a row reports on another row's "
+                                       "model only when both are the same model")
         for key in r.analysis:
             if key not in analysis_params:
-                raise TableConfigError(f"{path}: {where}: analysis: {key!r} is not a parameter of the table's "
-                                       f"columns ({', '.join(sorted(analysis_params)) or 'none'})")
-        if r.runnable:
-            for c in table.columns:
-                check_params(where, c, c.at(r), path)
+                raise TableConfigError(f"{where}: analysis: {key!r} is not a parameter of the table's columns "
+                                       f"({', '.join(sorted(analysis_params)) or 'none'})")
+        for c in table.columns if r.runnable else []:
+            check_params(f"row {r.id}", c, c.at(r), path)
     for c in table.columns:
         for key in ("of", "against_column"):
             if key in c.params and c.params[key] not in names:
@@ -504,8 +502,9 @@ def load_table(table_id: str, config_dir: str = CONFIG_DIR, setups: Optional[dic
     # a file in the older form (`metrics:` instead of `columns:`) is read as before: unknown
     # keys of it are ignored
     strict = "columns" in raw
-    for key in [k for k in raw if k not in TABLE_KEYS] if strict else []:
-        raise TableConfigError(f"{path}: unknown key {key!r} ({', '.join(sorted(TABLE_KEYS))})")
+    for key in raw:
+        if strict and key not in TABLE_KEYS:
+            raise TableConfigError(f"{path}: unknown key {key!r} ({', '.join(sorted(TABLE_KEYS))})")
     setups = setups if setups is not None else load_setups(config_dir)
     rows = [_row(r, path, strict) for r in raw.get("rows", [])]
     analysis_args = raw.get("analysis_args") or {}
