@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from fairseq_ext.errors import FairseqExtError
 
@@ -93,12 +93,6 @@ def resolve_model(model: str) -> str:
     return model
 
 
-def find_python(given: Optional[str]) -> str:
-    if given:
-        return shutil.which(given) or given
-    return sys.executable
-
-
 def comet_version(python: str, flag: str) -> str:
     """unbabel-comet's version in ``python``; a one-line CometError naming ``flag`` if none."""
     try:
@@ -119,31 +113,39 @@ def from_args(args: argparse.Namespace) -> Optional[Comet]:
     if not getattr(args, "comet_model", None):
         return None
     flag = "--comet-python" if args.comet_python else "--comet-model (this Python)"
-    python = find_python(args.comet_python)
+    python = (shutil.which(args.comet_python) or args.comet_python) if args.comet_python else sys.executable
     model = resolve_model(args.comet_model)
     return Comet(python=python, version=comet_version(python, flag), model=model,
                  name=model_name(args.comet_model), batch_size=args.comet_batch_size,
                  gpus=0 if getattr(args, "cpu", False) else 1)
 
 
-def _write(path: str, lines: Sequence[str]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        f.writelines(line.replace("\n", " ") + "\n" for line in lines)
-
-
-def _run(cmd: List[str], what: str, cwd: str) -> None:
-    """Run COMET in ``cwd`` (a folder of ours: with ``python -c`` the current folder comes first
-    on its path, where this package's folder would shadow COMET's own ``comet``). On a terminal
-    its progress bar shows on stderr; else its output is kept, and a failure is its last line."""
-    if sys.stderr.isatty():
-        if subprocess.run(cmd, stdout=subprocess.DEVNULL, cwd=cwd).returncode != 0:
-            raise CometError(f"{what} failed (its messages above)")
-        return
-    with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
-        if proc.returncode != 0:
-            log.seek(0)
-            raise CometError(f"{what} failed: {failure_line(log.read())}")
+def _run(comet: Comet, texts: Dict[str, Sequence[str]], command: Callable[[Dict[str, str], str], List[str]],
+         what: str) -> dict:
+    """Write ``texts`` (name -> lines) to files in a folder of ours, run ``command(files,
+    result)`` there, and return the JSON it wrote to ``result``. The folder is COMET's current
+    one: with ``python -c`` it comes first on the path, where this package's folder would shadow
+    COMET's own ``comet``. On a terminal COMET's progress bar shows on stderr; else its output is
+    kept, and a failure is its last line."""
+    with tempfile.TemporaryDirectory(prefix="fairseq-ext-comet.") as tmp:
+        files = {name: os.path.join(tmp, f"{name}.txt") for name in texts}
+        for name, lines in texts.items():
+            with open(files[name], "w", encoding="utf-8") as f:
+                f.writelines(line.replace("\n", " ") + "\n" for line in lines)
+        result = os.path.join(tmp, "result.json")
+        cmd = command(files, result)
+        if sys.stderr.isatty():
+            if subprocess.run(cmd, stdout=subprocess.DEVNULL, cwd=tmp).returncode != 0:
+                raise CometError(f"{what} failed (its messages above)")
+        else:
+            with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as log:
+                if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=tmp).returncode != 0:
+                    log.seek(0)
+                    raise CometError(f"{what} failed: {failure_line(log.read())}")
+        if not os.path.isfile(result):
+            raise CometError(f"{what}: {comet.python} wrote no result (is it a Python with COMET?)")
+        with open(result, encoding="utf-8") as f:
+            return json.load(f)
 
 
 def failure_line(output: str) -> str:
@@ -167,21 +169,16 @@ def score(comet: Comet, src: Sequence[str], hyp: Sequence[str], ref: Sequence[st
         raise CometError(f"COMET: {len(src)} sources, {len(hyp)} translations and {len(ref)} references")
     if lowercase:
         src, hyp, ref = ([line.lower() for line in lines] for lines in (src, hyp, ref))
-    with tempfile.TemporaryDirectory(prefix="fairseq-ext-comet.") as tmp:
-        files = {name: os.path.join(tmp, f"{name}.txt") for name in ("src", "hyp", "ref")}
-        for name, lines in (("src", src), ("hyp", hyp), ("ref", ref)):
-            _write(files[name], lines)
-        request, result = os.path.join(tmp, "request.json"), os.path.join(tmp, "result.json")
+
+    def worker(files: Dict[str, str], result: str) -> List[str]:
+        request = os.path.join(os.path.dirname(result), "request.json")
         with open(request, "w", encoding="utf-8") as f:
             json.dump({"model": comet.model, **files, "batch_size": comet.batch_size, "gpus": comet.gpus,
                        "progress": sys.stderr.isatty()}, f)
         with open(WORKER, encoding="utf-8") as f:
-            worker = f.read()
-        _run([comet.python, "-c", worker, request, result], f"COMET ({comet.name})", tmp)
-        if not os.path.isfile(result):
-            raise CometError(f"COMET ({comet.name}): {comet.python} wrote no result (is it a Python with COMET?)")
-        with open(result, encoding="utf-8") as f:
-            out = json.load(f)
+            return [comet.python, "-c", f.read(), request, result]
+
+    out = _run(comet, {"src": src, "hyp": hyp, "ref": ref}, worker, f"COMET ({comet.name})")
     sig = comet.signature(lowercase=lowercase)
     return {"score": round(out["system_score"], 4), "signature": sig, "flavour": text_flavour(lowercase),
             "line": f"COMET|{sig} = {out['system_score']:.4f}", "model": comet.name,
@@ -193,20 +190,11 @@ def compare(comet: Comet, src: Sequence[str], baseline: Sequence[str], system: S
     """``comet-compare`` of ``system`` against ``baseline``: its paired t-test over the segment
     scores and its bootstrap resampling ({p_value, baseline_mean, system_mean, wins, ties,
     losses, signature})."""
-    with tempfile.TemporaryDirectory(prefix="fairseq-ext-comet.") as tmp:
-        files = {}
-        for name, lines in (("src", src), ("baseline", baseline), ("system", system), ("ref", ref)):
-            files[name] = os.path.join(tmp, f"{name}.txt")
-            _write(files[name], lines)
-        out = os.path.join(tmp, "compare.json")
-        _run([comet.python, "-c", COMPARE, "-s", files["src"], "-t", files["baseline"], files["system"],
-              "-r", files["ref"], "--model", comet.model, "--batch_size", str(comet.batch_size),
-              "--gpus", str(comet.gpus), "--num_splits", str(num_splits), "--sample_ratio", str(sample_ratio),
-              "--to_json", out], f"comet-compare ({comet.name})", tmp)
-        if not os.path.isfile(out):
-            raise CometError(f"comet-compare ({comet.name}): {comet.python} wrote no result (is it a Python with COMET?)")
-        with open(out, encoding="utf-8") as f:
-            found = json.load(f)["statistical_results"][0]
+    found = _run(comet, {"src": src, "baseline": baseline, "system": system, "ref": ref}, lambda files, out: [
+        comet.python, "-c", COMPARE, "-s", files["src"], "-t", files["baseline"], files["system"], "-r", files["ref"],
+        "--model", comet.model, "--batch_size", str(comet.batch_size), "--gpus", str(comet.gpus),
+        "--num_splits", str(num_splits), "--sample_ratio", str(sample_ratio), "--to_json", out],
+        f"comet-compare ({comet.name})")["statistical_results"][0]
     boot, t_test = found["bootstrap_resampling"], found["paired_t-test"]
     return {"p_value": float(t_test["p_value"]), "t_statistic": float(t_test["statistic"]),
             "baseline_mean": boot["x-mean"], "system_mean": boot["y-mean"], "system_wins": boot["y_wins (%)"],

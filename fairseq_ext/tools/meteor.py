@@ -48,7 +48,7 @@ to the last digit. Languages METEOR 1.5 has no tuned parameters for raise
 """
 import argparse
 import importlib.metadata
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_ext.common.data_text import read_lines
@@ -98,10 +98,7 @@ class Statistics:
     chunks: int = 0
 
     def __add__(self, other: "Statistics") -> "Statistics":
-        return Statistics(*(a + b for a, b in zip(self.astuple(), other.astuple())))
-
-    def astuple(self) -> Tuple[int, ...]:
-        return (self.hypothesis_words, self.reference_words, self.exact, self.stem, self.chunks)
+        return Statistics(*(a + b for a, b in zip(astuple(self), astuple(other))))
 
 
 def score_of(stats: Statistics, setup: "Language") -> float:
@@ -116,21 +113,6 @@ def score_of(stats: Statistics, setup: "Language") -> float:
     perfect = matches == stats.hypothesis_words == stats.reference_words and stats.chunks == 1
     fragmentation = 0.0 if perfect else stats.chunks / matches
     return max(fmean * (1 - setup.gamma * fragmentation ** setup.beta), 0.0)
-
-
-class _NoSynsets:
-    """A WordNet with no synsets: nltk's synonym stage matches nothing and reads no data."""
-
-    def synsets(self, word, *args, **kwargs):
-        return []
-
-
-class _Unstemmed:
-    """The stem stage of a language without a stemmer: a word is its own stem, so the stage
-    adds no match beyond the exact ones."""
-
-    def stem(self, word):
-        return word
 
 
 def _language(language: str) -> Language:
@@ -148,10 +130,6 @@ def _nltk_version() -> str:
         raise MeteorUnavailable(f"METEOR is unavailable: nltk is not installed ({NLTK_PIN})") from None
 
 
-def _stages(setup: Language, nltk_version: str) -> str:
-    return f"exact+stem (nltk {nltk_version}'s Snowball {setup.stemmer} stemmer)" if setup.stemmer else "exact"
-
-
 def describe(language: str) -> str:
     """One line naming the implementation, stages and parameters used for ``language``, for
     table captions; for a language that cannot be scored, a line saying so and why."""
@@ -160,9 +138,10 @@ def describe(language: str) -> str:
     except MeteorUnavailable as err:
         return str(err)
     weight = f", stem weight {setup.stem_weight}" if setup.stemmer else ""
+    stages = f"exact+stem (nltk {version}'s Snowball {setup.stemmer} stemmer)" if setup.stemmer else "exact"
     return (f"METEOR: METEOR 1.5's formula and rank parameters alpha={setup.alpha} beta={setup.beta} "
             f"gamma={setup.gamma}{weight}, no function words; fairseq_ext's beam-search alignment (beam {BEAM}, "
-            f"METEOR's order: matches, exact matches, chunks, distance), {_stages(setup, version)}, no "
+            f"METEOR's order: matches, exact matches, chunks, distance), {stages}, no "
             f"{setup.left_out}; Moses-tokenized, lowercased; statistics summed over the corpus")
 
 
@@ -235,10 +214,7 @@ def corpus_statistics(hypotheses: Sequence[str], references: Sequence[str], lang
     if not hypotheses:
         raise InputError("METEOR: no sentences to score")
     scorer = _Scorer(language)
-    total = Statistics()
-    for hyp, ref in zip(hypotheses, references):
-        total = total + scorer.statistics(hyp, ref)
-    return total
+    return sum((scorer.statistics(hyp, ref) for hyp, ref in zip(hypotheses, references)), Statistics())
 
 
 def corpus_score(hypotheses: List[str], references: List[str], language: str) -> dict:
