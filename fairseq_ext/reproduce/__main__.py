@@ -280,7 +280,6 @@ def report(todo: Reproduction, args, failed: List[str]) -> None:
     if test == "ar":
         marks.mark_pooled(table, records, todo.by_seed, args.shuffles, statistic=args.ar_statistic)
     marks.label(table, records, test, len(seeds) > 1, args.shuffles, args.correction, args.ar_statistic)
-    marks.correct(table, records, args.correction)
     scales = scales_of(table, todo.plans)
     print(markdown(table, records, scales))
     partial = bool(failed) or not complete(records)

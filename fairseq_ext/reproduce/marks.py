@@ -240,24 +240,20 @@ def mark_pooled(table: Table, records: List[Record], by_seed: Dict[int, List[Run
 def label(table: Table, records: List[Record], test: str, several: bool, shuffles: int,
           correction: str, statistic: str = "concatenated") -> None:
     """The test behind the BLEU marks on every tested record and its BLEU cell: ``test`` (its
-    option value), ``test_name``, ``shuffles`` and ``ar_statistic`` (``ar``) and ``correction``."""
+    option value), ``test_name``, ``shuffles`` and ``ar_statistic`` (``ar``) and ``correction``;
+    the comparisons against each reference row (per data set: the rows with a p against it) in
+    every tested cell's ``comparisons``; with ``holm``, ``p_holm`` and a mark only as strong as
+    the Holm-adjusted p allows."""
     col = _bleu_column(table)
+    if col is None:
+        return
     for record in records:
-        if col is not None and record["reference"] and not record["cited"]:
+        if record["reference"] and not record["cited"]:
             info = {"test": test, "test_name": test_name(test, several), "correction": correction}
             if test == "ar":
                 info.update(shuffles=shuffles, ar_statistic=statistic)
             record.update(info)
             record["columns"][col.name].update(info)
-
-
-def correct(table: Table, records: List[Record], correction: str = "none") -> None:
-    """Counts the comparisons against each reference row (per data set: the rows with a p
-    against it) into every tested cell's ``comparisons``; with ``holm``, adds ``p_holm`` and
-    keeps a mark only as strong as the Holm-adjusted p allows."""
-    col = _bleu_column(table)
-    if col is None:
-        return
     families: Dict[tuple, List[Record]] = {}
     for r in records:
         if r["reference"] and not r["cited"] and r["columns"][col.name].get("p_value") is not None:
@@ -274,9 +270,7 @@ def correct(table: Table, records: List[Record], correction: str = "none") -> No
 
 def _weaker(a: str, b: str, marks: str) -> str:
     strength = {m: i for i, (_, m) in enumerate(MARKS[marks])}
-    if not a or not b:
-        return ""
-    return a if strength[a] >= strength[b] else b
+    return "" if not a or not b else a if strength[a] >= strength[b] else b
 
 
 def comparisons_text(table: Table, records: List[Record], correction: str) -> Optional[str]:
@@ -284,11 +278,8 @@ def comparisons_text(table: Table, records: List[Record], correction: str) -> Op
     col = _bleu_column(table)
     if col is None:
         return None
-    counts: Dict[str, int] = {}
-    for r in records:
-        cell = r["columns"][col.name]
-        if cell.get("comparisons"):
-            counts[f"{r['reference_label']} ({r['dataset']})"] = cell["comparisons"]
+    counts = {f"{r['reference_label']} ({r['dataset']})": r["columns"][col.name]["comparisons"] for r in records
+              if r["columns"][col.name].get("comparisons")}
     if not counts:
         return None
     listed = "; ".join(f"{n} against {name}" for name, n in counts.items())

@@ -287,12 +287,8 @@ def plan_table(table: Table, rows: List[Row], setups: dict, opts: Options, datas
     on = row_datasets(table, rows, keys)
     plans = []
     for key in keys:
-        owners = []
-        for row in rows:
-            owner = table.owner(row)
-            if key in on[row.id] and row.runnable and owner not in owners:
-                owners.append(owner)
-        plans += [plan_run(table, owner, key, setups, opts, seed, several_seeds) for owner in owners]
+        owners = dict.fromkeys(table.owner(row).id for row in rows if key in on[row.id] and row.runnable)
+        plans += [plan_run(table, table.row(owner), key, setups, opts, seed, several_seeds) for owner in owners]
     return plans
 
 
@@ -370,18 +366,14 @@ def plan_analyses(table: Table, plans: List[RunPlan], setups: dict, opts: Option
     """What the table's columns read beyond a run's result: each analysis once per trained
     model, with the table's and (--smoke) the smoke scale's arguments, and METEOR."""
     out = []
-    wanted = list(table.analyses)
-    if any(c.source == "meteor" for c in table.columns):
-        wanted.append("meteor")
-    if opts.comet is not None and any(c.source == "comet" for c in table.columns):
-        wanted.append("comet")
+    sources = {c.source for c in table.columns}
+    wanted = table.analyses + ["meteor"] * ("meteor" in sources) + ["comet"] * (opts.comet is not None
+                                                                                  and "comet" in sources)
     for plan in plans:
         for name in wanted:
-            if name == "meteor":
-                out.append(AnalysisPlan(name, plan, os.path.join(plan.run_dir, "meteor.json")))
-                continue
-            if name == "comet":
-                out.append(AnalysisPlan(name, plan, os.path.join(plan.run_dir, "comet.json"), comet=opts.comet))
+            if name in ("meteor", "comet"):  # computed here (fairseq_ext.tools), into the run's NAME.json
+                out.append(AnalysisPlan(name, plan, os.path.join(plan.run_dir, f"{name}.json"),
+                                        comet=opts.comet if name == "comet" else None))
                 continue
             directory = analysis_dir(plan, name)
             cmd, why = analysis_command(name, table, plan, directory, setups, opts, samples)
