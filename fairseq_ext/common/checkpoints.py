@@ -149,7 +149,18 @@ def _value(cfg, name: str):
     return value if isinstance(value, (int, float, str)) else None
 
 
-def _techniques(cfg) -> str:
+def shape(cfg) -> Dict[str, object]:
+    """A model configuration's :data:`SHAPE_KEYS` fields (None where one is not recorded)."""
+    return {k: _value(cfg, k) for k in SHAPE_KEYS}
+
+
+@functools.lru_cache(maxsize=None)
+def describe_row(checkpoint: str) -> Dict[str, str]:
+    """What a reader needs to weigh a model's numbers, from its checkpoint, as the cells of a
+    table of models: layers, d_model, FFN, heads (:func:`shape`), technique (the plugin's options
+    that are on, in words), parameters (millions, :func:`count_parameters`), updates."""
+    state = load_state(checkpoint)
+    cfg = saved_config(state, checkpoint, "model")
     get = functools.partial(_value, cfg)
     techniques = []
     if get("joint_attention") not in (None, "none"):
@@ -161,35 +172,11 @@ def _techniques(cfg) -> str:
                           + (" with AIF" if get("aux_fusion") else ""))
     if get("no_encoder_positional_embeddings"):
         techniques.append("no encoder positions")
-    return ", ".join(techniques) or "none (Transformer)"
-
-
-def shape(cfg) -> Dict[str, object]:
-    """A model configuration's :data:`SHAPE_KEYS` fields (None where one is not recorded)."""
-    return {k: _value(cfg, k) for k in SHAPE_KEYS}
-
-
-@functools.lru_cache(maxsize=None)
-def describe(checkpoint: str) -> Dict[str, object]:
-    """What a reader needs to weigh a model's numbers, from its checkpoint: ``shape`` (the
-    :data:`SHAPE_KEYS` fields), ``params`` (:func:`count_parameters`), ``updates`` (None when
-    not recorded) and ``technique`` (the plugin's options that are on, in words)."""
-    state = load_state(checkpoint)
-    cfg = saved_config(state, checkpoint, "model")
-    updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates")
-    return {"shape": shape(cfg), "params": count_parameters(state),
-            "updates": updates, "technique": _techniques(cfg)}
-
-
-def describe_row(checkpoint: str) -> Dict[str, str]:
-    """:func:`describe` as the cells of a table of models: layers, d_model, FFN, heads,
-    technique, parameters (millions), updates."""
-    about = describe(checkpoint)
-    size, updates = about["shape"], about["updates"]
+    size, updates = shape(cfg), (state.get("optimizer_history") or [{}])[-1].get("num_updates")
     return {"layers": f"{size['encoder_layers']}+{size['decoder_layers']}",
             "d_model": str(size["encoder_embed_dim"]), "FFN": str(size["encoder_ffn_embed_dim"]),
-            "heads": str(size["encoder_attention_heads"]), "technique": about["technique"],
-            "parameters": f"{about['params'] / 1e6:.2f}M", "updates": f"{updates:,}" if updates is not None else "–"}
+            "heads": str(size["encoder_attention_heads"]), "technique": ", ".join(techniques) or "none (Transformer)",
+            "parameters": f"{count_parameters(state) / 1e6:.2f}M", "updates": f"{updates:,}" if updates is not None else "–"}
 
 
 def summary(checkpoint: str) -> str:

@@ -120,12 +120,8 @@ def check(opts: argparse.Namespace) -> argparse.Namespace:
                                "(not the same data/split?)")
     if not (opts.ref and opts.sys_a and opts.sys_b):
         raise CompareError("need --ref, --sys-a and --sys-b (or --eval-a/--eval-b)", usage=True)
-    opts.comet = None
-    if opts.comet_model:
-        try:
-            opts.comet = comet_metric.from_args(opts)
-        except comet_metric.CometError as e:
-            raise CompareError(str(e)) from None
+    opts.comet = comet_metric.from_args(opts)
+    if opts.comet is not None:
         opts.comet_files = comet_files(opts)
     return opts
 
@@ -150,11 +146,6 @@ def comet_files(opts: argparse.Namespace) -> Optional[List[str]]:
 
 def _log(message: str) -> None:
     print(f"[{COMMAND}] {message}", file=sys.stderr, flush=True)
-
-
-def _tail(path: str, n: int) -> None:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        sys.stderr.write("".join(f.readlines()[-n:]))
 
 
 def run(opts: argparse.Namespace, log=_log) -> dict:
@@ -192,7 +183,7 @@ def run(opts: argparse.Namespace, log=_log) -> dict:
         except (ValueError, RuntimeError) as e:
             with open(os.path.join(out, "sacrebleu.log"), "w", encoding="utf-8") as f:
                 f.write(f"{e}\n")
-            _tail(os.path.join(out, "sacrebleu.log"), 5)
+            sys.stderr.write("".join(f"{e}\n".splitlines(keepends=True)[-5:]))
             raise CompareError(f"the sacreBLEU paired test failed (log: {staged.out}/sacrebleu.log)") from None
         lines = table_lines(result, method=opts.method, n_samples=samples, flavour=flavour, baseline_name=name_a)
         if opts.comet is not None:
@@ -201,7 +192,8 @@ def run(opts: argparse.Namespace, log=_log) -> dict:
                 src, sys_a, sys_b, ref = texts[3], texts[1], texts[2], texts[0]
             else:
                 src, sys_a, sys_b, ref = (list(corpus.read_lines(path)) for path in opts.comet_files)
-            result[name_b]["comet"] = comet_compare(opts, src, sys_a, sys_b, ref)
+            found = comet_metric.compare(opts.comet, src, sys_a, sys_b, ref, num_splits=opts.comet_splits)
+            result[name_b]["comet"] = {**found, "mark": mark(found["p_value"])}
             lines += [""] + comet_lines(result[name_b]["comet"], name_a, name_b)
         with open(os.path.join(out, "significance.json"), "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1, ensure_ascii=False)
@@ -235,15 +227,6 @@ def run(opts: argparse.Namespace, log=_log) -> dict:
               f"{staged.out}/index.html") if code == 0 else ""
     log(f"significance: {staged.out}/significance.txt{extras}")
     return result
-
-
-def comet_compare(opts: argparse.Namespace, src: List[str], sys_a: List[str], sys_b: List[str],
-                  ref: List[str]) -> dict:
-    try:
-        found = comet_metric.compare(opts.comet, src, sys_a, sys_b, ref, num_splits=opts.comet_splits)
-    except comet_metric.CometError as e:
-        raise CompareError(str(e)) from None
-    return {**found, "mark": mark(found["p_value"])}
 
 
 def comet_lines(found: dict, name_a: str, name_b: str) -> List[str]:
@@ -282,7 +265,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         run(check(parse_args(argv)))
-    except (CommandError, outputs.OutputError, corpus.TextError) as e:
+    except (CommandError, outputs.OutputError, corpus.TextError, comet_metric.CometError) as e:
         return fail(COMMAND, e, build_parser().format_usage())
     except KeyboardInterrupt:
         return 130

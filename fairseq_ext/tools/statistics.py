@@ -361,46 +361,20 @@ def paired_t(reference: Sequence[float], system: Sequence[float]) -> Optional[fl
 
 def across_seeds(reference: Dict[int, float], system: Dict[int, float], per_seed: Dict[int, dict],
                  marks: str = "thesis") -> dict:
-    """One row against the reference row over seeds.
+    """One row against the reference row over seeds: each seed's run is tested against the
+    reference row's run of the same seed (sacreBLEU's paired bootstrap, :func:`paired_bs`), and
+    only seeds for which both rows have a run count, for the mark and every mean and sd here.
 
-    The papers report one training run per row, with sacreBLEU's paired bootstrap against the
-    baseline (:func:`paired_bs`). That test measures only the sampling of
-    the test set; a second seed can move a row by as much as the effects in a table. With
-    several seeds, each row is trained once per seed and each seed's run is tested against the
-    reference row of the same seed. Seeds are paired by their number: only seeds for which both
-    the row and the reference row have a run count, for the mark and for every mean and sd here.
-
-    The default mark of a table of several seeds is the stratified approximate randomization
-    over the seeds (:func:`stratified_ar`, ``--test ar``).
-    The rule here is the stricter option (``--test bootstrap``, ``--test thesis``): an
-    intersection-union test (IUT; Berger 1982, Berger & Hsu 1996) over seeds. A difference is
-    marked at level alpha only when
-
-    - the paired bootstrap gives p < alpha at every paired seed, and
-    - the BLEU difference Δ has the same sign at every paired seed.
-
-    Why this rule:
-
-    - It claims what "holds across seeds" means: the row differs from the reference, in one
-      direction, at each seed. That claim is an intersection of per-seed claims, and an IUT
-      rejects the union of the per-seed nulls only when every per-seed test rejects its own.
-      Its level is that of the per-seed tests, with no correction for the number of seeds
-      (no per-seed null can be wrongly rejected more often than alpha), and its p-value is the
-      largest per-seed p (``p_max``). With one seed it is the single run's mark.
-    - sacreBLEU's bootstrap is two-sided (it compares |Δ|), so the sign condition is what makes
-      the claim directional: to mark a row "better at every seed" wrongly, a seed at which it
-      is not better would have to come out significant with a positive Δ, which a two-sided
-      level-alpha test does with probability below alpha.
-    - The more seeds, the harder the mark, never the easier: a mark is not bought by running
-      more seeds. Combining the per-seed p-values (Fisher, Stouffer) instead would test only
-      "the row differs at some seed", which one lucky seed can carry.
-    - What it does not claim: that another seed would differ too. The per-seed tests are
-      conditional on the trained models. That question is the paired t-test over seeds
-      (``p_t``, scipy's ``ttest_rel`` of the per-seed BLEU), reported beside the mark and not
-      as it: with 3 seeds it has 2 degrees of freedom and rests on the per-seed Δ being normal.
-      A sign test over seeds needs no such assumption but cannot help at these counts: with
-      every Δ of one sign its two-sided p is 2 · 0.5^n, 0.25 at 3 seeds, and it first goes
-      below 0.05 at 6 seeds.
+    The rule (``--test bootstrap``, ``--test thesis``; the default over several seeds is
+    :func:`stratified_ar`) is an intersection-union test (Berger 1982, Berger & Hsu 1996): a
+    difference is marked at level alpha only when the paired bootstrap gives p < alpha at every
+    paired seed and the BLEU difference Δ has the same sign at every paired seed. Its level is
+    that of the per-seed tests, uncorrected, its p-value the largest per-seed p (``p_max``);
+    with one seed it is the single run's mark. The sign condition makes the two-sided bootstrap's
+    claim directional, and more seeds make the mark harder, never easier. Whether another seed
+    would differ too is the paired t-test over seeds (``p_t``), reported beside the mark, not as
+    it. Why this rule and not a combination of p-values or a sign test: docs/reproduction.md,
+    "Several seeds".
 
     ``reference``, ``system``: seed -> BLEU. ``per_seed``: seed -> the paired bootstrap entry of
     this system against the reference system of the same seed, as
