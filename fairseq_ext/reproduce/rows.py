@@ -216,8 +216,7 @@ def _record(table: Table, row: Row, dataset: str, ours, run_of) -> Record:
             missing.append(f"{col.name}: {value['missing']}")
         cells[col.name] = cell
     result = run.result if run is not None else {}
-    bleu_col = next((c for c in table.columns if c.source == "bleu"), None)
-    head = cells.get(bleu_col.name, {}) if bleu_col else {}
+    head = next((cells[c.name] for c in table.columns if c.source == "bleu"), {})
     plan = run.plan if run is not None else None
     return Record(
         table=table.id, dataset=dataset, row=row.id, label=display_label(table, row), group=row.group,
@@ -256,12 +255,11 @@ def build_seed_rows(table: Table, plans_by_seed: Dict[int, List[RunPlan]], rows:
     of_seed = {s: None if analyses is None else [a for a in analyses if a.run.seed == s] for s in seeds}
     by_seed = {s: {(r["dataset"], r["row"]): r for r in build_rows(table, plans, rows, of_seed[s])}
                for s, plans in plans_by_seed.items()}
-    return [_combine(table, key, {s: by_seed[s][key] for s in seeds if key in by_seed[s]}, by_seed, table.marks)
+    return [_combine(table, key, {s: by_seed[s][key] for s in seeds if key in by_seed[s]}, by_seed)
             for key in by_seed[seeds[0]]]
 
 
-def _combine(table: Table, key: tuple, records: Dict[int, Record], by_seed: Dict[int, Dict[tuple, Record]],
-             marks: str) -> Record:
+def _combine(table: Table, key: tuple, records: Dict[int, Record], by_seed: Dict[int, Dict[tuple, Record]]) -> Record:
     seeds = list(records)
     first = records[seeds[0]]
     out: Record = {**first, "seeds": seeds, "seeds_done": [], "n": 0}
@@ -273,9 +271,8 @@ def _combine(table: Table, key: tuple, records: Dict[int, Record], by_seed: Dict
     missing = [f"seed {s}: {records[s]['status']}" for s in seeds if s not in done]
     missing += [f"seed {s}: {m}" for s in done for m in records[s]["missing"]]
     counted = [s for s in done if not first["reference"] or (refs[s] is not None and refs[s]["status"] == "done")]
-    left_out = [s for s in done if s not in counted]
     missing += [f"seed {s}: left out (no finished run of the reference row {first['reference_label']} at this "
-                "seed; only the seeds both ran count)" for s in left_out]
+                "seed; only the seeds both ran count)" for s in done if s not in counted]
     if first["reference"] and done and not counted:
         missing.append(f"no seed shared with the reference row {first['reference_label']}: the row's own seeds "
                        "are shown, with no Δ or test")
@@ -285,7 +282,7 @@ def _combine(table: Table, key: tuple, records: Dict[int, Record], by_seed: Dict
     for col in table.columns:
         cells = {s: records[s]["columns"][col.name] for s in use}
         ref_cells = {s: refs[s]["columns"][col.name] for s in use if refs[s] is not None}
-        columns[col.name] = cell = _combine_cell(table, col, cells, ref_cells, marks)
+        columns[col.name] = cell = _combine_cell(table, col, cells, ref_cells)
         untested = sorted(set(cell.get("per_seed", {})) - set(cell.get("tested_seeds", cell.get("per_seed", {}))))
         missing += [f"seed {s}: {col.name}: no test against the reference row" for s in untested]
     head = next((columns[c.name] for c in table.columns if c.source == "bleu"), {})
@@ -313,7 +310,7 @@ def _combine(table: Table, key: tuple, records: Dict[int, Record], by_seed: Dict
     return out
 
 
-def _combine_cell(table: Table, col: Column, cells: Dict[int, Cell], ref_cells: Dict[int, Cell], marks: str) -> Cell:
+def _combine_cell(table: Table, col: Column, cells: Dict[int, Cell], ref_cells: Dict[int, Cell]) -> Cell:
     """One column of one row over seeds (see :func:`build_seed_rows`)."""
     first = next(iter(cells.values()))
     keep = ("source", "paper", "paper_value", "paper_mark", "paper_delta", "paper_ratio", "note")
@@ -358,7 +355,7 @@ def _combine_cell(table: Table, col: Column, cells: Dict[int, Cell], ref_cells: 
         if system:
             found = stats.across_seeds(reference, system,
                                        {s: {"p_value": tested[s]["p_value"], "mark": tested[s].get("mark", "")}
-                                        for s in system}, marks)
+                                        for s in system}, table.marks)
             cell.update({"mark": found["mark"], "p_value": found["p_max"], "p_t": found["p_t"], "rule": found["rule"],
                          "tested_seeds": found["paired_seeds"],
                          "per_seed_marks": {s: tested[s].get("mark", "") for s in system},
