@@ -1,17 +1,10 @@
-"""``--bf16`` trains on the GPU (and the CPU) instead of failing for want of a TPU.
+"""``--bf16`` trains on the GPU (and the CPU) instead of failing for want of a TPU (docs/trust.md).
 
-fairseq 0.12's ``options.parse_args_and_arch`` turns every ``--bf16`` into ``--tpu``
-(``--bf16``'s help: "use bfloat16; implies --tpu"), so ``fairseq-train --bf16`` on a GPU
-starts fairseq's XLA path and dies importing ``torch_xla``. Its trainer and optimizer handle
-bf16 on any device without that flag: the model and every batch in bf16, ``FP16Optimizer``
-with fp32 master weights and no loss scaler (``fairseq-hydra-train common.bf16=true`` takes
-that path already, since only the argparse path sets ``tpu``).
-
-This guard wraps the namespace-to-config conversion that the argparse commands go through
-(``convert_namespace_to_omegaconf``, and ``fairseq_cli.train``'s, which it imported by name
-before the plugin loaded) and clears the ``tpu`` that ``--bf16`` implied when TPU training
-cannot be what the user meant: no ``--tpu`` on the command line and no ``torch_xla`` to run
-it. With ``torch_xla`` installed, or ``--tpu`` given, fairseq's behaviour is unchanged."""
+fairseq 0.12's ``options.parse_args_and_arch`` turns every ``--bf16`` into ``--tpu``, although its
+trainer and ``FP16Optimizer`` handle bf16 on any device. This guard wraps the namespace-to-config
+conversion of the argparse commands (``convert_namespace_to_omegaconf``, also as
+``fairseq_cli.train`` imported it) and clears that ``tpu`` when no ``--tpu`` was given and no
+``torch_xla`` can run it."""
 import importlib.util
 import sys
 from typing import Sequence

@@ -1,41 +1,16 @@
-"""Loading a fairseq checkpoint must never run code from it.
+"""Loading a fairseq checkpoint must never run code from it (docs/trust.md, "Loading a
+checkpoint never runs code from it"). :func:`install` (run when the plugin is imported):
 
-Two ways a fairseq 0.12 checkpoint could run code, and what :func:`install` (run when
-``fairseq_ext`` is imported, e.g. by ``--user-dir fairseq_ext``) does about each:
-
-1. **The pickle.** torch >= 2.6 unpickles with ``weights_only=True``, which refuses every
-   global that is not allowlisted; fairseq checkpoints hold a few such globals, so stock
-   ``fairseq-generate`` fails on them. We allowlist exactly those types (never the blanket
-   ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``): ``argparse.Namespace`` (the legacy ``args`` and
-   the ``cfg.model`` of models configured through ``add_args``, ours included) and numpy
-   arrays/scalars (metric state such as ``--eval-bleu``'s n-gram counts). A pickle that
-   would call anything else (``os.system``, ...) is still refused by torch.
-
-2. **The configuration.** fairseq 0.12 passes some configuration strings to Python's
-   ``eval()`` while it builds the model, task, criterion or optimizer
-   (``utils.eval_str_list`` for ``adaptive_softmax_cutoff``, ``utils.eval_str_dict`` for
-   ``xformers_att_config``, ``eval(adam_betas)``, ...); ``weights_only`` cannot see that,
-   so a checkpoint made only of allowlisted types could set
-   ``adaptive_softmax_cutoff = "__import__('os').system(...) or [1]"``. Two guards:
-
-   - every checkpoint fairseq loads passes ``checkpoint_utils.load_checkpoint_to_cpu``
-     (fairseq-generate, fairseq-interactive, fairseq-validate, ``--restore-file`` /
-     resume, ``from_pretrained``); we wrap it so that each field in
-     :data:`EVALUATED_FIELDS` found anywhere in the checkpoint's ``cfg`` or ``args`` must
-     match its literal grammar (a comma list of integers, a tuple of numbers, a literal
-     dict, ...); anything else raises :class:`UnsafeCheckpointError` naming the file and
-     the field, before fairseq reads the field. :func:`load_checkpoint_state` does the
-     same for the plugin's own tools (strip-aux, checkpoint averaging);
-   - in the fairseq modules that call ``eval()`` on configuration strings
-     (:data:`EVAL_MODULES`), the name ``eval`` is bound to :func:`literal_eval`, which
-     evaluates exactly the literals fairseq documents for those fields (numbers, strings,
-     booleans, None, tuples, lists, dicts, and ``list * int`` / ``+`` as in fconv's layer
-     specs) and raises :class:`UnsafeConfigValue` for anything else. This also covers
-     strings that reach those calls other than from a checkpoint file.
-
-Not covered: checkpoints loaded without importing the plugin (stock fairseq without
-``--user-dir fairseq_ext``), and plain ``torch.load(path, weights_only=False)`` by other
-code.
+1. **The pickle.** allowlists for torch's ``weights_only`` load exactly the globals fairseq
+   checkpoints hold (:data:`CHECKPOINT_SAFE_GLOBALS`: ``argparse.Namespace``, numpy arrays
+   and scalars); anything else is still refused by torch, as one line (:func:`refused_pickle`).
+2. **The configuration.** fairseq 0.12 passes some configuration strings to ``eval()``.
+   ``checkpoint_utils.load_checkpoint_to_cpu`` (every load: generate, interactive, validate,
+   resume, ``from_pretrained``) is wrapped so that each field of :data:`EVALUATED_FIELDS`,
+   anywhere in the checkpoint's ``cfg`` or ``args``, must match its literal grammar, else
+   :class:`UnsafeCheckpointError` naming the file and field; :func:`load_checkpoint_state` does
+   the same for the plugin's own tools. In the modules of :data:`EVAL_MODULES`, ``eval`` is
+   :func:`literal_eval`, which evaluates literals only.
 """
 import argparse
 import ast
@@ -50,6 +25,7 @@ from typing import Any, Callable, Dict, Iterator, Tuple
 
 import numpy as np
 import torch
+from omegaconf import DictConfig, OmegaConf
 
 from fairseq_ext.errors import UnsafeCheckpointError, UnsafeConfigValue, UnsafePickleError
 from fairseq_ext.guards.patching import replace
@@ -140,33 +116,17 @@ def _is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _int_list(v):
-    return _is_int(v) or (isinstance(v, (list, tuple)) and all(_is_int(x) for x in v))
-
-
-def _number_tuple(v):
-    return isinstance(v, (list, tuple)) and all(_is_number(x) or x is None for x in v)
-
-
-def _bool_like(v):
-    return isinstance(v, (bool, int, float)) or v is None
-
-
-def _literal_dict(v):
-    return isinstance(v, dict) and all(isinstance(k, str) for k in v)
-
-
-def _any_literal(v):
-    return True  # literal_eval already refused everything that is not a literal
-
-
 # grammar name -> (what the message calls it, check of the evaluated literal)
 GRAMMARS: Dict[str, Tuple[str, Callable[[Any], bool]]] = {
-    "int_list": ("a comma list of integers, e.g. '10000,50000'", _int_list),
-    "number_tuple": ("a tuple of numbers, e.g. '(0.9, 0.98)'", _number_tuple),
-    "bool": ("a boolean, e.g. 'True' or '0'", _bool_like),
-    "dict": ("a literal dict, e.g. \"{'name': 'scaled_dot_product'}\"", _literal_dict),
-    "literal": ("a Python literal (numbers, strings, tuples, lists, dicts)", _any_literal),
+    "int_list": ("a comma list of integers, e.g. '10000,50000'",
+                 lambda v: _is_int(v) or (isinstance(v, (list, tuple)) and all(_is_int(x) for x in v))),
+    "number_tuple": ("a tuple of numbers, e.g. '(0.9, 0.98)'",
+                     lambda v: isinstance(v, (list, tuple)) and all(_is_number(x) or x is None for x in v)),
+    "bool": ("a boolean, e.g. 'True' or '0'", lambda v: isinstance(v, (bool, int, float)) or v is None),
+    "dict": ("a literal dict, e.g. \"{'name': 'scaled_dot_product'}\"",
+             lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v)),
+    # literal_eval already refused everything that is not a literal
+    "literal": ("a Python literal (numbers, strings, tuples, lists, dicts)", lambda v: True),
 }
 
 # Field name (the last component, wherever it sits in cfg / args) -> grammar. From every
@@ -174,73 +134,33 @@ GRAMMARS: Dict[str, Tuple[str, Callable[[Any], bool]]] = {
 # tests/guards/test_checkpoint_safety.py re-derives the call sites from the installed source).
 EVALUATED_FIELDS: Dict[str, str] = {
     # utils.eval_str_list(..., type=int)
-    "adaptive_softmax_cutoff": "int_list",
-    "adaptive_input_cutoff": "int_list",
-    "encoder_kernel_size_list": "int_list",
-    "decoder_kernel_size_list": "int_list",
-    "pipeline_balance": "int_list",
-    "pipeline_devices": "int_list",
-    "pipeline_encoder_balance": "int_list",
-    "pipeline_encoder_devices": "int_list",
-    "pipeline_decoder_balance": "int_list",
-    "pipeline_decoder_devices": "int_list",
+    **dict.fromkeys(("adaptive_softmax_cutoff", "adaptive_input_cutoff", "encoder_kernel_size_list",
+                     "decoder_kernel_size_list", "pipeline_balance", "pipeline_devices", "pipeline_encoder_balance",
+                     "pipeline_encoder_devices", "pipeline_decoder_balance", "pipeline_decoder_devices"), "int_list"),
     # utils.eval_str_dict
-    "xformers_att_config": "dict",
-    "encoder_xformers_att_config": "dict",
-    "decoder_xformers_att_config": "dict",
-    "model_overrides": "dict",
+    **dict.fromkeys(("xformers_att_config", "encoder_xformers_att_config", "decoder_xformers_att_config",
+                     "model_overrides"), "dict"),
     # eval() of optimizer options
-    "adam_betas": "number_tuple",
-    "adamax_betas": "number_tuple",
-    "lamb_betas": "number_tuple",
-    "adafactor_eps": "number_tuple",
+    **dict.fromkeys(("adam_betas", "adamax_betas", "lamb_betas", "adafactor_eps"), "number_tuple"),
     # utils.eval_bool / bool(eval(...))
-    "left_pad_source": "bool",
-    "left_pad_target": "bool",
-    "encoder_glu": "bool",
-    "decoder_glu": "bool",
-    "weight_softmax": "bool",
-    # eval() in fconv / fconv_self_att / lstm / character-CNN models and the ctc criterion
-    "encoder_layers": "literal",
-    "decoder_layers": "literal",
-    "encoder_attention": "literal",
-    "decoder_attention": "literal",
-    "self_attention": "literal",
-    "project_input": "literal",
-    "gated_attention": "literal",
-    "downsample": "literal",
-    "pretrained": "literal",
-    "character_filters": "literal",
-    "wer_args": "literal",
-    # wav2vec / hubert / speech-to-text feature extractors: "[(512, 10, 5)] + [(512, 3, 2)] * 4"
-    "conv_feature_layers": "literal",
-    "conv_aggregator_layers": "literal",
-    "feature_encoder_spec": "literal",
+    **dict.fromkeys(("left_pad_source", "left_pad_target", "encoder_glu", "decoder_glu", "weight_softmax"), "bool"),
+    # eval() in fconv / fconv_self_att / lstm / character-CNN models and the ctc criterion; wav2vec / hubert /
+    # speech-to-text feature extractors ("[(512, 10, 5)] + [(512, 3, 2)] * 4")
+    **dict.fromkeys(("encoder_layers", "decoder_layers", "encoder_attention", "decoder_attention", "self_attention",
+                     "project_input", "gated_attention", "downsample", "pretrained", "character_filters", "wer_args",
+                     "conv_feature_layers", "conv_aggregator_layers", "feature_encoder_spec"), "literal"),
 }
 
 # fairseq modules that call eval() on configuration strings; their ``eval`` becomes
 # literal_eval (module globals shadow builtins). fairseq.utils holds eval_str_list,
 # eval_str_dict and eval_bool, which every other caller goes through.
 EVAL_MODULES = (
-    "fairseq.utils",
-    "fairseq.optim.adam",
-    "fairseq.optim.cpu_adam",
-    "fairseq.optim.adamax",
-    "fairseq.optim.adafactor",
-    "fairseq.optim.fused_lamb",
-    "fairseq.criterions.ctc",
-    "fairseq.models.fconv",
-    "fairseq.models.fconv_lm",
-    "fairseq.models.fconv_self_att",
-    "fairseq.models.lightconv_lm",
-    "fairseq.models.transformer_lm",
-    "fairseq.models.hubert.hubert",
-    "fairseq.models.wav2vec.wav2vec",
-    "fairseq.models.wav2vec.wav2vec2",
-    "fairseq.models.speech_to_text.s2t_wav_transformer",
-    "fairseq.data.audio.raw_audio_dataset",
-    "fairseq_cli.validate",
-    "fairseq_cli.eval_lm",
+    "fairseq.utils", "fairseq.optim.adam", "fairseq.optim.cpu_adam", "fairseq.optim.adamax",
+    "fairseq.optim.adafactor", "fairseq.optim.fused_lamb", "fairseq.criterions.ctc", "fairseq.models.fconv",
+    "fairseq.models.fconv_lm", "fairseq.models.fconv_self_att", "fairseq.models.lightconv_lm",
+    "fairseq.models.transformer_lm", "fairseq.models.hubert.hubert", "fairseq.models.wav2vec.wav2vec",
+    "fairseq.models.wav2vec.wav2vec2", "fairseq.models.speech_to_text.s2t_wav_transformer",
+    "fairseq.data.audio.raw_audio_dataset", "fairseq_cli.validate", "fairseq_cli.eval_lm",
 )
 
 
@@ -252,11 +172,9 @@ def check_field(name: str, value: Any) -> None:
         return
     description, accepts = GRAMMARS[grammar]
     try:
-        evaluated = literal_eval(value)
+        ok = accepts(literal_eval(value))
     except UnsafeConfigValue:
-        evaluated, ok = None, False
-    else:
-        ok = accepts(evaluated)
+        ok = False
     if not ok:
         raise UnsafeConfigValue(f"{value!r} is not {description}; fairseq would pass it to eval()")
 
@@ -265,10 +183,6 @@ def _config_items(obj: Any, path: str, depth: int = 0) -> Iterator[Tuple[str, st
     """(dotted path, field name, value) of every field under a cfg / args object."""
     if depth > 8:
         return
-    try:
-        from omegaconf import DictConfig, OmegaConf
-    except ImportError:  # pragma: no cover (omegaconf is a fairseq dependency)
-        DictConfig = ()
     if isinstance(obj, DictConfig):
         try:
             obj = OmegaConf.to_container(obj, resolve=True)
@@ -305,27 +219,31 @@ def refused_pickle(path: str, error: pickle.UnpicklingError) -> UnsafePickleErro
                              "code)")
 
 
-def load_checkpoint_state(path: str) -> dict:
-    """torch.load(weights_only=True) and the configuration check: how the plugin's own
-    tools (strip-aux, checkpoint averaging) read a checkpoint file as it is on disk."""
-    with open(path, "rb") as f:
-        try:
-            state = torch.load(f, map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError as error:
-            raise refused_pickle(path, error) from None
-    check_checkpoint_config(state, path)
+def _checked(path, load: Callable[[], Any]) -> Any:
+    """``load()`` of the checkpoint ``path``: a refused pickle as one line, then the configuration check."""
+    try:
+        state = load()
+    except pickle.UnpicklingError as error:
+        raise refused_pickle(str(path), error) from None
+    check_checkpoint_config(state, str(path))
     return state
 
 
-def save_atomically(state: Dict, output: str) -> None:
-    """torch.save to a temporary file beside ``output``, renamed into place: a crash never
-    leaves a half-written checkpoint, and never destroys the file it replaces."""
+def load_checkpoint_state(path: str) -> dict:
+    """A checkpoint file as it is on disk, for the plugin's own tools (strip-aux, checkpoint
+    averaging): torch.load(weights_only=True) and the configuration check."""
+    return _checked(path, lambda: torch.load(path, map_location="cpu", weights_only=True))
+
+
+def write_atomically(output: str, write: Callable[[str], None], prefix: str, suffix: str) -> None:
+    """``write(tmp)`` to a temporary file beside ``output``, renamed into place: a crash at any
+    moment leaves the old ``output`` or the complete new one, never a partial file."""
     directory = os.path.dirname(os.path.abspath(output))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".average-", suffix=".pt", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=directory)
     os.close(fd)
     try:
-        torch.save(state, tmp)
+        write(tmp)
         os.replace(tmp, output)
     except BaseException:
         if os.path.exists(tmp):
@@ -333,25 +251,25 @@ def save_atomically(state: Dict, output: str) -> None:
         raise
 
 
+def save_atomically(state: Dict, output: str) -> None:
+    """torch.save ``state`` to ``output`` through :func:`write_atomically`."""
+    write_atomically(output, lambda tmp: torch.save(state, tmp), ".average-", ".pt")
+
+
 # ----------------------------------------------------------------------------------------
 # installation (by fairseq_ext.guards.install, when the plugin is imported)
 # ----------------------------------------------------------------------------------------
 def _checking_config(load_checkpoint_to_cpu):
     def load_checking_config(path, arg_overrides=None, load_on_all_ranks=False):
-        try:
-            state = load_checkpoint_to_cpu(path, arg_overrides, load_on_all_ranks)
-        except pickle.UnpicklingError as error:
-            raise refused_pickle(str(path), error) from None
-        check_checkpoint_config(state, str(path))
-        return state
+        return _checked(path, lambda: load_checkpoint_to_cpu(path, arg_overrides, load_on_all_ranks))
 
     return load_checking_config
 
 
-def _shadow_eval(module_names=EVAL_MODULES) -> None:
+def _shadow_eval() -> None:
     # Not a wrapper: the modules call the builtin through a global name they do not define,
     # and binding ``eval`` in their namespace is all it takes (idempotent by itself).
-    for name in module_names:
+    for name in EVAL_MODULES:
         module = sys.modules.get(name)
         if module is None:
             try:

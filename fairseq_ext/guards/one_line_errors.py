@@ -1,14 +1,10 @@
-"""Errors of the plugin reach the user as one line, not as a traceback.
+"""Errors of the plugin reach the user as one line, not as a traceback (docs/trust.md).
 
-fairseq's command-line entry points do not catch exceptions, so an option error of the plugin
-would be the last line of a 30-line traceback. :func:`install` wraps ``sys.excepthook``: a
-:class:`~fairseq_ext.errors.FairseqExtError` is printed as one line,
-``<program>: error: <message>``, and the process exits with status 1 (Python's status for an
-uncaught exception); every other exception goes to the previous hook and keeps its
-traceback. fairseq-hydra-train's job never reaches the hook: hydra catches the job's exception,
-prints "Error executing job" and a traceback, and exits; so a failed job's result
-(``hydra.core.utils.JobReturn.return_value``, read after the job) says ours in the same one
-line. Set ``FAIRSEQ_EXT_TRACEBACK=1`` to see the traceback of ours too.
+:func:`install` wraps ``sys.excepthook``: a :class:`~fairseq_ext.errors.FairseqExtError` prints as
+``<program>: error: <message>`` with exit status 1; other exceptions keep their traceback. hydra
+catches a failed fairseq-hydra-train job's exception itself, so the failed job's result
+(``JobReturn.return_value``) says ours in the same line. ``FAIRSEQ_EXT_TRACEBACK=1`` shows the
+traceback of ours too.
 """
 import os
 import sys

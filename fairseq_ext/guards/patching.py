@@ -1,14 +1,7 @@
-"""How every guard replaces an attribute of fairseq (or of ``sys``) with its wrapper.
-
-A guard never edits fairseq's source: it replaces one attribute that fairseq looks up at call
-time (a module function, a method of a class, a module-level object) with a wrapper built
-from the original. :func:`replace` is the one place that does it, so that every wrapper
-
-- keeps the original as ``__wrapped__`` (tests and callers reach fairseq's own behaviour
-  through it) and its ``__doc__``, ``__name__`` and ``__qualname__``;
-- carries the marker attribute :data:`MARKER`, so a second installation finds the wrapper
-  and leaves it alone instead of wrapping it again;
-- is listed in :data:`REPLACED`, so what the plugin changed in fairseq can be enumerated.
+"""How every guard replaces one attribute of fairseq (or of ``sys``) that fairseq looks up at
+call time with a wrapper built from the original (:func:`replace`): the wrapper keeps the
+original as ``__wrapped__`` and its name and doc, carries :data:`MARKER` (a second installation
+leaves it alone) and is listed in :data:`REPLACED`.
 """
 import functools
 from typing import Any, Callable, List, Tuple

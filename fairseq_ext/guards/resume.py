@@ -1,79 +1,43 @@
-"""Resuming training: any world size, after a crash, and never silently from scratch.
+"""Resuming training: any world size, after a crash, never silently from scratch, one run per
+save dir (docs/trust.md, "Resuming"). :func:`install`, run when the plugin is imported (so that
+``fairseq-ext train`` and plain ``fairseq-train --user-dir`` both get it), patches fairseq 0.12:
 
-Three narrow patches of fairseq 0.12, installed by :func:`install` when the plugin is imported
-(``--user-dir fairseq_ext``), so ``fairseq_ext/recipes/train.sh`` and plain ``fairseq-train``
-both get them. Errors the user can fix are
-:class:`ResumeError` (a :class:`~fairseq_ext.errors.FairseqExtError`: one line, no traceback).
+1. ``distributed.utils._broadcast_object_slow``: on resume rank 0 sends the loaded checkpoint to
+   the other ranks, which ``torch.load`` it with ``weights_only=True`` and fail on its
+   ``omegaconf.DictConfig`` and fairseq's ``_TensorPlaceholder``. The sender encodes them as
+   plain data (:func:`encode_for_broadcast`); the receivers, still loading with
+   ``weights_only=True``, rebuild them as ``load_checkpoint_to_cpu`` builds a checkpoint's cfg.
+2. ``PathManager.copy`` as ``checkpoint_utils`` sees it: ``save_checkpoint`` copies its first
+   file to ``checkpoint_last.pt``, ``checkpoint_best.pt``, ... in place; local copies now go to
+   ``.NAME.XXXX.tmp`` beside the destination and are renamed into place (:func:`atomic_copy`).
+3. ``checkpoint_utils.load_checkpoint`` (every rank): first the save dir's lock
+   (:func:`hold_save_dir`), then :func:`check_restore`: an unreadable ``checkpoint_last.pt`` is
+   replaced by the intact checkpoint with the most updates (a WARNING names both), or refused
+   when there is none; an explicit ``--restore-file`` / ``--continue-once`` that is missing,
+   a directory or unreadable is refused with :class:`ResumeError` (plain ``fairseq-train``
+   keeps fairseq's meaning of a missing ``--restore-file``, with a warning).
+   ``recipes/train.sh`` runs the check once before it starts several processes
+   (:func:`preflight`), so that the error is one line rather than one per rank.
 
-1. **Multi-process resume** (``fairseq.distributed.utils._broadcast_object_slow``).
-   *What fairseq does:* on resume only data-parallel rank 0 reads the checkpoint
-   (``Trainer.load_checkpoint``) and sends it to the other ranks with
-   ``distributed_utils.broadcast_object``, which splits out the tensors (replacing each by
-   a ``_TensorPlaceholder``) and passes the rest to ``_broadcast_object_slow``: rank 0
-   ``torch.save``s it into a buffer, the other ranks ``torch.load`` it.
-   *Why it fails:* torch >= 2.6 loads with ``weights_only=True``, and the state holds the
-   ``omegaconf.DictConfig`` that ``load_checkpoint_to_cpu`` made of the checkpoint's ``cfg``
-   (and fairseq's ``_TensorPlaceholder`` dataclass), so rank 1 dies with
-   ``Unsupported global: omegaconf.dictconfig.DictConfig``. Allowlisting them would let any
-   pickle carry OmegaConf's object graph.
-   *What we change:* ``broadcast_object`` looks ``_broadcast_object_slow`` up as a module
-   attribute at call time; our wrapper encodes, on the sending rank only, each
-   ``DictConfig`` as its plain container (``OmegaConf.to_container(resolve=False)``, as
-   checkpoints store ``cfg``) and each placeholder as its index; the receiving ranks load
-   with ``weights_only=True`` as before and rebuild them exactly as
-   ``load_checkpoint_to_cpu`` builds a checkpoint's ``cfg``
-   (``OmegaConf.create(..., flags={"allow_objects": True})``). Everything else travels
-   unchanged. Every rank imports the plugin, so both ends are always patched.
-2. **Crash-safe saves** (``PathManager.copy`` as seen by ``fairseq.checkpoint_utils``).
-   ``save_checkpoint`` writes the first file of a save atomically (``.tmp`` + rename) but
-   *copies* it to the others (``checkpoint_last.pt``, ``checkpoint_best.pt``, ...) in place,
-   so a kill during the copy leaves a truncated or empty file. Copies to local paths now go
-   to a temporary file in the destination's directory (``.checkpoint_last.pt.XXXX.tmp``,
-   same permissions as the source) and are renamed into place with ``os.replace``.
-3. **Resume from what is there** (``fairseq.checkpoint_utils.load_checkpoint``, which
-   ``fairseq_cli/train.py`` calls on every rank):
-   - an explicit ``--restore-file`` that does not exist keeps fairseq's meaning under plain
-     ``fairseq-train`` (training starts from scratch; fairseq's own tests name a missing file
-     on purpose), said in one WARNING line naming the file; ``fairseq-ext train`` (which sets
-     :data:`STRICT_ENV`) refuses it, naming the path, as it refuses a ``--continue-once`` that
-     is not a file or a ``--restore-file`` that is a directory. One that is unreadable is refused too (naming the newest intact checkpoint of
-     ``--save-dir``), rather than replaced: the user chose that file. A fresh ``--save-dir``
-     without ``checkpoint_last.pt`` still starts from scratch;
-   - an unreadable ``checkpoint_last.pt`` (empty, truncated, zero-filled) is skipped with a
-     WARNING naming it and the replacement: the intact checkpoint of ``--save-dir`` with the
-     most updates recorded in it (``checkpoint_E_U.pt``, ``checkpointE.pt``,
-     ``checkpoint_best.pt``, ``checkpoint.best_*.pt``; each verified by loading it with
-     ``weights_only=True``, memory-mapped so that no tensor data is read). fairseq's own logic
-     (``--reset-*``, ``--finetune-from-model``, ...) then runs as if that file were
-     ``checkpoint_last.pt``. With none intact the run is refused, naming the broken file.
-
-   - first of all, the run takes the save dir's lock (:mod:`fairseq_ext.guards.save_dir_lock`):
-     a second run writing the same ``--save-dir`` is refused, naming the first.
-
-   These checks are :func:`check_restore`; ``fairseq_ext/recipes/train.sh`` runs them once
-   through :func:`preflight` before it starts several processes, so that the error is one
-   line rather than one per rank followed by torchrun's traceback.
-
-Not covered: remote storage paths (``s3://``, ...: fairseq's behaviour is kept), a
-checkpoint in torch's legacy (pre-1.6) format that is truncated (fairseq 0.12 never writes
-one), and a kill during fairseq's own ``--write-checkpoints-asynchronously`` writes.
+Remote storage paths (``s3://``, ...) keep fairseq's behaviour.
 """
+import atexit
 import logging
 import os
 import re
 import shutil
-import tempfile
 import zipfile
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from fairseq import checkpoint_utils
 from fairseq.distributed import utils as distributed_utils
 from fairseq.file_io import PathManager
 
-from fairseq_ext.errors import ResumeError
+from fairseq_ext.errors import ResumeError, SaveDirBusyError
+from fairseq_ext.guards.checkpoint_safety import write_atomically
 from fairseq_ext.guards.patching import replace
-from fairseq_ext.guards.save_dir_lock import hold_save_dir
+from fairseq_ext.recipes.helpers.outputs import OutputBusyError, OutputLock
 
 logger = logging.getLogger(__name__)
 # set by fairseq-ext train (fairseq_ext/recipes/train.sh): a --restore-file that does not exist
@@ -138,19 +102,13 @@ def _broadcasting_plain_data(original):
 # 2. atomic copies of checkpoint files
 # ----------------------------------------------------------------------------------------
 def atomic_copy(src_path: str, dst_path: str) -> None:
-    """Copy to a temporary file beside ``dst_path`` and rename it into place: a kill at any
-    moment leaves either the old ``dst_path`` or the complete copy, never a partial one."""
-    directory = os.path.dirname(os.path.abspath(dst_path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dst_path)}.", suffix=".tmp", dir=directory)
-    os.close(fd)
-    try:
+    """Copy through a temporary file beside ``dst_path``, renamed into place
+    (:func:`~fairseq_ext.guards.checkpoint_safety.write_atomically`), with the source's mode."""
+    def copy(tmp):
         shutil.copyfile(src_path, tmp)
         shutil.copymode(src_path, tmp)  # mkstemp makes it 0600; keep the checkpoint's mode
-        os.replace(tmp, dst_path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+
+    write_atomically(dst_path, copy, prefix=f".{os.path.basename(dst_path)}.", suffix=".tmp")
 
 
 class _AtomicCopyPathManager:
@@ -173,8 +131,33 @@ class _AtomicCopyPathManager:
 
 
 # ----------------------------------------------------------------------------------------
-# 3. choosing the checkpoint to resume from
+# 3. one run per save dir, and choosing the checkpoint to resume from
 # ----------------------------------------------------------------------------------------
+# the save dir locks this process holds (released at exit)
+_HELD: Dict[str, OutputLock] = {}
+
+
+def hold_save_dir(cfg) -> None:
+    """On global rank 0, take the lock of ``cfg.save_dir`` (``PARENT/.NAME.lock``, the output lock
+    of recipes/helpers/outputs.py) for the rest of the process; raise :class:`SaveDirBusyError`
+    naming the holder when another run has it. Nothing is locked with ``--no-save``, for a
+    remote save dir, or for a config without one (the mocks of fairseq's own tests)."""
+    save_dir = getattr(cfg, "save_dir", None)
+    if save_dir is None or getattr(cfg, "no_save", False) or "://" in str(save_dir) \
+            or distributed_utils.get_global_rank() != 0:
+        return
+    key = os.path.realpath(save_dir)
+    if key in _HELD:
+        return
+    lock = OutputLock(save_dir, what="--save-dir")
+    try:
+        lock.acquire()
+    except OutputBusyError as e:
+        raise SaveDirBusyError(f"{e}; two training runs need two save dirs") from None
+    _HELD[key] = lock
+    atexit.register(lock.release)
+
+
 def is_intact(path: str) -> bool:
     """Whether ``path`` looks like a checkpoint that ``torch.save`` finished writing. torch's
     format is a zip archive whose central directory is written last, so an empty,
@@ -272,13 +255,11 @@ def _check_explicit(option: str, path: str, save_dir: str, suffix: str = "", str
 
 
 def check_restore(cfg, suffix: str = "", strict: Optional[bool] = None) -> Optional[str]:
-    """What :func:`load_checkpoint` checks before fairseq's own code runs, for a
-    ``CheckpointConfig`` ``cfg``: raises :class:`ResumeError` for a missing or unreadable
-    explicit ``--restore-file`` / ``--continue-once`` and for an unreadable
-    ``checkpoint_last.pt`` with no intact checkpoint beside it; returns the checkpoint to
-    load in place of an unreadable ``checkpoint_last{suffix}.pt``, else None (fairseq's
-    choice stands). ``strict`` (default: :data:`STRICT_ENV` is ``1``) refuses a missing
-    ``--restore-file`` instead of training from scratch with a warning."""
+    """The checks of a ``CheckpointConfig`` before fairseq's ``load_checkpoint`` runs: the checkpoint
+    to load in place of an unreadable ``checkpoint_last{suffix}.pt``, else None (fairseq's choice
+    stands); :class:`ResumeError` when there is none to load, or for a missing or unreadable
+    ``--restore-file`` / ``--continue-once``. Not ``strict`` (default: :data:`STRICT_ENV` is not
+    ``1``), a missing ``--restore-file`` means training from scratch, with a warning."""
     if strict is None:
         strict = os.environ.get(STRICT_ENV) == "1"
     if cfg.save_dir is None:  # no save dir (the mocked configs of fairseq's own tests): nothing to check
@@ -338,10 +319,8 @@ def _resuming_from_what_is_there(original):
 
 
 def preflight(argv: List[str]) -> None:
-    """``fairseq_ext/recipes/train.sh``'s check before it starts several processes with
-    torchrun, where every rank would print the error and torchrun a traceback after it: parse ``argv``
-    (fairseq-train's arguments) with fairseq-train's own parser and run
-    :func:`check_restore` once. Sharded (FSDP) checkpoints are per rank: left to the ranks."""
+    """``recipes/train.sh``'s :func:`check_restore` before torchrun starts several processes, on
+    fairseq-train's arguments ``argv``. Sharded (FSDP) checkpoints are per rank: left to the ranks."""
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 

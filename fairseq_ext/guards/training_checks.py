@@ -1,11 +1,7 @@
-"""Checks that need both the model and the criterion, run when fairseq-train starts.
-
-The model is built before the criterion, and neither sees the other until fairseq's
-``Trainer`` receives both; the ``Trainer`` exists only in training, so generation,
-validation and the hub are not affected. :func:`install` wraps ``Trainer.__init__``:
-after fairseq's own set-up, a model that defines ``check_training_setup(criterion, cfg)``
-is asked to check them, and refuses with a :class:`~fairseq_ext.errors.OptionError` naming
-the flags (printed as one line by the plugin's error hook).
+"""Checks of fairseq-train's ``Trainer`` (training only): a model that defines
+``check_training_setup(criterion, cfg)`` checks itself against the criterion before fairseq sets
+up (an :class:`~fairseq_ext.errors.OptionError`, one line), and a checkpoint loaded with the
+optimizer reset is marked as a warm start (:data:`WARM_START`).
 """
 import logging
 from contextvars import ContextVar

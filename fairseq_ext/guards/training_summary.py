@@ -1,23 +1,13 @@
 """One closing line when ``fairseq-train`` stops: how far training got, and why it stopped.
 
-fairseq 0.12 ends a run that its time cap (``--stop-time-hours``) cut after 274 of 2,400
-updates with the same "done training" line as a finished one; an undertrained model then
-scores far below what the user expects, with nothing saying why. :func:`install` wraps
-``fairseq_cli.train.train`` (one epoch; ``main`` looks it up at call time): when the epoch
-ends the run, the first process logs one line::
-
-    training ended: 274 of 2400 updates, 13.0 min of training; stopped by the time cap
-    (--stop-time-hours 0.2167 = 13.0 min) before 2400 updates: ... To continue it to 2400
-    updates, run the same command again with --stop-time-hours 0 ...; it resumes from
-    SAVE_DIR/checkpoint_last.pt
-
-The line starts with ``training ended: U of P updates, M min of training`` (P is ``?`` when
-no ``--max-update`` is set), which scripts/quickstart.sh reads back. A script that runs
-fairseq-train for its user in a temporary save dir (quickstart.sh) says, in the environment,
-where the checkpoints will be (:data:`SHOWN_SAVE_DIR_ENV`) and which command of its own
-continues the run (:data:`CONTINUE_ENV`): the line then names those, not a directory that is
-gone a moment later nor a fairseq-train command the user never typed. Nothing is installed
-outside ``fairseq-train`` (``fairseq_cli.train`` not imported).
+fairseq 0.12 ends a run cut by its time cap (``--stop-time-hours``) with the same "done
+training" line as a finished one. :func:`install` wraps ``fairseq_cli.train.train`` (one epoch;
+only inside ``fairseq-train``); when the epoch ends the run, the first process logs
+:func:`summary`, which starts ``training ended: U of P updates, M min of training`` (P is ``?``
+without ``--max-update``; scripts/quickstart.sh reads it back). A script that runs fairseq-train
+for its user in a temporary save dir (quickstart.sh) names, in the environment, where the
+checkpoints will be (:data:`SHOWN_SAVE_DIR_ENV`) and its own command that continues the run
+(:data:`CONTINUE_ENV`).
 """
 import logging
 import math

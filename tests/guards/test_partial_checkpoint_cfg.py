@@ -1,29 +1,28 @@
-"""The save-dir lock (fairseq_ext/guards/save_dir_lock.py) and the resume checks
-(fairseq_ext/guards/resume.py) on the partial configs that fairseq's
-own tests give ``checkpoint_utils.load_checkpoint`` (tests/test_train.py's ``get_mock_cfg``,
-tests/test_checkpoint_utils_for_task_level_attributes.py): no ``no_save`` key, ``save_dir``
-None. There is nothing to lock, and fairseq's load goes on as without the plugin."""
+"""The save-dir lock and the resume checks (fairseq_ext/guards/resume.py) on the partial
+configs that fairseq's own tests give ``checkpoint_utils.load_checkpoint`` (tests/test_train.py's
+``get_mock_cfg``, tests/test_checkpoint_utils_for_task_level_attributes.py): no ``no_save``
+key, ``save_dir`` None. There is nothing to lock, and fairseq's load goes on as without the plugin."""
 from omegaconf import OmegaConf
 
-from fairseq_ext.guards import resume, save_dir_lock
+from fairseq_ext.guards import resume
 
 
 def test_a_config_without_save_dir_or_no_save_takes_no_lock():
-    before = dict(save_dir_lock._HELD)
+    before = dict(resume._HELD)
     for checkpoint in ({"save_dir": None, "restore_file": "checkpoint_last.pt"},
                        {"save_dir": None, "no_save": False}):
-        save_dir_lock.hold_save_dir(OmegaConf.create({"checkpoint": checkpoint}).checkpoint)
-    assert save_dir_lock._HELD == before
+        resume.hold_save_dir(OmegaConf.create({"checkpoint": checkpoint}).checkpoint)
+    assert resume._HELD == before
 
 
 def test_a_config_without_no_save_still_locks_its_save_dir(tmp_path):
     cfg = OmegaConf.create({"checkpoint": {"save_dir": str(tmp_path / "run")}}).checkpoint
-    save_dir_lock.hold_save_dir(cfg)
+    resume.hold_save_dir(cfg)
     key = str((tmp_path / "run").resolve())
     try:
-        assert key in save_dir_lock._HELD
+        assert key in resume._HELD
     finally:
-        save_dir_lock._HELD.pop(key).release()
+        resume._HELD.pop(key).release()
 
 
 def test_a_config_without_save_dir_has_nothing_to_resume_from():

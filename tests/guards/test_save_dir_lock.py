@@ -1,17 +1,15 @@
-"""One training run per --save-dir (fairseq_ext/guards/save_dir_lock.py): a fairseq-train
+"""One training run per --save-dir (fairseq_ext/guards/resume.py): a fairseq-train
 started while another run writes its save dir stops with one line naming that run, before it
 writes anything; a lock file left by a killed run blocks nobody."""
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from fairseq_ext.errors import SaveDirBusyError
-from fairseq_ext.guards import save_dir_lock
-from fairseq_ext.recipes.helpers.outputs import OutputLock, lock_path
+from fairseq_ext.guards import resume
+from fairseq_ext.recipes.helpers.outputs import lock_path
 from model_utils import TINY_TRAIN_FLAGS, USER_DIR, clean_env
 
 
@@ -38,22 +36,22 @@ def test_the_save_dir_is_held_by_rank_0_only_and_not_with_no_save(tmp_path, monk
     other = holder(tmp_path / "busy")
     try:
         with pytest.raises(SaveDirBusyError) as e:
-            save_dir_lock.hold_save_dir(checkpoint_cfg(tmp_path / "busy"))
+            resume.hold_save_dir(checkpoint_cfg(tmp_path / "busy"))
         assert str(e.value).startswith(f"--save-dir {tmp_path / 'busy'} is being written by another command "
                                        f"(pid {other.pid} on ")
         assert str(e.value).endswith("; wait for it to finish, or write elsewhere; two training runs need two save dirs")
-        save_dir_lock.hold_save_dir(checkpoint_cfg(tmp_path / "busy", no_save=True))  # writes nothing there
-        monkeypatch.setattr(save_dir_lock.distributed_utils, "get_global_rank", lambda: 1)
-        save_dir_lock.hold_save_dir(checkpoint_cfg(tmp_path / "busy"))  # rank 0's to hold
+        resume.hold_save_dir(checkpoint_cfg(tmp_path / "busy", no_save=True))  # writes nothing there
+        monkeypatch.setattr(resume.distributed_utils, "get_global_rank", lambda: 1)
+        resume.hold_save_dir(checkpoint_cfg(tmp_path / "busy"))  # rank 0's to hold
     finally:
         other.kill()
         other.wait()
     # the killed holder left its file, not its lock
     assert os.path.exists(lock_path(tmp_path / "busy"))
     monkeypatch.undo()
-    monkeypatch.setattr(save_dir_lock, "_HELD", {})
-    save_dir_lock.hold_save_dir(checkpoint_cfg(tmp_path / "busy"))
-    lock = save_dir_lock._HELD[os.path.realpath(tmp_path / "busy")]
+    monkeypatch.setattr(resume, "_HELD", {})
+    resume.hold_save_dir(checkpoint_cfg(tmp_path / "busy"))
+    lock = resume._HELD[os.path.realpath(tmp_path / "busy")]
     assert open(lock_path(tmp_path / "busy")).read().startswith(f"pid {os.getpid()} on ")
     lock.release()
     assert not os.path.exists(lock_path(tmp_path / "busy"))
