@@ -176,7 +176,8 @@ def describe_row(checkpoint: str) -> Dict[str, str]:
     return {"layers": f"{size['encoder_layers']}+{size['decoder_layers']}",
             "d_model": str(size["encoder_embed_dim"]), "FFN": str(size["encoder_ffn_embed_dim"]),
             "heads": str(size["encoder_attention_heads"]), "technique": ", ".join(techniques) or "none (Transformer)",
-            "parameters": f"{count_parameters(state) / 1e6:.2f}M", "updates": f"{updates:,}" if updates is not None else "–"}
+            "parameters": f"{count_parameters(state) / 1e6:.2f}M",
+            "updates": f"{updates:,}" if updates is not None else "–"}
 
 
 def summary(checkpoint: str) -> str:

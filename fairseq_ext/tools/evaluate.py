@@ -6,19 +6,17 @@
 
 1. fairseq-generate --user-dir fairseq_ext --gen-subset SPLIT, subword units removed
    (--remove-bpe for subword-nmt, --remove-bpe sentencepiece for SentencePiece); every
-   option not listed in --help goes to fairseq-generate unchanged (--beam 6 --lenpen 1.1
-   --model-overrides "{...}" --cpu --max-tokens ...); defaults: --beam 5 --batch-size 128.
+   option not listed in --help goes to fairseq-generate unchanged; defaults: --beam 5 --batch-size 128.
 2. hypotheses detokenized with sacremoses (Moses detokenizer, XML escapes undone);
 3. sacreBLEU, case-sensitive and -lc, on detokenized text (13a) and on Moses-tokenized text
    (--tokenize none, multi-bleu style), each printed with its signature; then the flavour
    the papers report for this task.
 
-References come from DATA/text/SPLIT.{raw,tok}.TGT written by the data recipes (so the
-<unk>s of fairseq's own T- lines do not count against the system); without them the T-
-lines are used, with a warning. The default --out is CKPT_DIR/eval-SET, SET the test or
-valid set prep.env names for the split (eval-test_2016_flickr, eval-newstest2014; eval-SPLIT
-without one), so that two test sets binarized as split 'test' keep their own results; a
-default directory that holds the evaluation of other data is refused, not replaced.
+References: DATA/text/SPLIT.{raw,tok}.TGT written by the data recipes, else fairseq's T- lines
+(with a warning). The default --out is CKPT_DIR/eval-SET (:func:`result_key`). Multi-source
+data: the task and its extra sources come from prep.env; --shuffle-source L [--shuffle-seed N]
+is the adversarial evaluation (default --out CKPT_DIR/eval-SET-shuffle-L; with an unshuffled
+evaluation, --unshuffled DIR or CKPT_DIR/eval-SET, the BLEU drop goes to adversarial.json).
 Files written to --out:
   generate-SPLIT.txt   fairseq-generate output (+ .log, .cmd)
   hyp.tok / ref.tok    tokenized text          hyp.detok / ref.detok  detokenized text
@@ -27,19 +25,9 @@ Files written to --out:
                        --comet-model COMET (docs/evaluation.md) and its segment scores
   .evaluation-complete what was evaluated; significance reads only directories with it
   .fairseq_ext-output  the marker: --out is replaced only when it holds one (or is empty)
-Multi-source data (prepare-multi30k.sh --extra-src): the task and its extra sources come from
-prep.env. Adversarial evaluation (multi-source paper, Table 2): --shuffle-source L
-[--shuffle-seed N] replaces every sentence of source L by another sentence of the split
-(inside the task, so fairseq-generate does it); default --out CKPT_DIR/eval-SET-shuffle-L,
-and with an unshuffled evaluation of the same checkpoint (--unshuffled DIR, default
-CKPT_DIR/eval-SET when it holds one) the BLEU drop is printed and written to
-adversarial.json.
-
---out holds one complete evaluation or none: everything is written into a temporary
-directory beside --out (outputs.StagedOutput), renamed into place only when the evaluation
-succeeded. A rerun removes the previous evaluation when it starts, so after a failed rerun
---out holds no result, only the generate log and command to debug with (and significance
-refuses it): a stale result never passes for the new one.
+--out holds one complete evaluation or none (outputs.StagedOutput: written beside it, renamed
+into place on success). A rerun removes the previous evaluation when it starts, so a failed
+rerun leaves only the generate log and command: a stale result never passes for the new one.
 """
 import argparse
 import ast
@@ -198,8 +186,10 @@ def build_parser() -> CommandParser:
     add = parser.add_argument
     add("--checkpoint", "--path", dest="checkpoint", default="", metavar="PATH",
         help="model checkpoint (several joined with ':' = ensemble)")
-    add("--data", default="", metavar="DIR", help="binarized data (fairseq-ext prepare output, or any fairseq-preprocess output)")
-    add("--split", "--gen-subset", dest="split", default="test", metavar="NAME", help="valid | test | ... (default test)")
+    add("--data", default="", metavar="DIR",
+        help="binarized data (fairseq-ext prepare output, or any fairseq-preprocess output)")
+    add("--split", "--gen-subset", dest="split", default="test", metavar="NAME",
+        help="valid | test | ... (default test)")
     add("--out", default="", metavar="DIR",
         help="where outputs go (default: CKPT_DIR/eval-SET, SET the test or valid set prep.env names for the "
              "split, e.g. eval-test_2016_flickr, else eval-SPLIT)")

@@ -28,6 +28,7 @@ from typing import Dict, List, Optional
 import yaml
 
 from fairseq_ext import resources
+from fairseq_ext.common.command_line import fail
 from fairseq_ext.errors import FairseqExtError
 
 GROUPS = ("common", "dataset", "optimization", "checkpoint", "distributed_training", "model", "task", "criterion",
@@ -40,24 +41,14 @@ def config_names() -> List[str]:
     return sorted(f[:-len(".args")] for f in os.listdir(resources.CONFIG_DIR) if f.endswith(".args"))
 
 
-def read_flags(name: str) -> List[str]:
-    with open(resources.config_path(name), encoding="utf-8") as f:
-        return shlex.split(f.read(), comments=True)
-
-
-def _given_dests(parser: argparse.ArgumentParser, flags: List[str]) -> List[str]:
-    """The destinations of the options ``flags`` names (``--max-tokens`` -> ``max_tokens``)."""
-    by_option = {option: action.dest for action in parser._actions for option in action.option_strings}
-    return [by_option[flag] for flag in flags if flag in by_option]
-
-
 def config_dict(name: str) -> Dict[str, dict]:
     """The YAML content of config ``name``: {group: {field: value}}."""
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from omegaconf import OmegaConf
 
-    flags = read_flags(name)
+    with open(resources.config_path(name), encoding="utf-8") as f:
+        flags = shlex.split(f.read(), comments=True)
     task = ["--task", "translation"] if "--task" not in flags else []
     argv = [PLACEHOLDER_DATA, "--user-dir", resources.user_dir(), *task, *flags]
     parser = options.get_training_parser()
@@ -73,7 +64,9 @@ def config_dict(name: str) -> Dict[str, dict]:
     out: Dict[str, dict] = {"common": {"user_dir": resources.user_dir()}}
     # the model last: a model without a dataclass holds every argument
     lookup = [g for g in GROUPS if g != "model"] + ["model"]
-    for dest in _given_dests(parser, flags):
+    # the destinations of the options the file names (--max-tokens -> max_tokens)
+    by_option = {option: action.dest for action in parser._actions for option in action.option_strings}
+    for dest in (by_option[flag] for flag in flags if flag in by_option):
         group = next((g for g in lookup if isinstance(cfg.get(g), dict) and dest in cfg[g]), None)
         if group is None or dest in ("arch", "task", "criterion", "optimizer", "lr_scheduler", "user_dir"):
             continue
@@ -159,8 +152,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         write_config_dir(out)
     except FairseqExtError as e:
-        print(f"{parser.prog}: error: {e}", file=sys.stderr)
-        return 1
+        return fail(parser.prog, e)
     print(out)
     return 0
 

@@ -113,10 +113,6 @@ def count_lines(path: str) -> int:
     return lines + (last != b"\n")
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 def _first_few(numbers: List[int]) -> str:
     shown = ", ".join(str(n) for n in numbers[:FIRST_FEW])
     more = len(numbers) - FIRST_FEW
@@ -132,7 +128,8 @@ class Tally:
     max_source: Optional[int] = None
 
     def summary(self, skipped_as: str = "an empty output line for each") -> str:
-        text = f"{_plural(self.lines - len(self.skipped), 'line')} translated, {len(self.skipped)} skipped"
+        done = self.lines - len(self.skipped)
+        text = f"{done} line{'' if done == 1 else 's'} translated, {len(self.skipped)} skipped"
         if self.skipped:
             text += f" (not UTF-8: {_first_few(self.skipped)}; {skipped_as})"
         text += f", {len(self.cut)} cut"
