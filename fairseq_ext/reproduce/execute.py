@@ -90,17 +90,6 @@ def run_child(cmd: List[str], **popen_kwargs) -> int:
         _running.pop(proc.pid, None)
 
 
-def model_summary(checkpoint: str) -> dict:
-    """{"params": trainable parameters (:func:`fairseq_ext.common.checkpoints.count_parameters`),
-    "model": its size (layers, widths, heads; {} when the checkpoint records no configuration)}."""
-    state = checkpoints.load_state(checkpoint)
-    try:
-        size = checkpoints.shape(checkpoints.saved_config(state, checkpoint))
-    except CheckpointError:
-        size = {}
-    return {"params": checkpoints.count_parameters(state), "model": size}
-
-
 def _log_lines(path: str):
     if os.path.exists(path):
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -253,10 +242,14 @@ def run(plan: RunPlan) -> dict:
         lang = cmd[-1]
         run_command(cmd, os.path.join(plan.run_dir, f"evaluate-shuffle-{lang}.log"), env)
         adversarial[lang] = read_bleu(cmd[cmd.index("--out") + 1], plan.bleu)
-    summary = model_summary(plan.checkpoint)
-    result = {"plan": plan.result_key(), "bleu": read_bleu(eval_dir, plan.bleu), "params": summary["params"],
-              "model": summary["model"], "train_seconds": round(train_seconds, 1), **training_progress(train_log),
-              **training_speed(train_log), **decoding_speed(eval_dir)}
+    state = checkpoints.load_state(plan.checkpoint)
+    try:  # the model's layers, widths and heads ({} when the checkpoint records no configuration)
+        size = checkpoints.shape(checkpoints.saved_config(state, plan.checkpoint))
+    except CheckpointError:
+        size = {}
+    result = {"plan": plan.result_key(), "bleu": read_bleu(eval_dir, plan.bleu),
+              "params": checkpoints.count_parameters(state), "model": size, "train_seconds": round(train_seconds, 1),
+              **training_progress(train_log), **training_speed(train_log), **decoding_speed(eval_dir)}
     if adversarial:
         result["adversarial"] = adversarial
     tmp = os.path.join(plan.run_dir, ".result.json.tmp")
