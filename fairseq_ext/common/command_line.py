@@ -1,16 +1,8 @@
-"""What every Python command of the package shares: its parser and its one error line.
-
-- :class:`CommandParser`: argparse without abbreviations whose errors are raised as
-  :class:`~fairseq_ext.errors.CommandError` (the caller decides: a command prints one line, a
-  library call gets the exception);
-- :func:`search_arguments`: the beam search's options, declared once;
-- :func:`fail`: the one error line, ``PROG: error: MESSAGE`` (:func:`fairseq_ext.errors.error_line`),
-  with the usage first where the error asks for it;
-- :func:`setup_cli`: logging at WARNING (fairseq's INFO lines and matplotlib's chatter kept
-  out of a command's own output).
-
-Errors that escape a command print as the same one line through the guard the plugin installs
-when it is imported (:mod:`fairseq_ext.guards.one_line_errors`).
+"""What every Python command of the package shares: its parser (:class:`CommandParser`), the
+beam search's options (:func:`search_arguments`), its one error line (:func:`fail`) and its
+logging (:func:`setup_cli`: WARNING, so that fairseq's INFO lines and matplotlib's chatter stay
+out of a command's output). Errors that escape a command print as the same one line through
+:mod:`fairseq_ext.guards.one_line_errors`.
 """
 import argparse
 import logging

@@ -4,12 +4,8 @@ text becomes the model's token ids.
 A data recipe writes ``DATA/prep.env`` (``key=value`` lines: src, tgt, recipe, bpe, lowercase,
 test_set, ...) beside the binarized files, and ``DATA/code`` (subword-nmt) or
 ``DATA/spm.model`` (SentencePiece). Everything that reads a data directory reads it here:
-
-- :func:`read_prep_env`, the one reader of prep.env (parsed, never run);
-- :func:`headline_for`, the BLEU flavour the papers report for a recipe and direction;
-- :data:`REMOVE_BPE` and :data:`POSTPROCESS`, the subword kinds and their aliases;
-- :class:`TextPipeline`, raw text -> source ids as the recipe made the training data;
-- :func:`read_lines`, the one text reader (:func:`fairseq_ext.recipes.helpers.corpus.read_lines`).
+prep.env (:func:`read_prep_env`), the BLEU flavour the papers report (:func:`headline_for`),
+the subword kinds, raw text -> source ids (:class:`TextPipeline`) and the one text reader.
 """
 import os
 from typing import Dict, List, Optional
@@ -38,9 +34,6 @@ REMOVE_BPE = {"subword_nmt": ["--remove-bpe"], "subword-nmt": ["--remove-bpe"],
 POSTPROCESS = {"subword_nmt": "subword_nmt", "subword-nmt": "subword_nmt", "sentencepiece": "sentencepiece"}
 # the recipes' Moses options beyond the defaults (fairseq_ext/recipes/prepare-*.sh)
 RECIPE_TOKENIZER = {"wmt14-en-de": {"normalize": True, "aggressive": True}}
-# the XML escapes of the Moses tokenizer, undone before tokenizing (a corpus released
-# tokenized, such as IWSLT'15, carries them; tokenizing again would escape them twice)
-MOSES_ESCAPES = corpus.MOSES_ESCAPES
 
 
 def read_prep_env(data: str) -> Dict[str, str]:
@@ -92,7 +85,8 @@ unescape_moses = corpus.unescape_moses
 def recipe_tokenizer(lang: str, escape: bool, lowercase: bool = False, normalize: bool = False,
                      aggressive: bool = False):
     """The recipes' Moses tokenizer (:func:`fairseq_ext.recipes.helpers.moses.moses_tokenizer`)
-    as a function of a line, with the XML escapes of already tokenized text undone first."""
+    as a function of a line, with the XML escapes of already tokenized text undone first (a
+    corpus released tokenized, such as IWSLT'15, carries them; they would be escaped twice)."""
     tok = moses.moses_tokenizer(lang, aggressive, escape, lowercase, normalize)
     return lambda line: tok(unescape_moses(line))
 
@@ -131,10 +125,9 @@ class TextPipeline:
         self.subword = lambda line: line
         if not env:
             return
-        lang = env.get("src", "en")
+        lang, lowercase = env.get("src", "en"), env.get("lowercase") == "1"
         options = RECIPE_TOKENIZER.get(env.get("recipe", ""), {})
-        tokenize = side_tokenizer(env, "src")
-        self.tokenize = lambda line: tokenize(unescape_moses(line))
+        self.tokenize = recipe_tokenizer(lang, escape=True, lowercase=lowercase, **options)
         bpe = env.get("bpe", "subword_nmt")
         if POSTPROCESS.get(bpe) == "subword_nmt":
             codes = os.path.join(data, "code")
@@ -154,7 +147,7 @@ class TextPipeline:
             sp = spm.SentencePieceProcessor(model_file=path)
             self.subword = lambda line: " ".join(sp.encode(line, out_type=str))
         self.description = f"Moses ({lang}{', ' + ', '.join(options) if options else ''}" \
-                           f"{', lowercased' if env.get('lowercase') == '1' else ''}) + {bpe}"
+                           f"{', lowercased' if lowercase else ''}) + {bpe}"
 
     def __call__(self, sentence: str) -> torch.Tensor:
         line = self.subword(self.tokenize(sentence))

@@ -1,6 +1,4 @@
-"""The tools around the models: text reading and Moses/BPE helpers (``corpus``, ``spm``),
-sacreBLEU in the papers' flavours (``bleu``), significance (``significance``, ``compare``, and the
-compare-mt shim), every statistical test and the papers' marks (``statistics``), METEOR
-(``meteor``), translating and scoring raw text (``translate``, ``score``), the CPU thread
-default of training (``cpu``). ``corpus``, ``bleu``, ``spm``, ``outputs`` and ``cpu`` also run as plain files from the bash recipes, without importing the package (which would
-load fairseq and torch for every call)."""
+"""The package's commands: evaluate, translate, score, significance (``compare``, and
+``significance`` for several systems), every statistical test (``statistics``), METEOR
+(``meteor``), COMET (``comet``) and the hydra configs (``hydra_configs``). The plain-file
+helpers the bash recipes run are in ``fairseq_ext.recipes.helpers``."""

@@ -158,12 +158,9 @@ def run(opts: argparse.Namespace, log=_log) -> dict:
     staged = outputs.StagedOutput(opts.out, prog=PROG, inputs=inputs, force=True, log=log,
                                   keep_on_failure=["compare-mt.log", "sacrebleu.log"])
     with staged:
-        names = ["ref", "sys-a", "sys-b"]
-        files = [opts.ref, opts.sys_a, opts.sys_b]
-        if opts.src:
-            names.append("src")
-            files.append(opts.src)
-        files = [_read_once(path, os.path.join(staged.work, f"{name}.piped")) for name, path in zip(names, files)]
+        names = ["ref", "sys-a", "sys-b", "src"][:4 if opts.src else 3]
+        files = [_read_once(path, os.path.join(staged.work, f"{name}.piped"))
+                 for name, path in zip(names, [opts.ref, opts.sys_a, opts.sys_b, opts.src])]
         corpus.check_parallel(files)
         # compare-mt reads copies cleaned by the one reader (UTF-8 checked, BOM and CRs
         # removed: Python's universal newlines would split a line at a lone CR, wc -l would not)
@@ -211,15 +208,15 @@ def run(opts: argparse.Namespace, log=_log) -> dict:
             args += ["--src_file", clean[3]]
         log(f"compare-mt: paired bootstrap, {samples} samples ({os.path.basename(opts.sys_a)} vs "
             f"{os.path.basename(opts.sys_b)})")
-        env = dict(os.environ, MPLBACKEND="Agg")
         with open(os.path.join(out, "report.txt"), "wb") as stdout, \
                 open(os.path.join(out, "compare-mt.log"), "wb") as stderr:
             code = subprocess.run([sys.executable, SHIM, *args, *opts.compare_mt_args], stdout=stdout,
-                                  stderr=stderr, env=env).returncode
+                                  stderr=stderr, env=dict(os.environ, MPLBACKEND="Agg")).returncode
         if code != 0:
             # compare-mt's analyses are extras (its figures fail on some inputs, e.g. 3 sentences):
             # the sacreBLEU result stands, and the failure is one line
-            last = _last_line(os.path.join(out, "compare-mt.log"))
+            with open(os.path.join(out, "compare-mt.log"), encoding="utf-8", errors="replace") as f:
+                last = ([line.strip()[:200] for line in f if line.strip()] or ["no message"])[-1]
             log(f"WARNING: compare-mt failed ({last}); the sacreBLEU result is kept, compare-mt's analyses are "
                 f"missing (log: {staged.out}/compare-mt.log)")
         staged.finish()
@@ -252,12 +249,6 @@ def _read_once(path: str, copy: str) -> str:
         shutil.copyfileobj(source, target)
     return copy
 
-
-def _last_line(path: str) -> str:
-    """The last non-empty line of a log (a Python error's message), shortened."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        lines = [line.strip() for line in f if line.strip()]
-    return (lines[-1][:200] if lines else "no message")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
