@@ -220,14 +220,10 @@ def languages(checkpoint: str, data: str, split: str = "test", src: Optional[str
 
 def subword_kind(data: str, tgt: str) -> str:
     """The subword segmentation of a data directory without prep.env, as evaluation's
-    ``--bpe`` names it: the recipes' model file when there is one (DATA/code: subword_nmt,
+    ``--bpe`` names it (evaluation alone would assume subword_nmt, and SentencePiece pieces would
+    stay split): the recipes' model file when there is one (DATA/code: subword_nmt,
     DATA/spm.model: sentencepiece), else what the target dictionary holds (units ending in
-    "@@": subword_nmt; starting with "▁": sentencepiece; neither: none).
-
-    Evaluation alone would assume subword_nmt: its "@@ " removal is applied by
-    fairseq-generate to the hypotheses and to the T- lines (the reference without text/)
-    alike, so on word-level data it changes only tokens that end in "@@"; but SentencePiece
-    pieces would stay split, so the dictionary decides."""
+    "@@": subword_nmt; starting with "▁": sentencepiece; neither: none)."""
     if os.path.exists(os.path.join(data, "code")):
         return "subword_nmt"
     if os.path.exists(os.path.join(data, "spm.model")):

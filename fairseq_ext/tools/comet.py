@@ -1,20 +1,16 @@
-"""COMET (Rei et al. 2020; ``unbabel-comet``) beside sacreBLEU's metrics, run where COMET is
-installed.
+"""COMET (Rei et al. 2020; ``unbabel-comet``) beside sacreBLEU's metrics (docs/evaluation.md, "COMET").
 
 COMET pins numpy < 2 and protobuf < 5, which this package's environment does not allow, so it
-runs in the Python of another environment: ``--comet-python PATH`` (or
-``$FAIRSEQ_EXT_COMET_PYTHON``; ``make comet-env`` makes one in ``.comet-venv``), or this
-Python when it has COMET. The model is ``--comet-model`` (or ``$FAIRSEQ_EXT_COMET_MODEL``): a
-model directory as COMET downloads it (``DIR/checkpoints/model.ckpt`` beside
-``DIR/hparams.yaml``), a ``.ckpt`` file in such a directory, or a model name that COMET
-downloads itself (``Unbabel/wmt22-comet-da``: that needs its hub or its cache).
+runs in the Python of ``--comet-python`` (or ``$FAIRSEQ_EXT_COMET_PYTHON``; ``make comet-env``
+makes ``.comet-venv``), or this Python when it has COMET. ``--comet-model`` (or
+``$FAIRSEQ_EXT_COMET_MODEL``): a model directory as COMET downloads it
+(``DIR/checkpoints/model.ckpt`` beside ``DIR/hparams.yaml``), a ``.ckpt`` file in one, or a
+model name COMET downloads itself (that needs its hub or its cache).
 
-:func:`score` gives the system score (the mean of the segment scores, as ``comet-score``)
-with a signature naming the model, the references and COMET's version, like sacreBLEU's:
-COMET scores are comparable only between runs of the same model and version.
-:func:`compare` runs ``comet-compare`` (COMET's paired t-test and bootstrap resampling) on two
-systems, both as COMET's commands compute them (the model in half precision). On a GPU
-COMET batches there (``--cpu``: not), with its progress bar on a terminal's stderr.
+:func:`score` gives the system score (the mean of the segment scores, as ``comet-score``) with
+a signature naming the model, the references and COMET's version, like sacreBLEU's;
+:func:`compare` runs ``comet-compare`` (paired t-test and bootstrap resampling). Both compute
+as COMET's commands do (the model in half precision), batched on a GPU unless ``--cpu``.
 """
 import argparse
 import json

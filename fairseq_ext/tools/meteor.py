@@ -1,48 +1,31 @@
-"""METEOR without downloads, for the multi-source paper's tables (ms-1, ms-2).
+"""METEOR without downloads, for the multi-source paper's tables (ms-1, ms-2): METEOR's formula
+computed here, with METEOR 1.5's parameters (Denkowski & Lavie, 2014; the version whose jar can
+still be run to check it), on an alignment of its own. The paper used MultEval's METEOR 1.3,
+whose synonym (WordNet) and paraphrase stages need data that cannot be fetched when the score
+is computed. docs/reproduction.md, "METEOR", has the details and the comparison with the jar.
 
-Libovický et al. (2018) report "BLEU and METEOR (Denkowski and Lavie, 2011) as implemented in
-MultEval": the paper cites METEOR 1.3, which MultEval bundled (its later releases bundle
-METEOR 1.4). METEOR is a Java program whose German, French, Spanish and Czech scores also
-match paraphrases from tables of hundreds of MB that come beside the jar, and whose English
-scores also match WordNet synonyms. None of that can be fetched when the score is computed,
-so this module computes METEOR's formula itself, on an alignment of its own that searches as
-METEOR's aligner does (:func:`align`), with nltk's Snowball stemmers (nltk is pinned by the
-Makefile; its version goes into every result), and keeps what needs no data. It is not
-METEOR 1.3: its parameters
-are METEOR 1.5's (Denkowski & Lavie, 2014), the version whose jar can still be run to check
-it (docs/reproduction.md, "METEOR"):
-
-  stages      exact, then stem (nltk's Snowball stemmer of the language: pure code, the
-              Snowball algorithms METEOR also stems with). No synonym stage (WordNet is a
-              download) and no paraphrase stage (METEOR's tables are too). Czech is exact
-              only, because METEOR has no Czech stemmer either.
-  alignment   :func:`align`: the most matches (each word once), of those the most exact
-              ones, then the fewest chunks, then the smallest sum of distances, by a beam
-              search over the hypothesis words (beam 40, METEOR 1.5's default). nltk's own
-              ``meteor_score`` is not used: it aligns greedily, word by word (5 chunks where
-              METEOR finds 2 on "the cat sat on the mat" against "on the mat the cat sat").
-  parameters  METEOR 1.5's "rank" task, per language (``LANGUAGES``; the jar prints them with
-              ``-l LANG``): alpha, beta, gamma, and the stem module's weight (a stem match
-              counts that much, an exact one 1). Its delta, the weight of content against
-              function words, needs the function-word lists of the jar: every word is a content
-              word here, and delta cancels out of precision and recall.
+  stages      exact, then stem (nltk's Snowball stemmer of the language; nltk is pinned by the
+              Makefile and its version goes into every result). No synonym, no paraphrase
+              stage; Czech is exact only (METEOR has no Czech stemmer either).
+  alignment   :func:`align`: the most matches (each word once), of those the most exact ones,
+              then the fewest chunks, then the smallest sum of distances, by a beam search over
+              the hypothesis words (beam 40, METEOR 1.5's default); not nltk's greedy aligner.
+  parameters  METEOR 1.5's "rank" task, per language (``LANGUAGES``): alpha, beta, gamma and
+              the stem module's weight. Every word is a content word (no function-word lists),
+              so delta cancels out of precision and recall.
   formula     METEOR's (MeteorScorer.computeMetrics), on the weighted matches m_w:
                   P = m_w / hypothesis words,  R = m_w / reference words
                   Fmean   = P * R / (alpha * P + (1 - alpha) * R)
                   frag    = chunks / matches (unweighted); 0 when the hypothesis is the
                             reference (every word matched in one chunk)
                   score   = Fmean * (1 - gamma * frag ** beta)
-  corpus      as METEOR: the sentences' statistics (lengths, exact and stem matches, chunks)
-              are summed over the corpus and the formula applied once, times 100.
-  tokens      the hypotheses and references are detokenized text; each line is
-              Moses-tokenized for the language (sacremoses, no XML escapes, as
-              ``fairseq_ext.recipes.helpers.corpus`` tokenizes) and lowercased.
+  corpus      the sentences' statistics (lengths, exact and stem matches, chunks) summed over
+              the corpus and the formula applied once, times 100.
+  tokens      detokenized text, Moses-tokenized for the language (sacremoses, no XML escapes)
+              and lowercased.
 
-Without METEOR's function-word lists and its own tokenizer, the score tracks METEOR 1.5's
-exact+stem score within a few tenths
-(measured on our German outputs against the jar: docs/reproduction.md) but is not the paper's
-to the last digit. Languages METEOR 1.5 has no tuned parameters for raise
-:class:`MeteorUnavailable` instead of giving a number.
+The score tracks METEOR 1.5's exact+stem score within a few tenths but is not the paper's to
+the last digit. A language without METEOR 1.5 parameters raises :class:`MeteorUnavailable`.
 
     python -m fairseq_ext.tools.meteor --hyp hyp.detok --ref ref.detok --lang de
 """

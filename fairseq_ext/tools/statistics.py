@@ -312,6 +312,8 @@ def selection_sd(runs: Dict[int, np.ndarray], samples: int = 1000, seed: int = 1
         sums = np.stack([stats[rng.integers(0, len(stats), len(stats))].sum(0) for _ in range(samples)])
         spreads.append(float(np.std(corpus_bleu(sums), ddof=1)))
     return float(np.mean(spreads)) if spreads else None
+
+
 def mean_sd(values: Sequence[float]) -> Tuple[float, Optional[float]]:
     """The mean and the sample standard deviation (n - 1 in the denominator) of ``values``;
     the sd is None for a single value."""
