@@ -187,17 +187,14 @@ class Translator:
         hypos = self.task.inference_step(self.generator, [self.model], sample)
         return [self.tgt_dict.string(h[0]["tokens"].int().cpu(), POSTPROCESS.get(self.bpe)) for h in hypos]
 
-    def translate_tokenized(self, lines: Iterable[Optional[str]], batch_size: int = 32, buffer_batches: int = 16,
-                            tally: Optional[Tally] = None,
-                            progress: Optional[Callable[[int], object]] = None) -> Iterator[str]:
+    def translate_tokenized(self, lines: Iterable[Optional[str]], batch_size: int, tally: Tally,
+                            progress: Callable[[int], object], buffer_batches: int = 16) -> Iterator[str]:
         """Tokenized translations in input order, one per line. Up to ``buffer_batches`` batches
         of lines are read at a time and batched by length (less padding, as fairseq-generate
         does). An empty line, or a line that could not be read (None, see read_input), gives
         an empty translation without asking the model. ``tally`` counts the lines, the skipped
         and the cut ones; ``progress(n)`` is called as n more lines are done."""
-        tally = tally if tally is not None else Tally()
         tally.max_source = self.max_source
-        progress = progress or (lambda n: None)
         buffer: List[tuple] = []
         for number, line in enumerate(lines, start=1):
             tally.lines += 1
