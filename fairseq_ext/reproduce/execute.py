@@ -59,14 +59,17 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 def run_child(cmd: List[str], **popen_kwargs) -> int:
     """``subprocess.run(cmd, ...).returncode`` with the child in its own process group,
     stopped with the runner (see the module docstring)."""
-    main = threading.current_thread() is threading.main_thread()  # only it can set signal handlers
-    previous = {sig: signal.getsignal(sig) for sig in SIGNALS} if main else {}
+    # the handlers to restore: only the main thread sets them; an ignored signal (nohup, a parent's
+    # choice) stays ignored, and a handler not set from Python (None) is left alone
+    previous = {}
+    for sig in SIGNALS if threading.current_thread() is threading.main_thread() else ():
+        if signal.getsignal(sig) not in (None, signal.SIG_IGN):
+            previous[sig] = signal.getsignal(sig)
     proc = subprocess.Popen(cmd, start_new_session=True, **popen_kwargs)
     _running[proc.pid] = proc
     try:
-        for sig, handler in previous.items():
-            if handler != signal.SIG_IGN:  # an ignored signal (nohup, a parent's choice) stays ignored
-                signal.signal(sig, _stop)
+        for sig in previous:
+            signal.signal(sig, _stop)
         return proc.wait()
     except _Stopped as stopped:
         _signal_group(proc, signal.SIGTERM)

@@ -1,7 +1,7 @@
 """The marks of the BLEU column: the test of every row's BLEU against its reference row's in
 the table's BLEU flavour with its paper's marks (``--test``: :func:`test_text` says each), the
 comparisons against each reference row and Holm's correction over them (``--correction``),
-and the sentences that say this under the table; the tests are :mod:`fairseq_ext.tools.statistics`'.
+and the sentences that say this under the table (the tests: :mod:`fairseq_ext.tools.statistics`).
 
 :func:`per_run` (``bootstrap``, ``thesis``; over seeds a mark where every seed's agrees) writes
 ``significance.json`` into the tested row's run directory, per data set and seed;
