@@ -1,19 +1,16 @@
-"""Average the parameters of several checkpoints (Vaswani et al. 2017 averaged the last 5
-or 20; the thesis' WMT models average the last checkpoints too).
-
-fairseq's ``scripts/average_checkpoints.py`` is not installed with the fairseq package and,
-under torch >= 2.6, cannot read fairseq checkpoints without disabling ``weights_only``.
-This command reads every input through the plugin's safe path (``weights_only=True`` with
-the fairseq allowlist, and the literal check of every configuration field fairseq would
-``eval()``), and writes the result atomically. Options follow fairseq's script:
+"""Average the parameters of several checkpoints (Vaswani et al. 2017 averaged the last 5 or 20;
+the thesis' WMT models average the last checkpoints too), in place of fairseq's
+``scripts/average_checkpoints.py`` (not installed with fairseq; under torch >= 2.6 it cannot read
+fairseq checkpoints without disabling ``weights_only``). Every input is read through the plugin's
+safe path (:func:`~fairseq_ext.guards.checkpoint_safety.load_checkpoint_state`), and the output
+written atomically. Options follow fairseq's script::
 
     fairseq-ext-average-checkpoints --inputs checkpoints/ --num-update-checkpoints 5 \\
         --output checkpoints/checkpoint_avg5.pt
     fairseq-ext-average-checkpoints --inputs a.pt b.pt c.pt --output avg.pt
-    (or: python -m fairseq_ext.average_checkpoints ...)
 
-The output keeps the first (newest) input's configuration, training state and extra
-state, with the optimizer state dropped (it describes none of the averaged parameters).
+The output keeps the first (newest) input's configuration, training state and extra state,
+with the optimizer state dropped (it describes none of the averaged parameters).
 """
 import argparse
 import collections
@@ -74,10 +71,6 @@ def average_checkpoints(paths: List[str]) -> Dict:
     return new_state
 
 
-def _same_file(a: str, b: str) -> bool:
-    return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
-
-
 def cli_main(argv=None):
     parser = argparse.ArgumentParser(
         prog="fairseq-ext average-checkpoints",
@@ -108,9 +101,8 @@ def cli_main(argv=None):
                 if not os.path.isfile(path):
                     parser.error(f"--inputs: {path} is not a checkpoint file (a directory needs "
                                  f"--num-epoch-checkpoints or --num-update-checkpoints)")
-        for path in paths:
-            if _same_file(path, args.output):
-                parser.error(f"--output {args.output} is one of the inputs; choose another file")
+        if os.path.exists(args.output) and any(os.path.exists(p) and os.path.samefile(p, args.output) for p in paths):
+            parser.error(f"--output {args.output} is one of the inputs; choose another file")
         print(f"averaging {len(paths)} checkpoints: {', '.join(paths)}", file=sys.stderr)
         state = average_checkpoints(paths)
         save_atomically(state, args.output)

@@ -28,14 +28,13 @@ Data preparation and training are bash recipes shipped inside the package
 import importlib
 import os
 import sys
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 from fairseq_ext import resources
 from fairseq_ext.analysis import registry
 from fairseq_ext.errors import error_line
 
-RECIPES = {"train": "train.sh"}
-PYTHON_COMMANDS = {  # subcommand -> module with main(argv)
+COMMANDS = {  # subcommand -> module with main(argv), or "module:function"
     "evaluate": "fairseq_ext.tools.evaluate",
     "significance": "fairseq_ext.tools.compare",
     "report": "fairseq_ext.analysis.report",
@@ -46,23 +45,18 @@ PYTHON_COMMANDS = {  # subcommand -> module with main(argv)
     "selfcheck": "fairseq_ext.selfcheck.main",
     "selfcheck-pack": "fairseq_ext.selfcheck.pack",
     "config-dir": "fairseq_ext.tools.hydra_configs",
-}
-CONSOLE_COMMANDS = {  # subcommand -> module with cli_main(argv)
-    "average-checkpoints": "fairseq_ext.average_checkpoints",
-    "strip-aux": "fairseq_ext.strip_aux",
+    "average-checkpoints": "fairseq_ext.average_checkpoints:cli_main",
+    "strip-aux": "fairseq_ext.strip_aux:cli_main",
 }
 USAGE = __doc__.split("\n\n")[1]
 
 
-def run_recipe(name: str, args: List[str], command: str = "") -> "NoReturn":  # noqa: F821
+def run_recipe(name: str, args: List[str], command: str) -> NoReturn:
     """Run the bash recipe ``name``; ``command`` is what the user typed (its --help names it)."""
     path = resources.recipe_path(name)
     sys.stdout.flush()
     sys.stderr.flush()
-    env = resources.command_environment()
-    if command:
-        env["FSX_COMMAND"] = command
-    os.execvpe("bash", ["bash", path, *args], env)
+    os.execvpe("bash", ["bash", path, *args], {**resources.command_environment(), "FSX_COMMAND": command})
 
 
 def resolve_train_config(args: List[str]) -> List[str]:
@@ -91,33 +85,25 @@ def main(argv: Optional[List[str]] = None) -> int:
     if command == "user-dir":
         print(resources.user_dir())
         return 0
-    if command == "prepare":
+    if command in ("prepare", "analyze"):  # fairseq-ext prepare RECIPE / analyze ANALYSIS [options]
+        what, names = (("data recipe", resources.DATA_RECIPES) if command == "prepare"
+                       else ("analysis", sorted(registry.analyses())))
         if not rest or rest[0] in ("-h", "--help"):
-            print(f"usage: fairseq-ext prepare {{{','.join(resources.DATA_RECIPES)}}} [options]  "
-                  "(fairseq-ext prepare NAME --help: the recipe's options)")
-            return 0 if rest else 2
-        if rest[0] not in resources.DATA_RECIPES:
-            return _fail(f"prepare: unknown data recipe {rest[0]!r} (choose from {', '.join(resources.DATA_RECIPES)})")
-        run_recipe(f"prepare-{rest[0]}.sh", rest[1:], f"fairseq-ext prepare {rest[0]}")
-    if command in RECIPES:
-        run_recipe(RECIPES[command], resolve_train_config(rest) if command == "train" else rest,
-                   f"fairseq-ext {command}")
-    if command == "analyze":
-        names = sorted(registry.analyses())
-        if not rest or rest[0] in ("-h", "--help"):
-            print("usage: fairseq-ext analyze NAME [options]   (NAME --help: its options)\n  NAME: " + ", ".join(names))
+            print(f"usage: fairseq-ext {command} NAME [options]  (NAME --help: its options)\n  NAME: "
+                  + ", ".join(names))
             return 0 if rest else 2
         if rest[0] not in names:
-            return _fail(f"analyze: unknown analysis {rest[0]!r} (choose from {', '.join(names)})")
-        module, rest = registry.get(rest[0]).module, rest[1:]
-        sys.argv[0] = f"fairseq-ext analyze {argv[1]}"
-        return importlib.import_module(module).main(rest) or 0
-    if command in PYTHON_COMMANDS:
+            return _fail(f"{command}: unknown {what} {rest[0]!r} (choose from {', '.join(names)})")
+        if command == "prepare":
+            run_recipe(f"prepare-{rest[0]}.sh", rest[1:], f"fairseq-ext prepare {rest[0]}")
+        sys.argv[0] = f"fairseq-ext analyze {rest[0]}"
+        return importlib.import_module(registry.get(rest[0]).module).main(rest[1:]) or 0
+    if command == "train":
+        run_recipe("train.sh", resolve_train_config(rest), "fairseq-ext train")
+    if command in COMMANDS:
         sys.argv[0] = f"fairseq-ext {command}"
-        return importlib.import_module(PYTHON_COMMANDS[command]).main(rest) or 0
-    if command in CONSOLE_COMMANDS:
-        sys.argv[0] = f"fairseq-ext {command}"
-        return importlib.import_module(CONSOLE_COMMANDS[command]).cli_main(rest) or 0
+        module, _, function = COMMANDS[command].partition(":")
+        return getattr(importlib.import_module(module), function or "main")(rest) or 0
     return _fail(f"unknown command {command!r}\n{USAGE}")
 
 

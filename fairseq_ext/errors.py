@@ -1,13 +1,7 @@
-"""Errors of the plugin.
-
-Every error the plugin raises about something the user can fix (an option, a checkpoint, a
-data file) is a :class:`FairseqExtError`. fairseq's command-line entry points do not catch
-exceptions, so without help such an error is the last line of a 30-line traceback; the guard
-:mod:`fairseq_ext.guards.one_line_errors`, installed when the plugin is imported, prints it
-as one line instead.
-
-Each class also derives from the builtin a caller would expect (``ValueError``), so code
-that catches ``ValueError`` keeps working.
+"""Errors of the plugin. Every error about something the user can fix (an option, a checkpoint, a
+data file) is a :class:`FairseqExtError`, printed as one line by the commands and, inside
+fairseq's own commands, by :mod:`fairseq_ext.guards.one_line_errors`. Each class also derives
+from the builtin a caller would expect (``ValueError``), so code that catches it keeps working.
 """
 import pickle
 

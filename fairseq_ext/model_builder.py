@@ -1,6 +1,7 @@
 """Build a model as ``fairseq-train`` would, from an ``--arch`` and command-line flags,
 without data: the one implementation used by the tests, ``scripts/param_table.py`` and
 ``scripts/benchmark.py``."""
+import contextlib
 import os
 from argparse import Namespace
 from types import SimpleNamespace
@@ -42,9 +43,6 @@ def build_model(arch: str, *flags: str, dictionary: Optional[Dictionary] = None,
     model_cls = model_cls or ARCH_MODEL_REGISTRY[args.arch]
     if seed is not None:
         torch.manual_seed(seed)
-    if device is None:
+    with contextlib.nullcontext() if device is None else torch.device(device):
         model = model_cls.build_model(args, task)
-    else:
-        with torch.device(device):
-            model = model_cls.build_model(args, task)
     return model.eval(), args

@@ -1,9 +1,6 @@
-"""Where the package's own files are, wherever it is installed: the bash recipes
-(``recipes/``), the configs (``configs/``, package data), and the one environment variable
-that names a directory of local copies of the corpora.
-
-Nothing here refers to a checkout: paths are relative to this package, and local data comes
-from ``--from``, from ``$FAIRSEQ_EXT_DATA`` or from the download.
+"""Where the package's own files are, wherever it is installed (paths relative to this package,
+never to a checkout): the bash recipes (``recipes/``), the configs (``configs/``, package data),
+and the one environment variable that names a directory of local copies of the corpora.
 """
 import os
 import sys

@@ -17,31 +17,15 @@ from fairseq_ext.errors import FairseqExtError
 AUX_PREFIX = "decoder.aux_decoders."
 
 
-def _model_cfg(state):
-    cfg = state.get("cfg")
-    if cfg is not None and cfg.get("model") is not None:
-        return cfg["model"]
-    return state.get("args")
-
-
-def _get(cfg, name, default=None):
-    return cfg.get(name, default) if isinstance(cfg, dict) else getattr(cfg, name, default)
-
-
-def _set(cfg, name, value):
-    if isinstance(cfg, dict):
-        cfg[name] = value
-    else:
-        setattr(cfg, name, value)
-
-
 def strip_aux_decoders(state: dict) -> int:
     """Remove the auxiliary decoders from a loaded checkpoint dict in place; returns the
     number of parameters removed. Refuses AIF models, whose main decoder needs them."""
-    cfg = _model_cfg(state)
+    model_cfg = (state.get("cfg") or {}).get("model")
+    cfg = model_cfg if model_cfg is not None else state.get("args")
     if cfg is None:
         raise ValueError("checkpoint has no model configuration (cfg.model / args)")
-    if _get(cfg, "aux_fusion", False):
+    cfg = cfg if isinstance(cfg, dict) else vars(cfg)  # cfg.model, or the legacy args (a Namespace)
+    if cfg.get("aux_fusion", False):
         raise ValueError("this model uses --aux-fusion: its main decoder reads the auxiliary decoders, "
                          "which therefore cannot be stripped")
     removed = 0
@@ -50,8 +34,7 @@ def strip_aux_decoders(state: dict) -> int:
         # shared embeddings / output projection appear under the aux prefix too
         if not any(tensor is v for v in state["model"].values()):
             removed += tensor.numel()
-    _set(cfg, "aux_decoder_layers", "")
-    _set(cfg, "decode_from", "main")
+    cfg.update(aux_decoder_layers="", decode_from="main")
     # the optimizer state still describes the removed parameters: drop it
     state["last_optimizer_state"] = None
     return removed

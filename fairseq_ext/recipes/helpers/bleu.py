@@ -13,8 +13,6 @@ Usage:
 """
 import argparse
 import json
-import os
-import sys
 
 from sacrebleu.metrics import BLEU, CHRF, TER
 
@@ -24,8 +22,11 @@ else:  # run as a file (no package import: it would load fairseq and torch)
     from corpus import TextError, die, read_lines, unescape_moses  # one reader: UTF-8 checked, BOM/CR cleaned
 
 
-def read(path):
-    return list(read_lines(path))
+def _scored(scorer, hyps, refs):
+    """(score rounded to 2 decimals, signature, sacreBLEU's line) of ``scorer`` on the texts."""
+    corpus = scorer.corpus_score(hyps, [refs])
+    sig = str(scorer.get_signature())
+    return round(corpus.score, 2), sig, corpus.format(signature=sig)
 
 
 def score(hyp_detok, ref_detok, hyp_tok=None, ref_tok=None):
@@ -37,32 +38,28 @@ def score(hyp_detok, ref_detok, hyp_tok=None, ref_tok=None):
                  ("tok-lc", hyp_tok, ref_tok, "none", True)]
     results = {}
     for name, hyp_path, ref_path, tok, lc in jobs:
-        hyps, refs = read(hyp_path), read(ref_path)
+        hyps, refs = list(read_lines(hyp_path)), list(read_lines(ref_path))
         if len(hyps) != len(refs):
             raise TextError(f"{hyp_path} has {len(hyps)} lines but {ref_path} has {len(refs)}")
         # force: the tok flavours are tokenized on purpose (no "forgot to detokenize" nag)
-        bleu = BLEU(tokenize=tok, lowercase=lc, force=(tok == "none"))
-        corpus = bleu.corpus_score(hyps, [refs])
-        sig = str(bleu.get_signature())
-        results[name] = {"score": round(corpus.score, 2), "signature": sig, "line": corpus.format(signature=sig),
-                         "hyp": hyp_path, "ref": ref_path}
+        score_, sig, line = _scored(BLEU(tokenize=tok, lowercase=lc, force=(tok == "none")), hyps, refs)
+        results[name] = {"score": score_, "signature": sig, "line": line, "hyp": hyp_path, "ref": ref_path}
     return results
 
 
 # beside BLEU, the metrics MT reviewers ask for today (sacreBLEU's, with their signatures), on
 # the text of the reported BLEU flavour: chrF (character 6-grams, beta 2), chrF++ (plus word
 # bigrams) and TER; a lowercased flavour scores them case-insensitive too
-METRICS = ("chrF2", "chrF2++", "TER")
+_SCORERS = {"chrF2": lambda lc: CHRF(lowercase=lc), "chrF2++": lambda lc: CHRF(word_order=2, lowercase=lc),
+            "TER": lambda lc: TER(case_sensitive=not lc)}
+METRICS = tuple(_SCORERS)
 
 
 def metric(name, lowercase):
-    if name == "chrF2":
-        return CHRF(lowercase=lowercase)
-    if name == "chrF2++":
-        return CHRF(word_order=2, lowercase=lowercase)
-    if name == "TER":
-        return TER(case_sensitive=not lowercase)
-    raise ValueError(f"unknown metric {name!r} (one of {', '.join(METRICS)})")
+    """The sacreBLEU scorer of the metric ``name`` (one of :data:`METRICS`)."""
+    if name not in _SCORERS:
+        raise ValueError(f"unknown metric {name!r} (one of {', '.join(METRICS)})")
+    return _SCORERS[name](lowercase)
 
 
 def more_metrics(results, flavour):
@@ -70,16 +67,13 @@ def more_metrics(results, flavour):
     :func:`score`): {metric: {score, signature, line, flavour}}. A tokenized flavour's text is
     scored with the Moses tokenizer's XML escapes undone (``&quot;`` is one character ``"``)."""
     r = results[flavour]
-    hyps, refs = read(r["hyp"]), read(r["ref"])
+    hyps, refs = list(read_lines(r["hyp"])), list(read_lines(r["ref"]))
     if flavour.startswith("tok"):  # Moses-tokenized text carries XML escapes: chrF and TER read the characters
         hyps, refs = [unescape_moses(h) for h in hyps], [unescape_moses(x) for x in refs]
     out = {}
     for name in METRICS:
-        scorer = metric(name, flavour.endswith("-lc"))
-        corpus = scorer.corpus_score(hyps, [refs])
-        sig = str(scorer.get_signature())
-        out[name] = {"score": round(corpus.score, 2), "signature": sig, "flavour": flavour,
-                     "line": corpus.format(signature=sig)}
+        score_, sig, line = _scored(metric(name, flavour.endswith("-lc")), hyps, refs)
+        out[name] = {"score": score_, "signature": sig, "flavour": flavour, "line": line}
     return out
 
 

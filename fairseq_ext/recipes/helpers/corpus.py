@@ -99,11 +99,7 @@ def read_lines(path: str):
 
 
 def cmd_cat(args):
-    out = stdout()
-    for path in args.files:
-        for line in read_lines(path):
-            out.write(line + "\n")
-    out.flush()
+    write_stdout(line for path in args.files for line in read_lines(path))
 
 
 def stdin_lines():
@@ -113,8 +109,11 @@ def stdin_lines():
         yield clean_line(raw, "<standard input>", number)
 
 
-def stdout():
-    return io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n", line_buffering=False)
+def write_stdout(lines):
+    """Write ``lines`` to standard output as UTF-8, one a line (LF)."""
+    out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n", line_buffering=False)
+    out.writelines(line + "\n" for line in lines)
+    out.flush()
 
 
 def count_lines(path):
@@ -142,25 +141,15 @@ def cmd_check_parallel(args):
 
 def cmd_tokenize(args):
     options = (args.lang, args.aggressive, not args.no_escape, args.lowercase, args.normalize)
-    out = stdout()
-    for line in tokenize_lines(stdin_lines(), options, args.workers):
-        out.write(line + "\n")
-    out.flush()
+    write_stdout(tokenize_lines(stdin_lines(), options, args.workers))
 
 
 def cmd_detokenize(args):
-    detok = moses_detokenizer(args.lang)
-    out = stdout()
-    for line in stdin_lines():
-        out.write(detok(line) + "\n")
-    out.flush()
+    write_stdout(map(moses_detokenizer(args.lang), stdin_lines()))
 
 
 def cmd_lowercase(args):
-    out = stdout()
-    for line in stdin_lines():
-        out.write(line.lower() + "\n")
-    out.flush()
+    write_stdout(line.lower() for line in stdin_lines())
 
 
 # ----------------------------------------------------------------------------- IWSLT/WMT formats
@@ -171,28 +160,16 @@ _INLINE_TAGS = re.compile(r"</?(title|description)>")
 
 def cmd_strip_tags(args):
     """Same filter as fairseq's prepare-iwslt14.sh for the train.tags.* files."""
-    out = stdout()
-    for line in stdin_lines():
-        if _TAG_LINE.match(line):
-            continue
-        out.write(_INLINE_TAGS.sub("", line).strip() + "\n")
-    out.flush()
+    write_stdout(_INLINE_TAGS.sub("", line).strip() for line in stdin_lines() if not _TAG_LINE.match(line))
 
 
 _SEG = re.compile(r"<seg[^>]*>(.*?)</seg>", re.I)
 
 
 def cmd_extract_segs(args):
-    out = stdout()
-    n = 0
-    for line in read_lines(args.file):
-        m = _SEG.search(line)
-        if m:
-            text = m.group(1).strip().replace("\u2019", "'")
-            out.write(text + "\n")
-            n += 1
-    out.flush()
-    if n == 0:
+    segs = [m.group(1).strip().replace("\u2019", "'") for m in map(_SEG.search, read_lines(args.file)) if m]
+    write_stdout(segs)
+    if not segs:
         die(f"no <seg> elements in {args.file}: not an IWSLT .xml / WMT .sgm file?")
 
 
@@ -228,12 +205,9 @@ def cmd_split(args):
     with open_text(args.rest_src) as rs, open_text(args.rest_tgt) as rt, \
             open_text(args.heldout_src) as hs, open_text(args.heldout_tgt) as ht:
         for i, (s, t) in enumerate(zip(read_lines(args.src), read_lines(args.tgt))):
-            if i in held:
-                hs.write(s + "\n")
-                ht.write(t + "\n")
-            else:
-                rs.write(s + "\n")
-                rt.write(t + "\n")
+            out_src, out_tgt = (hs, ht) if i in held else (rs, rt)
+            out_src.write(s + "\n")
+            out_tgt.write(t + "\n")
     print(f"split: held out {len(held)} of {n} lines", file=sys.stderr)
 
 
@@ -284,71 +258,35 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    s = sub.add_parser("cat")
-    s.add_argument("files", nargs="+")
-    s.set_defaults(fn=cmd_cat)
+    def command(name, fn, *arguments):
+        """The subcommand ``name``; each argument is ("NAME" or "-x --xx", its add_argument options)."""
+        s = sub.add_parser(name)
+        for names, options in arguments:
+            s.add_argument(*names.split(), **options)
+        s.set_defaults(fn=fn)
+        return s
 
-    s = sub.add_parser("check-parallel")
-    s.add_argument("files", nargs="+")
-    s.add_argument("--print-count", action="store_true")
-    s.set_defaults(fn=cmd_check_parallel)
-
-    s = sub.add_parser("tokenize")
-    s.add_argument("-l", "--lang", required=True)
-    s.add_argument("-a", "--aggressive", action="store_true", help="Moses -a (split hyphens)")
-    s.add_argument("--no-escape", action="store_true", help="do not XML-escape (Moses -no-escape)")
-    s.add_argument("--lowercase", action="store_true")
-    s.add_argument("--normalize", action="store_true", help="Moses normalize-punctuation first")
-    s.add_argument("--workers", type=int, default=1)
-    s.set_defaults(fn=cmd_tokenize)
-
-    s = sub.add_parser("detokenize")
-    s.add_argument("-l", "--lang", required=True)
-    s.set_defaults(fn=cmd_detokenize)
-
-    s = sub.add_parser("lowercase")
-    s.set_defaults(fn=cmd_lowercase)
-
-    s = sub.add_parser("strip-tags")
-    s.set_defaults(fn=cmd_strip_tags)
-
-    s = sub.add_parser("extract-segs")
-    s.add_argument("file")
-    s.set_defaults(fn=cmd_extract_segs)
-
-    s = sub.add_parser("clean")
-    s.add_argument("src")
-    s.add_argument("tgt")
-    s.add_argument("out_src")
-    s.add_argument("out_tgt")
-    s.add_argument("--min", type=int, default=1)
-    s.add_argument("--max", type=int, default=175)
-    s.add_argument("--ratio", type=float, default=1.5)
-    s.set_defaults(fn=cmd_clean)
-
-    s = sub.add_parser("split")
-    s.add_argument("src")
-    s.add_argument("tgt")
-    s.add_argument("--rest-src", required=True)
-    s.add_argument("--rest-tgt", required=True)
-    s.add_argument("--heldout-src", required=True)
-    s.add_argument("--heldout-tgt", required=True)
+    files, lang, flag = ("files", {"nargs": "+"}), ("-l --lang", {"required": True}), {"action": "store_true"}
+    command("cat", cmd_cat, files)
+    command("check-parallel", cmd_check_parallel, files, ("--print-count", flag))
+    command("tokenize", cmd_tokenize, lang, ("-a --aggressive", dict(flag, help="Moses -a (split hyphens)")),
+            ("--no-escape", dict(flag, help="do not XML-escape (Moses -no-escape)")), ("--lowercase", flag),
+            ("--normalize", dict(flag, help="Moses normalize-punctuation first")),
+            ("--workers", {"type": int, "default": 1}))
+    command("detokenize", cmd_detokenize, lang)
+    command("lowercase", cmd_lowercase)
+    command("strip-tags", cmd_strip_tags)
+    command("extract-segs", cmd_extract_segs, ("file", {}))
+    command("clean", cmd_clean, *((name, {}) for name in ("src", "tgt", "out_src", "out_tgt")),
+            ("--min", {"type": int, "default": 1}), ("--max", {"type": int, "default": 175}),
+            ("--ratio", {"type": float, "default": 1.5}))
+    s = command("split", cmd_split, ("src", {}), ("tgt", {}), ("--seed", {"type": int, "default": 1}),
+                *((f"--{name}", {"required": True}) for name in ("rest-src", "rest-tgt", "heldout-src", "heldout-tgt")))
     g = s.add_mutually_exclusive_group(required=True)
     g.add_argument("--every", type=int, help="hold out every n-th line")
     g.add_argument("--size", type=int, help="hold out a random sample of this many lines")
-    s.add_argument("--seed", type=int, default=1)
-    s.set_defaults(fn=cmd_split)
-
-    s = sub.add_parser("head")
-    s.add_argument("n", type=int)
-    s.add_argument("input")
-    s.add_argument("output")
-    s.set_defaults(fn=cmd_head)
-
-    s = sub.add_parser("extract-gen")
-    s.add_argument("gen")
-    s.add_argument("out_dir")
-    s.set_defaults(fn=cmd_extract_gen)
+    command("head", cmd_head, ("n", {"type": int}), ("input", {}), ("output", {}))
+    command("extract-gen", cmd_extract_gen, ("gen", {}), ("out_dir", {}))
 
     args = p.parse_args()
     try:

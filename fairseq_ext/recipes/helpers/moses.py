@@ -1,6 +1,7 @@
 """The recipes' Moses tokenization and detokenization (sacremoses), as functions of one line and
 as a pool of tokenizer processes; the one implementation the recipes (corpus.py tokenize /
 detokenize) and the package's Python code (evaluation, METEOR, translation) share."""
+import itertools
 import multiprocessing
 
 _TOK = None  # the tokenizer of a pool process
@@ -33,17 +34,6 @@ def _tok_chunk(lines):
     return [_TOK(line) for line in lines]
 
 
-def _chunks(it, size):
-    buf = []
-    for x in it:
-        buf.append(x)
-        if len(buf) >= size:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
-
-
 def tokenize_lines(lines, options, workers=1):
     """``lines`` tokenized by :func:`moses_tokenizer` (``options``: its arguments), in order;
     with ``workers`` > 1 by a pool of processes, 2000 lines a task."""
@@ -52,7 +42,8 @@ def tokenize_lines(lines, options, workers=1):
         yield from (tok(line) for line in lines)
         return
     with multiprocessing.Pool(workers, initializer=_init_tok, initargs=options) as pool:
-        for chunk in pool.imap(_tok_chunk, _chunks(lines, 2000)):
+        lines = iter(lines)
+        for chunk in pool.imap(_tok_chunk, iter(lambda: list(itertools.islice(lines, 2000)), [])):
             yield from chunk
 
 

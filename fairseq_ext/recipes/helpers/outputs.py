@@ -1,16 +1,10 @@
 #!/usr/bin/env python3
 """The output-directory protocol: how every command of this package writes a directory (the
 data recipes, quickstart.sh, ``fairseq-ext evaluate``, ``fairseq-ext significance``), in one
-place. docs/trust.md ("Output directories") states the rules:
-
-* the marker (:data:`MARKER`) with the exact manifest of what a script wrote, and the check
-  that a directory may be replaced (:func:`check_replaceable`): a directory without a marker is
-  the user's and is never replaced;
-* one writer at a time: an ``flock`` on ``PARENT/.NAME.lock`` beside the directory
-  (:class:`OutputLock`), refused with one line naming the holder;
-* a directory written atomically (:class:`StagedOutput`; the recipes' twin is common.sh's
-  fsx_begin_output / fsx_finish_output), and the temporary directories of killed runs named
-  with the command that clears them.
+place; docs/trust.md ("Output directories") states the rules. The marker and its manifest
+(:func:`mark_output`), what may be replaced (:func:`check_replaceable`), one writer at a time
+(:class:`OutputLock`), a directory written atomically (:class:`StagedOutput`; common.sh's
+fsx_begin_output / fsx_finish_output in bash) and the temporary directories of killed runs.
 
 The bash recipes run this file (no package import: it would load fairseq and torch)::
 
@@ -210,12 +204,6 @@ def _refusal(top: str, entry: str, writer: str) -> OutputError:
                        f"elsewhere, or remove {top} yourself")
 
 
-def _lock_name(name: str) -> str:
-    """The lock file of the output directory ``name``, beside it (common.sh's
-    fsx_lock_output writes the same name)."""
-    return f".{name}.lock"
-
-
 def _check_owned(top: str, prefix: str, writer: str, entries: Sequence[str]) -> None:
     """Raise OutputError unless the directory ``top/prefix`` holds nothing but ``entries``
     (``writer``'s manifest); messages name paths relative to ``top``."""
@@ -225,7 +213,7 @@ def _check_owned(top: str, prefix: str, writer: str, entries: Sequence[str]) -> 
     nested = {e[:-1] for e in entries if e.endswith("/")}
     parents = {e.rstrip("/").rsplit("/", n)[0] for e in entries for n in range(1, e.rstrip("/").count("/") + 1)}
     # a nested output's lock file lies beside it: a writer killed with SIGKILL leaves it
-    locks = {os.path.join(os.path.dirname(e), _lock_name(os.path.basename(e))) for e in nested}
+    locks = {os.path.join(os.path.dirname(e), f".{os.path.basename(e)}.lock") for e in nested}
 
     def walk(rel: str) -> None:
         for name in _listing(os.path.join(directory, rel) if rel else directory):
@@ -303,9 +291,10 @@ def check_replaceable(directory: str, inputs: Iterable[str] = (), *, prog: str, 
 # directory (quickstart running evaluation) passes it on in HELD_ENV: a lock listed there is not
 # taken again.
 def lock_path(target: str) -> str:
-    """The lock file of ``target`` (a directory, existing or not): ``PARENT/.NAME.lock``."""
+    """The lock file of ``target`` (a directory, existing or not): ``PARENT/.NAME.lock`` (common.sh's
+    fsx_lock_output opens the same name)."""
     parent, name = os.path.split(os.path.realpath(target).rstrip(os.sep))
-    return os.path.join(parent, _lock_name(name))
+    return os.path.join(parent, f".{name}.lock")
 
 
 def _held() -> List[str]:
@@ -483,27 +472,23 @@ class StagedOutput:
     def __enter__(self) -> "StagedOutput":
         self.lock.acquire()
         try:
-            self._begin()
+            if os.path.lexists(self.out) and not self.force:
+                raise OutputError(f"output directory {self.out} already exists (use --force to replace it)")
+            check_replaceable(self.out, self.inputs, prog=self.prog)
+            parent, base = os.path.split(self.out)
+            os.makedirs(parent, exist_ok=True)
+            stale = stale_staging_warning(self.out)
+            if stale:
+                self.log(f"WARNING: {stale}")
+            self.tmp = tempfile.mkdtemp(prefix=f".{base}.tmp.", dir=parent)
+            self.work, self.stage = os.path.join(self.tmp, "work"), os.path.join(self.tmp, "out")
+            os.makedirs(self.work)
+            os.makedirs(self.stage)
         except BaseException:
             self.lock.release()
             raise
-        return self
-
-    def _begin(self) -> None:
-        if os.path.lexists(self.out) and not self.force:
-            raise OutputError(f"output directory {self.out} already exists (use --force to replace it)")
-        check_replaceable(self.out, self.inputs, prog=self.prog)
-        parent, base = os.path.split(self.out)
-        os.makedirs(parent, exist_ok=True)
-        stale = stale_staging_warning(self.out)
-        if stale:
-            self.log(f"WARNING: {stale}")
-        self.tmp = tempfile.mkdtemp(prefix=f".{base}.tmp.", dir=parent)
-        self.work = os.path.join(self.tmp, "work")
-        self.stage = os.path.join(self.tmp, "out")
-        os.makedirs(self.work)
-        os.makedirs(self.stage)
         self.log(f"working in {self.tmp}")
+        return self
 
     def discard_old(self) -> None:
         """Remove the previous output now rather than at the end (evaluation: from its start

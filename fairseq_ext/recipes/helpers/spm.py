@@ -10,14 +10,11 @@ joint vocabulary results, as with subword-nmt.  fairseq-generate removes it with
 `--remove-bpe sentencepiece`.
 """
 import argparse
-import io
-import os
-import sys
 
 if __package__:
-    from .corpus import TextError, die, stdin_lines
+    from .corpus import TextError, die, stdin_lines, write_stdout
 else:  # run as a file by the recipes (no package import: it would load fairseq and torch)
-    from corpus import TextError, die, stdin_lines  # one-line errors; lines as wc -l counts them
+    from corpus import TextError, die, stdin_lines, write_stdout  # one-line errors; lines as wc -l counts them
 
 
 def main():
@@ -59,16 +56,12 @@ def main():
         sp = spm.SentencePieceProcessor(model_file=args.model)
     except (OSError, RuntimeError) as e:
         die(f"cannot load the SentencePiece model {args.model}: {e}")
-    out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
+    encode = args.cmd == "encode"
     try:
-        for line in stdin_lines():
-            if args.cmd == "encode":
-                out.write(" ".join(sp.encode(line, out_type=str)) + "\n")
-            else:
-                out.write(sp.decode(line.split()) + "\n")
+        write_stdout(" ".join(sp.encode(line, out_type=str)) if encode else sp.decode(line.split())
+                     for line in stdin_lines())
     except TextError as e:
         die(str(e))
-    out.flush()
 
 
 if __name__ == "__main__":
