@@ -65,7 +65,8 @@ def load_model(checkpoint: str, data: str, split: Optional[str] = None, override
                 not os.path.basename(missing).startswith("dict."):
             raise
         raise DataError(f"--data {data} has no {os.path.basename(missing)}: name the directory fairseq-preprocess "
-                        "(or fairseq-ext prepare) wrote for this model, with its dict.SRC.txt and dict.TGT.txt") from None
+                        "(or fairseq-ext prepare) wrote for this model, with its dict.SRC.txt and "
+                        "dict.TGT.txt") from None
     except RuntimeError as e:
         mismatch = _size_mismatch(str(e))
         if mismatch is None:

@@ -88,7 +88,8 @@ def _tested(found: Dict[str, dict], signature: str, marks: str) -> Dict[str, dic
     return out
 
 
-def table_lines(result: dict, *, method: str, n_samples: int, flavour: str, baseline_name: str = "baseline") -> List[str]:
+def table_lines(result: dict, *, method: str, n_samples: int, flavour: str,
+                baseline_name: str = "baseline") -> List[str]:
     """paired_significance's result as the printed table (significance.txt): BLEU, then a block
     for each other metric tested (TER: lower is better)."""
     title = "paired bootstrap" if method == "bs" else "approximate randomization"

@@ -162,7 +162,8 @@ def paired_bs(baseline: np.ndarray, system: np.ndarray, score: Score = corpus_bl
     system_score = _total(system, score)
     diffs = np.abs(scores_sys - scores_base)
     mean, ci = _confidence(scores_sys)
-    return {"score": system_score, "p_value": _p_value(diffs - diffs.mean(), abs(_total(baseline, score) - system_score)),
+    observed = abs(_total(baseline, score) - system_score)
+    return {"score": system_score, "p_value": _p_value(diffs - diffs.mean(), observed),
             "mean": mean, "ci": ci}
 
 

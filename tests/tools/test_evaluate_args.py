@@ -151,7 +151,8 @@ def test_lowercased_data_gets_a_lowercased_flavour_by_default(recipe, pair, want
 
 def test_prep_envs_lowercase_reaches_the_reported_flavour(data):
     d, ckpt = data
-    (d / "prep.env").write_text("# written by prepare-multi30k.sh\nrecipe=multi30k\nsrc=de\ntgt=en\nbpe=sentencepiece\n")
+    (d / "prep.env").write_text("# written by prepare-multi30k.sh\nrecipe=multi30k\nsrc=de\ntgt=en\n"
+                                "bpe=sentencepiece\n")
     assert plan(parse_args(["--checkpoint", str(ckpt), "--data", str(d)])).headline == "detok-cased"
     with open(d / "prep.env", "a") as f:
         f.write("lowercase=1\n")
