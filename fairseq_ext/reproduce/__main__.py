@@ -77,16 +77,13 @@ def list_rows(table, setups):
         numbers = "; ".join(f"{k}: " + ", ".join(f"{m} {v}" for m, v in cells.items())
                             for k, cells in row.paper.items())
         kind = f"cited ({row.cited})" if row.cited else " ".join(row.flags)
-        if not row.cited and "--arch" in row.flags:  # a data set that names its own size preset
-            for key, ds in table.datasets.items():
-                if ds.get("arch") and ds["arch"] != row.flags[row.flags.index("--arch") + 1]:
-                    flags = list(row.flags)
-                    flags[flags.index("--arch") + 1] = ds["arch"]
-                    kind += f"\n    on {key}: {' '.join(flags)}"
+        at = row.flags.index("--arch") + 1 if not row.cited and "--arch" in row.flags else None
+        for key, ds in table.datasets.items() if at is not None else []:  # a data set that names its own size preset
+            if ds.get("arch") and ds["arch"] != row.flags[at]:
+                kind += f"\n    on {key}: {' '.join([*row.flags[:at], ds['arch'], *row.flags[at + 1:]])}"
         print(f"- {row.id}  [{row.label}]\n    {kind}\n    paper: {numbers or '–'}")
-        ref = table.reference(row)
-        if ref is not None:
-            print(f"    compared with: {ref.id}")
+        if table.reference(row) is not None:
+            print(f"    compared with: {table.reference(row).id}")
         if row.model:
             analysis = ", ".join(f"{k} {v}" for k, v in row.analysis.items())
             print(f"    reports on the model of: {row.model}" + (f" ({analysis})" if analysis else ""))

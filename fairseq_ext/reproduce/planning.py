@@ -148,9 +148,8 @@ def has_gpu() -> bool:
 def local_copy(key: str, setups: dict, opts: Options) -> Optional[str]:
     """The local directory of data set ``key``'s release files (--from, else $FAIRSEQ_EXT_DATA)."""
     local = opts.data_from.get(key)
-    if local is None and setups["datasets"][key].get("local"):
-        local = resources.local_data(setups["datasets"][key]["local"])
-    return local
+    named = setups["datasets"][key].get("local")
+    return resources.local_data(named) if local is None and named else local
 
 
 def scale_name(opts: Options) -> str:
@@ -160,15 +159,12 @@ def scale_name(opts: Options) -> str:
 
 def scale_settings(setups: dict, opts: Options) -> dict:
     """setups.yaml's block of that scale (flags, generate, budget, analysis_args), or {}."""
-    name = scale_name(opts)
-    return setups[name] if name else {}
+    return setups[scale_name(opts)] if scale_name(opts) else {}
 
 
 def resolve_data(key: str, setups: dict, opts: Options) -> (str, str, Optional[str]):
     """(data set used, why it is a substitute or "", local directory to read or None)."""
-    datasets = setups["datasets"]
-    wanted = key
-    reason = ""
+    datasets, wanted, reason = setups["datasets"], key, ""
     if opts.smoke or opts.cpu_scale or opts.substitute:
         sub = datasets[key].get("substitute")
         if sub:
