@@ -38,10 +38,7 @@ def printed_value(printed: Optional[str]) -> Optional[float]:
     """The first number of a printed cell ("28.24(-0.13)†" -> 28.24, "+ 18.11" -> 18.11,
     "−0.22" -> -0.22, "38.3 ± .8" -> 38.3); None for "-"."""
     m = _NUMBER.search(str(printed)) if printed is not None else None
-    if not m:
-        return None
-    value = float(m.group(2))
-    return -value if m.group(1) in ("-", "−") else value
+    return None if not m else -float(m.group(2)) if m.group(1) in ("-", "−") else float(m.group(2))
 
 
 def printed_mark(printed: Optional[str]) -> str:
@@ -50,19 +47,13 @@ def printed_mark(printed: Optional[str]) -> str:
 
 def printed_text(printed: Optional[str]) -> str:
     """A printed cell as the paper prints it, spaces normalised ("+ 18.11" -> "+18.11")."""
-    if printed is None:
-        return "–"
-    text = re.sub(r"\s+", " ", str(printed)).strip()
-    return re.sub(r"^([-+−]) (?=\d)", r"\1", text)
+    return "–" if printed is None else re.sub(r"^([-+−]) (?=\d)", r"\1", re.sub(r"\s+", " ", str(printed)).strip())
 
 
 def printed_decimals(printed: Optional[str]) -> Optional[int]:
     """The decimals of a printed cell's first number (None when it prints none)."""
     m = _NUMBER.search(str(printed or ""))
-    if not m:
-        return None
-    number = m.group(2)
-    return len(number.split(".")[1]) if "." in number else 0
+    return None if not m else len(m.group(2).split(".")[1]) if "." in m.group(2) else 0
 
 
 def printed_as_difference(printed: Optional[str]) -> bool:
