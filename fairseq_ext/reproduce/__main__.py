@@ -247,21 +247,19 @@ def print_dry_run(todo: Reproduction, args) -> None:
 def run_all(todo: Reproduction) -> List[str]:
     """Every run, then every analysis of a finished run; a failed step is said and skipped, and
     the others go on. Returns the failed steps."""
+    def steps():  # (step, its plan, where the log says it, what the summary calls it)
+        yield from ((execute.run, p, p.where, f"{p.row}/{p.dataset}") for p in todo.plans)
+        for a in todo.analyses:  # of a run that finished (a failed training is said above)
+            if os.path.exists(os.path.join(a.run.run_dir, "result.json")):
+                yield execute.run_analysis, a, f"{a.run.where} {a.name}", f"{a.run.row}/{a.run.dataset} {a.name}"
+
     failed = []
-    for p in todo.plans:
+    for step, planned, where, what in steps():
         try:
-            execute.run(p)
+            step(planned)
         except ReproduceError as e:
-            print(f"{p.where} FAILED: {e}", file=sys.stderr, flush=True)
-            failed.append(f"{p.row}/{p.dataset}: {e}")
-    for a in todo.analyses:
-        if not os.path.exists(os.path.join(a.run.run_dir, "result.json")):
-            continue  # its training failed: said above
-        try:
-            execute.run_analysis(a)
-        except ReproduceError as e:
-            print(f"{a.run.where} {a.name} FAILED: {e}", file=sys.stderr, flush=True)
-            failed.append(f"{a.run.row}/{a.run.dataset} {a.name}: {e}")
+            print(f"{where} FAILED: {e}", file=sys.stderr, flush=True)
+            failed.append(f"{what}: {e}")
     return failed
 
 
