@@ -45,18 +45,12 @@ def per_run(table: Table, plans: List[RunPlan], test: str = "bootstrap", n_sampl
     by_key = {(p.dataset, p.row): p for p in plans}
     rows = rows if rows is not None else [r for r in table.rows if r.runnable]
     groups: Dict[str, tuple] = {}  # reference run -> (its plan, [plans tested against it])
-    for row in rows:
-        ref = table.reference(row)
-        if ref is None:
-            continue
-        for dataset in table.datasets:
-            plan = by_key.get((dataset, table.owner(row).id))
-            base = by_key.get((dataset, table.owner(ref).id))
-            if plan is None or base is None or plan is base:
-                continue
-            entry = groups.setdefault(base.run_dir, (base, []))
-            if plan not in entry[1]:
-                entry[1].append(plan)
+    for row, ref in [(r, table.reference(r)) for r in rows]:
+        for dataset in table.datasets if ref is not None else []:
+            plan, base = (by_key.get((dataset, table.owner(r).id)) for r in (row, ref))
+            if plan is not None and base is not None and plan is not base \
+                    and plan not in groups.setdefault(base.run_dir, (base, []))[1]:
+                groups[base.run_dir][1].append(plan)
     out = {}
     for base, tested in groups.values():
         ref_file, base_hyp = _texts(base)

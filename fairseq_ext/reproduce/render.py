@@ -339,8 +339,7 @@ def write_reports(table: Table, records: List[Record], out_dir: str, name: str =
     flat = [_flat(r) for r in records]
     with open(paths["csv"], "w", encoding="utf-8", newline="") as f:
         if flat:
-            fields = list(dict.fromkeys(k for r in flat for k in r))
-            w = csv.DictWriter(f, fieldnames=fields)
+            w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in flat for k in r)))
             w.writeheader()
             w.writerows(flat)
     with open(paths["json"], "w", encoding="utf-8") as f:
