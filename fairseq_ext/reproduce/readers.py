@@ -34,7 +34,8 @@ Value = TypedDict("Value", {"ours": Optional[float], "ours_text": Optional[str],
 # over the seeds with a number (n; per_seed: seed -> number), delta_*/ratio_* the mean, sd and
 # count of the per-seed differences and ratios, p_t the paired t-test over seeds (shown beside the
 # mark, not as it), rule how the mark over seeds was decided (statistics.across_seeds), and
-# timing_noise a speed or time shown as — (sd in % of the mean, and whose). The test behind the
+# timing_noise a speed or time shown as — (sd in % of the mean, and whose); one seed's speeds and
+# times are not_comparable (shown as n.c., the number in the JSON). The test behind the
 # marks (fairseq_ext.reproduce.marks): its --test value and name, the stratified approximate
 # randomization's result (ar), the rows tested against the same reference row (comparisons) and
 # the Holm-adjusted p (--correction holm).
@@ -45,7 +46,8 @@ Cell = TypedDict("Cell", {
     "delta_sd": Optional[float], "delta_n": int, "ratio_sd": Optional[float], "ratio_n": int, "p_t": Optional[float],
     "rule": str, "tested_seeds": List[int], "per_seed_marks": Dict[int, str], "per_seed_p": Dict[int, float],
     "test": str, "test_name": str, "correction": str, "shuffles": int, "ar": dict, "comparisons": int,
-    "p_holm": Optional[float], "timing_noise": Dict[str, object]}, total=False)
+    "p_holm": Optional[float], "timing_noise": Dict[str, object], "not_comparable": bool, "ar_statistic": str},
+    total=False)
 # One row of the table on one data set (a cited row: the paper's numbers only). label: with the
 # row's id where another row of the table has the same label; cited: where a row quoted from
 # another paper comes from; reference: the row it is compared with (Δ, ratio, significance);
@@ -65,7 +67,8 @@ Record = TypedDict("Record", {
     "paper_mark": str, "samples": Optional[int], "params_m": Optional[float], "model_bleu": Optional[float],
     "adversarial": Dict[str, Optional[float]], "paper_adversarial": Dict[str, Optional[float]], "budget": str,
     "data": str, "columns": Dict[str, Cell], "seeds": List[int], "seeds_done": List[int],
-    "seeds_counted": List[int], "test": str, "test_name": str, "correction": str, "shuffles": int, "n": int,
+    "seeds_counted": List[int], "test": str, "test_name": str, "correction": str, "shuffles": int,
+    "ar_statistic": str, "n": int,
     "bleu_sd": Optional[float], "delta_sd": Optional[float], "p_t": Optional[float], "rule": Optional[str],
     "per_seed": Dict[int, dict]}, total=False)
 
