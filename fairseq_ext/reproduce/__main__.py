@@ -230,11 +230,9 @@ def print_dry_run(todo: Reproduction, args) -> None:
         print("# then, on each trained model, what the table's columns read (docs/analysis.md):")
         for a in todo.analyses:
             where = f"{a.run.row} / {a.run.dataset}"
-            if a.name == "meteor":
-                print(f"# {where}: METEOR of eval-test/hyp.detok (fairseq_ext.tools.meteor) -> {a.out}")
-            elif a.name == "comet":
-                print(f"# {where}: COMET ({a.comet.name}) of eval-test/hyp.detok (fairseq_ext.tools.comet) "
-                      f"-> {a.out}")
+            if a.name in ("meteor", "comet"):
+                what = "METEOR" if a.name == "meteor" else f"COMET ({a.comet.name})"
+                print(f"# {where}: {what} of eval-test/hyp.detok (fairseq_ext.tools.{a.name}) -> {a.out}")
             elif a.command is None:
                 print(f"# {where}: {a.name}: unavailable: {a.unavailable}")
             else:

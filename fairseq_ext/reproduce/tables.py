@@ -155,13 +155,11 @@ class Column:
 def read_columns(raw: dict, path: str) -> List[Column]:
     """The table's columns: ``columns:``, or (a file without it) ``metrics:`` of measured names."""
     if "columns" not in raw:
-        out = []
         for name in raw.get("metrics", []):
             if name not in DEFAULT_COLUMNS:
                 raise TableConfigError(f"{path}: metric {name!r} needs a 'columns:' entry (name, source); "
                                        f"sources: {', '.join(SOURCES)}")
-            out.append(Column(name=name, source=DEFAULT_COLUMNS[name]))
-        return out
+        return [Column(name=name, source=DEFAULT_COLUMNS[name]) for name in raw.get("metrics", [])]
     if "metrics" in raw:
         raise TableConfigError(f"{path}: 'metrics' and 'columns' both given: 'columns' lists the printed columns")
     out = []
