@@ -115,6 +115,24 @@ def raw_text_model(tmp_path_factory):
     return root / "bin", root / "ckpt" / "checkpoint_last.pt"
 
 
+@pytest.fixture(scope="session")
+def m30k_small_prepared(tmp_path_factory):
+    """M30K_SMALL (as m30k_small) prepared once by prepare-multi30k.sh with 100 BPE merges, the
+    recipe's output as it leaves it; a test that writes into it copies it first (shutil.copytree)."""
+    skip_without_multi30k()
+
+    def build(root):
+        for split, n in M30K_SMALL:
+            for lang in ("en", "de"):
+                write_lines(root / "m30k" / f"{split}.{lang}", head_gz(os.path.join(MULTI30K, f"{split}.{lang}.gz"), n),
+                            gz=True)
+        res = fairseq_ext("prepare", "multi30k", "--from", root / "m30k", "--out", root / "bin", "--bpe-merges", "100",
+                          "--workers", "1")
+        assert res.returncode == 0, res.stderr[-3000:]
+
+    return built_once(tmp_path_factory, "m30k_small_prepared", build) / "bin"
+
+
 @pytest.fixture
 def m30k_small(tmp_path):
     """The first 61/13/13 lines (M30K_SMALL) of the local Multi30k copy's en and de

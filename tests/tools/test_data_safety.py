@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from model_utils import train_in_process
 from script_utils import M30K_SMALL, PACKAGE, REPO, SCRIPTS, TOOLS, needs_multi30k, run
 
 from fairseq_ext.recipes.helpers import evaluations, outputs
@@ -119,7 +120,7 @@ def test_force_never_replaces_the_checkout_cwd_or_the_input(m30k_small, tmp_path
 
 
 @needs_multi30k
-def test_quickstart_never_wipes_another_experiment(m30k_small, tmp_path):
+def test_quickstart_never_wipes_another_experiment(m30k_small, m30k_small_prepared, tmp_path):
     data = tmp_path / "data-bin"  # DATA_DIR=data-bin: the parent of every data set
     data.mkdir()
     (data / "other.bin").write_text("keep")
@@ -128,7 +129,7 @@ def test_quickstart_never_wipes_another_experiment(m30k_small, tmp_path):
     assert res.returncode != 0 and f"refusing to replace {data}" in res.stderr, res.stderr[-2000:]
     assert (data / "other.bin").read_text() == "keep"
     prepared = tmp_path / "m30k-bin"
-    assert prepare(m30k_small, prepared).returncode == 0
+    shutil.copytree(m30k_small_prepared, prepared, symlinks=True)
     experiments = tmp_path / "checkpoints"  # SAVE_DIR=checkpoints: other experiments live there
     (experiments / "run1").mkdir(parents=True)
     (experiments / "run1" / "checkpoint_best.pt").write_text("keep")
@@ -161,12 +162,12 @@ def test_quickstart_never_wipes_another_experiment(m30k_small, tmp_path):
 
 
 @needs_multi30k
-def test_quickstart_with_other_settings_keeps_a_users_checkpoint_in_save_dir(m30k_small, tmp_path):
+def test_quickstart_with_other_settings_keeps_a_users_checkpoint_in_save_dir(m30k_small_prepared, tmp_path):
     """A rerun with other settings replaces SAVE_DIR; an averaged checkpoint_avg5.pt the user
     saved there keeps it. A SAVE_DIR an earlier version marked with the glob checkpoint*,
     without a manifest, is kept whole."""
     data = tmp_path / "m30k-bin"
-    assert prepare(m30k_small, data).returncode == 0
+    shutil.copytree(m30k_small_prepared, data, symlinks=True)
     # settings of a tiny model: had it trained (as it did before), it would have been over quickly
     env = {"DATA_DIR": str(data), "BPE_MERGES": "100", "LAYERS": "1", "EMBED_DIM": "16", "FFN_DIM": "32",
            "HEADS": "2", "MAX_UPDATE": "1", "MAX_TOKENS": "600", "BEAM": "1"}
@@ -427,11 +428,11 @@ def test_force_never_replaces_home_the_checkout_or_a_git_repository(tmp_path, wh
 
 
 @needs_multi30k
-def test_quickstart_failed_training_leaves_no_checkpoint(m30k_small, tmp_path):
+def test_quickstart_failed_training_leaves_no_checkpoint(m30k_small_prepared, tmp_path):
     """SAVE_DIR is built beside itself and moved into place only when training succeeded: a
     failed retraining leaves train.log, never the old checkpoint looking current."""
     data = tmp_path / "m30k-bin"
-    assert prepare(m30k_small, data).returncode == 0
+    shutil.copytree(m30k_small_prepared, data, symlinks=True)
     save = tmp_path / "qs"
     mark(save, "quickstart.sh", "checkpoint_last.pt", "train.log", "quickstart.settings", "eval-test/")
     (save / "checkpoint_last.pt").write_text("trained with other settings")
@@ -552,19 +553,18 @@ def test_helpers_name_the_file_and_line_of_bad_utf8(tmp_path):
 
 @pytest.mark.slow
 @needs_multi30k
-def test_evaluation_is_complete_or_absent(m30k_small, tmp_path):
+def test_evaluation_is_complete_or_absent(m30k_small_prepared, tmp_path):
     """A real evaluation: references with a BOM and CRs give the same lines and scores; a
     failed rerun leaves no result that significance.sh would take for current."""
     out = tmp_path / "bin"
-    assert prepare(m30k_small, out).returncode == 0
+    shutil.copytree(m30k_small_prepared, out, symlinks=True)
     ckpt_dir = tmp_path / "ckpt"
-    res = run(["fairseq-train", out, "--user-dir", REPO_FAIRSEQ_EXT, "--arch", "multilayer_transformer",
-               "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
-               "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
-               "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--optimizer", "adam",
-               "--lr", "1e-3", "--max-tokens", "500", "--max-update", "2", "--cpu", "--save-dir", ckpt_dir,
-               "--no-progress-bar"])
-    assert res.returncode == 0, res.stderr[-2000:]
+    train_in_process([str(out), "--user-dir", str(REPO_FAIRSEQ_EXT), "--arch", "multilayer_transformer",
+                      "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
+                      "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
+                      "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--optimizer", "adam",
+                      "--lr", "1e-3", "--max-tokens", "500", "--max-update", "2", "--cpu", "--save-dir", str(ckpt_dir),
+                      "--no-progress-bar"])
     ev = tmp_path / "eval"
     base = [SCRIPTS / "evaluate.sh", "--checkpoint", ckpt_dir / "checkpoint_last.pt", "--data", out, "--cpu",
             "--beam", "1", "--max-len-b", "5"]
