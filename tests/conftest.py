@@ -133,6 +133,21 @@ def m30k_small_prepared(tmp_path_factory):
     return built_once(tmp_path_factory, "m30k_small_prepared", build) / "bin"
 
 
+@pytest.fixture(scope="session")
+def smoke_data_root(tmp_path_factory):
+    """A --data-root holding reproduce/multi30k-en-de.smoke as `fairseq-ext reproduce --smoke`
+    prepares it (its own command), prepared once per run; the end-to-end reproductions copy it
+    into their --data-root, where the runner finds it prepared."""
+    skip_without_multi30k()
+
+    def build(root):
+        res = fairseq_ext("prepare", "multi30k", "--src", "en", "--tgt", "de", "--out",
+                          root / "reproduce" / "multi30k-en-de.smoke", "--max-lines", "3000")
+        assert res.returncode == 0, res.stderr[-3000:]
+
+    return built_once(tmp_path_factory, "smoke_data_root", build)
+
+
 @pytest.fixture
 def m30k_small(tmp_path):
     """The first 61/13/13 lines (M30K_SMALL) of the local Multi30k copy's en and de

@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import re
+import shutil
 
 import pytest
 
@@ -179,10 +180,11 @@ def test_evaluate_and_adversarial_evaluation_of_a_multi_source_checkpoint(three_
 
 @needs_data
 @pytest.mark.slow
-def test_reproduce_ms1_with_its_adversarial_column(tmp_path):
+def test_reproduce_ms1_with_its_adversarial_column(smoke_data_root, tmp_path):
     """scripts/reproduce.sh ms-1 --smoke: the single-source baseline and serial over en+fr -> de
     (French text in place of the image), 20 updates; serial is also evaluated with the French
     source replaced by other sentences."""
+    shutil.copytree(smoke_data_root, tmp_path / "data", symlinks=True)  # the single-source data, prepared
     res = run([os.path.join(SCRIPTS, "reproduce.sh"), "ms-1", "--smoke", "--budget", "20", "--rows", "serial",
                "--datasets", "multi30k-en-de", "--work-dir", tmp_path / "runs", "--data-root", tmp_path / "data",
                "--samples", "50"], cwd=str(tmp_path))

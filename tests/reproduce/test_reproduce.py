@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -297,7 +298,7 @@ def test_the_cpu_scale_on_the_command_line(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_one_table_end_to_end_at_a_tiny_budget(tmp_path):
+def test_one_table_end_to_end_at_a_tiny_budget(smoke_data_root, tmp_path):
     """thesis-4.6 (#Params, training and decoding speed, BLEU) with the baseline and MS-1+AIF
     (part (b): the same model as (a)'s MS-i+AIF, compared with (b)'s baseline, the same model as
     (a)'s), on Multi30k (the --smoke substitute), 30 updates each: data preparation, training,
@@ -307,6 +308,7 @@ def test_one_table_end_to_end_at_a_tiny_budget(tmp_path):
     cmd = [os.path.join(REPO, "scripts", "reproduce.sh"), "thesis-4.6", "--rows", "ms-1-plus-aif", "--smoke",
            "--budget", "30", "--work-dir", str(tmp_path / "runs"), "--data-root", str(tmp_path / "data"),
            "--samples", "100"]
+    shutil.copytree(smoke_data_root, tmp_path / "data", symlinks=True)  # prepared as the runner prepares it
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with open(tmp_path / "runs" / "thesis-4.6" / "table.smoke.30.rows-ms-1-plus-aif.json") as f:

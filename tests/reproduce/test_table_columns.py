@@ -422,7 +422,7 @@ def test_the_analyses_a_table_reads_are_the_registered_ones():
 # ---- end to end ----------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_an_analysis_table_end_to_end_at_a_tiny_budget(tmp_path):
+def test_an_analysis_table_end_to_end_at_a_tiny_budget(smoke_data_root, tmp_path):
     """thesis-4.7 with MS-1 on the smoke substitute of En->Vi, 30 updates: training, evaluation,
     then the decoders analysis (the command a user would type) in the run directory, and the
     table shows the paper's MD and AD numbers beside ours; a second call reuses everything."""
@@ -431,6 +431,7 @@ def test_an_analysis_table_end_to_end_at_a_tiny_budget(tmp_path):
     cmd = [os.path.join(REPO, "scripts", "reproduce.sh"), "thesis-4.7", "--rows", "ms-1", "--datasets",
            "iwslt15-en-vi", "--smoke", "--budget", "30", "--work-dir", str(tmp_path / "runs"),
            "--data-root", str(tmp_path / "data"), "--samples", "50"]
+    shutil.copytree(smoke_data_root, tmp_path / "data", symlinks=True)  # prepared as the runner prepares it
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     runs = tmp_path / "runs" / "thesis-4.7"
