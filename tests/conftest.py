@@ -115,6 +115,15 @@ def raw_text_model(tmp_path_factory):
     return root / "bin", root / "ckpt" / "checkpoint_last.pt"
 
 
+def write_m30k_small(directory):
+    """M30K_SMALL's lines of the local Multi30k copy, gzipped into ``directory`` as the recipes
+    read them; ``directory``."""
+    for split, n in M30K_SMALL:
+        for lang in ("en", "de"):
+            write_lines(directory / f"{split}.{lang}", head_gz(os.path.join(MULTI30K, f"{split}.{lang}.gz"), n), gz=True)
+    return directory
+
+
 @pytest.fixture(scope="session")
 def m30k_small_prepared(tmp_path_factory):
     """M30K_SMALL (as m30k_small) prepared once by prepare-multi30k.sh with 100 BPE merges, the
@@ -122,11 +131,7 @@ def m30k_small_prepared(tmp_path_factory):
     skip_without_multi30k()
 
     def build(root):
-        for split, n in M30K_SMALL:
-            for lang in ("en", "de"):
-                write_lines(root / "m30k" / f"{split}.{lang}", head_gz(os.path.join(MULTI30K, f"{split}.{lang}.gz"), n),
-                            gz=True)
-        res = fairseq_ext("prepare", "multi30k", "--from", root / "m30k", "--out", root / "bin", "--bpe-merges", "100",
+        res = fairseq_ext("prepare", "multi30k", "--from", write_m30k_small(root / "m30k"), "--out", root / "bin", "--bpe-merges", "100",
                           "--workers", "1")
         assert res.returncode == 0, res.stderr[-3000:]
 
@@ -154,8 +159,4 @@ def m30k_small(tmp_path):
     train/val/test_2016_flickr files, gzipped as the recipes read them (the test is skipped
     where there is no local copy, as the tests marked needs_multi30k are)."""
     skip_without_multi30k()
-    d = tmp_path / "m30k"
-    for split, n in M30K_SMALL:
-        for lang in ("en", "de"):
-            write_lines(d / f"{split}.{lang}", head_gz(os.path.join(MULTI30K, f"{split}.{lang}.gz"), n), gz=True)
-    return d
+    return write_m30k_small(tmp_path / "m30k")

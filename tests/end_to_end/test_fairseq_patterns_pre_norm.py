@@ -3,8 +3,6 @@ in pre-norm layers with activation checkpointing: train (``fairseq-train`` in th
 as fairseq's tests do, validating each epoch), resume from ``checkpoint_last.pt``, generate in several
 of fairseq-generate's modes (beam search, n-best, sampling, a forced prefix, scoring the
 reference, an ensemble of two checkpoints) and average checkpoints."""
-import contextlib
-import io
 import os
 
 import pytest
@@ -14,7 +12,7 @@ from fairseq_ext.average_checkpoints import cli_main as average_checkpoints
 from fairseq_ext.guards.checkpoint_safety import load_checkpoint_state
 from joint_attention_reference import PRE_NORM
 from joint_attention_reference import PRE_NORM_OPTION_SETS as OPTION_SETS
-from model_utils import USER_DIR
+from model_utils import USER_DIR, generate_in_process, train_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -41,32 +39,20 @@ def data_dir(tmp_path_factory):
 
 
 def fairseq_train(data_dir, save_dir, flags, max_update):
-    from fairseq import distributed_utils, options
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq_cli import train
-
-    args = options.parse_args_and_arch(options.get_training_parser(), [
+    train_in_process([
         data_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer", *MODEL, *PRE_NORM,
         "--checkpoint-activations", *flags, "--criterion", "multi_output_label_smoothed_cross_entropy",
         "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "200",
         "--required-batch-size-multiple", "1", "--max-update", str(max_update), "--save-dir", save_dir,
         "--no-progress-bar", "--num-workers", "0",
         "--cpu", "--seed", "1", "--source-lang", "in", "--target-lang", "out"])
-    distributed_utils.call_main(convert_namespace_to_omegaconf(args), train.main)
 
 
 def fairseq_generate(data_dir, path, flags):
-    from fairseq import options
-    from fairseq_cli import generate
-
-    args = options.parse_args_and_arch(options.get_generation_parser(), [
+    return generate_in_process([
         data_dir, "--user-dir", USER_DIR, "--path", path, "--beam", "3", "--batch-size", "5", "--max-len-b", "6",
         "--gen-subset", "valid", "--num-workers", "0", "--cpu", "--source-lang", "in", "--target-lang", "out",
         *flags])
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        generate.main(args)
-    return out.getvalue()
 
 
 def hypotheses(output):
