@@ -25,7 +25,7 @@
 #         MAX_TOKENS [2048]  LR [0.002]  WARMUP [300]  SEED [1]  LOG_INTERVAL [50]
 #         SAVE_DIR [checkpoints/quickstart.SRC-TGT]  EXTRA_TRAIN_ARGS [""]
 #         THREADS [the CPU cores idle when training starts, at least 1: torch's one thread per
-#         core collapses when other work competes for the cores; fairseq_ext/recipes/helpers/cpu.py]
+#         core collapses when other work competes for the cores; fairseq_ext/standalone/cpu.py]
 # Decode: BEAM [5]  LENPEN [1.0]  MAX_LEN_A [1.2]  MAX_LEN_B [10] (output length limit
 #         a*source+b: keeps an undertrained model from babbling to 200 tokens)  EXTRA_GEN_ARGS [""]
 # The last line says how many of the planned updates ran, in how many minutes, and the BLEU
@@ -124,13 +124,13 @@ if fsx_has_gpu; then
     fsx_log "GPU found: training on $(nvidia-smi -L | sed -n 1p)"
 else
     # torch's one thread per core collapses when other work competes for the cores
-    # (fairseq_ext/recipes/helpers/cpu.py has the measurement): the cores idle now, unless THREADS says
+    # (fairseq_ext/standalone/cpu.py has the measurement): the cores idle now, unless THREADS says
     if [[ -n "$THREADS" ]]; then
         why="THREADS=$THREADS"
     elif [[ -n "${OMP_NUM_THREADS:-}" ]]; then
         THREADS="$OMP_NUM_THREADS" why="OMP_NUM_THREADS=$OMP_NUM_THREADS"
     else
-        mapfile -t cpu < <("$FSX_PY" "$REPO/fairseq_ext/recipes/helpers/cpu.py" threads 1)
+        mapfile -t cpu < <("$FSX_PY" "$REPO/fairseq_ext/standalone/cpu.py" threads 1)
         THREADS="${cpu[0]:-1}" why="${cpu[1]:-}; THREADS=N to choose"
     fi
     export OMP_NUM_THREADS="$THREADS"

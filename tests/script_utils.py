@@ -18,7 +18,7 @@ from model_utils import DATA, REPO
 REPO = Path(REPO)
 SCRIPTS = REPO / "scripts"
 PACKAGE = REPO / "fairseq_ext"
-TOOLS = PACKAGE / "recipes" / "helpers"  # the text helpers the recipes run as files
+TOOLS = PACKAGE / "standalone"  # the helpers the recipes run as files
 MULTI30K = Path(DATA) / "multi30k"
 ENVI = Path(DATA) / "iwslt15-en-vi"
 # the Multi30k slice of the data-safety and quickstart tests (conftest.m30k_small): line

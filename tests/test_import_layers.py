@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "fairseq_ext"
 # Lowest first; a module may import its own layer and the layers below it. Modules of one
 # layer that belong to different subpackages are siblings and do not import each other.
 LAYERS: List[Tuple[str, ...]] = [
-    ("fairseq_ext.recipes",),  # the recipes' plain-file helpers: nothing of the package above them
+    ("fairseq_ext.standalone",),  # the ground floor the recipes run as plain files: nothing of the package above it
     ("fairseq_ext.keys", "fairseq_ext.errors"),
     ("fairseq_ext.resources",),
     ("fairseq_ext.guards",),
@@ -189,7 +189,7 @@ def test_the_walk_sees_imports_inside_functions_relative_ones_and_circles(tmp_pa
     assert cycles(edges) == [["fairseq_ext.analysis.common", "fairseq_ext.analysis.report"]]
 
 
-@pytest.mark.parametrize("name,layer", [("fairseq_ext.recipes.helpers.corpus", 0), ("fairseq_ext.tools.evaluate", 10),
+@pytest.mark.parametrize("name,layer", [("fairseq_ext.standalone.corpus", 0), ("fairseq_ext.tools.evaluate", 10),
                                         ("fairseq_ext.analysis.report", 11), ("fairseq_ext", 8),
                                         ("fairseq_ext.selfcheck.stages", 13), ("fairseq_ext.__main__", 15)])
 def test_layers_are_read_by_the_longest_prefix(name, layer):

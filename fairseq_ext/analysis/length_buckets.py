@@ -42,7 +42,7 @@ from fairseq_ext.analysis.figures import (FIGURE_WIDTH, FigureContext, add_capti
                                           pyplot, save_figure, system_colours)
 from fairseq_ext.analysis.registry import Analysis
 from fairseq_ext.common import data_text
-from fairseq_ext.recipes.helpers.evaluations import read_evaluation_complete
+from fairseq_ext.standalone.evaluations import read_evaluation_complete
 from fairseq_ext.tools.statistics import bleu_metric
 
 ANALYSIS = Analysis("length_buckets", "BLEU by source length", "thesis 3.5.1 / 4.5.1 / 5.6.4, MLMHA 7.1, MMA 5.2",

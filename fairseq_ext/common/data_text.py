@@ -13,7 +13,7 @@ from typing import Dict, List, Optional
 import torch
 
 from fairseq_ext.errors import DataError
-from fairseq_ext.recipes.helpers import corpus, moses
+from fairseq_ext.standalone import corpus, moses
 
 # which BLEU the papers report for each task: (recipe, "src-tgt" or None for any) -> (flavour, note)
 HEADLINES = (
@@ -84,7 +84,7 @@ unescape_moses = corpus.unescape_moses
 
 def recipe_tokenizer(lang: str, escape: bool, lowercase: bool = False, normalize: bool = False,
                      aggressive: bool = False):
-    """The recipes' Moses tokenizer (:func:`fairseq_ext.recipes.helpers.moses.moses_tokenizer`)
+    """The recipes' Moses tokenizer (:func:`fairseq_ext.standalone.moses.moses_tokenizer`)
     as a function of a line, with the XML escapes of already tokenized text undone first (a
     corpus released tokenized, such as IWSLT'15, carries them; they would be escaped twice)."""
     tok = moses.moses_tokenizer(lang, aggressive, escape, lowercase, normalize)

@@ -16,7 +16,7 @@ import tempfile
 from typing import Dict, Iterator, Optional, TextIO
 
 from fairseq_ext.errors import FairseqExtError
-from fairseq_ext.recipes.helpers.corpus import open_text
+from fairseq_ext.standalone.corpus import open_text
 
 
 class OutputFileError(FairseqExtError, ValueError):

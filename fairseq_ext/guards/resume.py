@@ -37,7 +37,7 @@ from fairseq.file_io import PathManager
 from fairseq_ext.errors import ResumeError, SaveDirBusyError
 from fairseq_ext.guards.checkpoint_safety import write_atomically
 from fairseq_ext.guards.patching import replace
-from fairseq_ext.recipes.helpers.outputs import OutputBusyError, OutputLock
+from fairseq_ext.standalone.outputs import OutputBusyError, OutputLock
 
 logger = logging.getLogger(__name__)
 # set by fairseq-ext train (fairseq_ext/recipes/train.sh): a --restore-file that does not exist
@@ -139,7 +139,7 @@ _HELD: Dict[str, OutputLock] = {}
 
 def hold_save_dir(cfg) -> None:
     """On global rank 0, take the lock of ``cfg.save_dir`` (``PARENT/.NAME.lock``, the output lock
-    of recipes/helpers/outputs.py) for the rest of the process; raise :class:`SaveDirBusyError`
+    of standalone/outputs.py) for the rest of the process; raise :class:`SaveDirBusyError`
     naming the holder when another run has it. Nothing is locked with ``--no-save``, for a
     remote save dir, or for a config without one (the mocks of fairseq's own tests)."""
     save_dir = getattr(cfg, "save_dir", None)

@@ -113,10 +113,10 @@ if fsx_has_gpu; then
 else
     DEVICE_ARGS=(--cpu --distributed-backend gloo --ddp-backend legacy_ddp)
     # torch's default of one thread per core collapses when other work competes for the
-    # cores (recipes/helpers/cpu.py has the measurement): each process takes its share of the cores
+    # cores (standalone/cpu.py has the measurement): each process takes its share of the cores
     # idle now, unless OMP_NUM_THREADS says otherwise
     if [[ -z ${OMP_NUM_THREADS:-} ]]; then
-        mapfile -t CPU_THREADS < <("${FSX_PY:-python3}" "$USER_DIR/recipes/helpers/cpu.py" threads "$NPROC")
+        mapfile -t CPU_THREADS < <("${FSX_PY:-python3}" "$USER_DIR/standalone/cpu.py" threads "$NPROC")
         export OMP_NUM_THREADS="${CPU_THREADS[0]:-1}"
         echo "[train.sh] CPU: $OMP_NUM_THREADS thread(s) per process (${CPU_THREADS[1]:-}; OMP_NUM_THREADS=N to choose)" >&2
     fi

@@ -30,7 +30,7 @@ from typing import List, Optional, Sequence
 
 from fairseq_ext.common.command_line import CommandParser, fail
 from fairseq_ext.errors import CommandError
-from fairseq_ext.recipes.helpers import compare_mt_shim, corpus, evaluations, outputs
+from fairseq_ext.standalone import compare_mt_shim, corpus, evaluations, outputs
 from fairseq_ext.tools import comet as comet_metric
 from fairseq_ext.tools.significance import paired_significance, table_lines
 from fairseq_ext.tools.statistics import mark

@@ -47,7 +47,7 @@ from fairseq_ext import resources
 from fairseq_ext.common.command_line import CommandParser, fail
 from fairseq_ext.common.data_text import FLAVOURS, REMOVE_BPE, env_headline, read_lines, read_prep_env
 from fairseq_ext.errors import CommandError, DataError
-from fairseq_ext.recipes.helpers import bleu, corpus, evaluations, moses, outputs
+from fairseq_ext.standalone import bleu, corpus, evaluations, moses, outputs
 from fairseq_ext.tools import comet as comet_metric
 
 # the name evaluation writes under (the markers of its directories): directories written by

@@ -36,7 +36,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_ext.common.data_text import read_lines
 from fairseq_ext.errors import FairseqExtError
-from fairseq_ext.recipes.helpers.moses import moses_tokenizer
+from fairseq_ext.standalone.moses import moses_tokenizer
 from fairseq_ext.tools.translate import InputError
 
 NLTK_PIN = "nltk==3.10.4"  # the Makefile's pin, named in the error when nltk is missing

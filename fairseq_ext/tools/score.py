@@ -9,7 +9,7 @@ The source is translated as ``fairseq-ext translate`` translates it (the data di
 prep.env: tokenization, lowercasing, BPE), with its warnings and its summary line: a source
 line that is not UTF-8 is skipped and scored as an empty hypothesis (--strict: an error), a
 line longer than the model's positions is cut. Then sacreBLEU in the four flavours of
-``fairseq-ext evaluate`` (fairseq_ext/recipes/helpers/bleu.py), each with its signature:
+``fairseq-ext evaluate`` (fairseq_ext/standalone/bleu.py), each with its signature:
 
   detok-cased, detok-lc  the detokenized translations against the raw reference (13a)
   tok-cased, tok-lc      the tokenized translations against the reference Moses-tokenized
@@ -35,8 +35,8 @@ from typing import List, Tuple
 from fairseq_ext.common.data_text import FLAVOURS, env_headline, read_prep_env, side_tokenizer
 from fairseq_ext.common.output_file import check_output_file, staged_output_file
 from fairseq_ext.errors import DataError
-from fairseq_ext.recipes.helpers import bleu
-from fairseq_ext.recipes.helpers.corpus import open_text
+from fairseq_ext.standalone import bleu
+from fairseq_ext.standalone.corpus import open_text
 from fairseq_ext.tools import comet, translate
 from fairseq_ext.tools.translate import InputError, logger
 

@@ -15,7 +15,7 @@ from typing import Dict, List, Sequence
 
 from fairseq_ext.common.command_line import CommandParser
 from fairseq_ext.common.data_text import read_lines
-from fairseq_ext.recipes.helpers.bleu import metric as more_metric
+from fairseq_ext.standalone.bleu import metric as more_metric
 from fairseq_ext.tools import statistics
 from fairseq_ext.tools.statistics import FLAVOURS, MARKS
 

@@ -44,8 +44,8 @@ from fairseq_ext.common.command_line import search_arguments, setup_cli
 from fairseq_ext.common.data_text import POSTPROCESS, TextPipeline, read_prep_env, within_positions
 from fairseq_ext.common.output_file import check_output_file, staged_output_file
 from fairseq_ext.errors import FairseqExtError
-from fairseq_ext.recipes.helpers.corpus import TextError, clean_line
-from fairseq_ext.recipes.helpers.moses import moses_detokenizer
+from fairseq_ext.standalone.corpus import TextError, clean_line
+from fairseq_ext.standalone.moses import moses_detokenizer
 
 logger = logging.getLogger("fairseq_ext.translate")
 

@@ -108,10 +108,10 @@ def test_a_second_quickstart_into_one_save_dir_is_refused_before_it_starts(tmp_p
     prepares no data (run A's model and score stay A's)."""
     import os
 
-    from fairseq_ext.recipes.helpers import outputs
+    from fairseq_ext.standalone import outputs
 
     save, data = tmp_path / "checkpoints" / "qs", tmp_path / "data"
-    hold = ("import sys, time; from fairseq_ext.recipes.helpers.outputs import OutputLock; "
+    hold = ("import sys, time; from fairseq_ext.standalone.outputs import OutputLock; "
             "OutputLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)")
     env = {k: v for k, v in os.environ.items() if k != outputs.HELD_ENV}
     first = subprocess.Popen([sys.executable, "-c", hold, str(save)], stdout=subprocess.PIPE, text=True, env=env)

@@ -9,7 +9,7 @@ import pytest
 
 from fairseq_ext.errors import SaveDirBusyError
 from fairseq_ext.guards import resume
-from fairseq_ext.recipes.helpers.outputs import lock_path
+from fairseq_ext.standalone.outputs import lock_path
 from model_utils import TINY_TRAIN_FLAGS, USER_DIR, clean_env
 
 
@@ -20,7 +20,7 @@ def checkpoint_cfg(save_dir, **overrides):
     return OmegaConf.merge(OmegaConf.structured(CheckpointConfig), {"save_dir": str(save_dir), **overrides})
 
 
-HOLD = ("import sys, time; from fairseq_ext.recipes.helpers.outputs import OutputLock; "
+HOLD = ("import sys, time; from fairseq_ext.standalone.outputs import OutputLock; "
         "OutputLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)")
 
 

@@ -1,11 +1,11 @@
-"""The CPU thread default of training (fairseq_ext/recipes/helpers/cpu.py): the cores idle at the
+"""The CPU thread default of training (fairseq_ext/standalone/cpu.py): the cores idle at the
 start, never fewer than one thread per process."""
 import subprocess
 import sys
 
 import pytest
 
-from fairseq_ext.recipes.helpers import cpu
+from fairseq_ext.standalone import cpu
 
 
 @pytest.mark.parametrize("idle,cores,processes,want", [

@@ -15,7 +15,7 @@ import torch
 from model_utils import train_in_process
 from script_utils import M30K_SMALL, PACKAGE, REPO, SCRIPTS, TOOLS, needs_multi30k, run
 
-from fairseq_ext.recipes.helpers import evaluations, outputs
+from fairseq_ext.standalone import evaluations, outputs
 
 
 def mark(directory, prog, *entries):

@@ -1,4 +1,4 @@
-"""chrF, chrF++ and TER beside BLEU (fairseq_ext/recipes/helpers/bleu.py, as evaluate and score
+"""chrF, chrF++ and TER beside BLEU (fairseq_ext/standalone/bleu.py, as evaluate and score
 print them): the numbers and signatures of the sacrebleu command on the same files, on the
 text of the reported flavour (a lowercased flavour scores them case-insensitive)."""
 import json
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from fairseq_ext.recipes.helpers import bleu
+from fairseq_ext.standalone import bleu
 
 WORDS = ["The", "the", "a", "A", "cat", "dog", "sat", "on", "mat", "red", "runs", "."]
 

@@ -1,5 +1,5 @@
 """The output-directory rules (docs/trust.md, "Output directories"), called directly from
-Python (fairseq_ext/recipes/helpers/outputs.py), one test per rule; and the bash side (common.sh),
+Python (fairseq_ext/standalone/outputs.py), one test per rule; and the bash side (common.sh),
 which calls the same file, giving the same messages. ``manifest`` writes the marker every
 script writes: the exact manifest of what the directory holds."""
 import os
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_ext.recipes.helpers import evaluations, outputs
-from fairseq_ext.recipes.helpers.outputs import OutputError, check_replaceable
+from fairseq_ext.standalone import evaluations, outputs
+from fairseq_ext.standalone.outputs import OutputError, check_replaceable
 
 TOOLS = Path(outputs.__file__).resolve().parent
-COMMON = TOOLS.parent / "lib" / "common.sh"
+COMMON = TOOLS.parent / "recipes" / "lib" / "common.sh"
 
 
 def manifest(directory, prog, *files):
@@ -400,7 +400,7 @@ def test_a_killed_runs_temporary_directory_in_a_manifest_directory(tmp_path, whe
 
 
 # --- one writer at a time ------------------------------------------------------------------
-HOLD = ("import sys, time; from fairseq_ext.recipes.helpers.outputs import OutputLock; "
+HOLD = ("import sys, time; from fairseq_ext.standalone.outputs import OutputLock; "
         "OutputLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)")
 
 

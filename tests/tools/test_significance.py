@@ -95,7 +95,7 @@ def test_score_bleu_uses_the_same_flavours(tmp_path):
     refs, base, better, _ = corpus(seed=9)
     (tmp_path / "ref").write_text("\n".join(refs) + "\n")
     (tmp_path / "hyp").write_text("\n".join(better) + "\n")
-    subprocess.run([sys.executable, os.path.join(REPO, "fairseq_ext", "recipes", "helpers", "bleu.py"), "--hyp-detok",
+    subprocess.run([sys.executable, os.path.join(REPO, "fairseq_ext", "standalone", "bleu.py"), "--hyp-detok",
                     str(tmp_path / "hyp"), "--ref-detok", str(tmp_path / "ref"), "--hyp-tok", str(tmp_path / "hyp"),
                     "--ref-tok", str(tmp_path / "ref"), "--json", str(tmp_path / "s.json")], check=True,
                    capture_output=True)
@@ -119,7 +119,7 @@ def test_compare_mt_bleu_can_name_the_other_winner():
     """Why the marks come from sacreBLEU: compare-mt's BLEU treats a zero n-gram precision as 1.
     A has no matching 4-gram (as undertrained systems often do): compare-mt scores it 38.88 and
     ranks it first; its true BLEU (sacreBLEU) is 16.10, below C's 22.84."""
-    from fairseq_ext.recipes.helpers import compare_mt_shim
+    from fairseq_ext.standalone import compare_mt_shim
 
     compare_mt_shim._install_six_stub()
     from compare_mt import scorers

@@ -254,7 +254,7 @@ def test_paired_tests_are_sacrebleus_to_the_last_bit(test, samples, seed, monkey
     """paired_bs and paired_ar on sentence statistics equal sacreBLEU's own tests exactly (the same
     draws from the same seed, sacreBLEU's float32 sums of resamples and its arithmetic): BLEU in
     two flavours, chrF2, chrF2++ and TER."""
-    from fairseq_ext.recipes.helpers.bleu import metric as more_metric
+    from fairseq_ext.standalone.bleu import metric as more_metric
 
     monkeypatch.setenv("SACREBLEU_SEED", str(seed))
     for corpus_seed in (0, 1):

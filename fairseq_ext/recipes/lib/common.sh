@@ -122,8 +122,8 @@ fsx_config_path() {
 fsx_config_names() { (cd "$FSX_USER_DIR/configs" && ls -- *.args) | sed 's/\.args$//' | paste -sd ' ' | sed 's/ /, /g'; }
 
 # run as files, not modules: importing the package would load fairseq and torch every time
-fsx_tools() { "$FSX_PY" "$FSX_USER_DIR/recipes/helpers/corpus.py" "$@"; }
-fsx_spm() { "$FSX_PY" "$FSX_USER_DIR/recipes/helpers/spm.py" "$@"; }
+fsx_tools() { "$FSX_PY" "$FSX_USER_DIR/standalone/corpus.py" "$@"; }
+fsx_spm() { "$FSX_PY" "$FSX_USER_DIR/standalone/spm.py" "$@"; }
 
 # ---------------------------------------------------------------------------- options
 FSX_OUT=""
@@ -285,10 +285,10 @@ FSX_DONE=0
 FSX_INPUTS=()           # paths the output must never contain (besides --from, --download-dir)
 FSX_KEEP_ON_FAILURE=()  # files of $FSX_STAGE put into FSX_OUT when the script fails (logs)
 
-# fsx_outputs COMMAND ARG...: the output-directory protocol, fairseq_ext/recipes/helpers/outputs.py
+# fsx_outputs COMMAND ARG...: the output-directory protocol, fairseq_ext/standalone/outputs.py
 # (the marker and its manifest, what may be replaced, the locks), run as a file for this script
 fsx_outputs() {
-    "${FSX_PY:-python3}" "$FSX_USER_DIR/recipes/helpers/outputs.py" --prog "$FSX_PROG" \
+    "${FSX_PY:-python3}" "$FSX_USER_DIR/standalone/outputs.py" --prog "$FSX_PROG" \
         --caller-pwd "$FSX_CALLER_PWD" "$@"
 }
 

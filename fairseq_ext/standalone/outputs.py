@@ -49,7 +49,7 @@ MANIFEST = "# manifest: exact paths"
 EVALUATE = "evaluate.sh"
 SIGNIFICANCE = "significance.sh"
 # the directory that holds the package (a checkout or site-packages): never replaced
-INSTALL_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+INSTALL_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # the directory the user started the outermost command in (common.sh sets it once)
 CALLER_PWD_ENV = "FSX_CALLER_PWD"
 # the lock files held by this process or one of its parents, one a line
