@@ -58,8 +58,7 @@ NO_CROSS_ATTENTION = "the decoder has no cross-attention (--no-cross-attention)"
 
 
 def kl_divergence(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
-    """KL(p || q) = sum_x p(x) (log p(x) - log q(x)) over the last dimension, from
-    log-probabilities (natural log; 0 log 0 = 0), in float64."""
+    """KL(p || q) over the last dimension from log-probabilities (0 log 0 = 0), in float64."""
     log_p, log_q = log_p.double(), log_q.double()
     terms = torch.where(torch.isneginf(log_p), torch.zeros_like(log_p), log_p.exp() * (log_p - log_q))
     return terms.sum(-1)
@@ -80,8 +79,7 @@ def check_aif(model, what: str = "the model") -> None:
 
 
 def ind_decoder(model):
-    """A copy of ``model`` with every AIF weight W^{a,i}_l zero (the thesis' ind-decoder);
-    ``model`` is left as it is."""
+    """A copy of ``model`` with every AIF weight W^{a,i}_l zero (the thesis' ind-decoder)."""
     check_aif(model)
     ind = copy.deepcopy(model).eval()
     with torch.no_grad():
@@ -92,8 +90,8 @@ def ind_decoder(model):
 
 
 def compare(model, ind, sample, hypotheses: List[torch.Tensor], rows: str = "mean") -> List[dict]:
-    """Teacher-force both models on the main decoder's translations; per sentence: its id,
-    tokens, ``D_yt`` (|Y|, Eq. 4.4), ``D_Y`` (Eq. 4.5) and ``attention`` (L x H, Eq. 4.6)."""
+    """Both models teacher-forced on the main decoder's translations; per sentence: its id, tokens,
+    ``D_yt`` (|Y|, Eq. 4.4), ``D_Y`` (Eq. 4.5) and ``attention`` (L x H, Eq. 4.6)."""
     dictionary = model.decoder.dictionary
     pad, eos = dictionary.pad(), dictionary.eos()
     dev = next(model.parameters()).device
@@ -124,8 +122,7 @@ def compare(model, ind, sample, hypotheses: List[torch.Tensor], rows: str = "mea
 def analyse(model, task, split: str, max_sentences: Optional[int] = None, rows: str = "mean",
             max_len_a: float = 0.0, max_len_b: int = 200, cpu: bool = False,
             sentence: Optional[int] = None) -> List[dict]:
-    """:func:`compare` over the sentences of ``split`` (the lowest ids with ``max_sentences``),
-    or over its sentence ``sentence`` alone."""
+    """:func:`compare` over the sentences of ``split``, or over its sentence ``sentence`` alone."""
     ind, dev = ind_decoder(model), checkpoints.device(cpu)
     samples = command.batches(task, split, max_sentences=max_sentences, device=dev)
     if sentence is not None:
@@ -154,8 +151,7 @@ def summarise(name: str, results: List[dict], dictionary) -> Dict[str, List[dict
 
 def plot_dependency(summary: List[dict], per_sentence: List[dict], per_head: List[dict], path: str,
                     context: Optional[FigureContext] = None):
-    """Fig. 4.7: (a) D_Y of every sentence per model (box) with its mean; (b) D^l per layer,
-    one line per model, with its heads' D^l_h as dots."""
+    """Fig. 4.7: (a) D_Y per sentence and model (box); (b) D^l per layer and model, heads as dots."""
     names = [s["model"] for s in summary]
     colours = system_colours(names)
     fig, (a, b) = pyplot().subplots(1, 2, figsize=(FIGURE_WIDTH, 3.8))

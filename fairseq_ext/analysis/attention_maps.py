@@ -76,12 +76,9 @@ READABLE_LENGTH = (12, 20)
 FAIRSEQ_CHECKPOINT_NAME = re.compile(r"checkpoint(_best|_last|_avg\d*|\d+|_\d+_\d+)?")
 
 
-# ---- the sentence, its translation and its maps ----------------------------------------------------
-
 def default_sentence(task, split: str, readable=READABLE_LENGTH) -> int:
-    """The sentence of ``split`` drawn when none is named: the lowest id whose (primary)
-    source has ``readable`` tokens (inclusive, end of sentence not counted), else the lowest
-    id of those closest to that length."""
+    """The lowest id whose (primary) source has ``readable`` tokens (inclusive, end of sentence not
+    counted), else the lowest of those closest to that length."""
     dataset = task.dataset(split)
     pair = getattr(dataset, "dataset", dataset)  # a multi-source dataset wraps its primary pair
     if len(pair) == 0:
@@ -92,8 +89,8 @@ def default_sentence(task, split: str, readable=READABLE_LENGTH) -> int:
 
 
 def sentence_sample(task, split: Optional[str], sentence: Optional[int], source: Optional[str]):
-    """A batch of one sentence: sentence ``sentence`` of ``split`` (every source and the
-    reference, as fairseq's collater builds it), or the tokenized text ``source``."""
+    """A batch of sentence ``sentence`` of ``split`` (as fairseq's collater builds it), or of the
+    tokenized text ``source``."""
     if source is not None:
         if hasattr(task, "extra_source_langs"):
             raise AnalysisError("--source: a multi-source model needs every source; use --sentence")
@@ -110,8 +107,7 @@ def sentence_sample(task, split: Optional[str], sentence: Optional[int], source:
 
 
 def head_titles(layer_module) -> Dict[str, List[str]]:
-    """{unit: a title per head} of an encoder layer's self-attention: one unit (``global``)
-    for standard and MMA layers, two (``global``, ``local``) for Dual Contextual layers."""
+    """{unit: a title per head} of an encoder layer: ``global``, and ``local`` for Dual Contextual layers."""
     attn = layer_module.self_attn
     types = head_types(layer_module)
     if types is not None:
@@ -122,8 +118,7 @@ def head_titles(layer_module) -> Dict[str, List[str]]:
 
 
 def attention_maps(model, task, sample, target: torch.Tensor) -> dict:
-    """Teacher-force ``target`` (ends with EOS) through the model on ``sample`` (one
-    sentence) and return every map, batch dimension dropped, as tensors on the CPU:
+    """Every map of ``target`` (ends with EOS) teacher-forced on ``sample`` (one sentence), on the CPU:
     {"encoder": [per layer {"kind", "titles", "global": H x T x T[, "local"]}],
      "decoder": [per layer {"attention": H x Z x J, "per_source": {i: H x Z x J}, "beta"}],
      "layer_mix": (L+1) x M or None}."""
@@ -160,8 +155,7 @@ def token_labels(dictionary, tokens) -> List[str]:
 
 
 def memory_labels(model, task, sample) -> List[List[str]]:
-    """The source tokens along the cross-attention's key axis J, per source (the sources of
-    multi-source translation are left-padded to one length; the layers share the tokens)."""
+    """The source tokens along the cross-attention's key axis J, per source (left-padded to one length)."""
     net = sample["net_input"]
     src = [net["src_tokens"][0]] + (list(net["extra_src_tokens"][0]) if "extra_src_tokens" in net else [])
     width = max(s.size(0) for s in src)
@@ -169,8 +163,7 @@ def memory_labels(model, task, sample) -> List[List[str]]:
 
 
 def source_names(model, task) -> List[str]:
-    """A name per source the cross-attention combines: the source languages in
-    multi-source translation, else f^i (encoder layer l) for the collected layers."""
+    """A name per source the cross-attention combines: the languages, or f^i (enc Ll) per collected layer."""
     if hasattr(model.encoder, "encoders"):
         return [task.cfg.source_lang] + list(task.extra_source_langs)
     options = model.decoder.options
@@ -199,10 +192,7 @@ def to_json(maps: dict, source: List[List[str]], target: List[str], names: List[
     }
 
 
-# ---- the figures: every map of a kind on one colour scale -----------------------------------------
-
 def cut_note(source: int, target: Optional[int], limit: Optional[int]) -> str:
-    """The caption's note on what --max-tokens left out ("" when nothing)."""
     parts = [f"{n} {side} tokens" for n, side in ((source, "source"), (target, "target"))
              if n is not None and limit is not None and n > limit]
     if not parts:
@@ -213,16 +203,13 @@ def cut_note(source: int, target: Optional[int], limit: Optional[int]) -> str:
 
 
 def scale_of(matrices, scale: str) -> float:
-    """The top of the colour scale: 1 (``unit``: a weight's range, the same in every figure
-    and model) or the largest weight drawn (``max``)."""
+    """The top of the colour scale: 1 (``unit``) or the largest weight drawn (``max``)."""
     return 1.0 if scale == "unit" else max([float(m.max()) for m in matrices] + [1e-6])
 
 
 def _draw(entries, per_layer, about, part: str, count: int, out: str, scale: str, caption, title: str,
           xlabel: str, ylabel: str, context) -> Dict[str, object]:
-    """One figure per layer (``entries``, their ``per_layer`` panels) on one colour scale shared
-    by all of them, written as ``OUT/<name>_PART_L<l>.png``: {path: figure}. ``caption(entry,
-    vmax)`` and ``title`` (with ``{layer}``) say what they show."""
+    """{OUT/<name>_PART_L<l>.png: figure} of each layer's panels, all on one colour scale."""
     vmax = scale_of([p.matrix for panels in per_layer for p in panels], scale)
     figures = {}
     for entry, panels in zip(entries, per_layer):
@@ -235,9 +222,7 @@ def _draw(entries, per_layer, about, part: str, count: int, out: str, scale: str
 
 def encoder_figures(maps: dict, tokens: List[str], about: dict, out: str, limit: Optional[int] = None,
                     scale: str = "unit", context: Optional[FigureContext] = None) -> Dict[str, object]:
-    """One figure per encoder layer, every head of it (titled with its type; a Dual Contextual
-    layer's global FI heads then its local FI heads): {path: figure}, written as
-    ``OUT/<name>_encoder_self_attention_L<l>.png``."""
+    """{path: figure} of every head of each encoder layer (global FI heads, then local FI heads)."""
     encoder = maps["encoder"]
     shown = tokens[:limit]
     per_layer = [[Panel(title, e[unit][h][:len(shown), :len(shown)].numpy(), shown, shown)
@@ -262,9 +247,8 @@ def encoder_figures(maps: dict, tokens: List[str], about: dict, out: str, limit:
 def decoder_figures(maps: dict, target: List[str], sources: List[List[str]], names: List[str], about: dict,
                     out: str, limit: Optional[int] = None, scale: str = "unit",
                     context: Optional[FigureContext] = None) -> Dict[str, object]:
-    """One figure per decoder layer (head-averaged, as the multi-source paper's App. A draws
-    them): the layer's combined attention over the source, then each source's own map:
-    {path: figure}, written as ``OUT/<name>_decoder_attention_L<l>.png``."""
+    """{path: figure} per decoder layer (head-averaged, as multi-source App. A): its combined
+    attention over the source, then each source's own map."""
     layers = [d for d in maps["decoder"] if d["attention"] is not None or d["per_source"]]
     if not layers:
         raise AnalysisError("the decoder has no attention over the source")
@@ -299,8 +283,7 @@ def decoder_figures(maps: dict, target: List[str], sources: List[List[str]], nam
 
 def context_figure(maps: dict, target: List[str], names: List[str], about: dict, path: str,
                    limit: Optional[int] = None, scale: str = "unit", context: Optional[FigureContext] = None):
-    """Hierarchical combination: beta (head-averaged) per decoder layer, target tokens x
-    sources (multi-source paper Fig. 2), on one colour scale; the figure, written to ``path``."""
+    """Hierarchical beta (head-averaged) per decoder layer, target tokens x sources (multi-source Fig. 2)."""
     rows = target[:limit]
     # short titles: a panel is only as wide as the n contexts
     panels = [Panel(f"layer {d['layer']}", d["beta"].mean(0)[:len(rows)].numpy(), names, rows)
@@ -315,12 +298,9 @@ def context_figure(maps: dict, target: List[str], names: List[str], about: dict,
     return save_figure(fig, path, context)
 
 
-# ---- the command --------------------------------------------------------------------------------
-
 def display_name(checkpoint: str, names: Optional[Sequence[str]] = None) -> str:
-    """The name figures and file names give the checkpoint: ``--names NAME``, else the
-    checkpoint's file stem (``mma.pt``: mma), else, for fairseq's own names
-    (checkpoint_best.pt, checkpoint_last.pt, checkpoint12.pt, ...), its directory's."""
+    """``--names NAME``, else the checkpoint's file stem, or for fairseq's own names
+    (checkpoint_best.pt, checkpoint12.pt, ...) its directory's."""
     names = [names] if isinstance(names, str) else names
     if names:
         if len(names) != 1:
@@ -345,7 +325,6 @@ def target_of(args, model, task, sample):
 
 
 def run(args, context: Optional[FigureContext] = None) -> dict:
-    """The maps, figures and JSON of the sentence ``args`` name (this command's options)."""
     name = display_name(args.checkpoint, getattr(args, "names", None))
     limit = getattr(args, "max_tokens", DEFAULT_MAX_TOKENS)
     scale = getattr(args, "scale", "unit")

@@ -54,9 +54,8 @@ UNITS = {"distance": "tokens", "entropy": "nats"}
 
 
 def head_statistics(weights: torch.Tensor, pad: torch.Tensor, span: str = "all") -> Dict[str, torch.Tensor]:
-    """Sums for Eq. 13 and 15 over one batch: ``weights`` B x H x T x T (query i, key j),
-    ``pad`` B x T (True = padding, excluded as query and key). Returns per head: the weighted
-    distance sum, the weight sum, the entropy sum and the number of query tokens."""
+    """Per head, the sums of Eq. 13 and 15 over one batch (``weights`` B x H x T x T, ``pad`` B x T
+    excluded as query and key): weighted distance, weight, entropy and query tokens."""
     bsz, heads, tgt, src = weights.shape
     # positions counted from each sentence's first real token (sources are left-padded)
     offset = (pad.sum(1))[:, None]
@@ -80,7 +79,6 @@ def head_statistics(weights: torch.Tensor, pad: torch.Tensor, span: str = "all")
 
 
 def collect(model, task, split: str, max_sentences=None, span: str = "all", cpu: bool = False):
-    """{unit: {layer: per-head sums}} over the split, from the model's own forward."""
     totals: Dict[str, Dict[int, Dict[str, torch.Tensor]]] = {}
     for pad, layers in encoder_self_attention(model, task, split, max_sentences, cpu):
         for index, layer in layers.items():
@@ -95,8 +93,7 @@ def collect(model, task, split: str, max_sentences=None, span: str = "all", cpu:
 
 def summarise(name: str, totals, span: str = "all", types: Optional[Dict[int, Optional[List[str]]]] = None
               ) -> List[dict]:
-    """A row per model, unit, layer and head: its type (MMA letter, else None), the span
-    read and the head's D^l_h and E^l_h."""
+    """A row per unit, layer and head: its MMA type (or None), the span, D^l_h and E^l_h."""
     rows = []
     for unit, layers in totals.items():
         for layer, s in sorted(layers.items()):
@@ -128,9 +125,8 @@ def span_of(rows: List[dict]) -> str:
 
 
 def heatmaps(rows: List[dict], name: str, path: str, data: str = "", context: Optional[FigureContext] = None):
-    """Distance and entropy of every head of ``name``, layer x head, per unit (global, and
-    DC's local FI unit); each quantity on one colour scale shared by every model and unit of
-    ``rows``, so the models' files compare. MMA heads are labelled with their type."""
+    """Distance and entropy of every head of ``name``, layer x head, per unit; each quantity on one
+    colour scale shared by every model and unit of ``rows``, so the models' files compare."""
     span = span_of(rows)
     units = sorted({r["unit"] for r in rows if r["model"] == name})
     limits = {m: (min(r[m] for r in rows), max(r[m] for r in rows)) for m in ("distance", "entropy")}
@@ -164,7 +160,6 @@ def heatmaps(rows: List[dict], name: str, path: str, data: str = "", context: Op
 
 
 def layer_plot(layer_rows: List[dict], path: str, data: str = "", context: Optional[FigureContext] = None):
-    """Per-layer means (Eq. 14, 16) of every model and unit, as thesis Figs. 3.11-3.12."""
     span = span_of(layer_rows)
     fig, axes = pyplot().subplots(1, 2, figsize=(FIGURE_WIDTH, 3.6))
     pairs = sorted({(r["model"], r["unit"]) for r in layer_rows})

@@ -1,9 +1,6 @@
-"""What the analyses read of a model's own forward: every encoder layer's self-attention and
-every main-decoder layer's attention over the source, through the attention modules'
-reporting contract (:func:`fairseq_ext.modules.attention_utils.record_attention_weights`;
-nothing is recomputed, and recording changes no output of the model), each encoder layer's
-output (H^0 the embeddings to H^L, as the top layer is handed on), and the MMA type of each
-head with the key to its letters; and the model's own translation."""
+"""What the analyses read of a model's own forward (attention weights through
+:func:`fairseq_ext.modules.attention_utils.record_attention_weights`: nothing recomputed, no
+output changed), its layer outputs, its MMA head types, and its own translation."""
 import contextlib
 from typing import Dict, Iterator, List, Optional, Tuple
 
@@ -27,9 +24,8 @@ def _reporting(modules) -> List[torch.nn.Module]:
 
 
 def translate(model, sample, beam: int = 1, max_len_a: float = 0.0, max_len_b: int = 200) -> List[torch.Tensor]:
-    """The best hypothesis of fairseq's SequenceGenerator (the model's own incremental
-    decoding; beam 1: greedy) of every sentence of ``sample``: token ids ending with EOS, on
-    the CPU; the output length limit is ``max_len_a * |x| + max_len_b``."""
+    """SequenceGenerator's best hypothesis of each sentence of ``sample`` (token ids ending with
+    EOS, on the CPU; beam 1: greedy), at most ``max_len_a * |x| + max_len_b`` tokens."""
     generator = SequenceGenerator([model], model.decoder.dictionary, beam_size=beam, max_len_a=max_len_a,
                                   max_len_b=max_len_b)
     with torch.no_grad():
@@ -47,9 +43,8 @@ def encoder_layers(model):
 
 
 def layer_outputs(encoder, encoder_out) -> List[torch.Tensor]:
-    """[H^0 (embeddings), H^1, ..., H^L], T x B x C each, every one as the top layer is handed
-    on: through the encoder's final LayerNorm when it has one (pre-norm), so H^L is
-    ``encoder_out``."""
+    """[H^0 (embeddings), ..., H^L], T x B x C, each through the encoder's final LayerNorm when it
+    has one (pre-norm), as the top layer is handed on."""
     states = list(encoder_out.get("encoder_states") or [])
     if not states:
         raise AnalysisError("the encoder did not return its layer outputs (encoder_states)")
@@ -58,14 +53,12 @@ def layer_outputs(encoder, encoder_out) -> List[torch.Tensor]:
 
 
 def head_types(layer_module) -> Optional[List[str]]:
-    """The type letter (G, L, F, B) of each head of an MMA layer's self-attention, as the
-    model assigned them (its ``--mma-heads``); None for any other layer."""
+    """The type letter (G, L, F, B) of each head of an MMA layer (its ``--mma-heads``), else None."""
     attn = layer_module.self_attn
     return list(attn.head_types) if isinstance(attn, MixedMultiheadAttention) else None
 
 
 def encoder_head_types(model) -> Dict[int, Optional[List[str]]]:
-    """{layer index: the MMA type letter of each head, or None} of the model's encoder."""
     return {i: head_types(layer) for i, layer in enumerate(encoder_layers(model))}
 
 
@@ -80,10 +73,8 @@ def mma_legend(letters, window: Optional[int] = None) -> str:
 
 @contextlib.contextmanager
 def capture_self_attention(model):
-    """Record, during the model's own forward, the self-attention weights of every encoder
-    layer: ``records[l]`` (l = 0..L-1) gets one tensor per forward call, B x H x T x T
-    (``"global"``), and for Dual Contextual layers also ``"local"`` (the local FI unit's
-    weights over the local-context keys), float, on the CPU."""
+    """``records[l]["global"]`` (and, for Dual Contextual layers, ``["local"]``) gets each forward
+    call's self-attention weights of encoder layer l, B x H x T x T, float, on the CPU."""
     layers = encoder_layers(model)
     records: Dict[int, Dict[str, List[torch.Tensor]]] = {i: {"global": [], "local": []} for i in range(len(layers))}
     index = {id(layer.self_attn): i for i, layer in enumerate(layers)}
@@ -100,9 +91,8 @@ def capture_self_attention(model):
 
 def encoder_self_attention(model, task, split: str, max_sentences: Optional[int] = None,
                            cpu: bool = False) -> Iterator[Tuple[torch.Tensor, Dict[int, Dict[str, torch.Tensor]]]]:
-    """Per batch of ``split`` (the sentences with the lowest ids under ``max_sentences``): its
-    source padding (B x T, True = padding, on the CPU) and ``{layer index: {"global": B x H x T
-    x T, "local": the same or None}}`` of the encoder's own forward."""
+    """Per batch of ``split``: its source padding (B x T, True = padding, on the CPU) and
+    ``{layer index: {"global": B x H x T x T, "local": the same or None}}``."""
     pad = task.source_dictionary.pad()
     with capture_self_attention(model) as records:
         for sample in batches(task, split, max_sentences=max_sentences, device=checkpoints.device(cpu)):
@@ -119,17 +109,10 @@ def encoder_self_attention(model, task, split: str, max_sentences: Optional[int]
 
 @contextlib.contextmanager
 def capture_cross_attention(model, missing: Optional[str] = None):
-    """Record, during the model's own forward, every main-decoder layer's attention over the
-    source, as its last forward call computed it (detached, on the model's device):
-    ``records[l]`` (l = 0..M-1) gets ``attention`` (B x H x Z x J, what the layer's
-    cross-attention returns with need_head_weights), ``per_source`` ({i: B x H x Z x J}, each
-    source's own map where the layer reads n stacked sources) and ``beta`` (B x H' x Z x n, the
-    hierarchical combination's weights over the sources; H' = 1 where the module averages its
-    heads). The records are filled when the block ends.
-
-    A layer's cross-attention part is its serial sublayers, if any, and its cross-attention.
-    ``missing``: the error raised when a layer has no cross-attention (without it such a layer
-    records nothing)."""
+    """Every main-decoder layer's attention over the source in its last forward call, filled in
+    ``records[l]`` when the block ends: ``attention`` (B x H x Z x J), ``per_source`` ({i: B x H x
+    Z x J} where the layer reads n sources; serial sublayers included) and ``beta`` (B x H' x Z x
+    n, hierarchical). ``missing``: the error raised for a layer without cross-attention."""
     layers = model.decoder.layers
     if missing is not None and any(getattr(layer, "encoder_attn", None) is None for layer in layers):
         raise AnalysisError(missing)

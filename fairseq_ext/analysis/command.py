@@ -1,9 +1,6 @@
-"""What every analysis command is built on: its parser (the module docstring as description and
-epilog, each option several analyses take declared here once), :func:`run` (the arguments and
-the :class:`~fairseq_ext.analysis.figures.FigureContext` its figures name handed to the
-analysis), the batches of a split it reads, and its tables, printed and written as Markdown,
-CSV and JSON (the report reads the JSON), with the command that made the directory, and read
-back (:func:`read_table`: the JSON, or the Markdown where only that was kept)."""
+"""What every analysis command is built on: its parser and ``main``, the batches of a split it
+reads, and its tables (written as Markdown, CSV and JSON, with the command that made them, and
+read back)."""
 import argparse
 import csv
 import json
@@ -20,17 +17,15 @@ from fairseq_ext.common.command_line import setup_cli
 
 
 def doc_parser(doc: str) -> argparse.ArgumentParser:
-    """A command's parser: its module docstring's first paragraph as the description, the
-    rest as the epilog, printed as written."""
+    """A parser with the docstring's first paragraph as description, the rest as epilog, as written."""
     return argparse.ArgumentParser(description=doc.split("\n\n")[0], epilog=doc.split("\n\n", 1)[1],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def common_arguments(parser, several: bool = True, overrides: Optional[Dict[str, dict]] = None,
                      checkpoint_group=None):
-    """--checkpoint (one, or ``several``), --names, --data, --split, --out and --cpu;
-    ``overrides``: option -> add_argument settings that differ for this command;
-    ``checkpoint_group``: where --checkpoint goes (a mutually exclusive group)."""
+    """--checkpoint (one, or ``several``), --names, --data, --split, --out and --cpu; ``overrides``:
+    option -> add_argument settings of this command; ``checkpoint_group``: where --checkpoint goes."""
     settings = {
         "--checkpoint": dict(nargs="+" if several else None, required=True,
                              help="model checkpoint(s)" if several else "model checkpoint"),
@@ -49,8 +44,7 @@ def common_arguments(parser, several: bool = True, overrides: Optional[Dict[str,
 
 def parser(doc: str, several: bool = True, max_sentences: bool = False,
            overrides: Optional[Dict[str, dict]] = None) -> argparse.ArgumentParser:
-    """The parser of an analysis command with its :func:`common_arguments` and, with
-    ``max_sentences``, --max-sentences."""
+    """:func:`doc_parser` with :func:`common_arguments` and, with ``max_sentences``, --max-sentences."""
     ap = common_arguments(doc_parser(doc), several, overrides)
     if max_sentences:
         ap.add_argument("--max-sentences", type=int, metavar="N",
@@ -59,10 +53,7 @@ def parser(doc: str, several: bool = True, max_sentences: bool = False,
 
 
 def evaluation_arguments(parser, significance: bool = True, marks: str = "thesis") -> None:
-    """What the analyses that decode through fairseq-ext evaluate take: --generate-args,
-    --flavour, with ``significance`` the paired bootstrap's --samples and --marks (default
-    ``marks``), and --src/--tgt, needed only when neither DATA/prep.env, the checkpoint nor
-    the data's file names tell the languages."""
+    """--generate-args, --flavour, with ``significance`` --samples and --marks, --src and --tgt."""
     parser.add_argument("--generate-args", default="", help="fairseq-generate flags, e.g. '--beam 4 --lenpen 0.6'")
     parser.add_argument("--flavour", help="BLEU flavour (default: the one fairseq-ext evaluate reports for the data)")
     if significance:
@@ -73,9 +64,7 @@ def evaluation_arguments(parser, significance: bool = True, marks: str = "thesis
 
 
 def main(build_parser: Callable[[], argparse.ArgumentParser], execute: Callable) -> Callable:
-    """The ``main(argv=None)`` of an analysis command: parse ``argv`` with ``build_parser()`` and
-    run ``execute(args, figures)``, ``figures`` the :class:`FigureContext` of those arguments;
-    its exit status 0 unless ``execute`` returns another."""
+    """``main(argv=None)``: ``execute(args, FigureContext.of(args))``'s status, 0 for None."""
     def run(argv=None) -> int:
         setup_cli()
         args = build_parser().parse_args(argv)
@@ -86,9 +75,8 @@ def main(build_parser: Callable[[], argparse.ArgumentParser], execute: Callable)
 
 def batches(task, split: str, max_tokens: int = 4000, max_sentences: Optional[int] = None,
             device: Optional[torch.device] = None, epoch: Optional[int] = None, seed: int = 1) -> Iterator[dict]:
-    """fairseq's batches of ``split``, every sentence once, in order (shuffled as fairseq does
-    for ``epoch`` and ``seed`` when ``epoch`` is given), only the sentences with ids below
-    ``max_sentences`` when given, moved to ``device``."""
+    """fairseq's batches of ``split`` in order (shuffled for ``epoch`` and ``seed`` when given), only
+    the sentences with ids below ``max_sentences``, on ``device``."""
     itr = task.get_batch_iterator(dataset=task.dataset(split), max_tokens=max_tokens, ignore_invalid_inputs=False,
                                   required_batch_size_multiple=1, seed=seed, epoch=epoch or 1)
     for sample in itr.next_epoch_itr(shuffle=epoch is not None):
@@ -110,10 +98,8 @@ def to_device(sample: dict, device: torch.device) -> dict:
 
 
 def write_table(rows: List[dict], out_dir: str, name: str, title: str = "", floatfmt: str = ".2f") -> str:
-    """Print ``rows`` (dicts with the same keys) as a Markdown table and write
-    ``OUT/NAME.md``, ``.csv`` and ``.json``; returns the Markdown. Run as a command (``python
-    -m fairseq_ext.analysis.NAME ARGS``), the analysis also writes the command line to
-    ``OUT/command.txt``, for the HTML report and for whoever finds the directory later."""
+    """Print ``rows`` as a Markdown table and write OUT/NAME.md, .csv and .json (and, run as
+    ``python -m fairseq_ext.analysis.NAME``, the command line to OUT/command.txt); returns the Markdown."""
     os.makedirs(out_dir, exist_ok=True)
     columns = list(rows[0]) if rows else []
 
@@ -140,9 +126,7 @@ def write_table(rows: List[dict], out_dir: str, name: str, title: str = "", floa
 
 
 def read_table(out_dir: str, name: str) -> List[dict]:
-    """The rows of the table ``name`` that :func:`write_table` wrote into ``out_dir``: from
-    NAME.json, or, where only the Markdown was kept, from NAME.md (numbers as printed there,
-    "–" None)."""
+    """The rows :func:`write_table` wrote: NAME.json, else NAME.md (numbers as printed, "–" None)."""
     path = os.path.join(out_dir, f"{name}.json")
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:

@@ -88,8 +88,7 @@ HEADS_READING = {"max": "the element-wise maximum over the heads, renormalized (
 
 def plot(rows, summary, names, path: str, context: Optional[FigureContext] = None, heads: str = "max",
          data: str = ""):
-    """Fig. 5.4: (a) JS per DC layer, one series per model; (b) Ed per model; both in nats on
-    one y-axis from 0, each value written beside its point or bar."""
+    """Fig. 5.4: (a) JS per DC layer and model; (b) Ed per model; in nats, one y-axis from 0."""
     colours = system_colours(names)
     fig, (a, b) = pyplot().subplots(1, 2, figsize=(FIGURE_WIDTH, 3.6), sharey=True,
                                gridspec_kw={"width_ratios": [3, max(1, len(summary))]})

@@ -35,8 +35,7 @@ def decoder_runs(name, checkpoint):
 
 
 def plot(rows, path, context: Optional[FigureContext] = None, marks: str = "thesis"):
-    """BLEU per decoder in its model's colour (the auxiliary decoders hatched), each bar's
-    BLEU above it and, for the auxiliary decoders, the difference to the main one with its mark."""
+    """BLEU per decoder (auxiliary ones hatched, with their difference to the main one and its mark)."""
     colours = system_colours(list(dict.fromkeys(r["model"] for r in rows)))
     fig, ax = pyplot().subplots(figsize=(max(6.5, 1.2 * len(rows) + 2), 3.6))
     labels = [f"{r['model']}:{r['decoder']}" for r in rows]

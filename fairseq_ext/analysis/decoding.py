@@ -1,7 +1,5 @@
-"""Decoding for the analyses that score translations: ``fairseq-ext evaluate``'s tool on a
-checkpoint (BLEU is the BLEU that command reports; model overrides allowed), its output lines,
-and the command of an analysis that compares decodings of one checkpoint with a baseline
-decoding (sacreBLEU's paired test), one table and one figure."""
+"""Decoding for the analyses that score translations: ``fairseq-ext evaluate`` on a checkpoint,
+its output lines, and the command of an analysis that compares decodings with a baseline."""
 import os
 import shlex
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -19,12 +17,8 @@ from fairseq_ext.tools.significance import paired_significance
 def evaluate(checkpoint: str, data: str, split: str, out: str, overrides: Optional[dict] = None,
              generate_args: Sequence[str] = (), cpu: bool = False, src: Optional[str] = None,
              tgt: Optional[str] = None) -> dict:
-    """``fairseq-ext evaluate`` on ``checkpoint`` (:func:`fairseq_ext.tools.evaluate.evaluate`:
-    decoding with the model's own forward and fairseq's SequenceGenerator, BPE removed and
-    detokenized as everywhere else); returns {"dir": out, "bleu": {flavour: score},
-    "headline": flavour}. The languages are :func:`fairseq_ext.common.checkpoints.languages`';
-    on data without prep.env also the subword kind is passed. Without DATA/text/ (the recipes'
-    references) evaluation scores against fairseq's T- lines, and warns."""
+    """``fairseq-ext evaluate`` on ``checkpoint`` (model ``overrides`` allowed): {"dir": out,
+    "bleu": {flavour: score}, "headline": flavour}. On data without prep.env the subword kind is passed."""
     src, tgt = checkpoints.languages(checkpoint, data, split, src, tgt)
     bpe = None if os.path.exists(os.path.join(data, "prep.env")) else checkpoints.subword_kind(data, tgt)
     try:
@@ -37,8 +31,7 @@ def evaluate(checkpoint: str, data: str, split: str, out: str, overrides: Option
 
 
 def lines(evaluation: dict, flavour: str, kind: str = "hyp") -> List[str]:
-    """The hypotheses (``kind`` "hyp") or references ("ref") of an evaluation as ``flavour``
-    scores them: tokenized for the tok-* flavours, else detokenized."""
+    """An evaluation's hypotheses (``kind`` "hyp") or references ("ref") as ``flavour`` scores them."""
     level = "tok" if flavour.startswith("tok") else "detok"
     return data_text.read_lines(os.path.join(evaluation["dir"], f"{kind}.{level}"))
 
@@ -46,17 +39,12 @@ def lines(evaluation: dict, flavour: str, kind: str = "hyp") -> List[str]:
 def comparison_command(doc: str, runs_of: Callable[..., Dict[str, Tuple[Optional[dict], dict]]], table: str,
                        title: str, plot: Callable, add_arguments: Optional[Callable] = None,
                        options_of: Optional[Callable] = None) -> Tuple[Callable, Callable]:
-    """(build_parser, main) of an analysis that compares decodings of each checkpoint: its
-    parser is the common arguments and :func:`~fairseq_ext.analysis.command.evaluation_arguments`;
-    its run decodes each checkpoint once per run of ``runs_of(name, checkpoint)`` (run ->
-    (model overrides, the table row's leading cells), the first the baseline) into
-    OUT/NAME/RUN, tests every other run against the baseline (sacreBLEU's paired bootstrap on
-    the same references, in --flavour or the baseline's headline flavour), writes a row per
-    run (its leading cells, BLEU, the difference to the baseline's, p and mark; none for the
-    baseline) as the table OUT/TABLE (titled ``title``) and draws ``plot(rows, OUT/TABLE.png,
-    figures, marks)`` (``marks``: --marks, the key to the marks in the caption).
-    ``add_arguments(parser)`` adds the analysis' own options; ``options_of(args)`` gives
-    runs_of and plot the keyword arguments made of them."""
+    """(build_parser, main) of an analysis that decodes each checkpoint once per run of
+    ``runs_of(name, checkpoint)`` (run -> (model overrides, the row's leading cells), the first the
+    baseline) into OUT/NAME/RUN, tests every other run against the baseline (paired bootstrap),
+    writes the table OUT/TABLE and draws ``plot(rows, OUT/TABLE.png, figures, marks)``.
+    ``add_arguments(parser)`` adds the analysis' own options; ``options_of(args)``: the keyword
+    arguments of runs_of and plot."""
     def build_parser():
         ap = command.parser(doc)
         command.evaluation_arguments(ap)

@@ -1,9 +1,6 @@
-"""How the analyses draw: figures sized for the HTML report, their titles and captions, the
-note of what made them (:class:`FigureContext`, from the command's parsed arguments, added to
-every caption by :func:`save_figure`), the names models are shown by and the colour each
-model has in every figure (:func:`system_colours`), legends beside the axes, labels beside
-points, 95% intervals of proportions and the key to significance marks, and the grid of heatmap
-panels on one colour scale (:func:`map_figure`)."""
+"""How the analyses draw: figures sized for the HTML report, their titles and captions (ending
+with the note of what made them, :class:`FigureContext`), each model's colour in every figure,
+and the grid of heatmap panels on one colour scale (:func:`map_figure`)."""
 import collections
 import dataclasses
 import math
@@ -34,47 +31,40 @@ def pyplot():
 
 
 def integer_ticks(axis) -> None:
-    """Whole-number ticks on a matplotlib axis (layers, heads)."""
     from matplotlib.ticker import MaxNLocator
 
     axis.set_major_locator(MaxNLocator(integer=True))
 
 
 def layer_axes(ax, xlabel: str, ylabel: str, legend: Optional[float] = None) -> None:
-    """Axes of a quantity over layers: whole-number layer ticks, both labels and the legend
-    (its font size ``legend``, matplotlib's own without)."""
+    """Whole-number layer ticks, both labels and the legend (font size ``legend``)."""
     ax.set_xlabel(xlabel)
     integer_ticks(ax.xaxis)
     ax.set_ylabel(ylabel)
     ax.legend(**({} if legend is None else {"fontsize": legend}))
 
 
-# ---- one colour per model, in every figure ---------------------------------------------------
-# matplotlib's ten default colours, then ten more of other hues: a model keeps its colour in
-# every figure of a report (each analysis runs as its own process, so the colour depends on
-# the name alone).
+# matplotlib's ten default colours, then ten more: a model keeps its colour in every figure of a
+# report (each analysis runs as its own process, so the colour depends on the name alone).
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf", "#000080", "#808000", "#008080", "#800000", "#ff1493", "#4b0082", "#556b2f", "#b8860b",
            "#00ced1", "#696969")
-# The project's systems (the CPU benchmark's rows, in the order its report draws them) take the
-# palette's colours in this order; names are compared by :func:`colour_key`.
+# the project's systems (the CPU benchmark's rows) take the palette's colours in this order
 KNOWN_SYSTEMS = ("baseline", "m-00", "ms-1-plus-aif", "mma", "baseline-no-pos", "mma-no-pos", "m-10", "iter-c-agg",
                  "transparent", "ms-1", "enc-dc", "m-10-plus-ms-1-plus-aif")
 ALIASES = {"transformer": "baseline", "base": "baseline", "dc": "enc-dc"}
 
 
 def colour_key(name: str) -> str:
-    """``name`` as :data:`KNOWN_SYSTEMS` spells it: "MS-1+AIF" -> "ms-1-plus-aif",
-    "baseline-nopos" -> "baseline-no-pos", "Transformer" -> "baseline"."""
+    """``name`` as :data:`KNOWN_SYSTEMS` spells it: "MS-1+AIF" -> "ms-1-plus-aif", "Transformer" -> "baseline"."""
     key = re.sub(r"[^a-z0-9]+", "-", name.lower().replace("+", " plus ")).strip("-")
     key = re.sub(r"(^|-)nopos$", r"\1no-pos", key)
     return ALIASES.get(key, key)
 
 
 def system_colours(names: Sequence[str]) -> Dict[str, str]:
-    """The colour of each model of a figure: a known system its fixed colour, any other name
-    the palette colour its CRC-32 picks (the same in every figure), or, where that colour is
-    taken in this figure, the next free one (names in sorted order)."""
+    """A known system's fixed colour, any other name the one its CRC-32 picks (or, taken in this
+    figure, the next free one, names in sorted order)."""
     known = {n: PALETTE[KNOWN_SYSTEMS.index(colour_key(n)) % len(PALETTE)]
              for n in names if colour_key(n) in KNOWN_SYSTEMS}
     taken, out = set(known.values()), dict(known)
@@ -86,15 +76,12 @@ def system_colours(names: Sequence[str]) -> Dict[str, str]:
     return {n: out[n] for n in names}
 
 
-# ---- what the figures of several numbers share ------------------------------------------------
-
 def legend_outside(ax, fontsize: float = 8.0, **kwargs):
-    """The legend of ``ax`` to the right of its axes, where it covers no data."""
     return ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=fontsize, **kwargs)
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.959964) -> Tuple[float, float]:
-    """The Wilson score interval of a proportion, ``successes`` of ``n`` (95% for the default z)."""
+    """The Wilson score interval of ``successes`` of ``n`` (95% for the default z)."""
     if n <= 0:
         raise ValueError(f"a proportion over {n} items has no interval")
     p = successes / n
@@ -104,8 +91,7 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> Tuple[float,
 
 
 def label_points(ax, xs, ys, labels, colour=None, fontsize: float = 8.0, above: bool = True) -> None:
-    """``labels`` beside the points (xs, ys): above them (below with ``above`` false), offset
-    by a few points so that the marker never covers them."""
+    """``labels`` above (or below) the points, clear of the markers."""
     for x, y, text in zip(xs, ys, labels):
         if text:
             ax.annotate(text, (x, y), xytext=(0, 7 if above else -7), textcoords="offset points", ha="center",
@@ -113,20 +99,17 @@ def label_points(ax, xs, ys, labels, colour=None, fontsize: float = 8.0, above: 
 
 
 def flavour_of(rows: Sequence[dict]) -> str:
-    """The BLEU flavour of a table's rows (their "flavour" column), for axis labels."""
     return next((r["flavour"] for r in rows if r.get("flavour")), "sacreBLEU")
 
 
 def marks_note(marks: str = "thesis") -> str:
-    """The caption's key to the significance marks of ``marks`` (--marks)."""
     from fairseq_ext.tools.statistics import MARKS
 
     return ", ".join(f"{mark} p < {bound:g}" for bound, mark in MARKS[marks])
 
 
 def names_for(checkpoints: Sequence[str], names: Optional[Sequence[str]]) -> List[str]:
-    """The name of each checkpoint in tables and figures: ``names`` (--names), else its
-    directory's name (numbered where two directories share one)."""
+    """``names`` (--names), else each checkpoint's directory name (numbered where two share one)."""
     if names:
         if len(names) != len(checkpoints):
             raise AnalysisError(f"--names: {len(names)} names for {len(checkpoints)} checkpoints")
@@ -136,49 +119,41 @@ def names_for(checkpoints: Sequence[str], names: Optional[Sequence[str]]) -> Lis
 
 
 def file_stem(name: str) -> str:
-    """``name`` (a display name: "M-10", "base (ours)") as a piece of a file name."""
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")
     return stem or "model"
 
 
 def data_description(data: Optional[str], split: Optional[str]) -> str:
-    """How a figure names its data: the data directory's name and the split ("wmt14.en-de, test")."""
+    """"wmt14.en-de, test": the data directory's name and the split."""
     name = os.path.basename(os.path.normpath(os.path.abspath(data))) if data else ""
     return ", ".join(p for p in (name, split) if p)
 
 
 def wrap_text(text: str, width_inches: float = FIGURE_WIDTH, fontsize: float = 8.0) -> str:
-    """``text`` broken into lines that fit ``width_inches`` at ``fontsize`` points (each
-    paragraph, separated by newlines, on its own)."""
+    """``text`` broken into lines that fit ``width_inches`` at ``fontsize`` points, per paragraph."""
     # an average character of matplotlib's default font is about half the font size wide
     columns = max(20, int(width_inches * 72 / (0.52 * fontsize)))
     return "\n".join(textwrap.fill(p, columns, break_on_hyphens=False) if p else "" for p in text.split("\n"))
 
 
 def add_caption(fig, text: str, fontsize: float = 8.0, width: Optional[float] = None) -> None:
-    """A caption below the axes of ``fig``, wrapped to the figure's width (or ``width``
-    inches): what the figure shows, on which data, and which reading of the numbers
-    (save_figure keeps it in the PNG)."""
+    """A caption below the axes, wrapped to the figure's width (or ``width`` inches)."""
     caption = fig.text(0.0, 0.0, wrap_text(text, width or fig.get_figwidth(), fontsize), ha="left", va="top",
                        fontsize=fontsize, transform=fig.transFigure, gid="caption")
     caption.unwrapped = (text, width or fig.get_figwidth())  # what save_figure adds the context's note to
 
 
 def add_title(fig, text: str, fontsize: float = 11.0) -> None:
-    """The figure's title, above everything tight_layout arranges (so that it never covers
-    the panels' own titles, however tall the figure); save_figure keeps it in the PNG."""
-    # tight_layout arranges the axes within the figure and leaves its texts where they are;
-    # save_figure's bbox_inches="tight" takes in what lies above the top
+    """The title above everything tight_layout arranges, so that it never covers the panels'
+    titles (save_figure's bbox_inches="tight" takes in what lies above the top)."""
     fig.text(0.5, 1.0, text, ha="center", va="bottom", fontsize=fontsize, transform=fig.transFigure)
 
 
 @dataclasses.dataclass(frozen=True)
 class FigureContext:
-    """What a command's figures were made from, as its arguments say: the checkpoints and
-    their names, the data and split, the decoding flags and BLEU flavour, how many sentences;
-    ``data_text`` names what was analysed where it is not the split of --data (probing: its
-    tasks). Every figure's caption ends with its :meth:`note`, so that a figure copied into a
-    paper or a slide keeps its scale."""
+    """What a command's figures were made from, as its arguments say; ``data_text`` names what was
+    analysed where it is not the split of --data. Every caption ends with its :meth:`note`, so
+    that a figure copied elsewhere keeps its scale."""
 
     checkpoint: object = None  # one path, or a list of them
     names: object = None
@@ -191,14 +166,12 @@ class FigureContext:
 
     @classmethod
     def of(cls, args, data_text: Optional[str] = None) -> "FigureContext":
-        """The context of a command's parsed arguments (those it has)."""
         fields = [f.name for f in dataclasses.fields(cls) if f.name != "data_text"]
         return cls(**{k: getattr(args, k, None) for k in fields}, data_text=data_text)
 
     def note(self) -> str:
-        """The sentence save_figure adds to a figure: the models (name: size, updates), the
-        data (directory, split, test set and its size from DATA/prep.env), the decoding and
-        the BLEU flavour where the command has them; "" without checkpoints."""
+        """The models (name: size, updates), the data, the decoding and the BLEU flavour; "" without
+        checkpoints."""
         if not self.checkpoint:
             return ""
         paths = [self.checkpoint] if isinstance(self.checkpoint, str) else list(self.checkpoint)
@@ -234,8 +207,7 @@ class FigureContext:
 
 
 def save_figure(fig, path: str, context: Optional[FigureContext] = None):
-    """Write ``fig`` as PNG, its caption followed by the note of ``context`` (the models, data
-    and decoding it was made from); returns ``fig``."""
+    """Write ``fig`` as PNG, its caption followed by the note of ``context``; returns ``fig``."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     try:
         note = context.note() if context is not None else ""
@@ -254,10 +226,8 @@ def save_figure(fig, path: str, context: Optional[FigureContext] = None):
     return fig
 
 
-# ---- a grid of heatmap panels ------------------------------------------------------------------
-# A figure is sized for the HTML report (FIGURE_WIDTH, shown 1:1 at about 1100 px): its
-# panels share one grid of token cells, as many side by side as keep the token labels at 6.5
-# points or more (11-15 px on screen); longer sentences get fewer panels a row.
+# A heatmap grid's panels share one grid of token cells, as many side by side as keep the token
+# labels at LEGIBLE_FONT or more; longer sentences get fewer panels a row.
 
 LABEL_FONT = 9.0  # the token labels' largest size, points
 LEGIBLE_FONT = 6.5  # the smallest label size a layout chooses more panels a row for (11 px on screen)
@@ -275,9 +245,8 @@ def _label_inches(labels, font: float) -> float:
 
 
 def grid_layout(panels: List[Panel]) -> dict:
-    """Columns, rows, label font (points) and token cell (points) of a figure of ``panels``
-    at FIGURE_WIDTH: the most columns (at most MAX_COLUMNS) whose token labels stay at
-    LEGIBLE_FONT or more, else one column (labels down to MIN_FONT_SIZE)."""
+    """Columns, rows, label font and token cell (points): the most columns (at most MAX_COLUMNS)
+    whose labels stay at LEGIBLE_FONT or more, else one (labels down to MIN_FONT_SIZE)."""
     n_x = max(len(p.xlabels) for p in panels)
     ylabels = [l for p in panels for l in p.ylabels]
 
@@ -300,8 +269,8 @@ def grid_layout(panels: List[Panel]) -> dict:
 
 def map_figure(panels: List[Panel], title: str, caption: str, vmax: float = 1.0, xlabel: str = "", ylabel: str = "",
                quantity: str = "attention weight"):
-    """The panels on one colour scale (0 to ``vmax``, one colour bar of ``quantity``), laid
-    out by :func:`grid_layout`, titled ``title`` and captioned ``caption``; returns the figure."""
+    """The panels on one colour scale (0 to ``vmax``, a colour bar of ``quantity``), laid out by
+    :func:`grid_layout`."""
     layout = grid_layout(panels)
     cols, rows, font, cell = layout["cols"], layout["rows"], layout["font"], layout["cell"]
     n_x = max(len(p.xlabels) for p in panels)

@@ -45,8 +45,7 @@ def masking_runs(name: str, checkpoint: str, mask_mode: str = "zero"):
 
 
 def plot(rows, path, context: Optional[FigureContext] = None, marks: str = "thesis", mask_mode: str = "zero"):
-    """ΔBLEU per masked layer, one series per model (its colour in every figure), each point
-    with its paired-bootstrap mark (and, for one model, its value) as in the table."""
+    """ΔBLEU per masked layer, a series per model, each point with its mark (one model: its value)."""
     models = list(dict.fromkeys(r["model"] for r in rows))
     colours = system_colours(models)
     fig, ax = pyplot().subplots(figsize=(7.5, 3.6))

@@ -54,9 +54,8 @@ DEFAULT_MIN_SENTENCES = 30
 
 def bucket_bleu(lengths: Sequence[int], refs: List[str], systems: Dict[str, List[str]], flavour: str,
                 edges: Sequence[int] = DEFAULT_EDGES, min_sentences: int = DEFAULT_MIN_SENTENCES) -> List[dict]:
-    """A row per bucket of the source ``lengths`` (<e_1, e_1-e_2, ..., >=e_k; a-b holds a to
-    b-1): its name, how many sentences it holds, the corpus BLEU of each system on them (None
-    for an empty bucket) and its note: empty, or too small to read its BLEU."""
+    """A row per bucket of ``lengths`` (<e_1, e_1-e_2, ..., >=e_k; a-b holds a to b-1): its
+    sentences, each system's corpus BLEU (None when empty) and a note when empty or small."""
     taken = {"bucket", "sentences", "note"} & set(systems)
     if taken:
         raise AnalysisError(f"--names: {', '.join(sorted(taken))} names a column of the table; choose another")
@@ -78,9 +77,8 @@ def bucket_bleu(lengths: Sequence[int], refs: List[str], systems: Dict[str, List
 
 
 def subword_lengths(eval_dir: str, sentences: int) -> List[int]:
-    """The source length of each evaluated sentence in subword tokens: the sizes of the
-    binarized source split the evaluation translated (its data, split and languages, from its
-    .evaluation-complete and the data's prep.env), less the end-of-sentence token."""
+    """Each evaluated sentence's source length in subword tokens (without EOS), from the
+    binarized source the evaluation translated (its .evaluation-complete and prep.env)."""
     from fairseq.data import data_utils
 
     done = read_evaluation_complete(eval_dir)
@@ -105,8 +103,7 @@ def subword_lengths(eval_dir: str, sentences: int) -> List[int]:
 
 
 def length_unit(eval_dir: str) -> str:
-    """What src.tok's whitespace-separated units are: fairseq-generate's S- lines, from which
-    evaluation's ``--remove-bpe`` (in DIR/generate-SPLIT.cmd) merged the subwords."""
+    """What src.tok's units are, from the ``--remove-bpe`` of DIR/generate-SPLIT.cmd."""
     for path in sorted(glob.glob(os.path.join(eval_dir, "generate-*.cmd"))):
         with open(path, encoding="utf-8") as f:
             words = shlex.split(f.read())
@@ -120,9 +117,7 @@ def length_unit(eval_dir: str) -> str:
 def plot(rows: List[dict], systems: Sequence[str], flavour: str, path: str,
          min_sentences: int = DEFAULT_MIN_SENTENCES, unit: str = "tokens", data: str = "",
          context: Optional[FigureContext] = None):
-    """BLEU per bucket and system (buckets with fewer than ``min_sentences`` hatched and
-    pale, an empty one written "0 sentences", every bar's BLEU above it), and below the
-    sentences per bucket with their counts."""
+    """BLEU per bucket and system (small buckets hatched and pale), and below the sentences per bucket."""
     from matplotlib.patches import Patch
 
     fig, (ax, hist) = pyplot().subplots(2, 1, figsize=(FIGURE_WIDTH, 6.4), sharex=True,
@@ -209,8 +204,7 @@ def parse_edges(edges: str) -> List[int]:
 
 
 def evaluated(args):
-    """(names, evaluation directories) of the systems: --eval as given, or --checkpoint
-    evaluated first into OUT/NAME."""
+    """(names, evaluation directories): --eval, or --checkpoint evaluated first into OUT/NAME."""
     if args.checkpoint:
         if not args.data:
             raise AnalysisError("--checkpoint needs --data")

@@ -72,7 +72,6 @@ from fairseq_ext.errors import CheckpointError, DataError
 
 ANALYSIS = Analysis("probing", "Linguistic probing", "thesis Tables 4.8, 5.5", order=70)
 
-# ---- the tasks ----------------------------------------------------------------------------------
 # (thesis name, SentEval file, category), in the order of thesis Tables 4.8 / 5.5
 TASKS = [
     ("SentLen", "sentence_length.txt", "Surface"),
@@ -122,12 +121,8 @@ def is_punctuation(token: str) -> bool:
 
 def task_examples(name: str, sentences: Sequence[Tuple[str, ...]], rng: random.Random, wc_words: int = 1000,
                   wc_rank_start: int = 2000) -> List[Tuple[str, str]]:
-    """(label, sentence) of the generated task ``name``: SentLen, the SentEval bin of every
-    sentence whose token count falls in one; WC, the sentences holding exactly one target word
-    (the first ``wc_words`` lower-cased words of at least 4 characters from frequency rank
-    ``wc_rank_start`` + 1 on; ties: the earlier first occurrence first), exactly once, labelled
-    with it; BShift, half the usable sentences with one random adjacent pair swapped (I: not
-    the first token, no punctuation, different tokens), half as they are (O)."""
+    """(label, sentence) of the generated task ``name`` by the rules of the module docstring (WC's
+    frequency ties: the earlier first occurrence first)."""
     if name == "SentLen":
         return [(str(label), " ".join(tokens)) for tokens in sentences
                 for label, (lo, hi) in enumerate(SENTLEN_BINS) if lo <= len(tokens) <= hi]
@@ -156,9 +151,8 @@ def task_examples(name: str, sentences: Sequence[Tuple[str, ...]], rng: random.R
 
 def balanced_split(examples: List[Tuple[str, str]], sizes: Sequence[int], rng: random.Random,
                    min_per_class: int = 3) -> Split:
-    """Every label cut to the same count (the rarest label's, at most sum(sizes) / labels;
-    labels with fewer than ``min_per_class`` examples dropped), then split per label in the
-    proportions of ``sizes`` (tr, va, te), at least one va and one te example each."""
+    """Every label cut to the rarest one's count (at most sum(sizes) / labels; labels under
+    ``min_per_class`` dropped), split per label as ``sizes`` (tr, va, te), at least one va and te each."""
     by_label: Dict[str, List[str]] = collections.defaultdict(list)
     for label, sentence in examples:
         by_label[label].append(sentence)
@@ -183,8 +177,7 @@ def balanced_split(examples: List[Tuple[str, str]], sizes: Sequence[int], rng: r
 
 def generate_tasks(sentences: Sequence[List[str]], tasks: Sequence[str], sizes: Sequence[int], seed: int = 1,
                    wc_words: int = 1000, wc_rank_start: int = 2000, min_per_class: int = 10) -> Dict[str, Split]:
-    """SentLen / WC / BShift from tokenized sentences (duplicates removed first, so that no
-    sentence is in two partitions)."""
+    """SentLen / WC / BShift from tokenized sentences (duplicates removed: none in two partitions)."""
     unique = list(dict.fromkeys(tuple(t) for t in sentences if t))
     out = {}
     for name in tasks:
@@ -197,8 +190,7 @@ def generate_tasks(sentences: Sequence[List[str]], tasks: Sequence[str], sizes: 
 
 
 def load_tasks(args, out: str) -> Dict[str, Split]:
-    """The tasks the command's options name (--senteval, --task, --corpus with --generate), in
-    the order of the thesis' tables; generated ones are written to OUT/tasks/."""
+    """The tasks of --senteval, --task and --corpus, in the thesis' order; generated ones written to OUT/tasks/."""
     tasks: Dict[str, Split] = {}
     if args.senteval:
         if not os.path.isdir(args.senteval):
@@ -236,8 +228,6 @@ def load_tasks(args, out: str) -> Dict[str, Split]:
     return dict(sorted(tasks.items(), key=lambda kv: known.index(kv[0]) if kv[0] in known else len(known)))
 
 
-# ---- the representation and the classifier --------------------------------------------------------
-
 @torch.no_grad()
 def pooled_features(model, pipeline: TextPipeline, sentences: Sequence[str], layers: Sequence[int],
                     max_tokens: int = 6000) -> Dict[int, torch.Tensor]:
@@ -265,8 +255,7 @@ def pooled_features(model, pipeline: TextPipeline, sentences: Sequence[str], lay
 
 
 def mlp_probe(dim: int, num_labels: int, hidden: int = 200, dropout: float = 0.0) -> nn.Sequential:
-    """SentEval's MLP: Linear(C, hidden), dropout, sigmoid, Linear(hidden, labels); ``hidden``
-    0 is logistic regression."""
+    """SentEval's MLP (``hidden`` 0: logistic regression)."""
     if hidden <= 0:
         return nn.Sequential(nn.Linear(dim, num_labels))
     return nn.Sequential(nn.Linear(dim, hidden), nn.Dropout(dropout), nn.Sigmoid(), nn.Linear(hidden, num_labels))
@@ -284,10 +273,9 @@ def accuracy(probe: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
 def train_probe(x_tr, y_tr, x_va, y_va, num_labels: int, hidden: int = 200, dropout: float = 0.0,
                 l2: float = 1e-4, lr: float = 1e-3, batch_size: int = 512, max_epochs: int = 100,
                 patience: Optional[int] = None, seed: int = 1) -> Tuple[nn.Sequential, dict]:
-    """RMSprop on cross-entropy, L2 ``l2`` on the hidden layer's weights, ``max_epochs``
-    epochs; the parameters of the epoch with the best validation accuracy are kept (early
-    stopping), and with ``patience`` training stops after that many epochs without a better
-    one."""
+    """RMSprop on cross-entropy, L2 ``l2`` on the hidden layer's weights; the best validation
+    epoch's parameters are kept, and with ``patience`` training stops after that many epochs
+    without a better one."""
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     probe = mlp_probe(x_tr.size(1), num_labels, hidden, dropout)
@@ -315,8 +303,7 @@ def train_probe(x_tr, y_tr, x_va, y_va, num_labels: int, hidden: int = 200, drop
 
 
 def probe_task(features: Dict[str, torch.Tensor], data: Split, report: str = "te", **train_args) -> dict:
-    """Train on tr (labels indexed in sorted order; a label absent from tr counts as an
-    error), early-stop on va, accuracy on ``report``."""
+    """Train on tr (a label absent from tr counts as an error), early-stop on va, accuracy on ``report``."""
     labels = sorted({label for label, _ in data["tr"]})
     index = {label: i for i, label in enumerate(labels)}
     y = {p: torch.tensor([index.get(label, -1) for label, _ in data[p]], dtype=torch.long) for p in PARTITIONS}
@@ -328,12 +315,9 @@ def probe_task(features: Dict[str, torch.Tensor], data: Split, report: str = "te
             "majority": sum(label == majority for label, _ in data[report]) / n if n else float("nan")}
 
 
-# ---- the table and the figure ----------------------------------------------------------------------
-
 def summary_rows(results: Dict[str, Dict[str, dict]], tasks: Dict[str, Split], columns: List[str],
                  report: str) -> List[dict]:
-    """One row per task, grouped by category (thesis layout), each category of more than one
-    task followed by its #AVG row."""
+    """A row per task by category (thesis layout), a category of several tasks followed by #AVG."""
     task_rows = []
     for name, data in tasks.items():
         first = results[columns[0]][name]
@@ -352,8 +336,7 @@ def summary_rows(results: Dict[str, Dict[str, dict]], tasks: Dict[str, Split], c
 
 
 def error_bars(accuracies: Sequence[float], sizes: Sequence[int]) -> List[List[float]]:
-    """matplotlib's yerr (below, above) of accuracies (%): the 95% Wilson score interval of
-    each over its ``sizes`` test sentences (read back as a whole number of correct ones)."""
+    """matplotlib's yerr of accuracies (%): each one's 95% Wilson interval over its ``sizes`` sentences."""
     spans = [wilson_interval(round(a * n / 100), n) for a, n in zip(accuracies, sizes)]
     return [[a - 100 * lo for a, (lo, _) in zip(accuracies, spans)],
             [100 * hi - a for a, (_, hi) in zip(accuracies, spans)]]
@@ -361,9 +344,8 @@ def error_bars(accuracies: Sequence[float], sizes: Sequence[int]) -> List[List[f
 
 def plot(rows: List[dict], columns: List[str], layer_columns: Dict[str, List[Tuple[int, str]]], path: str,
          context: Optional[FigureContext] = None):
-    """Accuracy per task and model (bars in each model's colour, the majority label marked), or
-    per layer, one panel per model, when several layers are probed; every accuracy with its 95%
-    Wilson interval over the task's test sentences."""
+    """Accuracy per task and model (bars, the majority label marked), or per layer, one panel per
+    model, when several layers are probed; each with its 95% Wilson interval."""
     plt = pyplot()
     task_rows = [r for r in rows if r["task"] != "#AVG"]
     if any(len(v) > 1 for v in layer_columns.values()):

@@ -1,7 +1,5 @@
-"""The analyses there are: every module of this package that declares ``ANALYSIS =
-Analysis(...)``, found by looking (an analysis is one module, named as the analysis), in the
-order of the report's page. ``fairseq-ext analyze``, ``fairseq-ext report`` and the
-reproduction runner read them here, so that none keeps a list of its own."""
+"""The analyses: every module of this package that declares ``ANALYSIS = Analysis(...)`` (named
+as the analysis), in the report's page order; no command keeps a list of its own."""
 import dataclasses
 import functools
 import importlib
@@ -15,14 +13,10 @@ from fairseq_ext.models.multilayer_transformer_config import MultilayerOptions
 
 @dataclasses.dataclass(frozen=True)
 class Analysis:
-    """What the commands around an analysis need to know of it.
-
-    ``name``: its module, ``fairseq_ext.analysis.NAME``, with ``build_parser()`` and
-    ``main(argv)``; ``title`` and ``reference`` (where in the papers) head its section of the
-    report; ``single``: its --checkpoint takes one checkpoint, so the report runs it once per
-    model; ``needs``: a test of a model's typed options (what it must have: a technique), and
-    ``lacks`` the sentence that says what a model failing it lacks; ``order``: its place on
-    the report's page (lower first)."""
+    """``name``: its module, ``fairseq_ext.analysis.NAME``, with ``build_parser()`` and ``main(argv)``;
+    ``title`` and ``reference`` head its report section; ``single``: --checkpoint takes one, so
+    the report runs it once per model; ``needs``: a test of a model's options, ``lacks`` what a
+    model failing it lacks; ``order``: its place on the report's page."""
 
     name: str
     title: str
@@ -42,15 +36,12 @@ class Analysis:
         return f"{package.__name__}.{self.name}"
 
     def applies_to(self, options: MultilayerOptions) -> bool:
-        """Whether the analysis can analyse a model of ``options``."""
         return self.needs is None or bool(self.needs(options))
 
     def parser(self):
-        """The command's own parser (its ``build_parser()``)."""
         return importlib.import_module(self.module).build_parser()
 
     def option_strings(self) -> Set[str]:
-        """The options (``--checkpoint``, ``--names``, ...) the command accepts."""
         return _option_strings(self.name)
 
 
@@ -79,7 +70,6 @@ def _discover() -> Dict[str, Analysis]:
 
 
 def analyses() -> Dict[str, Analysis]:
-    """name -> :class:`Analysis`, in the report's page order."""
     return dict(_discover())
 
 

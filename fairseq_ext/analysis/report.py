@@ -70,14 +70,10 @@ nav a { margin-right: 1em; }
 """
 
 
-# ---- running the analyses -------------------------------------------------------------------------
-
 def analysis_commands(name: str, paths: Sequence[str], names: Sequence[str], data: str, split: str,
                       out: str, cpu: bool, extra: Sequence[str]) -> List[Tuple[List[str], str]]:
-    """[(argv, output directory)] of ``name`` on the checkpoints ``paths``, with only the
-    options the analysis' own parser accepts: ``--names`` and ``--cpu`` are left out where it
-    takes none; one that takes no ``--checkpoint``, ``--data``, ``--split`` or ``--out`` is an
-    AnalysisError."""
+    """[(argv, output directory)] of ``name`` on ``paths``, with only the options its parser accepts
+    (one that takes none of REQUIRED_OPTIONS is an AnalysisError)."""
     analysis = registry.get(name)
     accepted = analysis.option_strings()
     missing = [o for o in REQUIRED_OPTIONS if o not in accepted]
@@ -98,10 +94,8 @@ def analysis_commands(name: str, paths: Sequence[str], names: Sequence[str], dat
 
 def applicable(name: str, paths: Sequence[str], names: Sequence[str],
                options_of: Optional[Callable[[str], MultilayerOptions]] = None) -> Tuple[List[str], List[str], str]:
-    """(checkpoints, names) of the models ``name`` can analyse (its ``Analysis.needs`` of
-    each model's typed options), and a sentence naming the others and what they lack ("" when
-    it analyses all of them). ``options_of``: a checkpoint's options (default: read from the
-    file)."""
+    """(checkpoints, names) of the models ``name`` can analyse, and a sentence naming the others
+    and what they lack ("" for none). ``options_of``: a checkpoint's options."""
     analysis = registry.get(name)
     options_of = options_of or checkpoints.options
     kept, left = [], []
@@ -140,10 +134,7 @@ def parse_extra(values: Sequence[str]) -> Dict[str, List[str]]:
     return extra
 
 
-# ---- the page ------------------------------------------------------------------------------------
-
 def html_table(rows: List[dict]) -> str:
-    """``rows`` (a table an analysis wrote as JSON) as an HTML table, every value escaped."""
     def cell(value) -> str:
         if isinstance(value, float):
             return f"{value:.4g}" if abs(value) < 1e-2 and value != 0 else f"{value:.2f}"
@@ -157,9 +148,8 @@ def html_table(rows: List[dict]) -> str:
 
 
 def collect(directory: str) -> dict:
-    """What an analysis wrote in ``directory`` (recursively): its tables (a ``.json`` list of
-    rows beside a ``.md`` of the same stem, titled by the Markdown's "### " line), its PNG
-    figures and its command."""
+    """The tables (a ``.json`` list of rows beside a ``.md``, titled by its "### " line), PNG figures
+    and commands an analysis wrote in ``directory`` (recursively)."""
     tables, figures, commands = [], [], []
     for root, dirs, files in os.walk(directory):
         dirs.sort()
@@ -213,9 +203,7 @@ def section_html(anchor: str, title: str, reference: str, directory: str, found:
 
 def write_page(sections: List[str], titles: List[Tuple[str, str]], path: str, heading: str,
                models: str = "") -> str:
-    """The page: the environment (date, the installed fairseq_ext's version or "unknown" where
-    it runs from a directory never installed, torch, fairseq, the command), the models, the
-    sections."""
+    """The page: the environment (date, versions, the command), the models, the sections."""
     try:
         version = importlib.metadata.version("fairseq_ext")
     except importlib.metadata.PackageNotFoundError:
@@ -236,8 +224,7 @@ def write_page(sections: List[str], titles: List[Tuple[str, str]], path: str, he
 
 
 def models_html(paths: Sequence[str], names: Sequence[str], data: str, split: str) -> str:
-    """The page's account of what was analysed: one row per model (its shape, technique,
-    parameters, updates) and the data (the test set, its size, the training pairs)."""
+    """What was analysed: a row per model (shape, technique, parameters, updates) and the data."""
     rows = []
     for checkpoint, name in zip(paths, names):
         try:
@@ -258,8 +245,6 @@ def models_html(paths: Sequence[str], names: Sequence[str], data: str, split: st
             f'<p>Data: {html.escape("; ".join(said))}. Each section shows the command that made it, with '
             'its decoding settings and BLEU flavour.</p>\n' + html_table(rows))
 
-
-# ---- the command ---------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
     ap = command.doc_parser(__doc__)

@@ -56,7 +56,7 @@ def bleu_scores(hypotheses: Sequence[str], references: Sequence[str]) -> Dict[st
 
 
 def token_string(dictionary, tokens: torch.Tensor) -> str:
-    """BPE units of ``tokens``, without padding, EOS and BOS (unknowns as <unk>)."""
+    """BPE units of ``tokens``, without padding, EOS and BOS."""
     special = {dictionary.pad(), dictionary.eos(), dictionary.bos()}
     return " ".join(dictionary[int(t)] for t in tokens if int(t) not in special)
 
@@ -111,9 +111,7 @@ def table_rows(scores: Dict[str, Dict[str, float]], layers: Sequence[int]) -> Li
 
 
 def plot(models: Dict[str, List[dict]], path: str, context: Optional[FigureContext] = None):
-    """BLEU-1 and BLEU per encoder layer (a panel each), one line per model in its colour, the
-    FULL model's score a dashed line of the same colour; the legend beside the panels, where it
-    covers no line. ``models``: name -> the rows of :func:`table_rows`."""
+    """BLEU-1 and BLEU per encoder layer, a line per model (name -> :func:`table_rows`), FULL dashed."""
     colours = system_colours(list(models))
     fig, axes = pyplot().subplots(1, 2, figsize=(FIGURE_WIDTH, 3.6))
     for ax, key in zip(axes, ("BLEU-1", "BLEU")):

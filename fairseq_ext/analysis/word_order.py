@@ -61,9 +61,7 @@ logger = logging.getLogger(__name__)
 
 
 def encoder_positions(model_cfg) -> str:
-    """``"sinusoidal"``, ``"learned"`` or ``"none"``: the encoder's positional embedding as
-    the configuration builds it (the encoder drops it for --no-encoder-positional-embeddings,
-    fairseq for --no-token-positional-embeddings, on both sides)."""
+    """The encoder's positional embedding as the configuration builds it: sinusoidal, learned or none."""
     if getattr(model_cfg, "no_encoder_positional_embeddings", False) or \
             getattr(model_cfg, "no_token_positional_embeddings", False):
         return "none"
@@ -86,10 +84,8 @@ RUNTIME_OPTIONS = frozenset({"checkpoint_activations", "offload_activations", "m
 
 
 def architecture(model_cfg) -> Dict[str, object]:
-    """The model's options other than its encoder positions: the options its registered
-    model class's ``add_args`` defines, as the configuration holds them (training settings
-    such as the learning rate or the save directory are not model options). Two checkpoints
-    with equal ones are counterparts."""
+    """The options its model class's ``add_args`` defines but the encoder positions, as the
+    configuration holds them: two checkpoints with equal ones are counterparts."""
     arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
     model_class = ARCH_MODEL_REGISTRY.get(arch)
     if model_class is None:
@@ -107,8 +103,7 @@ def _differences(a: Dict[str, object], b: Dict[str, object]) -> List[str]:
 
 def _given_pairs(checkpoints: List[str], names: Optional[List[str]], pairs: Optional[List[str]],
                  sides: List[str]) -> List[List[int]]:
-    """The pairs the user named: --pairs WITH:WITHOUT, else checkpoints that share a --names
-    name (checkpoint indices)."""
+    """The checkpoint indices of --pairs WITH:WITHOUT, else of checkpoints sharing a --names name."""
     if pairs:
         known = names_for(checkpoints, names)
         if len(set(known)) != len(known):
@@ -160,8 +155,8 @@ def _given_pairs(checkpoints: List[str], names: Optional[List[str]], pairs: Opti
 
 def _pairs_by_architecture(indices: List[int], checkpoints: List[str], configs: list,
                            sides: List[str]) -> List[List[int]]:
-    """Each checkpoint without encoder positions with the one checkpoint with positions of its
-    architecture; the others alone (a warning names the closest candidate)."""
+    """Each checkpoint without positions with the one with positions of its architecture; the
+    others alone (a warning names the closest candidate)."""
     archs = {i: architecture(configs[i]) for i in indices}
     with_pos = [i for i in indices if sides[i] == "pos"]
     without = [i for i in indices if sides[i] == "nopos"]
@@ -190,10 +185,8 @@ def _pairs_by_architecture(indices: List[int], checkpoints: List[str], configs: 
 
 def pair_checkpoints(checkpoints: List[str], names: Optional[List[str]] = None,
                      pairs: Optional[List[str]] = None) -> Dict[str, Dict[str, dict]]:
-    """{system: {"pos" | "nopos": {"checkpoint", "positions"}}}, systems in the order given; a
-    system with one side is a checkpoint without counterpart. Pairs: ``pairs``
-    ("WITH:WITHOUT" checkpoint names), checkpoints sharing a name in ``names``, then the
-    configurations (:func:`architecture`)."""
+    """{system: {"pos" | "nopos": {"checkpoint", "positions"}}}, in the order given; a system of
+    one side is a checkpoint without counterpart."""
     if names and len(names) != len(checkpoints):
         raise AnalysisError(f"--names: {len(names)} names for {len(checkpoints)} checkpoints")
     configs = [checkpoint_config(c) for c in checkpoints]  # the model part of each
@@ -268,9 +261,8 @@ def word_order_rows(systems: Dict[str, Dict[str, dict]], data: str, split: str, 
 
 
 def plot(rows: List[dict], path: str, context: Optional[FigureContext] = None, marks: str = "mma"):
-    """Grouped bars in each system's colour: per system, BLEU with encoder positions (solid) and
-    without (pale, dotted), the drop and its mark written above the pair; a checkpoint without
-    counterpart is a hollow, hatched bar marked "alone", with no drop."""
+    """Per system, BLEU with encoder positions (solid) and without (pale, dotted), the drop and its
+    mark above the pair; a checkpoint without counterpart hollow and hatched, "alone"."""
     from matplotlib.patches import Patch
 
     systems = list(dict.fromkeys(r["model"] for r in rows))

@@ -65,12 +65,9 @@ SUBLAYER = {"self": "self_attn", "cross": "encoder_attn"}
 NO_CROSS_ATTENTION = "the decoder has no cross-attention: encoder layers cannot be aligned (--parts)"
 
 
-# ---- the probes and what they read of the frozen model ----------------------------------------
-
 class LayerProbe(nn.Module):
-    """The trained part of one analysed layer: a linear projection without bias into the
-    classifier's input space (identity at the start when square), and, for an encoder
-    layer, the alignment weights w (one per decoder layer x head, zero: uniform p)."""
+    """One layer's projection into the classifier's input (identity at first when square) and,
+    for an encoder layer, the alignment weights w (one per decoder layer x head, zero: uniform)."""
 
     def __init__(self, dim_in: int, dim_out: int, alignment_size: Optional[int] = None):
         super().__init__()
@@ -82,10 +79,8 @@ class LayerProbe(nn.Module):
         self.w = nn.Parameter(torch.zeros(alignment_size)) if alignment_size else None
 
     def forward(self, features: torch.Tensor, attentions: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """B x T x C (decoder) or B x S x C with B x K x T x S attentions (encoder) -> B x T x C'.
-        An encoder layer's states are first aligned to the target: A = sum_i softmax(w)_i A_i
-        (Eq. 1-2, K = decoder layers x heads, layer-major), T_E = A E (Eq. 3, the paper's
-        A^T x E with A stored source x target)."""
+        """B x T x C, or B x S x C aligned by B x K x T x S attentions: A = sum_i softmax(w)_i A_i
+        (Eq. 1-2, K = decoder layers x heads, layer-major), T_E = A E (Eq. 3) -> B x T x C'."""
         if self.w is not None:
             alignment = torch.einsum("k,bkts->bts", torch.softmax(self.w.float(), dim=0), attentions.float())
             features = torch.bmm(alignment, features.float())
@@ -104,8 +99,7 @@ def decoder_layers(model):
 
 
 def classifier_input(decoder, state: torch.Tensor) -> torch.Tensor:
-    """A decoder layer's output (T x B x C) as the decoder hands its last one to the
-    classifier: final LayerNorm (pre-norm), B x T x C, project_out_dim."""
+    """A decoder layer's output (T x B x C) as the classifier reads the last one, B x T x C."""
     if getattr(decoder, "layer_norm", None) is not None:
         state = decoder.layer_norm(state)
     state = state.transpose(0, 1)
@@ -113,9 +107,8 @@ def classifier_input(decoder, state: torch.Tensor) -> torch.Tensor:
 
 
 def layer_output(model, layer_index: int, prev_output_tokens, encoder_out, sublayer: Optional[str] = None):
-    """Decoder layer ``layer_index`` (0-based)'s output, T x B x C, from the model's own
-    forward (stopped there); with ``sublayer`` ("self_attn" | "encoder_attn") outputting
-    zeros, so that the layer keeps only the residual path around it."""
+    """Decoder layer ``layer_index`` (0-based)'s output, T x B x C, with ``sublayer`` ("self_attn" |
+    "encoder_attn") outputting zeros, so that only the residual path is left around it."""
     layer = decoder_layers(model)[layer_index]
     captured = {}
 
@@ -145,8 +138,8 @@ def probe_names(num_encoder_layers: int, num_decoder_layers: int, parts: Sequenc
 
 @torch.no_grad()
 def frozen_features(model, sample, names: Sequence[str]) -> Dict[str, object]:
-    """What the probes read for one batch: ``enc<l>`` -> B x S x C, ``attn`` -> B x K x T x S,
-    ``dec<l>[-self|-cross]`` -> B x T x C, and ``model`` -> the model's own logits input."""
+    """``enc<l>`` -> B x S x C, ``attn`` -> B x K x T x S, ``dec<l>[-self|-cross]`` -> B x T x C and
+    ``model`` -> the model's own classifier input, for one batch."""
     net = {k: v for k, v in sample["net_input"].items() if k != "prev_output_tokens"}
     prev = sample["net_input"]["prev_output_tokens"]
     encoder_out = model.encoder(**net, return_all_hiddens=True)
@@ -190,13 +183,10 @@ def build_probes(model, names: Sequence[str]) -> nn.ModuleDict:
     return probes.to(next(model.parameters()).device)
 
 
-# ---- training them (Adam, the best validation parameters of each kept) ----------------------------
-
 @torch.no_grad()
 def evaluate_probes(model, task, split: str, probes: nn.ModuleDict, max_tokens: int = 4000,
                     max_sentences: Optional[int] = None) -> Dict[str, dict]:
-    """name -> {"correct", "total", "accuracy"} over ``split``; ``model``: the model's own
-    teacher-forced argmax accuracy."""
+    """name -> {"correct", "total", "accuracy"} over ``split``, and ``model``'s own."""
     pad = task.target_dictionary.pad()
     counts = {name: [0, 0] for name in [*probes, "model"]}
     probes.eval()
@@ -217,9 +207,8 @@ def train_probes(model, task, probes: nn.ModuleDict, train_split: str, valid_spl
                  max_epoch: int = 3, max_update: Optional[int] = None, validate_interval: int = 1000,
                  max_tokens: int = 4000, max_train_sentences: Optional[int] = None,
                  max_valid_sentences: Optional[int] = None, seed: int = 1, log=sys.stderr) -> Dict[str, float]:
-    """Adam on the cross-entropy of each probe (projections and w only; the model is
-    frozen); every probe keeps its parameters of its best validation accuracy. Returns
-    name -> best validation accuracy."""
+    """Adam on each probe's cross-entropy (the model frozen); each keeps its best validation
+    parameters. Returns name -> best validation accuracy."""
     for p in model.parameters():
         p.requires_grad_(False)
     torch.manual_seed(seed)
@@ -268,8 +257,6 @@ def train_probes(model, task, probes: nn.ModuleDict, train_split: str, valid_spl
 
 
 def add_training_arguments(ap):
-    """How the projections are trained (here, and in translate_from_layer when it trains them
-    itself)."""
     g = ap.add_argument_group("training the projections")
     g.add_argument("--train-split", default="train")
     g.add_argument("--valid-split", default="valid")
@@ -285,8 +272,7 @@ def add_training_arguments(ap):
 
 
 def trained_probes(args, names_of) -> tuple:
-    """(model, task, the probes ``names_of(model)`` trained as the options of
-    :func:`add_training_arguments` say); the probes are saved to OUT/projections.pt."""
+    """(model, task, the probes ``names_of(model)``, trained and saved to OUT/projections.pt)."""
     model, task = checkpoints.load_model(args.checkpoint, args.data, cpu=args.cpu)
     for split in {args.train_split, args.valid_split, args.split}:
         task.load_dataset(split)
@@ -316,8 +302,6 @@ def load_projections(model, path: str, names: Sequence[str]) -> nn.ModuleDict:
                                 f"({str(e).splitlines()[-1].strip()})") from None
     return probes
 
-
-# ---- the command --------------------------------------------------------------------------------
 
 def table_rows(scores: Dict[str, dict], num_encoder_layers: int, num_decoder_layers: int) -> List[dict]:
     """Tables 1 / 5: per layer, accuracy (%) and its delta (of the unrounded accuracies)."""
