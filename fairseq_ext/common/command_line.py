@@ -6,8 +6,9 @@ out of a command's output). Errors that escape a command print as the same one l
 """
 import argparse
 import logging
+import signal
 import sys
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence, Tuple, Type
 
 from fairseq_ext.errors import CommandError, error_line
 
@@ -33,6 +34,25 @@ def fail(prog: str, error: Exception, usage: Optional[str] = None) -> int:
         print(usage, file=sys.stderr)
     print(error_line(prog, str(error)), file=sys.stderr, flush=True)
     return 1
+
+
+def run_command(prog: str, body: Callable[[], object], errors: Tuple[Type[Exception], ...],
+                usage: Callable[[], str]) -> int:
+    """Run ``body`` as the command ``prog``: 0, or one error line and 1 for ``errors``, 130 on
+    Ctrl-C. As in the recipes, a kill (SIGTERM) exits through the command's cleanup."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        body()
+    except errors as e:
+        return fail(prog, e, usage())
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def log_line(prog: str, message: str) -> None:
+    """A progress or warning line of a command on stderr: ``[PROG] message``."""
+    print(f"[{prog}] {message}", file=sys.stderr, flush=True)
 
 
 def search_arguments(parser, beam: Optional[int] = None, beam_help: str = "", max_len: Optional[Sequence] = None,

@@ -1,14 +1,7 @@
-"""The one rule for a file a command writes (``translate --output``, ``score --output``):
-
-- it is checked before the model loads: not a folder, in a folder that exists, and not one
-  of the command's inputs, the checkpoint, or a file inside the data directory (which would
-  replace the model or a dictionary with translations);
-- it is written to a temporary file beside it and renamed into place when the command
-  succeeds, so that a run that fails (a bad input line under ``--strict``, Ctrl-C) leaves an
-  existing file as it was; a symbolic link is followed (its target is the file replaced, the
-  link stays), and what is not a regular file (``/dev/null``, a FIFO, a terminal) is written
-  through, never replaced;
-- it is never an existing checkpoint (``.pt``), which would replace a model with text.
+"""The one rule for a file a command writes (``translate --output``, ``score --output``; docs/trust.md,
+"Scripts never delete what they did not write"): checked before the model loads
+(:func:`check_output_file`), written beside it and renamed into place on success
+(:func:`staged_output_file`).
 """
 import contextlib
 import os

@@ -1,16 +1,8 @@
 """Loading a fairseq checkpoint must never run code from it (docs/trust.md, "Loading a
-checkpoint never runs code from it"). :func:`install` (run when the plugin is imported):
-
-1. **The pickle.** allowlists for torch's ``weights_only`` load exactly the globals fairseq
-   checkpoints hold (:data:`CHECKPOINT_SAFE_GLOBALS`: ``argparse.Namespace``, numpy arrays
-   and scalars); anything else is still refused by torch, as one line (:func:`refused_pickle`).
-2. **The configuration.** fairseq 0.12 passes some configuration strings to ``eval()``.
-   ``checkpoint_utils.load_checkpoint_to_cpu`` (every load: generate, interactive, validate,
-   resume, ``from_pretrained``) is wrapped so that each field of :data:`EVALUATED_FIELDS`,
-   anywhere in the checkpoint's ``cfg`` or ``args``, must match its literal grammar, else
-   :class:`UnsafeCheckpointError` naming the file and field; :func:`load_checkpoint_state` does
-   the same for the plugin's own tools. In the modules of :data:`EVAL_MODULES`, ``eval`` is
-   :func:`literal_eval`, which evaluates literals only.
+checkpoint never runs code from it"). :func:`install`: 1. torch's ``weights_only`` load allows
+exactly the globals fairseq checkpoints hold (:data:`CHECKPOINT_SAFE_GLOBALS`), a refused pickle
+said in one line; 2. every field fairseq would ``eval()`` (:data:`EVALUATED_FIELDS`) must match
+its literal grammar on every load, and ``eval`` is :func:`literal_eval` in :data:`EVAL_MODULES`.
 """
 import argparse
 import ast
@@ -31,9 +23,7 @@ from fairseq_ext.errors import UnsafeCheckpointError, UnsafeConfigValue, UnsafeP
 from fairseq_ext.guards.patching import replace
 
 
-# ----------------------------------------------------------------------------------------
 # 1. the pickle: torch weights_only allowlist
-# ----------------------------------------------------------------------------------------
 def _numpy_globals():
     try:  # numpy >= 2
         from numpy._core.multiarray import _reconstruct, scalar
@@ -49,9 +39,7 @@ def _numpy_globals():
 CHECKPOINT_SAFE_GLOBALS = [argparse.Namespace, *_numpy_globals()]
 
 
-# ----------------------------------------------------------------------------------------
 # 2a. a literal evaluator for the strings fairseq would eval()
-# ----------------------------------------------------------------------------------------
 MAX_LITERAL_LENGTH = 10_000  # characters of a configuration string
 MAX_REPEAT = 10_000  # items produced by one ``list * int``
 
@@ -105,9 +93,7 @@ def _evaluate(node, source):
     )
 
 
-# ----------------------------------------------------------------------------------------
 # 2b. the grammar of every configuration field fairseq 0.12 evaluates
-# ----------------------------------------------------------------------------------------
 def _is_int(v):
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -256,9 +242,7 @@ def save_atomically(state: Dict, output: str) -> None:
     write_atomically(output, lambda tmp: torch.save(state, tmp), ".average-", ".pt")
 
 
-# ----------------------------------------------------------------------------------------
 # installation (by fairseq_ext.guards.install, when the plugin is imported)
-# ----------------------------------------------------------------------------------------
 def _checking_config(load_checkpoint_to_cpu):
     def load_checking_config(path, arg_overrides=None, load_on_all_ranks=False):
         return _checked(path, lambda: load_checkpoint_to_cpu(path, arg_overrides, load_on_all_ranks))

@@ -68,6 +68,12 @@ def open_text(path, mode="w"):
     return open(path, mode, encoding="utf-8", newline="\n")
 
 
+def write_lines(path, lines):
+    """Write ``lines`` to ``path`` (open_text), one a line."""
+    with open_text(path) as f:
+        f.writelines(line + "\n" for line in lines)
+
+
 def clean_line(raw: bytes, path: str, number: int) -> str:
     """One line of a corpus file as text: UTF-8 (else an error naming the file and line),
     without its line end, a BOM at the start of the file, or a CR (a CR inside the line
@@ -249,8 +255,7 @@ def cmd_extract_gen(args):
     lines = parse_generate(args.gen)
     os.makedirs(args.out_dir, exist_ok=True)
     for name, rows in lines.items():
-        with open_text(os.path.join(args.out_dir, f"gen.{name}")) as out:
-            out.writelines(row + "\n" for row in rows)
+        write_lines(os.path.join(args.out_dir, f"gen.{name}"), rows)
     print(len(lines["hyp"]))
 
 

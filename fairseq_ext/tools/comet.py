@@ -1,16 +1,7 @@
-"""COMET (Rei et al. 2020; ``unbabel-comet``) beside sacreBLEU's metrics (docs/evaluation.md, "COMET").
-
-COMET pins numpy < 2 and protobuf < 5, which this package's environment does not allow, so it
-runs in the Python of ``--comet-python`` (or ``$FAIRSEQ_EXT_COMET_PYTHON``; ``make comet-env``
-makes ``.comet-venv``), or this Python when it has COMET. ``--comet-model`` (or
-``$FAIRSEQ_EXT_COMET_MODEL``): a model directory as COMET downloads it
-(``DIR/checkpoints/model.ckpt`` beside ``DIR/hparams.yaml``), a ``.ckpt`` file in one, or a
-model name COMET downloads itself (that needs its hub or its cache).
-
-:func:`score` gives the system score (the mean of the segment scores, as ``comet-score``) with
-a signature naming the model, the references and COMET's version, like sacreBLEU's;
-:func:`compare` runs ``comet-compare`` (paired t-test and bootstrap resampling). Both compute
-as COMET's commands do (the model in half precision), batched on a GPU unless ``--cpu``.
+"""COMET (Rei et al. 2020; ``unbabel-comet``) beside sacreBLEU's metrics, run in the Python of
+``--comet-python`` (its pins, numpy < 2 and protobuf < 5, do not fit this environment) on the
+model of ``--comet-model``: docs/evaluation.md, "COMET". :func:`score` gives the system score
+(as ``comet-score``) with a signature like sacreBLEU's; :func:`compare` runs ``comet-compare``.
 """
 import argparse
 import json

@@ -7,28 +7,19 @@ n-grams. The p-value and mark come from sacreBLEU, the scorer of the BLEU they q
 (:mod:`fairseq_ext.tools.significance`); compare-mt's own BLEU treats a zero n-gram precision
 as 1 and can disagree (docs/evaluation.md).
 
-    fairseq-ext significance --eval-a EVAL_DIR_A --eval-b EVAL_DIR_B --out DIR   # evaluations
-    fairseq-ext significance --ref REF --sys-a HYP_A --sys-b HYP_B --out DIR [--src SRC]
-
-By default the Moses-tokenized files of an evaluation are compared (hyp.tok / ref.tok,
-multi-bleu style, sacreBLEU --tokenize none); --level detok uses the detokenized ones (13a).
-Writes DIR/significance.{txt,json} (sacreBLEU), DIR/report.txt (compare-mt's text report) and
-DIR/index.html (+ figures), all at once when both succeeded (an existing DIR is replaced only
-when significance wrote it: outputs.StagedOutput). With --eval-*, only directories that hold a
-complete evaluation (.evaluation-complete) are read. compare-mt runs through
-compare_mt_shim.py, which works around compare-mt 0.2.10's undeclared dependency on `six`.
+The two ways to name the systems, the files written to --out and compare-mt's shim: docs/evaluation.md.
 """
 import argparse
 import filecmp
+import functools
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from typing import List, Optional, Sequence
 
-from fairseq_ext.common.command_line import CommandParser, fail
+from fairseq_ext.common.command_line import CommandParser, log_line, run_command
 from fairseq_ext.errors import CommandError
 from fairseq_ext.standalone import compare_mt_shim, corpus, evaluations, outputs
 from fairseq_ext.tools import comet as comet_metric
@@ -41,6 +32,7 @@ PROG = outputs.SIGNIFICANCE
 METRICS = ("BLEU", "chrF2", "chrF2++", "TER")
 COMMAND = "fairseq-ext significance"
 SHIM = os.path.abspath(compare_mt_shim.__file__)
+_log = functools.partial(log_line, COMMAND)
 
 
 class CompareError(CommandError):
@@ -144,10 +136,6 @@ def comet_files(opts: argparse.Namespace) -> Optional[List[str]]:
             os.path.join(opts.eval_a, "ref.detok")]
 
 
-def _log(message: str) -> None:
-    print(f"[{COMMAND}] {message}", file=sys.stderr, flush=True)
-
-
 def run(opts: argparse.Namespace, log=_log) -> dict:
     """Compare, and move the report into ``opts.out``; returns significance.json's content."""
     name_a, name_b = opts.names.split()
@@ -168,8 +156,7 @@ def run(opts: argparse.Namespace, log=_log) -> dict:
         for name, path in zip(names, files):
             texts.append(list(corpus.read_lines(path)))
             clean.append(os.path.join(staged.work, name))
-            with corpus.open_text(clean[-1]) as f:
-                f.writelines(line + "\n" for line in texts[-1])
+            corpus.write_lines(clean[-1], texts[-1])
         out = staged.stage
         flavour = f"{opts.level}-{'lc' if opts.lc else 'cased'}"
         title = "bootstrap" if opts.method == "bs" else "approximate randomization"
@@ -194,8 +181,7 @@ def run(opts: argparse.Namespace, log=_log) -> dict:
             lines += [""] + comet_lines(result[name_b]["comet"], name_a, name_b)
         with open(os.path.join(out, "significance.json"), "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1, ensure_ascii=False)
-        with open(os.path.join(out, "significance.txt"), "w", encoding="utf-8") as f:
-            f.writelines(line + "\n" for line in lines)
+        corpus.write_lines(os.path.join(out, "significance.txt"), lines)
         print("\n".join(lines), flush=True)
 
         ci = ",case_insensitive=True" if opts.lc else ""
@@ -250,18 +236,11 @@ def _read_once(path: str, copy: str) -> str:
     return copy
 
 
-
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
-        run(check(parse_args(argv)))
-    except (CommandError, outputs.OutputError, corpus.TextError, comet_metric.CometError) as e:
-        return fail(COMMAND, e, build_parser().format_usage())
-    except KeyboardInterrupt:
-        return 130
-    return 0
-
+    return run_command(COMMAND, lambda: run(check(parse_args(argv))),
+                       (CommandError, outputs.OutputError, corpus.TextError, comet_metric.CometError),
+                       lambda: build_parser().format_usage())
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,50 +1,25 @@
 """Translate a split of a data-bin directory with a checkpoint and score it with sacreBLEU
 (``fairseq-ext evaluate``; scripts/evaluate.sh in a checkout).
 
-    fairseq-ext evaluate --checkpoint checkpoints/x/checkpoint_best.pt \\
-        --data data-bin/iwslt15.en-vi [--split test] [--out DIR] [fairseq-generate options]
-
-1. fairseq-generate --user-dir fairseq_ext --gen-subset SPLIT, subword units removed
-   (--remove-bpe for subword-nmt, --remove-bpe sentencepiece for SentencePiece); every
-   option not listed in --help goes to fairseq-generate unchanged; defaults: --beam 5 --batch-size 128.
-2. hypotheses detokenized with sacremoses (Moses detokenizer, XML escapes undone);
-3. sacreBLEU, case-sensitive and -lc, on detokenized text (13a) and on Moses-tokenized text
-   (--tokenize none, multi-bleu style), each printed with its signature; then the flavour
-   the papers report for this task.
-
-References: DATA/text/SPLIT.{raw,tok}.TGT written by the data recipes, else fairseq's T- lines
-(with a warning). The default --out is CKPT_DIR/eval-SET (:func:`result_key`). Multi-source
-data: the task and its extra sources come from prep.env; --shuffle-source L [--shuffle-seed N]
-is the adversarial evaluation (default --out CKPT_DIR/eval-SET-shuffle-L; with an unshuffled
-evaluation, --unshuffled DIR or CKPT_DIR/eval-SET, the BLEU drop goes to adversarial.json).
-Files written to --out:
-  generate-SPLIT.txt   fairseq-generate output (+ .log, .cmd)
-  hyp.tok / ref.tok    tokenized text          hyp.detok / ref.detok  detokenized text
-  src.tok              source side             bleu.txt / bleu.json   the scores
-  metrics.json         chrF2, chrF2++ and TER on the reported flavour's text, with
-                       --comet-model COMET (docs/evaluation.md) and its segment scores
-  .evaluation-complete what was evaluated; significance reads only directories with it
-  .fairseq_ext-output  the marker: --out is replaced only when it holds one (or is empty)
---out holds one complete evaluation or none (outputs.StagedOutput: written beside it, renamed
-into place on success). A rerun removes the previous evaluation when it starts, so a failed
-rerun leaves only the generate log and command: a stale result never passes for the new one.
+The steps, the files written to --out and the rule that --out holds one complete evaluation or
+none: docs/evaluation.md.
 """
 import argparse
 import ast
+import functools
 import glob
 import json
 import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_ext import resources
-from fairseq_ext.common.command_line import CommandParser, fail
+from fairseq_ext.common.command_line import CommandParser, log_line, run_command
 from fairseq_ext.common.data_text import FLAVOURS, REMOVE_BPE, env_headline, read_lines, read_prep_env
 from fairseq_ext.errors import CommandError, DataError
 from fairseq_ext.standalone import bleu, corpus, evaluations, moses, outputs
@@ -56,6 +31,9 @@ PROG = outputs.EVALUATE
 COMMAND = "fairseq-ext evaluate"
 # fairseq-generate options that evaluation sets itself
 OWN_GENERATE_OPTIONS = ("--remove-bpe", "--user-dir")
+# the errors of an evaluation's steps, each its one-line message
+ERRORS = (outputs.OutputError, DataError, corpus.TextError, comet_metric.CometError)
+_log = functools.partial(log_line, COMMAND)
 
 
 class EvaluationError(CommandError):
@@ -272,18 +250,9 @@ def shell_quote(arg: str) -> str:
     return "".join(out)
 
 
-def _write_lines(path: str, lines: Sequence[str]) -> None:
-    with corpus.open_text(path) as f:
-        f.writelines(line + "\n" for line in lines)
-
-
 def _text(path: str) -> str:
     with open(path, encoding="utf-8", errors="replace") as f:
         return f.read()
-
-
-def _log(message: str) -> None:
-    print(f"[{COMMAND}] {message}", file=sys.stderr, flush=True)
 
 
 def run(p: Plan, log: Callable[[str], None] = _log, echo: Callable[[str], None] = print) -> dict:
@@ -308,7 +277,7 @@ def run(p: Plan, log: Callable[[str], None] = _log, echo: Callable[[str], None] 
         ref_detok = p.opts.ref_detok or os.path.join(p.data, "text", f"{split}.raw.{tgt}")
         for path, name in ((ref_tok, "ref.tok"), (ref_detok, "ref.detok")):
             if os.path.isfile(path):
-                _write_lines(os.path.join(out, name), read_lines(path))
+                corpus.write_lines(os.path.join(out, name), read_lines(path))
 
         gen = os.path.join(out, f"generate-{split}.txt")
         gen_log = os.path.join(out, f"generate-{split}.log")
@@ -327,17 +296,17 @@ def run(p: Plan, log: Callable[[str], None] = _log, echo: Callable[[str], None] 
 
         lines = corpus.parse_generate(gen)
         n = len(lines["hyp"])
-        _write_lines(os.path.join(out, "hyp.tok"), lines["hyp"])
-        _write_lines(os.path.join(out, "src.tok"), lines["src"])
+        corpus.write_lines(os.path.join(out, "hyp.tok"), lines["hyp"])
+        corpus.write_lines(os.path.join(out, "src.tok"), lines["src"])
         detok = moses.moses_detokenizer(tgt)
-        _write_lines(os.path.join(out, "hyp.detok"), [detok(h) for h in lines["hyp"]])
+        corpus.write_lines(os.path.join(out, "hyp.detok"), [detok(h) for h in lines["hyp"]])
         if not os.path.isfile(os.path.join(out, "ref.tok")):
             _log(f"WARNING: no {ref_tok}: using fairseq's target lines as the tokenized reference (their <unk>s "
                  "count as errors)")
-            _write_lines(os.path.join(out, "ref.tok"), lines["ref"])
+            corpus.write_lines(os.path.join(out, "ref.tok"), lines["ref"])
         if not os.path.isfile(os.path.join(out, "ref.detok")):
             _log(f"WARNING: no {ref_detok}: detokenizing the tokenized reference for detokenized BLEU")
-            _write_lines(os.path.join(out, "ref.detok"), [detok(r) for r in read_lines(os.path.join(out, "ref.tok"))])
+            corpus.write_lines(os.path.join(out, "ref.detok"), [detok(r) for r in read_lines(os.path.join(out, "ref.tok"))])
         for name, path in (("ref.tok", ref_tok), ("ref.detok", ref_detok)):
             m = evaluations.count_lines(os.path.join(out, name))
             if m != n:
@@ -364,8 +333,7 @@ def run(p: Plan, log: Callable[[str], None] = _log, echo: Callable[[str], None] 
                 text.append(_adversarial(scores, p, os.path.join(out, "adversarial.json")))
         for line in text:
             echo(line)
-        with open(os.path.join(out, "bleu.txt"), "w", encoding="utf-8") as f:
-            f.writelines(line + "\n" for line in text)
+        corpus.write_lines(os.path.join(out, "bleu.txt"), text)
 
         # success: the completion marker last, then the whole directory into place
         evaluations.write_evaluation_complete(out, [f"checkpoint={p.opts.checkpoint}", f"data={p.data}",
@@ -429,7 +397,7 @@ def evaluate(checkpoint: str, data: str, *, split: str = "test", out: Optional[s
     silent = (lambda message: None) if quiet else _log
     try:
         scores = run(plan(parse_args(argv)), log=silent, echo=silent if quiet else print)
-    except (outputs.OutputError, DataError, corpus.TextError, comet_metric.CometError) as e:
+    except ERRORS as e:
         raise EvaluationError(str(e)) from None
     return {"dir": scores["dir"], "bleu": {k: v["score"] for k, v in scores.items() if isinstance(v, dict)},
             "headline": scores.get("headline", "detok-cased"), "sentences": scores["sentences"]}
@@ -437,17 +405,8 @@ def evaluate(checkpoint: str, data: str, *, split: str = "test", out: Optional[s
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    # as the recipes: an interrupt or a kill removes the temporary directory
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
-        run(plan(parse_args(argv)), echo=lambda line: print(line, flush=True))
-    except (CommandError, outputs.OutputError, DataError, corpus.TextError, comet_metric.CometError) as e:
-        return fail(COMMAND, e, parser.format_usage())
-    except KeyboardInterrupt:
-        return 130
-    return 0
-
+    return run_command(COMMAND, lambda: run(plan(parse_args(argv)), echo=lambda line: print(line, flush=True)),
+                       (CommandError, *ERRORS), lambda: build_parser().format_usage())
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,31 +1,9 @@
 """METEOR without downloads, for the multi-source paper's tables (ms-1, ms-2): METEOR's formula
-computed here, with METEOR 1.5's parameters (Denkowski & Lavie, 2014; the version whose jar can
-still be run to check it), on an alignment of its own. The paper used MultEval's METEOR 1.3,
-whose synonym (WordNet) and paraphrase stages need data that cannot be fetched when the score
-is computed. docs/reproduction.md, "METEOR", has the details and the comparison with the jar.
-
-  stages      exact, then stem (nltk's Snowball stemmer of the language; nltk is pinned by the
-              Makefile and its version goes into every result). No synonym, no paraphrase
-              stage; Czech is exact only (METEOR has no Czech stemmer either).
-  alignment   :func:`align`: the most matches (each word once), of those the most exact ones,
-              then the fewest chunks, then the smallest sum of distances, by a beam search over
-              the hypothesis words (beam 40, METEOR 1.5's default); not nltk's greedy aligner.
-  parameters  METEOR 1.5's "rank" task, per language (``LANGUAGES``): alpha, beta, gamma and
-              the stem module's weight. Every word is a content word (no function-word lists),
-              so delta cancels out of precision and recall.
-  formula     METEOR's (MeteorScorer.computeMetrics), on the weighted matches m_w:
-                  P = m_w / hypothesis words,  R = m_w / reference words
-                  Fmean   = P * R / (alpha * P + (1 - alpha) * R)
-                  frag    = chunks / matches (unweighted); 0 when the hypothesis is the
-                            reference (every word matched in one chunk)
-                  score   = Fmean * (1 - gamma * frag ** beta)
-  corpus      the sentences' statistics (lengths, exact and stem matches, chunks) summed over
-              the corpus and the formula applied once, times 100.
-  tokens      detokenized text, Moses-tokenized for the language (sacremoses, no XML escapes)
-              and lowercased.
-
-The score tracks METEOR 1.5's exact+stem score within a few tenths but is not the paper's to
-the last digit. A language without METEOR 1.5 parameters raises :class:`MeteorUnavailable`.
+computed here, with METEOR 1.5's parameters (Denkowski & Lavie, 2014), exact and stem stages
+(nltk's Snowball stemmer), on a beam-search alignment of its own (:func:`align`), statistics
+summed over the corpus. The stages, parameters, formula and the comparison with METEOR 1.5's
+jar: docs/reproduction.md, "METEOR". A language without METEOR 1.5 parameters raises
+:class:`MeteorUnavailable`.
 
     python -m fairseq_ext.tools.meteor --hyp hyp.detok --ref ref.detok --lang de
 """
@@ -86,7 +64,9 @@ class Statistics:
 
 def score_of(stats: Statistics, setup: "Language") -> float:
     """METEOR (0-1) of sentence or corpus statistics: MeteorScorer.computeMetrics of METEOR
-    1.5, without function words."""
+    1.5, without function words. With m_w the weighted matches, P = m_w / hypothesis words,
+    R = m_w / reference words, Fmean = P * R / (alpha * P + (1 - alpha) * R), frag = chunks /
+    matches (0 for the reference itself, in one chunk), score = Fmean * (1 - gamma * frag ** beta)."""
     matches = stats.exact + stats.stem
     weighted = stats.exact + setup.stem_weight * stats.stem
     if weighted == 0 or stats.hypothesis_words == 0 or stats.reference_words == 0:

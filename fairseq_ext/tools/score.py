@@ -36,7 +36,7 @@ from fairseq_ext.common.data_text import FLAVOURS, env_headline, read_prep_env, 
 from fairseq_ext.common.output_file import check_output_file, staged_output_file
 from fairseq_ext.errors import DataError
 from fairseq_ext.standalone import bleu
-from fairseq_ext.standalone.corpus import open_text
+from fairseq_ext.standalone.corpus import write_lines
 from fairseq_ext.tools import comet, translate
 from fairseq_ext.tools.translate import InputError, logger
 
@@ -58,12 +58,9 @@ def score_lines(hyp_detok: List[str], ref_detok: List[str], hyp_tok: List[str], 
     """(bleu.score, bleu.more_metrics of ``flavour``) on the four texts (written to a temporary
     directory, as evaluation reads files)."""
     with tempfile.TemporaryDirectory(prefix="fairseq-ext-score.") as tmp:
-        paths = []
-        for name, lines in (("hyp.detok", hyp_detok), ("ref.detok", ref_detok), ("hyp.tok", hyp_tok),
-                            ("ref.tok", ref_tok)):
-            paths.append(os.path.join(tmp, name))
-            with open_text(paths[-1]) as f:
-                f.writelines(line + "\n" for line in lines)
+        paths = [os.path.join(tmp, name) for name in ("hyp.detok", "ref.detok", "hyp.tok", "ref.tok")]
+        for path, lines in zip(paths, (hyp_detok, ref_detok, hyp_tok, ref_tok)):
+            write_lines(path, lines)
         results = bleu.score(*paths)
         return results, bleu.more_metrics(results, flavour)
 

@@ -1,21 +1,12 @@
-"""Every statistic of the commands and tables, computed from per-sentence sufficient statistics,
-and the papers' significance marks.
+"""Every statistic of the commands and tables, computed from per-sentence sufficient statistics
+(:func:`sentence_stats`, computed once; a resample or a shuffle only sums rows of them, as
+sacreBLEU's ``sacrebleu/significance.py`` does), and the papers' significance marks (:func:`mark`).
 
-A test sees each system only through its per-sentence sufficient statistics (:func:`sentence_stats`;
-for BLEU: hypothesis length, reference length, matching and total n-grams of orders 1-4), computed
-once. A resample or a shuffle only sums rows of them, as sacreBLEU's own ``sacrebleu/significance.py``
-does, and :func:`corpus_bleu` turns sums into BLEU with sacreBLEU's arithmetic.
-
-- :func:`paired_bs`: sacreBLEU's paired bootstrap (Koehn 2004; ``sacrebleu --paired-bs``),
-  :func:`paired_ar`: its approximate randomization (``--paired-ar``), both with sacreBLEU's random
-  draws, so that a p-value, mean and CI equal ``sacrebleu.significance``'s for the same seed.
-- :func:`subsample_bootstrap`: compare-mt 0.2.10's paired bootstrap (``compare_mt/sign_utils.py``,
-  ``eval_with_paired_bootstrap``), which the thesis ran.
-- :func:`stratified_ar`: stratified approximate randomization over runs (Riezler & Maxwell 2005;
-  Clark et al. 2011), as MultEval implements it; :func:`selection_sd`: MultEval's s_sel.
-- :func:`holm`, :func:`paired_t`, :func:`mean_sd`, and :func:`across_seeds`: the mark of a row
-  over several training seeds (an intersection-union test).
-- :func:`mark`: a p-value as the paper's mark; every table and command calls it.
+sacreBLEU's paired bootstrap (Koehn 2004) and approximate randomization with its random draws
+(:func:`paired_bs`, :func:`paired_ar`); compare-mt 0.2.10's paired bootstrap, which the thesis
+ran (:func:`subsample_bootstrap`); MultEval's stratified approximate randomization over runs
+(Riezler & Maxwell 2005; Clark et al. 2011; :func:`stratified_ar`) and s_sel; Holm, the paired
+t-test and the intersection-union mark over seeds (:func:`across_seeds`).
 """
 import math
 import statistics
@@ -24,9 +15,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-# BLEU flavours: name -> sacreBLEU settings. detok: detokenized text, 13a tokenization (WMT'14,
-# IWSLT'15 En-Vi, Multi30k); tok: Moses-tokenized text scored as is (multi-bleu.perl style:
-# IWSLT'14 Es-En, Fr, Ro; De-En lowercased). The one table of flavours (bleu.py uses it).
+# BLEU flavours: name -> sacreBLEU settings. detok: detokenized text, 13a tokenization; tok:
+# Moses-tokenized text scored as is (multi-bleu.perl style)
 FLAVOURS = {
     "detok-cased": {"tokenize": "13a", "lowercase": False, "force": False},
     "detok-lc": {"tokenize": "13a", "lowercase": True, "force": False},
@@ -34,9 +24,8 @@ FLAVOURS = {
     "tok-lc": {"tokenize": "none", "lowercase": True, "force": True},
 }
 
-# The papers' marks, strongest first: (p below, mark). The thesis and the MLMHA paper: † p < 0.05,
-# ‡ p < 0.01; the MMA paper: †† p < 0.01; the word-translation paper (Table 6) reverses them:
-# † p < 0.01, ‡ p < 0.05.
+# The papers' marks, strongest first: (p below, mark); the word-translation paper (Table 6)
+# reverses † and ‡
 MARKS = {
     "thesis": ((0.01, "‡"), (0.05, "†")),
     "mlmha": ((0.01, "‡"), (0.05, "†")),
@@ -141,7 +130,7 @@ def bootstrap_ci(stats: np.ndarray, score: Score = corpus_bleu, samples: int = 1
 
 
 def _p_value(samples: np.ndarray, observed: float) -> float:
-    # MultEval's: only samples strictly above the observed statistic count, and (c + 1) / (R + 1)
+    # MultEval's: only samples strictly above the observed statistic count
     return (np.sum(samples > observed).item() + 1) / (len(samples) + 1)
 
 
@@ -151,10 +140,9 @@ def _total(stats: np.ndarray, score: Score) -> float:
 
 def paired_bs(baseline: np.ndarray, system: np.ndarray, score: Score = corpus_bleu, samples: int = 1000,
               seed: Optional[int] = 12345) -> dict:
-    """sacreBLEU's paired bootstrap (``--paired-bs``; Moses' bootstrap-hypothesis-difference-
-    significance.pl) of ``system`` against ``baseline`` (:func:`sentence_stats` of each):
-    ``samples`` resamples of the n sentences with replacement, the same for both, drawn as
-    ``default_rng(seed).choice(n, (samples, n))``. With d_i the |score difference| of resample i
+    """sacreBLEU's paired bootstrap (``--paired-bs``) of ``system`` against ``baseline``
+    (:func:`sentence_stats` of each): ``samples`` resamples of the n sentences, the same for both
+    (``default_rng(seed).choice(n, (samples, n))``). With d_i the |score difference| of resample i
     and d the observed one, p = (#{i: d_i - mean(d) > d} + 1) / (samples + 1). Returns ``score``,
     ``p_value`` and the system's bootstrap ``mean`` and 95% ``ci``."""
     idxs = _draw(len(baseline), samples, seed)
@@ -203,27 +191,11 @@ def stratified_ar(reference: Dict[int, np.ndarray], system: Dict[int, np.ndarray
                   seed: int = 12345, statistic: str = "concatenated") -> dict:
     """Stratified approximate randomization of ``system`` against ``reference`` over the runs
     both have (run -> :func:`sentence_stats`), as MultEval implements it
-    (``multeval.significance.StratifiedApproximateRandomizationTest.getTwoSidedP``).
-
-    Run ``k`` of system A is paired with run ``k`` of system B (the same seed), and each system's
-    runs are concatenated: a data point is one sentence of one run. The statistic is the BLEU of
-    B's concatenated runs (the sum of the statistics of all its runs' sentences) minus the BLEU
-    of A's. Each of R shuffles swaps every data point between the two systems independently with
-    probability 0.5 (a sentence of run ``k`` is only ever exchanged with the same sentence of run
-    ``k`` of the other system: the stratification) and recomputes the statistic. With c the
-    shuffles whose |statistic| is at least the observed |statistic|, p = (c + 1) / (R + 1)
-    (two-sided). With one run it is the plain approximate randomization test.
-    ``statistic="mean"`` tests the difference of the mean over runs of per-run BLEU instead (the
-    same shuffles); it is not MultEval's.
-
-    The shuffles are drawn from ``numpy.random.default_rng(seed)``: shuffle r swaps sentence i of
-    run pair k when the generator's next double is below 0.5, the doubles taken in the order
-    (shuffle, run pair in increasing run number, sentence). Returns ``runs``, ``shuffles``,
-    ``seed``, ``statistic``, the per-run BLEU of both (``reference_bleu``, ``system_bleu``), their
-    means, the BLEU of the concatenated runs (``reference_concatenated``, ``system_concatenated``),
-    ``s_dev_reference`` / ``s_dev_system`` (the sample sd of BLEU over runs, MultEval's s_dev;
-    None for one run), ``delta`` (the statistic: system - reference), ``count`` (c) and
-    ``p_value``."""
+    (``StratifiedApproximateRandomizationTest.getTwoSidedP``; the test, ``statistic="mean"`` and
+    where it differs: docs/reproduction.md, "The stratified approximate randomization over seeds").
+    Shuffle r swaps sentence i of run pair k when ``default_rng(seed)``'s next double is below 0.5,
+    the doubles taken in the order (shuffle, run pair in increasing run number, sentence).
+    ``s_dev_*``: MultEval's s_dev (None for one run); ``delta``: system - reference; ``count``: c."""
     if shuffles < 1:
         raise ValueError(f"--shuffles must be at least 1, not {shuffles}")
     if statistic not in STATISTICS:
@@ -268,12 +240,9 @@ def subsample_bootstrap(reference: np.ndarray, system: np.ndarray, samples: int 
                         seed: int = 12345) -> dict:
     """compare-mt's paired bootstrap of one run of each system, as the thesis ran it: ``samples``
     subsamples of ``int(ratio * n)`` sentence indices drawn with replacement
-    (``numpy.random.default_rng(seed).integers(0, n, size)``, one subsample after another), and
-    p = 1 - γ, γ the share of subsamples in which the more often winning system is strictly better
-    (one-sided, in the direction the samples favour). Returns ``system_wins`` and
-    ``reference_wins`` (the shares of subsamples in which each is strictly better), ``better``
-    (``"system"``, ``"reference"``; the system on a tie of shares), ``better_in`` (γ, compare-mt's
-    "better in γ of samples") and ``p_value``."""
+    (``default_rng(seed).integers(0, n, size)``, one subsample after another), and p = 1 - γ, γ
+    the share of subsamples in which the more often winning system is strictly better (one-sided).
+    ``better``: the system on a tie of shares; ``better_in``: γ, compare-mt's "better in γ of samples"."""
     if samples < 1:
         raise ValueError(f"--samples must be at least 1, not {samples}")
     reference, system = np.asarray(reference, dtype=np.float64), np.asarray(system, dtype=np.float64)
@@ -364,34 +333,17 @@ def paired_t(reference: Sequence[float], system: Sequence[float]) -> Optional[fl
 
 def across_seeds(reference: Dict[int, float], system: Dict[int, float], per_seed: Dict[int, dict],
                  marks: str = "thesis") -> dict:
-    """One row against the reference row over seeds: each seed's run is tested against the
-    reference row's run of the same seed (sacreBLEU's paired bootstrap, :func:`paired_bs`), and
-    only seeds for which both rows have a run count, for the mark and every mean and sd here.
+    """One row against the reference row over seeds, by the intersection-union rule (Berger
+    1982, Berger & Hsu 1996) of ``--test bootstrap`` and ``--test thesis``: marked at level alpha
+    only when the paired bootstrap gives p < alpha at every seed both rows ran and Δ has the same
+    sign at every such seed (docs/reproduction.md, "Several seeds": the rule and why).
 
-    The rule (``--test bootstrap``, ``--test thesis``; the default over several seeds is
-    :func:`stratified_ar`) is an intersection-union test (Berger 1982, Berger & Hsu 1996): a
-    difference is marked at level alpha only when the paired bootstrap gives p < alpha at every
-    paired seed and the BLEU difference Δ has the same sign at every paired seed. Its level is
-    that of the per-seed tests, uncorrected, its p-value the largest per-seed p (``p_max``);
-    with one seed it is the single run's mark. The sign condition makes the two-sided bootstrap's
-    claim directional, and more seeds make the mark harder, never easier. Whether another seed
-    would differ too is the paired t-test over seeds (``p_t``), reported beside the mark, not as
-    it. Why this rule and not a combination of p-values or a sign test: docs/reproduction.md,
-    "Several seeds".
-
-    ``reference``, ``system``: seed -> BLEU. ``per_seed``: seed -> the paired bootstrap entry of
-    this system against the reference system of the same seed, as
-    :func:`fairseq_ext.tools.significance.paired_significance` returns it (``p_value`` and
-    ``mark``, in the convention ``marks``). Only seeds in both ``reference`` and ``system`` are
-    paired and counted; each needs its ``per_seed`` entry.
-
-    Returns ``seeds`` (the number paired), ``paired_seeds``, ``left_out`` (seeds with a run of
-    only one of the two), ``mean``/``sd`` of the system and ``reference_mean``/``reference_sd``
-    over the paired seeds, ``delta_mean``/``delta_sd`` of the per-seed differences, ``same_sign``,
-    ``p_max`` (the largest per-seed p: the IUT's p-value), ``p_t`` (paired t-test over seeds,
-    None for fewer than 2 or when Δ is the same at every seed), ``mark`` (the paper's mark of
-    the level every seed reaches, or "") and ``rule`` (one sentence saying why).
-    """
+    ``reference``, ``system``: seed -> BLEU. ``per_seed``: seed -> this system's paired bootstrap
+    entry against the reference system of the same seed, as
+    :func:`fairseq_ext.tools.significance.paired_significance` returns it (``p_value``, ``mark``
+    in the convention ``marks``), for every seed of both. Every mean and sd returned is over those
+    paired seeds; ``left_out``: seeds of only one of the two; ``p_max``: the largest per-seed p
+    (the IUT's p-value); ``p_t``: :func:`paired_t`; ``rule``: one sentence saying why the mark."""
     if marks not in MARKS:
         raise ValueError(f"--marks: {marks!r} is not one of {', '.join(MARKS)}")
     reference = {int(k): float(v) for k, v in reference.items()}
