@@ -16,6 +16,7 @@
 #
 # Every setting is an environment variable (defaults in brackets), e.g.
 #   MAX_UPDATE=6000 TRAIN_MINUTES=40 make quickstart        TGT_LANG=fr make quickstart
+# Relative paths are relative to the directory it runs in (make quickstart: the checkout).
 # Data:   MULTI30K_FROM [a local copy of the release files; else $FAIRSEQ_EXT_DATA/multi30k, else download]
 #         SRC_LANG [en]  TGT_LANG [de] (en, de, fr, cs)  BPE_MERGES [5000]
 #         DATA_DIR [data-bin/multi30k.SRC-TGT]
@@ -42,8 +43,7 @@ set -euo pipefail
 SCRIPTS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$SCRIPTS/.." && pwd)"
 # shellcheck source=../fairseq_ext/recipes/lib/common.sh
-source "$REPO/fairseq_ext/recipes/lib/common.sh" # before the cd: the directory the user started in stays protected
-cd "$REPO"
+source "$REPO/fairseq_ext/recipes/lib/common.sh"
 fsx_setup_tools
 fsx_require_cmd fairseq-train fairseq-generate
 

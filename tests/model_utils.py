@@ -252,7 +252,6 @@ def clean_env():
     env = dict(os.environ)
     env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
     env.pop("TORCH_FORCE_WEIGHTS_ONLY_LOAD", None)
-    env.pop("FSX_HELD_LOCKS", None)  # a lock the test process holds is not the subprocess's
     return env  # one OpenMP thread, as every test subprocess (conftest sets it for the whole run)
 
 

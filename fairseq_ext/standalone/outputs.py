@@ -8,21 +8,20 @@ fsx_begin_output / fsx_finish_output in bash) and the temporary directories of k
 
 The bash recipes run this file (no package import: it would load fairseq and torch)::
 
-  outputs.py --prog NAME [--caller-pwd DIR] COMMAND ...
+  outputs.py --prog NAME COMMAND ...
     check-replaceable DIR [INPUT...]  exit 1 with one line unless an existing DIR may be replaced
     mark DIR                          write the marker into DIR: the exact manifest of what it holds
     add-entries DIR ENTRY...          add entries to DIR's marker (SUB/: a nested output)
     lock DIR FD PID [WHAT]            lock DIR for the bash script PID on its open file FD of DIR's
                                       lock file: exit 1 with one line when another command holds
-                                      it, 3 when the file was replaced meanwhile (open it again)
+                                      it, 2 when a parent of PID holds it, 3 when the file was
+                                      replaced meanwhile (open it again)
     stale-staging DIR                 one line about the temporary directories beside DIR that
                                       killed runs left behind (none: nothing)
 
-``--prog`` is the running script, the name in markers and in the error line (``NAME: error:``);
-``--caller-pwd`` the directory the user started in, never replaced. Two things cross from a
-command to the commands it starts, in the environment: :data:`CALLER_PWD_ENV` (quickstart
-changes into the checkout before it runs a recipe and the evaluation) and :data:`HELD_ENV`
-(the locks it holds, which they write under).
+``--prog`` is the running script, the name in markers and in the error line (``NAME: error:``).
+Nothing crosses from a command to the commands it starts in the environment: a lock that a
+parent holds is recognised by the holder line in its file (:func:`lock_fd`).
 """
 import argparse
 import datetime
@@ -35,7 +34,7 @@ import shutil
 import socket
 import sys
 import tempfile
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Iterable, List, Optional, Sequence, Set, Tuple
 
 # Every directory a script of this package writes holds this file. Its first line says which
 # script wrote the directory; its second line, MANIFEST, that every other line is the exact
@@ -50,10 +49,6 @@ EVALUATE = "evaluate.sh"
 SIGNIFICANCE = "significance.sh"
 # the directory that holds the package (a checkout or site-packages): never replaced
 INSTALL_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# the directory the user started the outermost command in (common.sh sets it once)
-CALLER_PWD_ENV = "FSX_CALLER_PWD"
-# the lock files held by this process or one of its parents, one a line
-HELD_ENV = "FSX_HELD_LOCKS"
 # the temporary directory DIR is written in, beside it: .DIR.tmp. and 6 characters (the
 # recipes' mktemp) or 8 (Python's mkdtemp); a run killed before it finished leaves it behind
 STAGING = re.compile(r"^\.(.+)\.tmp\.[A-Za-z0-9_]{6}(?:[A-Za-z0-9_]{2})?$")
@@ -247,20 +242,19 @@ def _check_nested(top: str, entry: str, owner: str) -> None:
         raise _refusal(top, entry, owner)
 
 
-def check_replaceable(directory: str, inputs: Iterable[str] = (), *, prog: str, caller_pwd: Optional[str] = None,
+def check_replaceable(directory: str, inputs: Iterable[str] = (), *, prog: str,
                       install_dir: Optional[str] = None) -> None:
     """Raise OutputError unless an existing ``directory`` may be deleted and replaced by
-    ``prog``. It must not be, or contain, /, $HOME, the working directory (also the one the user
-    started in, ``caller_pwd``; default: :data:`CALLER_PWD_ENV`), the directory holding the
-    package or any of ``inputs``; it must not contain a git repository (at any depth); and it
+    ``prog``. It must not be, or contain, /, $HOME, the working directory (no script changes
+    it, so it is the one the user started in), the directory holding the package or any of
+    ``inputs``; it must not contain a git repository (at any depth); and it
     must be empty, or hold ``prog``'s marker and nothing but the entries of its manifest: every
     file, symlink and empty directory, at any depth, and every nested output listed, itself
     replaceable by the same rules."""
-    caller_pwd = os.environ.get(CALLER_PWD_ENV, "") if caller_pwd is None else caller_pwd
     d = os.path.realpath(directory)
     if not os.path.lexists(d):
         return
-    for p in ("/", os.environ.get("HOME") or "/", os.getcwd(), caller_pwd, install_dir or INSTALL_DIR, *inputs):
+    for p in ("/", os.environ.get("HOME") or "/", os.getcwd(), install_dir or INSTALL_DIR, *inputs):
         if not p:
             continue
         p = os.path.realpath(str(p))
@@ -287,9 +281,9 @@ def check_replaceable(directory: str, inputs: Iterable[str] = (), *, prog: str, 
 # rename, and a lock on a file inside it would go with it. Its one line names the holder, which a
 # second writer's refusal quotes. The holder removes the file when done; a holder killed with
 # SIGKILL leaves it, unlocked (the kernel releases an flock when its process dies), so a stale
-# file blocks nobody. A command that holds a lock and starts another that writes into the same
-# directory (quickstart running evaluation) passes it on in HELD_ENV: a lock listed there is not
-# taken again.
+# file blocks nobody. A command that holds a lock may start another that writes into the same
+# directory (evaluate.sh under fairseq-ext evaluate): a lock whose holder line names this process
+# or one of its parents, on this host, is the caller's own, and is not taken again.
 def lock_path(target: str) -> str:
     """The lock file of ``target`` (a directory, existing or not): ``PARENT/.NAME.lock`` (common.sh's
     fsx_lock_output opens the same name)."""
@@ -297,15 +291,24 @@ def lock_path(target: str) -> str:
     return os.path.join(parent, f".{name}.lock")
 
 
-def _held() -> List[str]:
-    return [p for p in os.environ.get(HELD_ENV, "").split("\n") if p]
+# the lock files this process holds
+_HELD: Set[str] = set()
+# the lock call's outcomes besides an error: the lock is ours now; a parent of ours holds it; the
+# file system has no locks (nothing is locked); the file was replaced meanwhile (open it again)
+TAKEN, PARENTS, UNSUPPORTED, REPLACED = "taken", "parent's", "unsupported", "replaced"
 
 
-def _set_held(held: List[str]) -> None:
-    if held:
-        os.environ[HELD_ENV] = "\n".join(held)
-    else:
-        os.environ.pop(HELD_ENV, None)
+def _ancestors(pid: int) -> Set[int]:
+    """``pid`` and its parents (from /proc: empty where there is none)."""
+    chain = set()
+    while pid > 1 and pid not in chain:
+        chain.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return chain
 
 
 def _holder_line(pid: int) -> str:
@@ -320,11 +323,14 @@ def _holder_line(pid: int) -> str:
     return f"pid {pid} on {socket.gethostname()} since {started}: {line or '?'}"
 
 
-def lock_fd(fd: int, path: str, target: str, what: str = "output directory", pid: Optional[int] = None) -> bool:
-    """Take the lock on the open file ``fd`` of ``path`` (``target``'s :func:`lock_path`) and
-    write the holder line into it; raise :class:`OutputBusyError` naming the holder when another
-    process has it. False when the file system has no locks (nothing is locked then) or when
-    ``path`` was replaced meanwhile (a holder removing it as it finished: open it again)."""
+def lock_fd(fd: int, path: str, target: str, what: str = "output directory", pid: Optional[int] = None) -> str:
+    """Take the lock on the open file ``fd`` of ``path`` (``target``'s :func:`lock_path`) for the
+    process ``pid`` (default: this one) and write the holder line into it: :data:`TAKEN`. When
+    another process has it: :data:`PARENTS` if its holder line names ``pid`` or a parent of it on
+    this host, else :class:`OutputBusyError` naming the holder. :data:`UNSUPPORTED` when the file
+    system has no locks, :data:`REPLACED` when ``path`` was replaced meanwhile (a holder removing
+    it as it finished)."""
+    pid = pid or os.getpid()
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -333,6 +339,9 @@ def lock_fd(fd: int, path: str, target: str, what: str = "output directory", pid
                 holder = f.readline().strip()
         except OSError:
             holder = ""
+        named = re.match(r"pid (\d+) on (\S+) since ", holder)
+        if named and named.group(2) == socket.gethostname() and int(named.group(1)) in _ancestors(pid):
+            return PARENTS
         raise OutputBusyError(f"{what} {target} is being written by another command "
                               f"({holder or 'another process (it has not said which yet)'}); wait for it to "
                               "finish, or write elsewhere") from None
@@ -340,7 +349,7 @@ def lock_fd(fd: int, path: str, target: str, what: str = "output directory", pid
         if e.errno in _UNSUPPORTED:
             print(f"WARNING: no lock on {target} ({path}: {e.strerror}): a second writer would not be stopped",
                   file=sys.stderr)
-            return False
+            return UNSUPPORTED
         raise
     try:
         same = os.path.samestat(os.fstat(fd), os.stat(path))
@@ -348,10 +357,10 @@ def lock_fd(fd: int, path: str, target: str, what: str = "output directory", pid
         same = False
     if not same:  # the previous holder removed the file after we opened it
         fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
+        return REPLACED
     os.ftruncate(fd, 0)
-    os.pwrite(fd, (_holder_line(pid or os.getpid()) + "\n").encode("utf-8"), 0)
-    return True
+    os.pwrite(fd, (_holder_line(pid) + "\n").encode("utf-8"), 0)
+    return TAKEN
 
 
 class OutputLock:
@@ -365,24 +374,23 @@ class OutputLock:
         self.fd: Optional[int] = None
 
     def acquire(self) -> "OutputLock":
-        if self.fd is not None or self.path in _held():
+        if self.fd is not None or self.path in _HELD:
             return self
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         for _ in range(10):
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
-                taken = lock_fd(fd, self.path, self.target, self.what)
+                outcome = lock_fd(fd, self.path, self.target, self.what)
             except BaseException:
                 os.close(fd)
                 raise
-            if taken:
+            if outcome == TAKEN:
                 self.fd = fd
-                _set_held(_held() + [self.path])
-                return self
-            if os.path.exists(self.path) and os.path.samestat(os.fstat(fd), os.stat(self.path)):
-                os.close(fd)  # a file system without locks: go on unlocked
+                _HELD.add(self.path)
                 return self
             os.close(fd)
+            if outcome != REPLACED:  # a parent's lock, or a file system without locks: go on
+                return self
         raise OutputBusyError(f"{self.what} {self.target}: its lock file {self.path} keeps being replaced; "
                               "is another command starting and stopping there?")
 
@@ -395,7 +403,7 @@ class OutputLock:
             pass
         os.close(self.fd)
         self.fd = None
-        _set_held([p for p in _held() if p != self.path])
+        _HELD.discard(self.path)
 
     def __enter__(self) -> "OutputLock":
         return self.acquire()
@@ -406,15 +414,13 @@ class OutputLock:
 
 
 def lock_inherited_fd(target: str, fd: int, what: str, pid: int) -> int:
-    """For bash (common.sh fsx_lock_output): lock the file descriptor ``fd`` that the calling
-    script opened on :func:`lock_path` and keeps open; the lock lives as long as the script
-    holds it. Returns 0: held (or no locks on this file system), 3: the file was replaced
-    meanwhile (open it again); raises :class:`OutputBusyError` when another command holds it."""
-    path = lock_path(target)
-    taken = lock_fd(fd, path, os.path.realpath(target), what, pid=pid)
-    if not taken and os.path.exists(path) and not os.path.samestat(os.fstat(fd), os.stat(path)):
-        return 3
-    return 0
+    """For bash (common.sh fsx_lock_output): lock the file descriptor ``fd`` that the script
+    ``pid`` opened on :func:`lock_path` and keeps open; the lock lives as long as the script
+    holds it. Returns 0: held (or the file system has no locks), 2: a parent of the script holds
+    it, 3: the file was replaced meanwhile (open it again); raises :class:`OutputBusyError` when
+    another command holds it."""
+    outcome = lock_fd(fd, lock_path(target), os.path.realpath(target), what, pid=pid)
+    return {TAKEN: 0, UNSUPPORTED: 0, PARENTS: 2, REPLACED: 3}[outcome]
 
 
 def stale_staging(target: str) -> List[str]:
@@ -542,7 +548,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="outputs.py", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prog", required=True, help="the running script: the name in markers and error lines")
-    parser.add_argument("--caller-pwd", default="", help="the directory the user started in: never replaced")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, args in (("check-replaceable", ("dir", "inputs*")), ("mark", ("dir",)),
                        ("add-entries", ("dir", "entries+")), ("lock", ("dir", "fd", "pid", "what?")),
@@ -559,7 +564,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             if message:
                 print(message)
         elif args.command == "check-replaceable":
-            check_replaceable(args.dir, args.inputs, prog=args.prog, caller_pwd=args.caller_pwd)
+            check_replaceable(args.dir, args.inputs, prog=args.prog)
         elif args.command == "mark":
             mark_output(args.dir, prog=args.prog)
         else:

@@ -106,19 +106,13 @@ def test_a_run_cut_by_the_time_cap_says_so_and_continues_and_a_users_file_surviv
 def test_a_second_quickstart_into_one_save_dir_is_refused_before_it_starts(tmp_path):
     """Two quickstarts into one SAVE_DIR: the second stops at once, naming the first, and
     prepares no data (run A's model and score stay A's)."""
-    import os
-
-    from fairseq_ext.standalone import outputs
-
     save, data = tmp_path / "checkpoints" / "qs", tmp_path / "data"
     hold = ("import sys, time; from fairseq_ext.standalone.outputs import OutputLock; "
             "OutputLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)")
-    env = {k: v for k, v in os.environ.items() if k != outputs.HELD_ENV}
-    first = subprocess.Popen([sys.executable, "-c", hold, str(save)], stdout=subprocess.PIPE, text=True, env=env)
+    first = subprocess.Popen([sys.executable, "-c", hold, str(save)], stdout=subprocess.PIPE, text=True)
     try:
         assert first.stdout.readline().strip() == "held"
-        res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra={**TINY, "SAVE_DIR": str(save), "DATA_DIR": str(data),
-                                                                  "FSX_HELD_LOCKS": ""})
+        res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra={**TINY, "SAVE_DIR": str(save), "DATA_DIR": str(data)})
     finally:
         first.kill()
         first.wait()
@@ -126,3 +120,16 @@ def test_a_second_quickstart_into_one_save_dir_is_refused_before_it_starts(tmp_p
     assert res.stderr.strip().splitlines()[-1].startswith(
         f"quickstart.sh: error: SAVE_DIR {save} is being written by another command (pid {first.pid} on "), res.stderr
     assert not data.exists()
+
+
+def test_relative_paths_are_the_callers_and_the_directory_it_runs_in_is_never_replaced(tmp_path):
+    """Run from another directory, quickstart reads relative paths from there (it never changes
+    directory), and DATA_DIR=. is refused there: the directory the user started in."""
+    start = tmp_path / "work"
+    (start / "notes.txt").parent.mkdir()
+    (start / "notes.txt").write_text("mine")
+    res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra={**TINY, "SAVE_DIR": "ck", "DATA_DIR": "."}, cwd=start)
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"prepare-multi30k.sh: error: refusing to replace {start}: it is or contains {start}"), res.stderr[-2000:]
+    assert (start / "notes.txt").read_text() == "mine" and not (SCRIPTS.parent / "ck").exists()

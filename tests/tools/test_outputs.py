@@ -30,21 +30,21 @@ def manifest(directory, prog, *files):
     outputs.mark_output(str(directory), prog=prog)
 
 
-def bash(command, *args):
+def bash(command, *args, env_extra=None):
     """``command`` run by bash with common.sh sourced (as quickstart.sh, the running script)."""
-    env = dict(os.environ, PYTHON=sys.executable)
+    env = dict(os.environ, PYTHON=sys.executable, **(env_extra or {}))
     return subprocess.run(["bash", "-c", f'FSX_PY="$PYTHON"; source {COMMON}; {command}', "quickstart.sh",
                            *map(str, args)], capture_output=True, text=True, env=env)
 
 
 def refused(directory, *inputs, prog="prepare-multi30k.sh", **kw):
     with pytest.raises(OutputError) as e:
-        check_replaceable(str(directory), [str(p) for p in inputs], prog=prog, caller_pwd="", **kw)
+        check_replaceable(str(directory), [str(p) for p in inputs], prog=prog, **kw)
     return str(e.value)
 
 
 def allowed(directory, *inputs, prog="prepare-multi30k.sh", **kw):
-    check_replaceable(str(directory), [str(p) for p in inputs], prog=prog, caller_pwd="", **kw)
+    check_replaceable(str(directory), [str(p) for p in inputs], prog=prog, **kw)
 
 
 def test_absent_or_empty_directory_may_be_written(tmp_path):
@@ -234,7 +234,7 @@ def test_bad_entries_are_not_added(tmp_path):
     assert res.returncode == 1 and "no .fairseq_ext-output in it" in res.stderr, res.stderr
 
 
-@pytest.mark.parametrize("what", ["home", "cwd", "caller_pwd", "install_dir", "input", "root"])
+@pytest.mark.parametrize("what", ["home", "cwd", "install_dir", "input", "root"])
 def test_never_the_home_working_directory_install_directory_or_an_input(tmp_path, monkeypatch, what):
     d = tmp_path / "victim"
     inner = d / "inner"
@@ -252,12 +252,7 @@ def test_never_the_home_working_directory_install_directory_or_an_input(tmp_path
         with pytest.raises(OutputError, match="^refusing to replace /: it is or contains /$"):
             check_replaceable("/", prog="prepare-multi30k.sh")
         return
-    if what == "caller_pwd":
-        with pytest.raises(OutputError) as e:
-            check_replaceable(str(d), prog="prepare-multi30k.sh", caller_pwd=str(inner))
-        message = str(e.value)
-    else:
-        message = refused(d, *inputs, **kw)
+    message = refused(d, *inputs, **kw)
     want = inner / "data.bin" if what == "input" else inner
     assert message == f"refusing to replace {d}: it is or contains {want}"
 
@@ -406,8 +401,7 @@ HOLD = ("import sys, time; from fairseq_ext.standalone.outputs import OutputLock
 
 def holder(directory):
     """Another command holding ``directory``'s lock, until killed."""
-    env = {k: v for k, v in os.environ.items() if k != outputs.HELD_ENV}
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(directory)], stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(directory)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
     return proc
 
@@ -416,8 +410,7 @@ def busy_message(what, directory, pid):
     return f"{what} {directory} is being written by another command (pid {pid} on "
 
 
-def test_a_second_writer_is_refused_naming_the_first_and_a_killed_ones_file_blocks_nobody(tmp_path, monkeypatch):
-    monkeypatch.delenv(outputs.HELD_ENV, raising=False)
+def test_a_second_writer_is_refused_naming_the_first_and_a_killed_ones_file_blocks_nobody(tmp_path):
     out = tmp_path / "eval"
     other = holder(out)
     try:
@@ -433,6 +426,10 @@ def test_a_second_writer_is_refused_naming_the_first_and_a_killed_ones_file_bloc
         assert res.returncode == 1 and "took it" not in res.stdout
         assert res.stderr.startswith(f"quickstart.sh: error: {busy_message('SAVE_DIR', out, other.pid)}"), res.stderr
         assert res.stderr.count("\n") == 1
+        # nothing in the environment opens another command's lock
+        res = bash('fsx_lock_output "$1"; echo took it', out,
+                   env_extra={"FSX_HELD_LOCKS": outputs.lock_path(out), "FSX_CALLER_PWD": str(tmp_path)})
+        assert res.returncode == 1 and "took it" not in res.stdout, res.stderr
     finally:
         other.kill()
         other.wait()
@@ -441,12 +438,15 @@ def test_a_second_writer_is_refused_naming_the_first_and_a_killed_ones_file_bloc
     assert res.returncode == 0 and res.stdout == "pid \n", res.stderr
     assert not os.path.exists(outputs.lock_path(out))  # removed by its holder at exit
     with outputs.StagedOutput(str(out), prog="evaluate.sh", log=lambda m: None) as staged:
-        assert os.environ[outputs.HELD_ENV] == outputs.lock_path(out)
-        # a command it starts (evaluate.sh under fairseq-ext evaluate) writes on under its lock
-        res = bash('fsx_lock_output "$1"; echo took it', out)
+        assert outputs.lock_path(out) in outputs._HELD
+        # a command it starts (evaluate.sh under fairseq-ext evaluate), and one that command
+        # starts, write on under its lock, and leave its file to it
+        res = bash('fsx_lock_output "$1"; bash -c "source $2; fsx_lock_output $1" quickstart.sh; echo took it', out,
+                   COMMON)
         assert res.returncode == 0 and res.stdout == "took it\n", res.stderr
+        assert os.path.exists(outputs.lock_path(out))
         staged.finish()
-    assert outputs.HELD_ENV not in os.environ and not os.path.exists(outputs.lock_path(out))
+    assert outputs.lock_path(out) not in outputs._HELD and not os.path.exists(outputs.lock_path(out))
 
 
 def test_a_stale_lock_file_of_a_nested_output_does_not_keep_its_parent(tmp_path):
@@ -462,8 +462,7 @@ def test_a_stale_lock_file_of_a_nested_output_does_not_keep_its_parent(tmp_path)
     assert refused(d, prog="quickstart.sh").startswith(f"refusing to replace {d}: it holds .notes.lock, which")
 
 
-def test_the_temporary_directories_of_killed_runs_are_named_when_the_output_is_written_again(tmp_path, monkeypatch):
-    monkeypatch.delenv(outputs.HELD_ENV, raising=False)
+def test_the_temporary_directories_of_killed_runs_are_named_when_the_output_is_written_again(tmp_path):
     out = tmp_path / "data"
     stale = tmp_path / ".data.tmp.Ab3xZ9"
     (stale / "out").mkdir(parents=True)

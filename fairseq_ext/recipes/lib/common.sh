@@ -24,10 +24,6 @@ export FSX_PROG
 # by fairseq-ext and scripts/, for this script only), else the script's own name
 FSX_COMMAND_NAME="${FSX_COMMAND:-$FSX_PROG}"
 unset FSX_COMMAND
-# the directory the user started in: never replaced. Exported: quickstart.sh changes into the
-# repository before it runs a recipe and the evaluation, which protect it too.
-FSX_CALLER_PWD="${FSX_CALLER_PWD:-$PWD}"
-export FSX_CALLER_PWD
 
 # fsx_recipe NAME MERGES "$@": a data recipe's name (prep.env's recipe=), its default BPE
 # merges, and its command line (recorded in prep.env)
@@ -288,8 +284,7 @@ FSX_KEEP_ON_FAILURE=()  # files of $FSX_STAGE put into FSX_OUT when the script f
 # fsx_outputs COMMAND ARG...: the output-directory protocol, fairseq_ext/standalone/outputs.py
 # (the marker and its manifest, what may be replaced, the locks), run as a file for this script
 fsx_outputs() {
-    "${FSX_PY:-python3}" "$FSX_USER_DIR/standalone/outputs.py" --prog "$FSX_PROG" \
-        --caller-pwd "$FSX_CALLER_PWD" "$@"
+    "${FSX_PY:-python3}" "$FSX_USER_DIR/standalone/outputs.py" --prog "$FSX_PROG" "$@"
 }
 
 fsx_cleanup() {
@@ -319,14 +314,16 @@ fsx_cleanup() {
 # ---------------------------------------------------------------------------- one writer
 # fsx_lock_output DIR [WHAT]: hold DIR's lock (PARENT/.NAME.lock) until this script exits, so
 # that a second command writing DIR is refused with one line naming this one. Idempotent; a
-# lock that the command which started this script holds (listed in FSX_HELD_LOCKS, which the
-# commands this script starts inherit) is not taken again. fsx_begin_output takes FSX_OUT's.
+# lock that a parent of this script holds (the command that started it: its holder line names
+# it) is not taken again. fsx_begin_output takes FSX_OUT's.
 FSX_LOCKS=()
 fsx_lock_output() {
-    local dir lock fd try status
+    local dir lock fd try status held
     dir="$(realpath -m "$1")"
     lock="$(dirname "$dir")/.$(basename "$dir").lock"
-    [[ $'\n'"${FSX_HELD_LOCKS:-}"$'\n' == *$'\n'"$lock"$'\n'* ]] && return 0
+    for held in "${FSX_LOCKS[@]+"${FSX_LOCKS[@]}"}"; do
+        [[ "$held" == "$lock" ]] && return 0
+    done
     mkdir -p "$(dirname "$dir")"
     trap fsx_cleanup EXIT
     for try in 1 2 3 4 5; do
@@ -335,10 +332,10 @@ fsx_lock_output() {
         fsx_outputs lock "$dir" "$fd" "$$" "${2:-output directory}" || status=$?
         if [[ $status == 0 ]]; then
             FSX_LOCKS+=("$lock")
-            export FSX_HELD_LOCKS="${FSX_HELD_LOCKS:+$FSX_HELD_LOCKS$'\n'}$lock"
             return 0
         fi
         exec {fd}>&-
+        [[ $status == 2 ]] && return 0
         [[ $status == 3 ]] || exit 1
     done
     fsx_die "the lock file $lock of $dir keeps being replaced: is another command starting and stopping there?"
