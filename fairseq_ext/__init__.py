@@ -1,11 +1,9 @@
 """fairseq_ext: multi-layer Transformer architectures for NMT, as a fairseq user dir.
 
-Importing this package (``--user-dir fairseq_ext``) installs the plugin's guards on fairseq
-0.12 (:mod:`fairseq_ext.guards`: checkpoint safety, batching, resume, one-line errors,
-training checks; see docs/trust.md), then registers the models, their presets, the
-criterion and the task. It also silences the deprecation warnings that fairseq 0.12's own
-code draws from hydra and torch at every start (ten lines before the first useful one, none
-a user can act on); every other warning is shown as before.
+Importing this package (``--user-dir fairseq_ext``) installs the plugin's guards on fairseq 0.12
+(docs/trust.md), then registers the models, their presets, the criterion and the task. It also
+silences the deprecation warnings that fairseq 0.12's own code draws from hydra and torch at every
+start (none a user can act on); every other warning is shown as before.
 """
 import warnings
 

@@ -1,16 +1,7 @@
-"""Average the parameters of several checkpoints (Vaswani et al. 2017 averaged the last 5 or 20;
-the thesis' WMT models average the last checkpoints too), in place of fairseq's
+"""Average the parameters of several checkpoints (Vaswani et al. 2017), in place of fairseq's
 ``scripts/average_checkpoints.py`` (not installed with fairseq; under torch >= 2.6 it cannot read
-fairseq checkpoints without disabling ``weights_only``). Every input is read through the plugin's
-safe path (:func:`~fairseq_ext.guards.checkpoint_safety.load_checkpoint_state`), and the output
-written atomically. Options follow fairseq's script::
-
-    fairseq-ext-average-checkpoints --inputs checkpoints/ --num-update-checkpoints 5 \\
-        --output checkpoints/checkpoint_avg5.pt
-    fairseq-ext-average-checkpoints --inputs a.pt b.pt c.pt --output avg.pt
-
-The output keeps the first (newest) input's configuration, training state and extra state,
-with the optimizer state dropped (it describes none of the averaged parameters).
+fairseq checkpoints without disabling ``weights_only``), with its options. Every input is read
+through the plugin's safe path, and the output written atomically (docs/trust.md).
 """
 import argparse
 import collections
@@ -26,8 +17,8 @@ from fairseq_ext.errors import FairseqExtError
 
 
 def last_n_checkpoints(directory: str, n: int, update_based: bool, upper_bound: Optional[int] = None) -> List[str]:
-    """The n newest ``checkpointE.pt`` (epoch-based) or ``checkpoint_E_U.pt`` (update-based)
-    files in ``directory``, newest first, ignoring those past ``upper_bound``."""
+    """The n newest ``checkpointE.pt`` or ``checkpoint_E_U.pt`` (``update_based``) in ``directory``,
+    newest first, ignoring those past ``upper_bound``."""
     pattern = re.compile(r"checkpoint_\d+_(\d+)\.pt" if update_based else r"checkpoint(\d+)\.pt")
     found = []
     for name in os.listdir(directory):
@@ -43,7 +34,8 @@ def last_n_checkpoints(directory: str, n: int, update_based: bool, upper_bound: 
 
 
 def average_checkpoints(paths: List[str]) -> Dict:
-    """The first checkpoint with its ``model`` replaced by the mean over ``paths``."""
+    """The first checkpoint with its ``model`` replaced by the mean over ``paths`` and its
+    optimizer state dropped (it describes none of the averaged parameters)."""
     if not paths:
         raise FairseqExtError("no checkpoints to average")
     new_state = None

@@ -20,10 +20,7 @@ fairseq's own ``fairseq-*`` commands. Each subcommand is also ``python -m fairse
                                               without internet
     fairseq-ext average-checkpoints | strip-aux [options]
 
-Data preparation and training are bash recipes shipped inside the package
-(``fairseq_ext/recipes``); they run with this Python (``PYTHON``) and its environment's
-``fairseq-*`` commands first on ``PATH``. Evaluation and significance are Python tools
-(``fairseq_ext/tools/evaluate.py``, ``compare.py``).
+Data preparation and training are bash recipes shipped inside the package (``fairseq_ext/recipes``).
 """
 import importlib
 import os

@@ -1,7 +1,6 @@
-"""Errors of the plugin. Every error about something the user can fix (an option, a checkpoint, a
-data file) is a :class:`FairseqExtError`, printed as one line by the commands and, inside
-fairseq's own commands, by :mod:`fairseq_ext.guards.one_line_errors`. Each class also derives
-from the builtin a caller would expect (``ValueError``), so code that catches it keeps working.
+"""Errors of the plugin. Every error about something the user can fix is a
+:class:`FairseqExtError`, printed as one line by the commands and, inside fairseq's own commands,
+by :mod:`fairseq_ext.guards.one_line_errors`; some also derive from the builtin a caller would expect.
 """
 import pickle
 
@@ -53,6 +52,5 @@ class CommandError(FairseqExtError):
 
 
 def error_line(prog: str, message: str) -> str:
-    """The one format of an error line of the package's commands, argparse's own:
-    ``PROG: error: MESSAGE``."""
+    """The one format of an error line of the package's commands, argparse's own."""
     return f"{prog}: error: {message}"

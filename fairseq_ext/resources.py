@@ -4,7 +4,7 @@ and the one environment variable that names a directory of local copies of the c
 """
 import os
 import sys
-from typing import Optional
+from typing import List, Optional
 
 from fairseq_ext.errors import FairseqExtError
 
@@ -22,9 +22,8 @@ DATA_RECIPES = ("multi30k", "iwslt14", "iwslt15-en-vi", "iwslt-fr-ro", "wmt14-en
 
 
 def command_environment() -> dict:
-    """The environment of a command the package starts (a bash recipe, fairseq-generate,
-    ``python -m fairseq_ext ...``): this Python for the recipes' helpers (``PYTHON``), and its
-    environment's commands (fairseq-train, fairseq-generate, subword-nmt, ...) first on PATH."""
+    """The environment of a command the package starts: this Python for the recipes' helpers
+    (``PYTHON``), and its environment's commands (fairseq-train, ...) first on PATH."""
     env = dict(os.environ)
     env["PYTHON"] = sys.executable
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
@@ -44,10 +43,14 @@ def recipe_path(name: str) -> str:
     return path
 
 
+def config_names() -> List[str]:
+    """The training configs the package ships: ``configs/NAME.args``."""
+    return sorted(f[:-len(".args")] for f in os.listdir(CONFIG_DIR) if f.endswith(".args"))
+
+
 def config_path(name: str, option: str = "--config") -> str:
     """A training config: an existing file as given, else ``configs/NAME`` or
-    ``configs/NAME.args`` of the package (``quickstart``, ``iwslt.args``,
-    ``configs/iwslt.args``). ``option`` names the flag in the error."""
+    ``configs/NAME.args`` of the package. ``option`` names the flag in the error."""
     if os.path.isfile(name):
         return os.path.abspath(name)
     base = name[len("configs/"):] if name.startswith("configs/") else name
@@ -55,9 +58,8 @@ def config_path(name: str, option: str = "--config") -> str:
         path = os.path.join(CONFIG_DIR, candidate)
         if os.path.isfile(path):
             return path
-    shipped = sorted(f[:-5] for f in os.listdir(CONFIG_DIR) if f.endswith(".args"))
     raise FairseqExtError(f"{option} {name}: no such file, and not a config of the package "
-                          f"({', '.join(shipped)})")
+                          f"({', '.join(config_names())})")
 
 
 def local_data(name: str) -> Optional[str]:

@@ -1,9 +1,7 @@
-"""Checkpoints as the package's commands read them: loading a model with its task, the saved
-configuration, one description (size, technique, parameters, updates) with one counting rule,
-and the languages and subword kind of a model on a data directory.
-
-Every load goes through fairseq's checkpoint_utils, which the plugin guards
-(:mod:`fairseq_ext.guards.checkpoint_safety`: ``weights_only`` and literal configuration values).
+"""Checkpoints as the package's commands read them: a model with its task, the saved
+configuration, one description (size, technique, parameters, updates), and the languages and
+subword kind of a model on a data directory. Every load goes through fairseq's checkpoint_utils,
+which :mod:`fairseq_ext.guards.checkpoint_safety` guards.
 """
 import functools
 import os
@@ -27,9 +25,8 @@ def device(cpu: bool) -> torch.device:
 
 
 def _check_checkpoint_file(checkpoint: str) -> None:
-    """A checkpoint file: there, not a folder, and in one of torch's formats (a zip archive,
-    or the legacy pickle that starts with protocol 2), so that anything else is one line and
-    not torch's unpickler failing on it."""
+    """A checkpoint file in one of torch's formats (a zip archive, or the legacy pickle of
+    protocol 2), so that anything else is one line and not torch's unpickler failing on it."""
     if not os.path.exists(checkpoint):
         raise CheckpointError(f"--checkpoint {checkpoint}: no such file")
     if os.path.isdir(checkpoint):
@@ -84,9 +81,8 @@ _MISMATCH = re.compile(r"size mismatch for (\S+): copying a param with shape tor
 
 
 def _size_mismatch(message: str) -> Optional[str]:
-    """What torch's ``load_state_dict`` error says of the vocabulary, in words, or None for
-    another error: ``encoder.embed_tokens.weight`` (the source dictionary) or the decoder's
-    (the target dictionary) has N entries in the checkpoint and M in the data's dictionary."""
+    """What torch's ``load_state_dict`` size mismatch says, in words (of the vocabulary: which
+    dictionary differs); None for another error."""
     match = _MISMATCH.search(message)
     if match is None:
         return None
@@ -117,13 +113,11 @@ def saved_config(state: dict, checkpoint: str, part: str = "model"):
 
 
 def checkpoint_config(checkpoint: str, part: str = "model"):
-    """:func:`saved_config` of the checkpoint file ``checkpoint``."""
     return saved_config(load_state(checkpoint), checkpoint, part)
 
 
 def options(checkpoint: str):
-    """The plugin's typed options (:class:`fairseq_ext.models.multilayer_transformer_config.
-    MultilayerOptions`) of the model saved in ``checkpoint``, parsed as the model was built."""
+    """The plugin's typed options (``MultilayerOptions``) of the model saved in ``checkpoint``."""
     cfg = checkpoint_config(checkpoint, "model")
     return parse_options(cfg, getattr(cfg, "num_source_sentences", 1) or 1)
 
@@ -151,15 +145,13 @@ def _value(cfg, name: str):
 
 
 def shape(cfg) -> Dict[str, object]:
-    """A model configuration's :data:`SHAPE_KEYS` fields (None where one is not recorded)."""
     return {k: _value(cfg, k) for k in SHAPE_KEYS}
 
 
 @functools.lru_cache(maxsize=None)
 def describe_row(checkpoint: str) -> Dict[str, str]:
-    """What a reader needs to weigh a model's numbers, from its checkpoint, as the cells of a
-    table of models: layers, d_model, FFN, heads (:func:`shape`), technique (the plugin's options
-    that are on, in words), parameters (millions, :func:`count_parameters`), updates."""
+    """A model's cells in a table of models: layers, d_model, FFN, heads, technique (the plugin's
+    options that are on, in words), parameters (millions, :func:`count_parameters`), updates."""
     state = load_state(checkpoint)
     cfg = saved_config(state, checkpoint, "model")
     get = functools.partial(_value, cfg)
@@ -191,9 +183,8 @@ def summary(checkpoint: str) -> str:
 def languages(checkpoint: str, data: str, split: str = "test", src: Optional[str] = None,
               tgt: Optional[str] = None) -> Tuple[str, str]:
     """(source, target) language of ``checkpoint`` translating ``split`` of ``data``: ``src`` /
-    ``tgt`` when given, else DATA/prep.env (a recipe's output), else the checkpoint's task
-    configuration (``--source-lang/--target-lang`` of its training), else the one language
-    pair of the binarized split (fairseq-preprocess names it SPLIT.SRC-TGT.LANG.idx)."""
+    ``tgt`` when given, else DATA/prep.env, else the checkpoint's task configuration, else the
+    one language pair of the binarized split (SPLIT.SRC-TGT.LANG.idx)."""
     if src and tgt:
         return src, tgt
     env = read_prep_env(data)
@@ -220,11 +211,9 @@ def languages(checkpoint: str, data: str, split: str = "test", src: Optional[str
 
 
 def subword_kind(data: str, tgt: str) -> str:
-    """The subword segmentation of a data directory without prep.env, as evaluation's
-    ``--bpe`` names it (evaluation alone would assume subword_nmt, and SentencePiece pieces would
-    stay split): the recipes' model file when there is one (DATA/code: subword_nmt,
-    DATA/spm.model: sentencepiece), else what the target dictionary holds (units ending in
-    "@@": subword_nmt; starting with "▁": sentencepiece; neither: none)."""
+    """The subword segmentation of a data directory without prep.env, as evaluation's ``--bpe``
+    names it: by the recipes' model file (DATA/code, DATA/spm.model), else by the target
+    dictionary's units ("@@" ends: subword_nmt; "▁" starts: sentencepiece; neither: none)."""
     if os.path.exists(os.path.join(data, "code")):
         return "subword_nmt"
     if os.path.exists(os.path.join(data, "spm.model")):

@@ -1,11 +1,8 @@
-"""The data directory's text contract: what a recipe's output says about its text and how raw
-text becomes the model's token ids.
-
-A data recipe writes ``DATA/prep.env`` (``key=value`` lines: src, tgt, recipe, bpe, lowercase,
-test_set, ...) beside the binarized files, and ``DATA/code`` (subword-nmt) or
-``DATA/spm.model`` (SentencePiece). Everything that reads a data directory reads it here:
-prep.env (:func:`read_prep_env`), the BLEU flavour the papers report (:func:`headline_for`),
-the subword kinds, raw text -> source ids (:class:`TextPipeline`) and the one text reader.
+"""The data directory's text contract: a recipe writes ``DATA/prep.env`` (``key=value`` lines:
+src, tgt, recipe, bpe, lowercase, test_set, ...) beside the binarized files, and ``DATA/code``
+(subword-nmt) or ``DATA/spm.model`` (SentencePiece). Everything that reads a data directory reads
+it here: prep.env, the BLEU flavour the papers report, the subword kinds, raw text -> source ids
+(:class:`TextPipeline`) and the one text reader.
 """
 import os
 from typing import Dict, List, Optional
@@ -37,8 +34,7 @@ RECIPE_TOKENIZER = {"wmt14-en-de": {"normalize": True, "aggressive": True}}
 
 
 def read_prep_env(data: str) -> Dict[str, str]:
-    """DATA/prep.env: the key=value lines written by the data recipes (parsed, never run);
-    {} for a directory the recipes did not write."""
+    """DATA/prep.env's key=value lines (parsed, never run); {} for a directory without one."""
     prep = {}
     path = os.path.join(data, "prep.env")
     if os.path.isfile(path):
@@ -51,9 +47,8 @@ def read_prep_env(data: str) -> Dict[str, str]:
 
 
 def headline_for(recipe: str, src: str, tgt: str, lowercase: bool = False):
-    """(flavour, note): the BLEU the papers report for ``recipe``'s data in this direction; on
-    data the recipe lowercased (``lowercase=1`` in prep.env) its lowercased form, since a
-    lowercase system scored against cased references says nothing about the system."""
+    """(flavour, note): the BLEU the papers report for ``recipe``'s data in this direction; its
+    lowercased form on lowercased data (a lowercase system against cased references says nothing)."""
     flavour, note = next((chosen for (r, pair), chosen in HEADLINES
                           if r == recipe and (pair is None or pair == f"{src}-{tgt}")), DEFAULT_HEADLINE)
     if lowercase and flavour.endswith("-cased"):
@@ -62,8 +57,7 @@ def headline_for(recipe: str, src: str, tgt: str, lowercase: bool = False):
 
 
 def env_headline(env: Dict[str, str], headline: str = ""):
-    """(flavour, note) reported last: ``headline`` when given, else :func:`headline_for` the
-    recipe, direction and casing a prep.env records."""
+    """(flavour, note) reported last: ``headline`` when given, else :func:`headline_for` prep.env's."""
     if headline:
         return headline, ""
     return headline_for(env.get("recipe", ""), env.get("src", ""), env.get("tgt", ""),
@@ -71,8 +65,7 @@ def env_headline(env: Dict[str, str], headline: str = ""):
 
 
 def read_lines(path: str) -> List[str]:
-    """The lines of a plain or gzipped text file as every tool reads them: UTF-8 checked
-    (an invalid line is an error naming the file and line), BOM and CRs cleaned."""
+    """corpus.read_lines as a list, its error a DataError."""
     try:
         return list(corpus.read_lines(path))
     except corpus.TextError as e:
@@ -84,16 +77,15 @@ unescape_moses = corpus.unescape_moses
 
 def recipe_tokenizer(lang: str, escape: bool, lowercase: bool = False, normalize: bool = False,
                      aggressive: bool = False):
-    """The recipes' Moses tokenizer (:func:`fairseq_ext.standalone.moses.moses_tokenizer`)
-    as a function of a line, with the XML escapes of already tokenized text undone first (a
-    corpus released tokenized, such as IWSLT'15, carries them; they would be escaped twice)."""
+    """The recipes' Moses tokenizer of a line, with the XML escapes of already tokenized text (a
+    corpus released tokenized, such as IWSLT'15) undone first, so that none is escaped twice."""
     tok = moses.moses_tokenizer(lang, aggressive, escape, lowercase, normalize)
     return lambda line: tok(unescape_moses(line))
 
 
 def side_tokenizer(env: Dict[str, str], side: str = "src"):
-    """The recipe's Moses tokenization of one side (``src`` or ``tgt``) as DATA/text/*.tok.*
-    was made: the recipe's options, lowercasing where it lowercased; None without prep.env."""
+    """The recipe's Moses tokenization of one side (``src`` or ``tgt``) as DATA/text/*.tok.* was
+    made; None without prep.env."""
     if not env:
         return None
     options = RECIPE_TOKENIZER.get(env.get("recipe", ""), {})
@@ -102,8 +94,7 @@ def side_tokenizer(env: Dict[str, str], side: str = "src"):
 
 
 def within_positions(ids: torch.Tensor, max_positions: Optional[int]) -> torch.Tensor:
-    """A sentence's token ids (ending in </s>) cut to the model's ``max_positions``: the first
-    ``max_positions - 1`` tokens, then </s>."""
+    """A sentence's token ids (ending in </s>) cut to ``max_positions``, </s> kept."""
     if max_positions is not None and ids.numel() > max_positions:
         ids = torch.cat([ids[: max_positions - 1], ids[-1:]])
     return ids
@@ -111,10 +102,8 @@ def within_positions(ids: torch.Tensor, max_positions: Optional[int]) -> torch.T
 
 class TextPipeline:
     """Raw or tokenized text -> the model's source token ids, as the recipe in DATA/prep.env
-    made the training data: Moses tokenization (the recipe's options, lower-casing when it
-    lower-cased), then subword-nmt BPE (DATA/code) or SentencePiece (DATA/spm.model), then
-    the dictionary. Without prep.env the text is taken as the model's tokens. ``env``: DATA's
-    prep.env when the caller has read it already."""
+    made the training data: Moses tokenization, subword-nmt BPE (DATA/code) or SentencePiece
+    (DATA/spm.model), the dictionary. Without prep.env the text is the model's tokens."""
 
     def __init__(self, data: str, dictionary, max_positions: Optional[int] = None,
                  env: Optional[Dict[str, str]] = None):

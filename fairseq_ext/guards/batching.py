@@ -1,9 +1,8 @@
 """Every sentence reaches a batch (docs/trust.md, "No sentence is dropped").
 
-fairseq 0.12's ``data_utils.batch_by_size``, which every command batches through, drops the last
-batch when its size is not a multiple of ``--required-batch-size-multiple`` (upstream issue
-5036). The wrapper calls fairseq's own and appends the missing tail (exactly the dropped batch:
-batches are built in index order) as the final batch; ``fixed_shapes`` batching is passed through.
+fairseq 0.12's ``data_utils.batch_by_size`` drops the last batch when its size is not a multiple
+of ``--required-batch-size-multiple`` (upstream issue 5036). The wrapper appends the missing tail
+(batches are built in index order) as the final batch; ``fixed_shapes`` batching is passed through.
 """
 import numpy as np
 from fairseq.data import data_utils

@@ -48,10 +48,9 @@ _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 
 
 def literal_eval(source, globals=None, locals=None):  # noqa: A002  (replaces builtins.eval)
-    """``eval`` restricted to literals: numbers, strings, True/False/None, tuples, lists,
-    dicts, unary +/-, and + / - / * between literals (``[(512, 3)] * 20``). Raises
-    :class:`UnsafeConfigValue` for names, calls, attributes, subscripts, comprehensions,
-    lambdas and anything else. Non-strings raise ``TypeError`` as ``eval`` does."""
+    """``eval`` restricted to literals: numbers, strings, True/False/None, tuples, lists, dicts,
+    unary +/-, and + / - / * between literals (``[(512, 3)] * 20``); anything else raises
+    :class:`UnsafeConfigValue`. Non-strings raise ``TypeError`` as ``eval`` does."""
     if not isinstance(source, str):
         raise TypeError(f"eval() arg 1 must be a string, not {type(source).__name__}")
     if len(source) > MAX_LITERAL_LENGTH:
@@ -152,7 +151,7 @@ EVAL_MODULES = (
 
 def check_field(name: str, value: Any) -> None:
     """Raise UnsafeConfigValue unless ``value`` (a string fairseq would evaluate as field
-    ``name``) matches the field's grammar."""
+    ``name``) matches its grammar."""
     grammar = EVALUATED_FIELDS.get(name)
     if grammar is None or not isinstance(value, str):
         return
@@ -184,8 +183,7 @@ def _config_items(obj: Any, path: str, depth: int = 0) -> Iterator[Tuple[str, st
 
 
 def check_checkpoint_config(state: Any, path: str = "<checkpoint>") -> None:
-    """Refuse a loaded checkpoint (the dict torch.load returned, or fairseq's upgraded
-    state) in which a field fairseq evaluates does not match its literal grammar."""
+    """Refuse a loaded checkpoint in which a field fairseq evaluates does not match its grammar."""
     if not isinstance(state, dict):
         return
     for section in ("cfg", "args"):
@@ -217,7 +215,7 @@ def _checked(path, load: Callable[[], Any]) -> Any:
 
 def load_checkpoint_state(path: str) -> dict:
     """A checkpoint file as it is on disk, for the plugin's own tools (strip-aux, checkpoint
-    averaging): torch.load(weights_only=True) and the configuration check."""
+    averaging), loaded with weights_only and checked."""
     return _checked(path, lambda: torch.load(path, map_location="cpu", weights_only=True))
 
 
@@ -238,7 +236,6 @@ def write_atomically(output: str, write: Callable[[str], None], prefix: str, suf
 
 
 def save_atomically(state: Dict, output: str) -> None:
-    """torch.save ``state`` to ``output`` through :func:`write_atomically`."""
     write_atomically(output, lambda tmp: torch.save(state, tmp), ".average-", ".pt")
 
 

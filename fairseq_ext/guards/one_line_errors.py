@@ -14,7 +14,7 @@ from fairseq_ext.guards.patching import replace
 
 
 def _said_in_one_line(exc) -> bool:
-    """Print ``exc`` as ``<program>: error: <message>`` if it is ours (and no traceback was asked for)."""
+    """Print ``exc`` in one line if it is ours (and no traceback was asked for)."""
     if not isinstance(exc, FairseqExtError) or os.environ.get("FAIRSEQ_EXT_TRACEBACK"):
         return False
     program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "fairseq"

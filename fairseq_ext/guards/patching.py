@@ -1,7 +1,5 @@
 """How every guard replaces one attribute of fairseq (or of ``sys``) that fairseq looks up at
-call time with a wrapper built from the original (:func:`replace`): the wrapper keeps the
-original as ``__wrapped__`` and its name and doc, carries :data:`MARKER` (a second installation
-leaves it alone) and is listed in :data:`REPLACED`.
+call time with a wrapper built from the original: :func:`replace`.
 """
 import functools
 from typing import Any, Callable, List, Tuple
@@ -20,12 +18,10 @@ def is_guard(obj: Any) -> bool:
 
 
 def replace(owner: Any, name: str, make_wrapper: Callable[[Any], Any], default: Any = _MISSING) -> Any:
-    """Set ``owner.name`` to ``make_wrapper(original)`` unless it already is a guard's
-    wrapper; return what ``owner.name`` is afterwards.
-
-    ``owner`` is a module or a class; ``default`` stands for the original when ``owner``
-    has no such attribute (a module global that falls back to ``builtins``). The wrapper
-    may be a function or any object that accepts attributes (a proxy instance)."""
+    """Set ``owner.name`` (of a module or a class) to ``make_wrapper(original)`` unless it already
+    is a guard's wrapper, which keeps the original as ``__wrapped__`` with its name and doc,
+    carries :data:`MARKER` and is listed in :data:`REPLACED`; return what ``owner.name`` is
+    afterwards. ``default`` stands for an original that falls back to ``builtins``."""
     original = getattr(owner, name, default)
     if original is _MISSING:
         raise AttributeError(f"{owner!r} has no attribute {name!r} to wrap")

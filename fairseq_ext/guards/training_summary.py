@@ -3,11 +3,8 @@
 fairseq 0.12 ends a run cut by its time cap (``--stop-time-hours``) with the same "done
 training" line as a finished one. :func:`install` wraps ``fairseq_cli.train.train`` (one epoch;
 only inside ``fairseq-train``); when the epoch ends the run, the first process logs
-:func:`summary`, which starts ``training ended: U of P updates, M min of training`` (P is ``?``
-without ``--max-update``; scripts/quickstart.sh reads it back). A script that runs fairseq-train
-for its user in a temporary save dir (quickstart.sh) names, in the environment, where the
-checkpoints will be (:data:`SHOWN_SAVE_DIR_ENV`) and its own command that continues the run
-(:data:`CONTINUE_ENV`).
+:func:`summary`, which starts ``training ended: U of P updates, M min of training``
+(scripts/quickstart.sh reads it back).
 """
 import logging
 import math

@@ -47,9 +47,8 @@ def score(hyp_detok, ref_detok, hyp_tok=None, ref_tok=None):
     return results
 
 
-# beside BLEU, the metrics MT reviewers ask for today (sacreBLEU's, with their signatures), on
-# the text of the reported BLEU flavour: chrF (character 6-grams, beta 2), chrF++ (plus word
-# bigrams) and TER; a lowercased flavour scores them case-insensitive too
+# beside BLEU, on the text of the reported flavour: chrF (character 6-grams, beta 2), chrF++
+# (plus word bigrams) and TER; case-insensitive for a lowercased flavour
 _SCORERS = {"chrF2": lambda lc: CHRF(lowercase=lc), "chrF2++": lambda lc: CHRF(word_order=2, lowercase=lc),
             "TER": lambda lc: TER(case_sensitive=not lc)}
 METRICS = tuple(_SCORERS)
@@ -63,9 +62,8 @@ def metric(name, lowercase):
 
 
 def more_metrics(results, flavour):
-    """chrF2, chrF2++ and TER of the files of ``flavour`` (a key of ``results``, from
-    :func:`score`): {metric: {score, signature, line, flavour}}. A tokenized flavour's text is
-    scored with the Moses tokenizer's XML escapes undone (``&quot;`` is one character ``"``)."""
+    """chrF2, chrF2++ and TER of the files of ``flavour`` (a key of :func:`score`'s ``results``):
+    {metric: {score, signature, line, flavour}}."""
     r = results[flavour]
     hyps, refs = list(read_lines(r["hyp"])), list(read_lines(r["ref"]))
     if flavour.startswith("tok"):  # Moses-tokenized text carries XML escapes: chrF and TER read the characters
@@ -83,8 +81,7 @@ def metric_lines(metrics):
 
 
 def report(results, headline=None, headline_note=""):
-    """The printed lines: one per flavour, then the task's reported one (``headline``, which
-    is also recorded in ``results``)."""
+    """The printed lines: one per flavour, then ``headline`` (also recorded in ``results``)."""
     lines = [f"{name:<12} {r['line']}" for name, r in results.items() if isinstance(r, dict)]
     if headline and headline in results:
         r = results[headline]

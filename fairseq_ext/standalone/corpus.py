@@ -38,8 +38,7 @@ else:  # run as a file by the recipes (no package import: it would load fairseq 
 
 
 class TextError(Exception):
-    """A text file that cannot be read as the recipes need it; the message names the file
-    (and the line)."""
+    """A text file that cannot be read as the recipes need it; the message names the file."""
 
 
 # the XML escapes of the Moses tokenizer (&quot; for ", ...), in the order that undoes them
@@ -60,8 +59,7 @@ def die(msg):
 
 
 def open_text(path, mode="w"):
-    """A file to write text to (UTF-8, LF line ends; .gz compressed). Files are read with
-    read_lines, never through this."""
+    """A file to write text to (UTF-8, LF line ends; .gz compressed)."""
     if path.endswith(".gz"):
         return io.TextIOWrapper(gzip.open(path, mode.replace("t", "") + "b"), encoding="utf-8",
                                 newline="\n")
@@ -75,10 +73,9 @@ def write_lines(path, lines):
 
 
 def clean_line(raw: bytes, path: str, number: int) -> str:
-    """One line of a corpus file as text: UTF-8 (else an error naming the file and line),
-    without its line end, a BOM at the start of the file, or a CR (a CR inside the line
-    becomes a space: Python's universal newlines would split the line there, wc -l would
-    not)."""
+    """One line of a corpus file as text: UTF-8 (else an error naming the file and line), without
+    its line end, a BOM at the start of the file, or a CR (inside the line: a space, since
+    Python's universal newlines would split the line there, wc -l would not)."""
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -109,14 +106,12 @@ def cmd_cat(args):
 
 
 def stdin_lines():
-    """The lines of standard input, cleaned by clean_line like a file's (the filters read what
-    fsx_cat wrote, but are safe on their own too)."""
+    """The lines of standard input, cleaned by clean_line like a file's."""
     for number, raw in enumerate(sys.stdin.buffer, start=1):  # binary: split on LF only, as wc -l
         yield clean_line(raw, "<standard input>", number)
 
 
 def write_stdout(lines):
-    """Write ``lines`` to standard output as UTF-8, one a line (LF)."""
     out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n", line_buffering=False)
     out.writelines(line + "\n" for line in lines)
     out.flush()
@@ -128,7 +123,7 @@ def count_lines(path):
 
 # ----------------------------------------------------------------------------- check
 def check_parallel(paths):
-    """The line count of the files, which must be equal and non-zero (else a one-line error)."""
+    """The line count of the files, which must be equal and non-zero."""
     counts = [count_lines(p) for p in paths]
     for path, n in zip(paths, counts):
         if n == 0:
@@ -227,8 +222,7 @@ def cmd_head(args):
 
 # ----------------------------------------------------------------------------- fairseq-generate
 def parse_generate(path):
-    """The S-/T-/H- lines of fairseq-generate's output, ordered by sentence id: a dict of
-    lists ``hyp``, ``ref``, ``src`` (a missing T- or S- line is an empty string)."""
+    """fairseq-generate's H-/T-/S- lines by sentence id: lists ``hyp``, ``ref``, ``src`` ("" where missing)."""
     hyps, refs, srcs = {}, {}, {}
     for line in read_lines(path):
         m = re.match(r"^([STH])-(\d+)\t(.*)$", line)
@@ -251,7 +245,6 @@ def parse_generate(path):
 
 
 def cmd_extract_gen(args):
-    """Pull S-/T-/H- lines out of fairseq-generate's log, ordered by sentence id."""
     lines = parse_generate(args.gen)
     os.makedirs(args.out_dir, exist_ok=True)
     for name, rows in lines.items():
@@ -264,7 +257,7 @@ def main():
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def command(name, fn, *arguments):
-        """The subcommand ``name``; each argument is ("NAME" or "-x --xx", its add_argument options)."""
+        """Each argument: ("NAME" or "-x --xx", its add_argument options)."""
         s = sub.add_parser(name)
         for names, options in arguments:
             s.add_argument(*names.split(), **options)

@@ -20,8 +20,7 @@ def _sha256(path: str) -> str:
 
 
 def write_evaluation_complete(directory: str, fields: Sequence[str]) -> None:
-    """Evaluation's last file, in ``directory``: the KEY=VALUE ``fields``, then the checksum
-    of each of EVAL_FILES."""
+    """Evaluation's last file: the KEY=VALUE ``fields``, then the checksum of each of EVAL_FILES."""
     tmp = os.path.join(directory, EVAL_COMPLETE + ".tmp")
     with open(tmp, "w", encoding="utf-8", newline="\n") as f:
         f.writelines(field + "\n" for field in fields)
@@ -47,9 +46,8 @@ def count_lines(path: str) -> int:
 
 
 def check_evaluation(directory: str) -> None:
-    """Raise OutputError unless ``directory`` holds one complete evaluation: its
-    evaluation-complete file, and each of EVAL_FILES as evaluation wrote it (the checksum it
-    recorded)."""
+    """Raise OutputError unless ``directory`` holds one complete evaluation, each of EVAL_FILES
+    with the checksum it recorded."""
     why = "holds no complete evaluation"
     fix = "rerun scripts/evaluate.sh into it"
     if not os.path.isfile(os.path.join(directory, EVAL_COMPLETE)):

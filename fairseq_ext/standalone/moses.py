@@ -36,7 +36,7 @@ def _tok_chunk(lines):
 
 def tokenize_lines(lines, options, workers=1):
     """``lines`` tokenized by :func:`moses_tokenizer` (``options``: its arguments), in order;
-    with ``workers`` > 1 by a pool of processes, 2000 lines a task."""
+    with ``workers`` > 1 by a pool of processes."""
     if workers <= 1:
         tok = moses_tokenizer(*options)
         yield from (tok(line) for line in lines)

@@ -35,9 +35,7 @@ class Comet:
     gpus: int = 1  # 0: the CPU (--cpu)
 
     def signature(self, nrefs: int = 1, lowercase: bool = False) -> str:
-        """sacreBLEU's way: model, references, casing of the texts scored (case:lc when all
-        three were lowercased, case:mixed as given) and COMET's version; scores compare only
-        under one signature."""
+        """sacreBLEU's way: model, references, casing of the texts scored and COMET's version."""
         return f"model:{self.name}|nrefs:{nrefs}|case:{'lc' if lowercase else 'mixed'}|version:{self.version}"
 
 
@@ -110,10 +108,9 @@ def from_args(args: argparse.Namespace) -> Optional[Comet]:
 def _run(comet: Comet, texts: Dict[str, Sequence[str]], command: Callable[[Dict[str, str], str], List[str]],
          what: str) -> dict:
     """Write ``texts`` (name -> lines) to files in a folder of ours, run ``command(files,
-    result)`` there, and return the JSON it wrote to ``result``. The folder is COMET's current
-    one: with ``python -c`` it comes first on the path, where this package's folder would shadow
-    COMET's own ``comet``. On a terminal COMET's progress bar shows on stderr; else its output is
-    kept, and a failure is its last line."""
+    result)`` there (with ``python -c`` the current folder comes first on the path: ours, not one
+    that would shadow COMET's ``comet``) and return the JSON it wrote to ``result``. Off a
+    terminal COMET's output is kept, and a failure is its last line."""
     with tempfile.TemporaryDirectory(prefix="fairseq-ext-comet.") as tmp:
         files = {name: os.path.join(tmp, f"{name}.txt") for name in texts}
         for name, lines in texts.items():
@@ -144,14 +141,12 @@ def failure_line(output: str) -> str:
 
 
 def text_flavour(lowercase: bool) -> str:
-    """The text COMET scores, named as sacreBLEU's flavours: always detokenized."""
     return "detok-lc" if lowercase else "detok-cased"
 
 
 def score(comet: Comet, src: Sequence[str], hyp: Sequence[str], ref: Sequence[str], lowercase: bool = False) -> dict:
-    """COMET's system score of ``hyp`` as a metric entry beside sacreBLEU's (bleu.more_metrics):
-    {score, signature, flavour (the text scored), line, model, segment_scores}. ``lowercase``:
-    all three texts lowercased (a lowercased BLEU flavour: the data were)."""
+    """COMET's system score of ``hyp`` as a metric entry beside sacreBLEU's (bleu.more_metrics),
+    with ``segment_scores``. ``lowercase``: all three texts lowercased (as the data were)."""
     if not (len(src) == len(hyp) == len(ref)):
         raise CometError(f"COMET: {len(src)} sources, {len(hyp)} translations and {len(ref)} references")
     if lowercase:

@@ -26,7 +26,6 @@ from fairseq_ext.tools import comet as comet_metric
 from fairseq_ext.tools.significance import paired_significance, table_lines
 from fairseq_ext.tools.statistics import mark
 
-# the name significance writes under (the markers of its directories)
 PROG = outputs.SIGNIFICANCE
 # every metric evaluate prints, each tested by sacreBLEU in the same call (its p-value and mark)
 METRICS = ("BLEU", "chrF2", "chrF2++", "TER")
@@ -36,7 +35,7 @@ _log = functools.partial(log_line, COMMAND)
 
 
 class CompareError(CommandError):
-    """A comparison that cannot run or failed; the message is the one-line error."""
+    pass
 
 
 def build_parser() -> CommandParser:
@@ -119,10 +118,9 @@ def check(opts: argparse.Namespace) -> argparse.Namespace:
 
 
 def comet_files(opts: argparse.Namespace) -> Optional[List[str]]:
-    """With --eval-*, the files COMET reads: the data's raw source (DATA/text/SPLIT.raw.SRC, as
-    the evaluation recorded it), the evaluations' detokenized translations and reference. None
-    with --sys-*: COMET reads the compared files themselves, with --src (raw text: COMET reads
-    what people read)."""
+    """With --eval-*, the files COMET reads: the data's raw source (as the evaluation recorded
+    it), the evaluations' detokenized translations and reference. None with --sys-*: COMET reads
+    the compared files themselves, with --src."""
     if not opts.eval_a:
         if not opts.src:
             raise CompareError("--comet-model needs --src: COMET reads the source sentences")
@@ -140,8 +138,7 @@ def run(opts: argparse.Namespace, log=_log) -> dict:
     """Compare, and move the report into ``opts.out``; returns significance.json's content."""
     name_a, name_b = opts.names.split()
     samples, seed = int(opts.samples), int(opts.seed)
-    # --out: a directory significance wrote (or a new or empty one), replaced when the report
-    # is complete; never one that holds the compared files
+    # --out: replaced when the report is complete; never one that holds the compared files
     inputs = [opts.ref, opts.sys_a, opts.sys_b, opts.src, opts.eval_a, opts.eval_b]
     staged = outputs.StagedOutput(opts.out, prog=PROG, inputs=inputs, force=True, log=log,
                                   keep_on_failure=["compare-mt.log", "sacrebleu.log"])
@@ -150,8 +147,7 @@ def run(opts: argparse.Namespace, log=_log) -> dict:
         files = [_read_once(path, os.path.join(staged.work, f"{name}.piped"))
                  for name, path in zip(names, [opts.ref, opts.sys_a, opts.sys_b, opts.src])]
         corpus.check_parallel(files)
-        # compare-mt reads copies cleaned by the one reader (UTF-8 checked, BOM and CRs
-        # removed: Python's universal newlines would split a line at a lone CR, wc -l would not)
+        # compare-mt reads copies cleaned by the one reader (UTF-8 checked, BOM and CRs removed)
         texts, clean = [], []
         for name, path in zip(names, files):
             texts.append(list(corpus.read_lines(path)))
@@ -225,9 +221,8 @@ def comet_lines(found: dict, name_a: str, name_b: str) -> List[str]:
 
 
 def _read_once(path: str, copy: str) -> str:
-    """``path``, or for a pipe (``--ref <(...)``, /dev/stdin), which can be read only once, a
-    copy of its bytes at ``copy`` (with its .gz suffix): the files are read twice, checked and
-    then scored."""
+    """``path``, or for a pipe (``--ref <(...)``), which can be read only once, a copy of its
+    bytes at ``copy`` (with its .gz suffix): the files are read twice, checked and then scored."""
     if os.path.isfile(path) or not os.path.exists(path) or os.path.isdir(path):
         return path  # a file; or what the checks refuse, named as the user gave it
     copy += ".gz" if path.endswith(".gz") else ""

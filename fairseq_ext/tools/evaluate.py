@@ -25,8 +25,7 @@ from fairseq_ext.errors import CommandError, DataError
 from fairseq_ext.standalone import bleu, corpus, evaluations, moses, outputs
 from fairseq_ext.tools import comet as comet_metric
 
-# the name evaluation writes under (the markers of its directories): directories written by
-# scripts/evaluate.sh stay its own
+# the name evaluation writes under (the markers of its directories)
 PROG = outputs.EVALUATE
 COMMAND = "fairseq-ext evaluate"
 # fairseq-generate options that evaluation sets itself
@@ -37,8 +36,7 @@ _log = functools.partial(log_line, COMMAND)
 
 
 class EvaluationError(CommandError):
-    """An evaluation that cannot run or failed; the message is the one-line error.
-    ``usage``: the usage goes with it (a required option is missing)."""
+    pass
 
 
 def generate_value(args: Sequence[str], name: str) -> str:
@@ -58,8 +56,7 @@ def has_option(args: Sequence[str], name: str) -> bool:
 
 @dataclass
 class Plan:
-    """An evaluation resolved before anything runs: the options (:func:`parse_args`) checked
-    against the files and DATA/prep.env, and where its result goes."""
+    """An evaluation resolved before anything runs: the options checked against the files."""
     opts: argparse.Namespace
     checkpoints: List[str]
     data: str
@@ -256,23 +253,20 @@ def _text(path: str) -> str:
 
 
 def run(p: Plan, log: Callable[[str], None] = _log, echo: Callable[[str], None] = print) -> dict:
-    """Run the evaluation ``p``: translate, detokenize, score, and move the result into
-    ``p.out``. ``log``: progress lines; ``echo``: the scores (bleu.txt's lines). Returns
-    bleu.json's content, with ``dir`` and ``sentences``."""
+    """Run the evaluation ``p`` into ``p.out``. ``log``: progress lines; ``echo``: the scores
+    (bleu.txt's lines). Returns bleu.json's content, with ``dir`` and ``sentences``."""
     env = resources.command_environment()  # fairseq-generate of this Python's environment
     if shutil.which("fairseq-generate", path=env["PATH"]) is None:
         raise EvaluationError("'fairseq-generate' not found on PATH (run 'make setup', or activate .venv)")
     split, tgt = p.opts.split, p.tgt
-    # --out: replaced (it must be a directory evaluation wrote, or empty), never one that holds
-    # the data, a checkpoint or a reference
+    # --out: replaced (a directory evaluation wrote, or empty), never one holding an input
     inputs = [p.data, *p.checkpoints, p.opts.ref_detok, p.opts.ref_tok]
     staged = outputs.StagedOutput(p.out, prog=PROG, inputs=inputs, force=True, log=log,
                                   keep_on_failure=[f"generate-{split}.log", f"generate-{split}.cmd"])
     with staged:
         staged.discard_old()
         out = staged.stage
-        # the references first (read as every tool reads text: UTF-8 checked, BOM and CRs
-        # removed), so that an unreadable one fails before the decoding, not after it
+        # the references first, so that an unreadable one fails before the decoding
         ref_tok = p.opts.ref_tok or os.path.join(p.data, "text", f"{split}.tok.{tgt}")
         ref_detok = p.opts.ref_detok or os.path.join(p.data, "text", f"{split}.raw.{tgt}")
         for path, name in ((ref_tok, "ref.tok"), (ref_detok, "ref.detok")):

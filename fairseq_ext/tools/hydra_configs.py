@@ -37,10 +37,6 @@ GROUPS = ("common", "dataset", "optimization", "checkpoint", "distributed_traini
 PLACEHOLDER_DATA = "DATA_BIN"
 
 
-def config_names() -> List[str]:
-    return sorted(f[:-len(".args")] for f in os.listdir(resources.CONFIG_DIR) if f.endswith(".args"))
-
-
 def config_dict(name: str) -> Dict[str, dict]:
     """The YAML content of config ``name``: {group: {field: value}}."""
     from fairseq import options
@@ -108,7 +104,7 @@ def write_config_dir(out: str) -> List[str]:
     this command did not write (its first line is not ours) is a user's: refused, not replaced."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise FairseqExtError(f"--out {out}: exists and is not a folder")
-    for name in config_names():
+    for name in resources.config_names():
         path = os.path.join(out, f"{name}.yaml")
         if os.path.exists(path):
             with open(path, encoding="utf-8", errors="replace") as f:
@@ -117,7 +113,7 @@ def write_config_dir(out: str) -> List[str]:
                                           "(it would be replaced): choose another folder")
     os.makedirs(out, exist_ok=True)
     paths = []
-    for name in config_names():
+    for name in resources.config_names():
         path = os.path.join(out, f"{name}.yaml")
         text = (f"{HEADER} from fairseq_ext/configs/{name}.args\n"
                 f"# (set task.data; add a plugin option with +model.NAME=VALUE)\n"

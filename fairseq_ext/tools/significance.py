@@ -24,15 +24,10 @@ def paired_significance(refs: Sequence[str], baseline: Sequence[str], systems: D
                         flavour: str = "detok-cased", method: str = "bs", n_samples: int = 1000,
                         seed: int = 12345, marks: str = "thesis", metrics: Sequence[str] = ("BLEU",)) -> dict:
     """sacreBLEU's paired test (:func:`~fairseq_ext.tools.statistics.paired_bs`, ``paired_ar``) of
-    each system against the baseline.
-
-    Returns {"baseline": {...}, name: {...}} with, for each: ``bleu`` (the corpus score),
-    ``mean`` and ``ci`` (bootstrap mean and 95% half-width; for ``ar`` from 1000 bootstrap
-    resamples), ``p_value`` (None for the baseline) and ``mark`` (the papers' mark, see MARKS),
-    plus ``signature``. ``metrics`` beyond BLEU (``chrF2``, ``chrF2++``, ``TER``: sacreBLEU's,
-    in the flavour's casing) are tested in the same call, on the same resamples, and reported
-    as ``metrics: {name: {score, mean, ci, p_value, mark, signature}}`` of each system.
-    """
+    each system against the baseline: {"baseline": {...}, name: {...}}, each with ``bleu``,
+    ``mean`` and ``ci`` (bootstrap mean and 95% half-width; for ``ar`` from 1000 resamples),
+    ``p_value`` (None for the baseline), ``mark`` and ``signature``. ``metrics`` beyond BLEU
+    (``chrF2``, ``chrF2++``, ``TER``) are tested on the same resamples, under ``metrics``."""
     if n_samples < 1:  # sacreBLEU would draw no sample and report p = 1 with a bs:1000 signature
         raise ValueError(f"--samples must be at least 1, not {n_samples}")
     if method not in ("bs", "ar"):
@@ -78,9 +73,8 @@ def _tested(found: Dict[str, dict], signature: str, marks: str) -> Dict[str, dic
     for name, result in found.items():
         p = result.get("p_value")
         if name != "baseline" and result["score"] == base_score:
-            # sacreBLEU (after MultEval) counts only sample differences *above* the observed one,
-            # so an observed difference of exactly 0 (e.g. identical output) gets the smallest
-            # p-value, 1/(n+1): "significant". No difference is never significant here.
+            # sacreBLEU counts only sample differences *above* the observed one, so identical
+            # output would get the smallest p-value, 1/(n+1): no difference is never significant here
             p = 1.0
         out[name] = {"score": round(float(result["score"]), 2), "mean": _opt(result.get("mean")),
                      "ci": _opt(result.get("ci")), "p_value": None if p is None else round(float(p), 4),

@@ -60,10 +60,9 @@ class InputError(FairseqExtError):
 
 
 def read_input(stream, name: Optional[str] = None, strict: str = "") -> Iterator[Optional[str]]:
-    """The lines of a binary stream, cleaned as every tool reads text (corpus.clean_line: BOM
-    and CRs removed). A line that is not UTF-8 comes out as None after one warning naming it
-    and its byte (the translation puts an empty line in its place); with ``strict`` it is an
-    InputError instead, ``strict`` the message with {} for clean_line's words."""
+    """The lines of a binary stream, cleaned by corpus.clean_line. A line that is not UTF-8 comes
+    out as None after one warning; with ``strict`` it is an InputError instead, ``strict`` the
+    message with {} for clean_line's words."""
     name = name or getattr(stream, "name", STDIN)
     for number, raw in enumerate(stream, start=1):  # binary: split on LF only, as wc -l
         try:
@@ -79,9 +78,8 @@ _PIPED: dict = {}  # a pipe (``--input <(...)``) is read once: its bytes, for ev
 
 
 def open_binary(path: str):
-    """A text file to read as bytes; .gz files are decompressed (the corpora's release files).
-    A pipe or other file that is not a regular file is read once and kept, so that it can be
-    counted and then read, as a file is."""
+    """A text file to read as bytes (.gz decompressed). A pipe, which can be read only once, is
+    read once and kept, so that it can be counted and then read, as a file is."""
     if not os.path.isfile(path):
         if path not in _PIPED:
             with open(path, "rb") as f:
@@ -92,7 +90,6 @@ def open_binary(path: str):
 
 
 def check_input(flag: str, path: str) -> None:
-    """An input that can be read: a file, or a pipe (``<(...)``); not a folder."""
     if os.path.isdir(path):
         raise InputError(f"{flag} {path} is a folder: name a file")
     if not os.path.exists(path):
@@ -100,8 +97,7 @@ def check_input(flag: str, path: str) -> None:
 
 
 def count_lines(path: str) -> int:
-    """The lines read_input reads from the file (a last line without LF counts); a file that
-    cannot be read (a broken .gz) is an InputError."""
+    """The lines read_input reads from the file; a file that cannot be read is an InputError."""
     try:
         with open_binary(path) as f:
             return sum(1 for _ in f)  # split on LF only, as read_input
@@ -117,7 +113,6 @@ def _first_few(numbers: List[int]) -> str:
 
 @dataclass
 class Tally:
-    """What a translation run did, for its summary line."""
     lines: int = 0
     skipped: List[int] = field(default_factory=list)  # not UTF-8: an empty output line for each
     cut: List[int] = field(default_factory=list)  # longer than the model's source positions
@@ -138,7 +133,6 @@ class Translator:
     """A checkpoint, its data directory's text pipeline and fairseq's SequenceGenerator."""
 
     def __init__(self, args: argparse.Namespace):
-        """``args``: checkpoint, data, cpu and the search's beam, lenpen, max_len_a, max_len_b."""
         self.model, self.task = checkpoints.load_model(args.checkpoint, args.data, cpu=args.cpu)
         if getattr(self.task.cfg, "extra_source_langs", None):
             raise FairseqExtError("--checkpoint: a multi-source model reads several sources; "
@@ -152,8 +146,7 @@ class Translator:
                                       max_len_b=args.max_len_b)
         self.generator = self.task.build_generator([self.model], gen_args)
         self.device = next(self.model.parameters()).device
-        # the subword kind as the text pipeline and evaluation read it (subword-nmt unless prep.env
-        # says otherwise; none without prep.env)
+        # the subword kind as the text pipeline and evaluation read it
         self.bpe = self.env.get("bpe", "subword_nmt") if self.env else "none"
         self._detokenizer = moses_detokenizer(self.env.get("tgt", "en")) if self.env else None
 
@@ -166,7 +159,7 @@ class Translator:
         return within_positions(ids, self.max_source)
 
     def detokenize(self, text: str) -> str:
-        """Tokenized output as plain text (Moses detokenizer; as it is without prep.env)."""
+        """Tokenized output as plain text (as it is without prep.env)."""
         return self._detokenizer(text) if self._detokenizer is not None and text else text
 
     @torch.no_grad()
@@ -185,11 +178,10 @@ class Translator:
 
     def translate_tokenized(self, lines: Iterable[Optional[str]], batch_size: int, tally: Tally,
                             progress: Callable[[int], object], buffer_batches: int = 16) -> Iterator[str]:
-        """Tokenized translations in input order, one per line. Up to ``buffer_batches`` batches
-        of lines are read at a time and batched by length (less padding, as fairseq-generate
-        does). An empty line, or a line that could not be read (None, see read_input), gives
-        an empty translation without asking the model. ``tally`` counts the lines, the skipped
-        and the cut ones; ``progress(n)`` is called as n more lines are done."""
+        """Tokenized translations in input order, one per line, ``buffer_batches`` batches of
+        lines read at a time and batched by length (less padding). An empty line, or one that
+        could not be read (None), gives an empty translation without asking the model.
+        ``progress(n)`` is called as n more lines are done."""
         tally.max_source = self.max_source
         buffer: List[tuple] = []
         for number, line in enumerate(lines, start=1):
@@ -217,19 +209,17 @@ class Translator:
 
 
 def has_words(line: str) -> bool:
-    """Whether a line holds anything to translate: a character that is not white space, a
-    control or format character (NUL, U+200B ZERO WIDTH SPACE, a BOM, ...) or a surrogate. A
-    line without one is empty to the reader, and the model would invent a sentence for it."""
+    """Whether a line holds a character that is not white space, a control or format character
+    (NUL, U+200B, a BOM, ...) or a surrogate: without one the model would invent a sentence."""
     return any(not ch.isspace() and unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Cn") for ch in line)
 
 
 # ----------------------------------------------------------------------------- command line
 def parse_command(prog: str, doc: str, argv, files: Sequence[Tuple[str, dict]],
                   more: Callable[[argparse.ArgumentParser], None] = lambda parser: None) -> argparse.Namespace:
-    """The command line of ``translate`` and ``score`` (``doc``: the command's docstring, its
-    help): --checkpoint and --data, the command's ``files`` (flag, add_argument's keywords),
-    the options of a Translator and of reading the source, then ``more``'s. Logging is set up
-    first: warnings and the summary as one line each on stderr (:class:`_OneLine`)."""
+    """The command line of ``translate`` and ``score`` (``doc``: its help): --checkpoint, --data,
+    the command's ``files`` (flag, add_argument's keywords), a Translator's options, then
+    ``more``'s. Warnings and the summary go to stderr, one line each (:class:`_OneLine`)."""
     setup_cli()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_OneLine(prog))
@@ -275,8 +265,7 @@ class _OneLine(logging.Formatter):
 
 @contextlib.contextmanager
 def progress_bar(show: Optional[bool], total: Optional[int] = None):
-    """A tqdm bar on stderr (lines done of ``total``, sentences per second), shown when
-    ``show`` or, when it is None, when stderr is a terminal; the translation's warnings are
+    """A tqdm bar on stderr, shown when ``show`` (None: when stderr is a terminal), the warnings
     written above it. Yields the bar's ``update``."""
     from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm

@@ -11,6 +11,7 @@ import pytest
 import torch
 import yaml
 
+from fairseq_ext import resources
 from fairseq_ext.tools import hydra_configs
 from model_utils import USER_DIR, train_in_process
 from script_utils import run
@@ -29,7 +30,7 @@ def command(name):
 def test_every_training_config_is_written_as_yaml_with_its_flags(tmp_path):
     res = run([sys.executable, "-m", "fairseq_ext", "config-dir", "--out", str(tmp_path / "cfg")])
     assert res.returncode == 0 and res.stdout.strip() == str(tmp_path / "cfg"), res.stderr[-2000:]
-    assert sorted(os.listdir(tmp_path / "cfg")) == sorted(f"{n}.yaml" for n in hydra_configs.config_names())
+    assert sorted(os.listdir(tmp_path / "cfg")) == sorted(f"{n}.yaml" for n in resources.config_names())
     quickstart = yaml.safe_load((tmp_path / "cfg" / "quickstart.yaml").read_text())
     assert quickstart["common"]["user_dir"] == USER_DIR
     assert quickstart["model"] == {"_name": "multilayer_transformer_iwslt", "share_all_embeddings": True,
