@@ -56,8 +56,8 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 from fairseq_ext.analysis import AnalysisError, command
-from fairseq_ext.analysis.capture import (MMA_NAMES, capture_cross_attention, capture_self_attention, encoder_layers,
-                                          head_types, mma_legend, translate)
+from fairseq_ext.analysis.capture import (MMA_NAMES, capture_cross_attention, capture_self_attention, head_types,
+                                          mma_legend, primary_encoder, translate)
 from fairseq_ext.analysis.figures import (FigureContext, Panel, data_description, file_stem, map_figure, names_for,
                                          save_figure)
 from fairseq_ext.analysis.registry import Analysis
@@ -128,7 +128,7 @@ def attention_maps(model, task, sample, target: torch.Tensor) -> dict:
     with torch.no_grad(), capture_self_attention(model) as enc, capture_cross_attention(model) as dec:
         model(net["src_tokens"], net["src_lengths"], prev, **extra)
     encoder = []
-    for index, layer in enumerate(encoder_layers(model)):
+    for index, layer in enumerate(primary_encoder(model).layers):
         kind = "mma" if head_types(layer) is not None else "dc" if isinstance(
             layer.self_attn, DualContextualAttention) else "standard"
         entry = {"layer": index + 1, "kind": kind, "titles": head_titles(layer), "types": head_types(layer),
@@ -169,7 +169,7 @@ def source_names(model, task) -> List[str]:
     options = model.decoder.options
     if options.strategy.memory is not Memory.STACKED:
         return []
-    n, num_layers = options.num_joint_layers, len(encoder_layers(model))
+    n, num_layers = options.num_joint_layers, len(primary_encoder(model).layers)
     return [f"f^{i} (enc L{num_layers - n + i})" for i in range(1, n + 1)]
 
 
@@ -394,11 +394,10 @@ def build_parser():
     return ap
 
 
-def execute(args, figures: FigureContext) -> int:
+def execute(args, figures: FigureContext):
     if args.max_tokens < 1:
         raise AnalysisError(f"--max-tokens: expected 1 or more, not {args.max_tokens}")
     run(args, figures)
-    return 0
 
 
 main = command.main(build_parser, execute)

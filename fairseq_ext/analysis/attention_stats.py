@@ -47,7 +47,6 @@ from fairseq_ext.common import checkpoints
 ANALYSIS = Analysis("attention_stats", "Encoder self-attention distance and entropy",
                     "thesis 3.5.3, MLMHA 7.3 (Eq. 13-16)", order=20)
 SPANS = ("all", "left")
-# how the tables and figures name each reading
 READING = {"all": "over all keys j, d = |i - j|",
            "left": "over the keys j <= i, d = i - j (as printed)"}
 UNITS = {"distance": "tokens", "entropy": "nats"}
@@ -189,8 +188,7 @@ def build_parser():
 
 def execute(args, figures: FigureContext):
     names = names_for(args.checkpoint, args.names)
-    rows = []
-    sentences = 0
+    rows, sentences = [], 0
     for name, ckpt in zip(names, args.checkpoint):
         model, task = checkpoints.load_model(ckpt, args.data, split=args.split, cpu=args.cpu)
         rows += summarise(name, collect(model, task, args.split, args.max_sentences, args.span, args.cpu), args.span,

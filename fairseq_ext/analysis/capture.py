@@ -38,10 +38,6 @@ def primary_encoder(model):
     return encoder.encoder_for(0) if hasattr(encoder, "encoder_for") else encoder
 
 
-def encoder_layers(model):
-    return primary_encoder(model).layers
-
-
 def layer_outputs(encoder, encoder_out) -> List[torch.Tensor]:
     """[H^0 (embeddings), ..., H^L], T x B x C, each through the encoder's final LayerNorm when it
     has one (pre-norm), as the top layer is handed on."""
@@ -59,7 +55,7 @@ def head_types(layer_module) -> Optional[List[str]]:
 
 
 def encoder_head_types(model) -> Dict[int, Optional[List[str]]]:
-    return {i: head_types(layer) for i, layer in enumerate(encoder_layers(model))}
+    return {i: head_types(layer) for i, layer in enumerate(primary_encoder(model).layers)}
 
 
 def mma_legend(letters, window: Optional[int] = None) -> str:
@@ -75,7 +71,7 @@ def mma_legend(letters, window: Optional[int] = None) -> str:
 def capture_self_attention(model):
     """``records[l]["global"]`` (and, for Dual Contextual layers, ``["local"]``) gets each forward
     call's self-attention weights of encoder layer l, B x H x T x T, float, on the CPU."""
-    layers = encoder_layers(model)
+    layers = primary_encoder(model).layers
     records: Dict[int, Dict[str, List[torch.Tensor]]] = {i: {"global": [], "local": []} for i in range(len(layers))}
     index = {id(layer.self_attn): i for i, layer in enumerate(layers)}
 

@@ -13,9 +13,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from fairseq_ext.analysis import AnalysisError
 from fairseq_ext.common import checkpoints, data_text
 
-# The HTML report shows a figure at most about 1100 px wide (its page is 70em wide) and
-# save_figure writes 120 dpi: a figure this many inches wide is shown 1:1, so a label of
-# f points is 1.67 f pixels on screen (7 pt: 12 px).
+# the HTML report shows a figure at most about 1100 px wide, and save_figure writes 120 dpi: a
+# figure this wide is shown 1:1, so a label of f points is 1.67 f pixels on screen
 FIGURE_WIDTH = 9.1
 # the smallest label size a figure uses (10 px on screen at FIGURE_WIDTH)
 MIN_FONT_SIZE = 6.0
@@ -119,8 +118,7 @@ def names_for(checkpoints: Sequence[str], names: Optional[Sequence[str]]) -> Lis
 
 
 def file_stem(name: str) -> str:
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")
-    return stem or "model"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "model"
 
 
 def data_description(data: Optional[str], split: Optional[str]) -> str:

@@ -48,7 +48,6 @@ from fairseq_ext.tools.statistics import bleu_metric
 ANALYSIS = Analysis("length_buckets", "BLEU by source length", "thesis 3.5.1 / 4.5.1 / 5.6.4, MLMHA 7.1, MMA 5.2",
                     order=10)
 DEFAULT_EDGES = (10, 20, 30, 40, 50)
-# a bucket with fewer sentences is noted and drawn pale (see the module docstring)
 DEFAULT_MIN_SENTENCES = 30
 
 
@@ -193,16 +192,6 @@ def build_parser():
     return ap
 
 
-def parse_edges(edges: str) -> List[int]:
-    try:
-        parsed = [int(e) for e in edges.split(",")]
-    except ValueError:
-        parsed = None
-    if parsed is None or parsed != sorted(set(parsed)):
-        raise AnalysisError(f"--edges: expected increasing integers such as 10,20,30, not {edges!r}")
-    return parsed
-
-
 def evaluated(args):
     """(names, evaluation directories): --eval, or --checkpoint evaluated first into OUT/NAME."""
     if args.checkpoint:
@@ -221,7 +210,12 @@ def evaluated(args):
 def execute(args, figures: FigureContext):
     if args.min_bucket_sentences < 1:
         raise AnalysisError(f"--min-bucket-sentences: expected 1 or more, not {args.min_bucket_sentences}")
-    edges = parse_edges(args.edges)
+    try:
+        edges = [int(e) for e in args.edges.split(",")]
+    except ValueError:
+        edges = None
+    if edges is None or edges != sorted(set(edges)):
+        raise AnalysisError(f"--edges: expected increasing integers such as 10,20,30, not {args.edges!r}")
     names, dirs = evaluated(args)
     with open(os.path.join(dirs[0], "bleu.json"), encoding="utf-8") as f:
         flavour = args.flavour or json.load(f).get("headline", "detok-cased")

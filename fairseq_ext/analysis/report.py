@@ -319,7 +319,6 @@ def main(argv=None):
             title += f": {os.path.basename(os.path.abspath(d))}"
         titles.append((f"from-{len(titles)}", title))
         sections.append(section_html(titles[-1][0], title, "" if analysis is None else analysis.reference, d, found))
-    # the models' table: of the checkpoints analysed here, or named beside --from alone
     models = models_html(args.checkpoint, names, args.data, args.split) if args.checkpoint else ""
     path = write_page(sections, titles, os.path.join(args.out, "report.html"), args.title, models)
     print(f"written: {path}" + (f" ({failed} analysis run(s) failed: see the page)" if failed else ""))
