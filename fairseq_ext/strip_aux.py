@@ -18,8 +18,8 @@ AUX_PREFIX = "decoder.aux_decoders."
 
 
 def strip_aux_decoders(state: dict) -> int:
-    """Remove the auxiliary decoders from a loaded checkpoint dict in place; returns the
-    number of parameters removed. Refuses AIF models, whose main decoder needs them."""
+    """Remove the auxiliary decoders from a loaded checkpoint in place; the number of parameters
+    removed. Refuses AIF models, whose main decoder needs them."""
     model_cfg = (state.get("cfg") or {}).get("model")
     cfg = model_cfg if model_cfg is not None else state.get("args")
     if cfg is None:

@@ -1,8 +1,6 @@
-"""What every Python command of the package shares: its parser (:class:`CommandParser`), the
-beam search's options (:func:`search_arguments`), its one error line (:func:`fail`) and its
-logging (:func:`setup_cli`: WARNING, so that fairseq's INFO lines and matplotlib's chatter stay
-out of a command's output). Errors that escape a command print as the same one line through
-:mod:`fairseq_ext.guards.one_line_errors`.
+"""What every Python command of the package shares: its parser, the beam search's options, its
+one error line (:func:`fail`; :mod:`fairseq_ext.guards.one_line_errors` for errors that escape)
+and its logging (:func:`setup_cli`: WARNING, so that fairseq's INFO lines stay out of its output).
 """
 import argparse
 import logging
@@ -29,7 +27,7 @@ class CommandParser(argparse.ArgumentParser):
 
 def fail(prog: str, error: Exception, usage: Optional[str] = None) -> int:
     """Print ``error`` as the command's one error line (the usage before it when the error
-    says so); the exit status 1."""
+    says so); 1."""
     if usage and getattr(error, "usage", False):
         print(usage, file=sys.stderr)
     print(error_line(prog, str(error)), file=sys.stderr, flush=True)
@@ -57,9 +55,8 @@ def log_line(prog: str, message: str) -> None:
 
 def search_arguments(parser, beam: Optional[int] = None, beam_help: str = "", max_len: Optional[Sequence] = None,
                      max_len_help: str = "", lenpen: bool = False) -> None:
-    """The one declaration of the beam search's options, for the commands that run fairseq's
-    SequenceGenerator themselves (translate, score, the analyses that decode): --beam (default
-    ``beam``), --lenpen, --max-len-a/--max-len-b (defaults ``max_len``: output length a * |x| + b)."""
+    """The beam search's options of the commands that run fairseq's SequenceGenerator themselves:
+    --beam, --lenpen, --max-len-a/--max-len-b (``max_len``: output length a * |x| + b)."""
     if beam is not None:
         parser.add_argument("--beam", type=int, default=beam, help=beam_help or None)
     if lenpen:

@@ -7,20 +7,15 @@ conversion of the argparse commands (``convert_namespace_to_omegaconf``, also as
 ``torch_xla`` can run it."""
 import importlib.util
 import sys
-from typing import Sequence
 
 from fairseq_ext.guards.patching import replace
 
 
-def implied_tpu_only(args, argv: Sequence[str]) -> bool:
-    """Whether ``args.tpu`` comes from ``--bf16`` alone, on a machine that cannot run XLA."""
-    return (bool(getattr(args, "bf16", False)) and bool(getattr(args, "tpu", False))
-            and "--tpu" not in argv and importlib.util.find_spec("torch_xla") is None)
-
-
 def _keeping_device(original):
     def convert_namespace_to_omegaconf(args):
-        if implied_tpu_only(args, sys.argv):
+        # ``tpu`` from ``--bf16`` alone, on a machine that cannot run XLA
+        if (getattr(args, "bf16", False) and getattr(args, "tpu", False) and "--tpu" not in sys.argv
+                and importlib.util.find_spec("torch_xla") is None):
             args.tpu = False
         return original(args)
 

@@ -1,22 +1,18 @@
 #!/usr/bin/env python3
-"""Run compare-mt (0.2.10) for fairseq-ext significance (compare.py), working around its packaging.
-
-compare-mt 0.2.10's ROUGE module imports `six`, which compare-mt does not declare as a
-dependency and which is not installed here, so `compare-mt` crashes at import time with
-"ModuleNotFoundError: No module named 'six'". When `six` is missing this shim registers a
-minimal stand-in (only what compare_mt/rouge uses: ensure_str, iteritems, iterkeys,
-itervalues, moves.map/range/xrange/zip) and then calls compare-mt's own main().
-Checked: with numpy 2.x the rest of compare-mt (bootstrap, buckets, HTML report) runs.
+"""Run compare-mt (0.2.10) for fairseq-ext significance (compare.py): its ROUGE module imports
+`six`, which compare-mt does not declare, so where `six` is missing this shim registers a minimal
+stand-in (only what compare_mt/rouge uses) before compare-mt's own main() (docs/evaluation.md).
 
 Usage: compare_mt_shim.py [compare-mt arguments]
 """
+import importlib
 import sys
 import types
 
 
 def _install_six_stub():
     try:
-        import six  # noqa: F401
+        importlib.import_module("six")
         return
     except ImportError:
         pass

@@ -77,9 +77,8 @@ def config_dict(name: str) -> Dict[str, dict]:
 
 
 def _interpolations(group: str, name: str) -> Dict[str, str]:
-    """The fields of a group's dataclass that default to another group's value
-    (``lr: ${optimization.lr}``): written as that interpolation, never as the value it had, so
-    that an override of optimization.lr still reaches the optimizer."""
+    """The fields of a group's dataclass that default to another group's value (``lr:
+    ${optimization.lr}``), so that an override of optimization.lr still reaches the optimizer."""
     import fairseq.criterions
     import fairseq.optim
     import fairseq.optim.lr_scheduler
@@ -101,7 +100,7 @@ HEADER = "# fairseq-hydra-train config written by `fairseq-ext config-dir`"
 
 def write_config_dir(out: str) -> List[str]:
     """Write NAME.yaml for every config into ``out``; the paths written. A NAME.yaml there that
-    this command did not write (its first line is not ours) is a user's: refused, not replaced."""
+    this command did not write (by its first line) is refused, not replaced."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise FairseqExtError(f"--out {out}: exists and is not a folder")
     for name in resources.config_names():
@@ -127,8 +126,8 @@ def write_config_dir(out: str) -> List[str]:
 
 
 def default_dir() -> str:
-    """~/.cache/fairseq_ext/hydra-configs-VERSION (XDG_CACHE_HOME respected): one directory per
-    installed version of the package, since the files name its configs and its directory."""
+    """~/.cache/fairseq_ext/hydra-configs-VERSION (XDG_CACHE_HOME respected): the files name the
+    installed version's configs and directory."""
     try:
         version = importlib.metadata.version("fairseq_ext")
     except importlib.metadata.PackageNotFoundError:  # a checkout on PYTHONPATH, not installed

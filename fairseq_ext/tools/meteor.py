@@ -26,9 +26,8 @@ class MeteorUnavailable(FairseqExtError):
 
 @dataclass(frozen=True)
 class Language:
-    """How one target language is scored: METEOR 1.5's "rank" parameters for it, the
-    Snowball stemmer of its stem stage (None: no stem stage) with the stage's weight, and the
-    METEOR 1.5 stages that need data and are left out."""
+    """One target language: METEOR 1.5's "rank" parameters, the Snowball stemmer of its stem stage
+    (None: none) with its weight, and the METEOR 1.5 stages left out (they need data)."""
 
     name: str
     stemmer: Optional[str]
@@ -112,10 +111,9 @@ BEAM = 40  # METEOR 1.5's default beam (-x)
 
 
 def align(hypothesis: Sequence[str], reference: Sequence[str], stem=None) -> List[Tuple[int, int, bool]]:
-    """METEOR's alignment of two lowercased token lists: (hypothesis position, reference
-    position, whether a stem match) for the most matches (each word once), of those the most
-    exact ones, then the fewest chunks, then the smallest sum of position distances, by a beam
-    search over the hypothesis words as METEOR's aligner does (beam :data:`BEAM`)."""
+    """METEOR's alignment of two lowercased token lists, (hypothesis position, reference position,
+    whether a stem match): the most matches (each word once), of those the most exact ones, then
+    the fewest chunks, then the smallest sum of distances, by METEOR's beam search."""
     stems = ([stem(w) for w in hypothesis], [stem(w) for w in reference]) if stem else None
     candidates = []
     for i, word in enumerate(hypothesis):
@@ -142,8 +140,7 @@ def align(hypothesis: Sequence[str], reference: Sequence[str], stem=None) -> Lis
 
 
 class _Scorer:
-    """The sentence statistics of one language: Moses tokenization, lowercasing, the
-    alignment of :func:`align` with the language's Snowball stemmer."""
+    """The sentence statistics of one language: Moses-tokenized, lowercased, aligned."""
 
     def __init__(self, language: str):
         from nltk.stem.snowball import SnowballStemmer
@@ -163,15 +160,13 @@ class _Scorer:
 
 
 def sentence_score(hypothesis: str, reference: str, language: str) -> float:
-    """METEOR (0-100) of one detokenized sentence against its reference; 100 for a
-    hypothesis equal to its reference."""
+    """METEOR (0-100) of one detokenized sentence against its reference."""
     scorer = _Scorer(language)
     return 100 * score_of(scorer.statistics(hypothesis, reference), scorer.setup)
 
 
 def corpus_statistics(hypotheses: Sequence[str], references: Sequence[str], language: str) -> Statistics:
-    """The summed statistics of parallel lists (MeteorUnavailable, InputError as
-    :func:`corpus_score`)."""
+    """The summed statistics of parallel lists (errors as :func:`corpus_score`)."""
     if len(hypotheses) != len(references):
         raise InputError(f"METEOR: {len(hypotheses)} hypotheses but {len(references)} references")
     if not hypotheses:
@@ -181,9 +176,8 @@ def corpus_statistics(hypotheses: Sequence[str], references: Sequence[str], lang
 
 
 def corpus_score(hypotheses: List[str], references: List[str], language: str) -> dict:
-    """METEOR of detokenized ``hypotheses`` against one reference each, on a 0-100 scale:
-    ``{"score", "implementation", "language", "sentences"}``. Raises MeteorUnavailable for a
-    language that cannot be scored, InputError for lists that are not parallel."""
+    """METEOR (0-100) of detokenized ``hypotheses`` against one reference each. Raises
+    MeteorUnavailable for a language that cannot be scored, InputError for lists not parallel."""
     total = corpus_statistics(hypotheses, references, language)
     return {"score": 100 * score_of(total, _language(language)), "implementation": describe(language),
             "language": language, "sentences": len(hypotheses)}
