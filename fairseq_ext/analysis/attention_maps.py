@@ -178,18 +178,13 @@ def to_json(maps: dict, source: List[List[str]], target: List[str], names: List[
         return None if t is None else [[[round(float(v), 6) for v in row] for row in m] for m in t] \
             if t.dim() == 3 else t.tolist()
 
-    return {
-        **meta,
-        "source_tokens": source,
-        "target_tokens": target,
-        "source_names": names,
-        "encoder": [{"layer": e["layer"], "kind": e["kind"], "head_titles": e["titles"],
-                     **{unit: lst(e[unit]) for unit in ("global", "local") if unit in e}} for e in maps["encoder"]],
-        "decoder": [{"layer": d["layer"], "attention": lst(d["attention"]),
-                     "per_source": {str(i + 1): lst(w) for i, w in d["per_source"].items()},
-                     "beta": lst(d["beta"])} for d in maps["decoder"]],
-        "layer_mix": None if maps["layer_mix"] is None else maps["layer_mix"].tolist(),
-    }
+    return {**meta, "source_tokens": source, "target_tokens": target, "source_names": names,
+            "encoder": [{"layer": e["layer"], "kind": e["kind"], "head_titles": e["titles"],
+                         **{unit: lst(e[unit]) for unit in ("global", "local") if unit in e}} for e in maps["encoder"]],
+            "decoder": [{"layer": d["layer"], "attention": lst(d["attention"]),
+                         "per_source": {str(i + 1): lst(w) for i, w in d["per_source"].items()},
+                         "beta": lst(d["beta"])} for d in maps["decoder"]],
+            "layer_mix": None if maps["layer_mix"] is None else maps["layer_mix"].tolist()}
 
 
 def cut_note(source: int, target: Optional[int], limit: Optional[int]) -> str:
