@@ -41,8 +41,8 @@ def _check_checkpoint_file(checkpoint: str) -> None:
 
 def load_model(checkpoint: str, data: str, split: Optional[str] = None, overrides: Optional[dict] = None,
                cpu: bool = False):
-    """(model in eval mode, task) from ``checkpoint`` with the task's data at ``data`` (split
-    loaded if given; overrides as fairseq-generate's --model-overrides), on the GPU unless ``cpu``."""
+    """(model in eval mode, task) of ``checkpoint`` on ``data`` (``split`` loaded if given;
+    ``overrides`` as --model-overrides), on the GPU unless ``cpu``."""
     from fairseq import checkpoint_utils
 
     _check_checkpoint_file(checkpoint)
@@ -123,9 +123,8 @@ def options(checkpoint: str):
 
 
 def count_parameters(state: dict) -> int:
-    """Trainable parameters of a loaded checkpoint ``state``, as the papers count them: a
-    tensor shared between modules (a tied embedding) once, buffers (positional tables,
-    version counters) and integer tensors not at all."""
+    """Trainable parameters of a loaded ``state``, as the papers count them: a shared tensor (a
+    tied embedding) once, buffers and integer tensors not at all."""
     seen, total = set(), 0
     for name, tensor in state.get("model", {}).items():
         if not torch.is_tensor(tensor):

@@ -74,16 +74,14 @@ class Plan:
 
 
 def result_key(prep: Dict[str, str], split: str) -> str:
-    """What names an evaluation's default directory (CKPT_DIR/eval-KEY): the test or valid set
-    the recipe recorded for ``split`` in prep.env (test_2016_flickr, tst2013, newstest2014),
-    else the split, so that two test sets binarized as split ``test`` do not share a directory."""
+    """The KEY of an evaluation's default directory CKPT_DIR/eval-KEY: the test or valid set
+    prep.env records for ``split`` (two test sets binarized as ``test`` keep apart), else the split."""
     name = prep.get(f"{split}_set", "") if split in ("valid", "test") else ""
     return re.sub(r"[^A-Za-z0-9._+-]", "_", name) if name else split
 
 
 def check_default_out(out: str, data: str, split: str) -> str:
-    """``out``, the default directory of an evaluation, unless it holds the evaluation of other
-    data (an EvaluationError naming both: a result is never replaced by another data set's)."""
+    """``out``, the default directory of an evaluation, unless it holds the evaluation of other data."""
     if os.path.isfile(os.path.join(out, evaluations.EVAL_COMPLETE)):
         fields = evaluations.read_evaluation_complete(out)
         if fields.get("data") not in (None, data) or fields.get("split") not in (None, split):
@@ -201,9 +199,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def comet_of(p: Plan, out: str, split: str, flavour: str) -> dict:
-    """COMET on the raw source (DATA/text/SPLIT.raw.SRC, else the detokenized source of
-    fairseq's S- lines), the detokenized translations and the detokenized reference, all three
-    lowercased for a lowercased flavour."""
+    """COMET on the raw source (else the detokenized source of fairseq's S- lines), the
+    detokenized translations and reference, all three lowercased for a lowercased flavour."""
     raw_src = os.path.join(p.data, "text", f"{split}.raw.{p.src}")
     hyp, ref = read_lines(os.path.join(out, "hyp.detok")), read_lines(os.path.join(out, "ref.detok"))
     if p.src and os.path.isfile(raw_src) and evaluations.count_lines(raw_src) == len(hyp):
@@ -235,8 +232,7 @@ _SHELL_SPECIAL = set(" \t'\"\\|&;()<>!{}*[?]^$`,")
 
 
 def shell_quote(arg: str) -> str:
-    """``arg`` as bash's ``printf %q`` writes it (generate-SPLIT.cmd reads as the recipes
-    wrote it): special characters escaped by a backslash; an empty or unprintable one quoted."""
+    """``arg`` as bash's ``printf %q`` writes it (generate-SPLIT.cmd reads as the recipes wrote it)."""
     if not arg or not arg.isprintable():
         return shlex.quote(arg)
     out = []
@@ -300,7 +296,8 @@ def run(p: Plan, log: Callable[[str], None] = _log, echo: Callable[[str], None] 
             corpus.write_lines(os.path.join(out, "ref.tok"), lines["ref"])
         if not os.path.isfile(os.path.join(out, "ref.detok")):
             _log(f"WARNING: no {ref_detok}: detokenizing the tokenized reference for detokenized BLEU")
-            corpus.write_lines(os.path.join(out, "ref.detok"), [detok(r) for r in read_lines(os.path.join(out, "ref.tok"))])
+            ref_lines = read_lines(os.path.join(out, "ref.tok"))
+            corpus.write_lines(os.path.join(out, "ref.detok"), [detok(r) for r in ref_lines])
         for name, path in (("ref.tok", ref_tok), ("ref.detok", ref_detok)):
             m = evaluations.count_lines(os.path.join(out, name))
             if m != n:
@@ -374,10 +371,8 @@ def evaluate(checkpoint: str, data: str, *, split: str = "test", out: Optional[s
              tgt: Optional[str] = None, bpe: Optional[str] = None, headline: Optional[str] = None,
              generate_args: Sequence[str] = (), model_overrides: Optional[dict] = None, cpu: bool = False,
              quiet: bool = True) -> dict:
-    """Evaluate ``checkpoint`` on ``split`` of ``data`` into ``out`` (default
-    CKPT_DIR/eval-SET), as ``fairseq-ext evaluate`` does. Returns {"dir": out, "bleu":
-    {flavour: score}, "headline": flavour, "sentences": n}. ``quiet``: no progress lines and no
-    scores printed (warnings still are). Raises EvaluationError."""
+    """Evaluate ``checkpoint`` on ``split`` of ``data``, as ``fairseq-ext evaluate`` does: {"dir",
+    "bleu": {flavour: score}, "headline", "sentences"}; EvaluationError. ``quiet``: only warnings printed."""
     argv = ["--checkpoint", checkpoint, "--data", data, "--split", split]
     for flag, value in (("--out", out), ("--src", src), ("--tgt", tgt), ("--bpe", bpe), ("--headline", headline)):
         if value:

@@ -44,8 +44,7 @@ PROG = "fairseq-ext score"
 
 
 def read_reference(path: str) -> List[str]:
-    """The reference's lines, cleaned as every tool reads text; a line that is not UTF-8 is
-    an InputError naming the file and the line."""
+    """The reference's lines; a line that is not UTF-8 is an InputError naming it."""
     try:
         with translate.open_binary(path) as f:
             return list(translate.read_input(f, path, strict="--ref {}: a reference line cannot be skipped"))
@@ -55,8 +54,7 @@ def read_reference(path: str) -> List[str]:
 
 def score_lines(hyp_detok: List[str], ref_detok: List[str], hyp_tok: List[str], ref_tok: List[str],
                 flavour: str = "detok-cased") -> Tuple[dict, dict]:
-    """(bleu.score, bleu.more_metrics of ``flavour``) on the four texts (written to a temporary
-    directory, as evaluation reads files)."""
+    """(bleu.score, bleu.more_metrics of ``flavour``) of the four texts, as evaluation scores files."""
     with tempfile.TemporaryDirectory(prefix="fairseq-ext-score.") as tmp:
         paths = [os.path.join(tmp, name) for name in ("hyp.detok", "ref.detok", "hyp.tok", "ref.tok")]
         for path, lines in zip(paths, (hyp_detok, ref_detok, hyp_tok, ref_tok)):
