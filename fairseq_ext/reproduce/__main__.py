@@ -159,8 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_args(args) -> List[int]:
-    """The checks of the options that need no table; returns the seeds: those of --seeds (a
-    comma list of distinct integers), else [--seed] (default 1)."""
+    """The checks of the options that need no table; the seeds (--seeds, else [--seed], default [1])."""
     if args.samples < 1:
         raise FairseqExtError(f"--samples must be at least 1, not {args.samples}")
     if args.shuffles < 1:
@@ -182,8 +181,7 @@ def check_args(args) -> List[int]:
 
 @dataclass
 class Reproduction:
-    """One table's reproduction as planned: its rows, the options, and per seed the runs and the
-    analyses of their models."""
+    """One table's reproduction as planned: rows, options, per seed the runs, and the analyses."""
     table: Table
     rows: List[Row]
     opts: Options
@@ -213,7 +211,7 @@ def plan(table: Table, args, setups: dict, seeds: List[int]) -> Reproduction:
 
 
 def print_dry_run(todo: Reproduction, args) -> None:
-    """Every command of every run and analysis, as a user would type it, and the table's file."""
+    """Every command of every run and analysis as a user would type it, and the table's file."""
     for seed, seed_plans in todo.by_seed.items():
         if len(todo.seeds) > 1:
             print(f"# ==== seed {seed} ====\n")
@@ -243,8 +241,7 @@ def print_dry_run(todo: Reproduction, args) -> None:
 
 
 def run_all(todo: Reproduction) -> List[str]:
-    """Every run, then every analysis of a finished run; a failed step is said and skipped, and
-    the others go on. Returns the failed steps."""
+    """Every run, then every analysis of a finished run; the failed steps (said, and the others go on)."""
     def steps():  # (step, its plan, where the log says it, what the summary calls it)
         yield from ((execute.run, p, p.where, f"{p.row}/{p.dataset}") for p in todo.plans)
         for a in todo.analyses:  # of a run that finished (a failed training is said above)
@@ -262,7 +259,7 @@ def run_all(todo: Reproduction) -> List[str]:
 
 
 def report(todo: Reproduction, args, failed: List[str]) -> None:
-    """The side-by-side table of what finished: printed, and written under WORK/TABLE/."""
+    """The side-by-side table of what finished, printed and written under WORK/TABLE/."""
     table, opts, seeds = todo.table, todo.opts, todo.seeds
     test = args.test or ("ar" if len(seeds) > 1 else "bootstrap")
     for ps in todo.by_seed.values():  # each seed's runs against the reference rows' runs of the same seed
@@ -327,12 +324,9 @@ def main(argv=None):
 
 
 def output_name(table: Table, args, opts: Options, seeds: List[int], partial: bool = False) -> str:
-    """The file name (without extension) of a table: ``table`` for a complete table at the
-    paper's scale; the scale (``smoke.200``), the seeds of a table of several seeds
-    (``seeds-1-2-3``), the subset when --rows / --datasets leave out some of the table's own
-    rows or data sets (``rows-m-00``, ``datasets-...``) and ``partial`` (a run with failures or
-    missing numbers) added, so that nothing but a complete run of every row and data set at the
-    same scale and with the same seeds replaces a table."""
+    """A table's file name without extension: ``table``, with the scale (``smoke.200``), the seeds
+    (``seeds-1-2-3``), the subset (``rows-m-00``, ``datasets-...``) and ``partial`` added, so that
+    only a complete run at the same scale and seeds replaces a table."""
     scale = scale_name(opts)
     parts = ["table"] + [p for p in (scale, "substitute" if opts.substitute and not scale else "", opts.budget) if p]
     parts += ["seeds-" + "-".join(str(x) for x in seeds)] if len(seeds) > 1 else []

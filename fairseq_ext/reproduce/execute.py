@@ -1,18 +1,11 @@
-"""Running a table's plans, and what a finished run measured.
+"""Running a table's plans (each run's commands in its directory with their logs, its
+measurements in result.json, then each analysis of a finished run; what finished with the same
+commands is reused), and what a finished run measured, read from what it left.
 
-Each run's commands (data, training, averaging, evaluation) run in its directory with their
-logs, its measurements go into result.json, then each analysis of a finished run; a finished
-run or analysis with the same commands is reused, never rerun.
-
-The runner's child commands die with it (:func:`run_child`): each runs in its own process
-group, so that a SIGTERM or SIGINT (Ctrl-C, a batch system's time limit, ``kill``) of the
-runner reaches the whole tree, fairseq-train's data-loader workers and the torch.distributed
-processes train.sh starts included. On such a signal the runner sends SIGTERM to the child's
-group, waits ``GRACE_SECONDS`` for it to end, kills what is left, and then ends the way the
-signal would have ended it.
-
-What a finished run measured is read from what it left: the checkpoint's parameter count and
-model size, the training log's speed and updates, fairseq-generate's decoding speed, the BLEU."""
+The child commands die with the runner (:func:`run_child`): each runs in its own process group,
+so that a SIGTERM or SIGINT of the runner reaches the whole tree (data-loader workers,
+torch.distributed processes); the group gets SIGTERM, ``GRACE_SECONDS`` to end, then SIGKILL,
+and the runner ends the way the signal would have ended it."""
 import glob
 import json
 import os
@@ -27,7 +20,7 @@ from typing import Dict, List, Optional
 from fairseq_ext.common.data_text import read_lines, read_prep_env
 from fairseq_ext.common import checkpoints
 from fairseq_ext.errors import CheckpointError
-from fairseq_ext.reproduce.planning import ANALYSIS_DONE, AnalysisPlan, ReproduceError, RunPlan, shell_line
+from fairseq_ext.reproduce.planning import ANALYSIS_DONE, AnalysisPlan, ReproduceError, RunPlan, shell_line, write_json
 from fairseq_ext.tools import comet, meteor
 from fairseq_ext import resources
 
@@ -57,10 +50,8 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def run_child(cmd: List[str], **popen_kwargs) -> int:
-    """``subprocess.run(cmd, ...).returncode`` with the child in its own process group,
-    stopped with the runner (see the module docstring)."""
-    # the handlers to restore: only the main thread sets them; an ignored signal (nohup, a parent's
-    # choice) stays ignored, and a handler not set from Python (None) is left alone
+    """``subprocess.run(cmd, ...).returncode``, the child stopped with the runner (module docstring)."""
+    # only the main thread sets handlers; an ignored signal (nohup) stays ignored, a non-Python one (None) alone
     previous = {}
     for sig in SIGNALS if threading.current_thread() is threading.main_thread() else ():
         if signal.getsignal(sig) not in (None, signal.SIG_IGN):
@@ -93,17 +84,16 @@ def run_child(cmd: List[str], **popen_kwargs) -> int:
         _running.pop(proc.pid, None)
 
 
-def _log_lines(path: str):
+def log_lines(path: str):
     if os.path.exists(path):
         with open(path, encoding="utf-8", errors="replace") as f:
             yield from f
 
 
 def training_speed(log_path: str) -> Dict[str, float]:
-    """Updates per second and words per second of the last epoch summaries fairseq printed
-    (``| train | ... | wps W | ups U |``), as the mean over epochs."""
+    """The mean over fairseq's epoch summaries (``| train | ... | wps W | ups U |``) of ups and wps."""
     found = {"train_ups": [], "train_wps": []}
-    for line in _log_lines(log_path):
+    for line in log_lines(log_path):
         if re.search(r"\|\s*train\s*\|", line):
             for key, name in (("train_ups", "ups"), ("train_wps", "wps")):
                 m = re.search(rf"\b{name} ([0-9.]+)", line)
@@ -113,10 +103,10 @@ def training_speed(log_path: str) -> Dict[str, float]:
 
 
 def training_progress(log_path: str) -> Dict[str, int]:
-    """Updates done and planned, from fairseq-train's closing line (``training ended: U of P
-    updates``, fairseq_ext.guards.training_summary), else the last ``num_updates`` it logged."""
+    """Updates done and planned, from ``training ended: U of P updates`` (guards.training_summary),
+    else the last ``num_updates`` logged."""
     out = {}
-    for line in _log_lines(log_path):
+    for line in log_lines(log_path):
         m = re.search(r"training ended: (\d+) of (\d+|\?) updates", line)
         if m:
             out = {"updates": int(m.group(1))}
@@ -133,7 +123,7 @@ def decoding_speed(eval_dir: str) -> Dict[str, float]:
     """fairseq-generate's "Translated N sentences (T tokens) in Xs (S sentences/s, K tokens/s)"."""
     pattern = os.path.join(eval_dir, "generate-*")
     for path in sorted(glob.glob(pattern + ".txt") + glob.glob(pattern + ".log")):
-        for line in _log_lines(path):
+        for line in log_lines(path):
             m = re.search(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([0-9.]+)s "
                           r"\(([0-9.]+) sentences/s, ([0-9.]+) tokens/s\)", line)
             if m:
@@ -151,9 +141,8 @@ def read_bleu(eval_dir: str, flavour: str) -> Optional[float]:
 
 
 def read_record(path: str, where: str) -> Optional[dict]:
-    """A JSON record the runner wrote (result.json, an analysis' marker, meteor.json); None
-    when there is none, or when it is unreadable (truncated by a kill, emptied by a full disk):
-    then said in one line, and the step counts as unfinished and runs again."""
+    """A JSON record the runner wrote; None when there is none or it is unreadable (cut by a kill,
+    a full disk: said in one line, and the step runs again)."""
     if not os.path.exists(path):
         return None
     try:
@@ -164,11 +153,6 @@ def read_record(path: str, where: str) -> Optional[dict]:
               flush=True)
         return None
     return record if isinstance(record, dict) else None
-
-
-def _write_json(path: str, record) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=1)
 
 
 def finished(plan: RunPlan) -> Optional[dict]:
@@ -185,9 +169,8 @@ def finished(plan: RunPlan) -> Optional[dict]:
 
 
 def executable(cmd: List[str]) -> List[str]:
-    """A planned command as it runs: ``fairseq-ext ...`` and ``python -m ...`` through this
-    Python (the plan prints the command a user would type; running it this way needs no
-    ``fairseq-ext`` on PATH and keeps the runner's own installation)."""
+    """A planned command as it runs: ``fairseq-ext`` and ``python`` through this Python (no
+    ``fairseq-ext`` needed on PATH; the runner's own installation)."""
     through = {"fairseq-ext": [sys.executable, "-m", "fairseq_ext"], "python": [sys.executable]}
     return through[cmd[0]] + cmd[1:] if cmd and cmd[0] in through else cmd
 
@@ -206,8 +189,7 @@ def run_command(cmd: List[str], log: str, env=None):
 
 
 def run_on_worker_node(plan: RunPlan, wait_seconds: int = 6 * 3600) -> None:
-    """On node rank > 0 of a multi-node run: wait for node 0 to have prepared the data (a
-    shared file system), then train; node 0 evaluates and measures."""
+    """Node rank > 0: wait for node 0's data (a shared file system), then train; node 0 evaluates."""
     if os.path.exists(os.path.join(plan.run_dir, "result.json")):
         return
     print(f"{plan.where} training as a worker node", flush=True)
@@ -221,14 +203,14 @@ def run_on_worker_node(plan: RunPlan, wait_seconds: int = 6 * 3600) -> None:
 
 
 def run(plan: RunPlan) -> dict:
-    """Run one plan (data, train, average, evaluate, measure) unless it finished before."""
+    """Data, train, average, evaluate, measure, unless it finished before."""
     done = finished(plan)
     if done is not None:
         print(f"{plan.where} finished before: reused ({plan.run_dir})")
         return done
     print(f"{plan.where} {plan.label}" + (f"  (data: {plan.substitution})" if plan.substitution else ""), flush=True)
     os.makedirs(plan.run_dir, exist_ok=True)
-    _write_json(os.path.join(plan.run_dir, "plan.json"), plan.as_json())
+    write_json(os.path.join(plan.run_dir, "plan.json"), plan.as_json())
     env = resources.command_environment()
     if plan.prepare and not os.path.exists(os.path.join(plan.data_dir, "prep.env")):
         run_command(plan.prepare, os.path.join(plan.run_dir, "prepare.log"), env)
@@ -256,14 +238,14 @@ def run(plan: RunPlan) -> dict:
     if adversarial:
         result["adversarial"] = adversarial
     tmp = os.path.join(plan.run_dir, ".result.json.tmp")
-    _write_json(tmp, result)
+    write_json(tmp, result)
     os.replace(tmp, os.path.join(plan.run_dir, "result.json"))
     print(f"  BLEU ({plan.bleu}) {result['bleu']}, {result['params'] / 1e6:.2f}M parameters", flush=True)
     return result
 
 
 def run_analysis(ap: AnalysisPlan) -> None:
-    """Run one analysis of a finished run unless the same command finished there before."""
+    """One analysis of a finished run, unless the same command finished there before."""
     if ap.name in ("meteor", "comet"):
         (run_meteor if ap.name == "meteor" else run_comet)(ap)
         return
@@ -280,14 +262,13 @@ def run_analysis(ap: AnalysisPlan) -> None:
         os.remove(marker)
     run_command(ap.command, os.path.join(ap.run.run_dir, f"analysis-{ap.name}.log"), resources.command_environment())
     os.makedirs(ap.out, exist_ok=True)
-    _write_json(marker, {"command": ap.command})
+    write_json(marker, {"command": ap.command})
 
 
 def run_comet(ap: AnalysisPlan) -> dict:
-    """COMET (fairseq_ext.tools.comet) of the run's translations into comet.json: the data's
-    raw source, eval-test's detokenized hypotheses and reference (lowercased, all three, for a
-    lowercased BLEU flavour). Reused while the model and COMET's version are the same."""
-    where = f"[{ap.run.table}/{ap.run.row}/{ap.run.dataset}] COMET"
+    """COMET of the raw source, eval-test's detokenized hypotheses and reference (lowercased for a
+    lowercased BLEU flavour) into comet.json; reused while the model and COMET's version are the same."""
+    where = f"{ap.run.where} COMET"
     done = read_record(ap.out, where)
     lowercase = ap.run.bleu.endswith("-lc")
     signature = ap.comet.signature(lowercase=lowercase)
@@ -303,15 +284,14 @@ def run_comet(ap: AnalysisPlan) -> dict:
         src = read_lines(os.path.join(ap.run.data_dir, "text", f"test.raw.{prep.get('src', '')}"))
         hyp, ref = (read_lines(os.path.join(eval_dir, f"{name}.detok")) for name in ("hyp", "ref"))
         result = comet.score(ap.comet, src, hyp, ref, lowercase=lowercase)
-    _write_json(ap.out, result)
+    write_json(ap.out, result)
     print(f"{where} ({ap.comet.name}): {result['score']:.4f}", flush=True)
     return result
 
 
 def run_meteor(ap: AnalysisPlan) -> dict:
-    """METEOR of the run's detokenized hypotheses (fairseq_ext.tools.meteor) into meteor.json;
-    {"unavailable": why} when it cannot be computed here (tried again on the next run)."""
-    where = f"[{ap.run.table}/{ap.run.row}/{ap.run.dataset}]"
+    """METEOR of the detokenized hypotheses into meteor.json; {"unavailable": why} (tried again next run)."""
+    where = ap.run.where
     done = read_record(ap.out, f"{where} meteor")
     language = read_prep_env(ap.run.data_dir).get("tgt", "")
     if done is not None and "score" in done and done.get("implementation") == meteor.describe(language):
@@ -322,7 +302,7 @@ def run_meteor(ap: AnalysisPlan) -> dict:
                                      read_lines(os.path.join(eval_dir, "ref.detok")), language)
     except meteor.MeteorUnavailable as e:
         result = {"unavailable": str(e)}
-    _write_json(ap.out, result)
+    write_json(ap.out, result)
     print(f"{where} METEOR: "
           + (f"{result['score']:.2f}" if "score" in result else f"unavailable: {result['unavailable']}"), flush=True)
     return result

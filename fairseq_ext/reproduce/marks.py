@@ -1,20 +1,16 @@
-"""The marks of the BLEU column: the test of every row's BLEU against its reference row's in
-the table's BLEU flavour with its paper's marks (``--test``: :func:`test_text` says each), the
-comparisons against each reference row and Holm's correction over them (``--correction``),
-and the sentences that say this under the table (the tests: :mod:`fairseq_ext.tools.statistics`).
-
-:func:`per_run` (``bootstrap``, ``thesis``; over seeds a mark where every seed's agrees) writes
-``significance.json`` into the tested row's run directory, per data set and seed;
-:func:`pooled_ar` (``ar``, over the seeds the row shares with its reference row) writes
-``significance-ar.json`` beside the row's run of its first seed, and :func:`mark_pooled` puts
-its marks on the records. Both are reused while their inputs are the same."""
+"""The marks of the BLEU column: the test of every row's BLEU against its reference row's
+(``--test``), Holm's correction over the comparisons with one reference row (``--correction``),
+and the legend's sentences on them. :func:`per_run` (``bootstrap``, ``thesis``) writes
+``significance.json`` into each tested run; :func:`pooled_ar` (``ar``, over seeds) writes
+``significance-ar.json`` beside the row's run of its first seed; both reused while their inputs
+are the same."""
 import hashlib
 import json
 import os
 from typing import Dict, List, Optional
 
 from fairseq_ext.common.data_text import read_lines
-from fairseq_ext.reproduce.planning import RunPlan
+from fairseq_ext.reproduce.planning import RunPlan, write_json
 from fairseq_ext.reproduce.readers import Record
 from fairseq_ext.reproduce.rows import has_test
 from fairseq_ext.reproduce.tables import Row, Table
@@ -36,10 +32,9 @@ def _digest(paths: List[str]) -> str:
 
 def per_run(table: Table, plans: List[RunPlan], test: str = "bootstrap", n_samples: int = 1000,
             seed: int = 12345, rows: Optional[List[Row]] = None) -> Dict[str, dict]:
-    """The ``test`` (``bootstrap`` or ``thesis``) of the BLEU of every row against its reference
-    row (``compare_with``, else the baseline), per data set, with the table's BLEU flavour;
-    writes ``significance.json`` into the row's run directory (skipped when one of the same
-    test on the same hypotheses is there) and returns {run_dir: {...}}."""
+    """The ``test`` (``bootstrap`` or ``thesis``) of every row's BLEU against its reference row's,
+    per data set, into the row's ``significance.json`` (kept for the same test and hypotheses);
+    {run_dir: {...}}."""
     if not any(c.source == "bleu" for c in table.columns):
         return {}
     by_key = {(p.dataset, p.row): p for p in plans}
@@ -80,13 +75,12 @@ def per_run(table: Table, plans: List[RunPlan], test: str = "bootstrap", n_sampl
             out[p.run_dir] = entry = {"baseline": base.row, "flavour": base.bleu, "samples": n_samples,
                                       "inputs": digest, "test": test, "baseline_bleu": result["baseline"].get("bleu"),
                                       **result[name]}
-            _write(os.path.join(p.run_dir, "significance.json"), entry)
+            write_json(os.path.join(p.run_dir, "significance.json"), entry)
     return out
 
 
 def _cached(path: str, key: dict) -> Optional[dict]:
-    """The JSON record at ``path`` when it holds ``key``'s values (a record without a ``test``
-    is of the bootstrap), else None."""
+    """The JSON record at ``path`` when it holds ``key``'s values (no ``test``: the bootstrap), else None."""
     if not os.path.exists(path):
         return None
     with open(path, encoding="utf-8") as f:
@@ -94,14 +88,8 @@ def _cached(path: str, key: dict) -> Optional[dict]:
     return old if all(old.get(k, "bootstrap" if k == "test" else None) == v for k, v in key.items()) else None
 
 
-def _write(path: str, record: dict) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=1)
-
-
 def _thesis(refs, baseline, systems, flavour, n_samples, seed, marks) -> dict:
-    """compare-mt's subsample bootstrap (:func:`statistics.subsample_bootstrap`) of each
-    system against the baseline, on sacreBLEU's statistics in ``flavour``."""
+    """compare-mt's subsample bootstrap of each system against the baseline (sacreBLEU's statistics)."""
     base = statistics.sentence_stats(refs, baseline, flavour)
     out = {"baseline": {"bleu": round(float(statistics.corpus_bleu(base.sum(0))), 2)}}
     for name, hyps in systems.items():
@@ -114,7 +102,7 @@ def _thesis(refs, baseline, systems, flavour, n_samples, seed, marks) -> dict:
 
 
 def _texts(plan: RunPlan) -> tuple:
-    """The reference and hypothesis files of a run in its BLEU flavour's level."""
+    """The reference and hypothesis files of a run at its BLEU flavour's level."""
     hyp_name, ref_name = FLAVOUR_FILES["tok" if plan.bleu.startswith("tok") else "detok"]
     where = os.path.join(plan.run_dir, "eval-test")
     return os.path.join(where, ref_name), os.path.join(where, hyp_name)
@@ -122,10 +110,8 @@ def _texts(plan: RunPlan) -> tuple:
 
 def pooled_ar(reference: Dict[int, RunPlan], system: Dict[int, RunPlan], shuffles: int = 10000,
               seed: int = 12345, statistic: str = "concatenated") -> dict:
-    """The stratified approximate randomization of ``system``'s runs against ``reference``'s
-    (seed -> run of the same seed; :func:`statistics.stratified_ar`), with MultEval's
-    s_sel of each; cached in ``significance-ar.json`` of the system's run of its first seed.
-    Returns the result, or {"missing": why} when a run has no translations."""
+    """The stratified approximate randomization of ``system``'s runs against ``reference``'s (seed ->
+    run), with MultEval's s_sel of each, cached; {"missing": why} when a run has no translations."""
     seeds = sorted(set(reference) & set(system))
     files = {}
     for s in seeds:
@@ -145,7 +131,7 @@ def pooled_ar(reference: Dict[int, RunPlan], system: Dict[int, RunPlan], shuffle
                                                       flavour) for s in seeds} for who in ("reference", "system")}
     result = statistics.stratified_ar(stats["reference"], stats["system"], shuffles, seed, statistic)
     result.update({f"s_sel_{who}": statistics.selection_sd(stats[who], seed=seed) for who in stats})
-    _write(cache, {**key, **result})
+    write_json(cache, {**key, **result})
     return {**key, **result}
 
 
@@ -154,7 +140,7 @@ CORRECTIONS = ("none", "holm")
 
 
 def test_text(test: str, several: bool, samples: int, shuffles: int, statistic: str = "concatenated") -> str:
-    """What the marks of the BLEU column come from, as one clause of the legend."""
+    """What the BLEU column's marks come from, a clause of the legend."""
     if test == "ar":
         what = ("the difference of the corpus BLEU of each row's runs concatenated (MultEval's)"
                 if statistic == "concatenated" else
@@ -177,7 +163,7 @@ def test_text(test: str, several: bool, samples: int, shuffles: int, statistic: 
 
 
 def test_name(test: str, several: bool) -> str:
-    """The test's short name (CSV/JSON field ``test``, the LaTeX caption)."""
+    """The test's short name (the JSON's ``test_name``, the LaTeX caption)."""
     name = {"bootstrap": "sacreBLEU paired bootstrap", "thesis": "compare-mt subsample bootstrap (the thesis')",
             "ar": "stratified approximate randomization"}[test]
     return name + (" at every seed" if several and test != "ar" else "")
@@ -189,8 +175,7 @@ def _bleu_column(table: Table):
 
 def mark_pooled(table: Table, records: List[Record], by_seed: Dict[int, List[RunPlan]], shuffles: int,
                 seed: int = 12345, statistic: str = "concatenated") -> None:
-    """Every row's BLEU mark from the stratified approximate randomization over the seeds it
-    counts (``seeds_counted``; with one seed, that seed) against its reference row."""
+    """Every row's BLEU mark from the stratified approximate randomization over the seeds it counts."""
     col = _bleu_column(table)
     if col is None:
         return
@@ -233,11 +218,9 @@ def mark_pooled(table: Table, records: List[Record], by_seed: Dict[int, List[Run
 
 def label(table: Table, records: List[Record], test: str, several: bool, shuffles: int,
           correction: str, statistic: str = "concatenated") -> None:
-    """The test behind the BLEU marks on every tested record and its BLEU cell: ``test`` (its
-    option value), ``test_name``, ``shuffles`` and ``ar_statistic`` (``ar``) and ``correction``;
-    the comparisons against each reference row (per data set: the rows with a p against it) in
-    every tested cell's ``comparisons``; with ``holm``, ``p_holm`` and a mark only as strong as
-    the Holm-adjusted p allows."""
+    """The test behind the BLEU marks (``test``, ``test_name``, ``shuffles``, ``ar_statistic``,
+    ``correction``) on every tested record and its BLEU cell, the number of rows tested against
+    its reference row (``comparisons``) and with ``holm`` ``p_holm`` and a mark as strong as it allows."""
     col = _bleu_column(table)
     if col is None:
         return
@@ -268,7 +251,7 @@ def _weaker(a: str, b: str, marks: str) -> str:
 
 
 def comparisons_text(table: Table, records: List[Record], correction: str) -> Optional[str]:
-    """The legend's sentence on multiplicity: how many rows are tested against each reference row."""
+    """The legend's sentence on how many rows are tested against each reference row."""
     col = _bleu_column(table)
     if col is None:
         return None

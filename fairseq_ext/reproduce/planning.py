@@ -1,21 +1,19 @@
-"""What reproducing one table runs: the options (:class:`Options`), one :class:`RunPlan` per
-(row that trains a model, data set, seed), and the :class:`AnalysisPlan` of each analysis a
-table's columns read on a trained model (``python -m fairseq_ext.analysis.NAME`` with the
-table's and the reduced scale's arguments, or why it cannot run here; METEOR; COMET).
+"""What reproducing one table runs: the :class:`Options`, one :class:`RunPlan` per (row that
+trains a model, data set, seed), and an :class:`AnalysisPlan` per analysis a table's columns read
+on a trained model (``python -m fairseq_ext.analysis.NAME``, or why it cannot run here; METEOR; COMET).
 
-A run's directory is ``WORK/<table>/<row>/<data set>[.smoke|.cpu][.budget][.seedN]`` (the row that
-trains the model: rows that report on another row's model share that row's run; ``.seedN``: a
-seed other than 1 of a table trained with several seeds, ``--seeds``); it holds
-``plan.json`` (the commands), the logs, ``eval-test/`` and, when the run finished,
-``result.json``; then ``analysis/NAME/`` (each analysis of its model, with
-``.reproduce-command.json``, the command that finished there), ``meteor.json`` and
-``significance.json`` (against its reference row). A finished run with the same commands is
-reused, never retrained; a finished analysis with the same command is reused, never rerun."""
+A run's directory is ``WORK/<table>/<row>/<data set>[.smoke|.cpu][.budget][.seedN]`` (rows that
+report on another row's model share its run; ``.seedN``: a seed other than 1 under ``--seeds``):
+``plan.json``, the logs, ``eval-test/``, ``result.json`` once finished, ``analysis/NAME/`` (with
+``.reproduce-command.json``, the command that finished there), ``meteor.json``, ``significance.json``."""
+import json
 import os
 import re
 import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
+
+import torch
 
 from fairseq_ext.analysis import registry
 from fairseq_ext.errors import FairseqExtError
@@ -28,6 +26,11 @@ ANALYSIS_DONE = ".reproduce-command.json"  # in an analysis' output: the command
 
 class ReproduceError(FairseqExtError):
     pass
+
+
+def write_json(path: str, record) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
 
 
 @dataclass
@@ -87,20 +90,18 @@ class RunPlan:
         return [c for c in (self.prepare, self.train, self.average, self.evaluate) if c] + self.adversarial
 
     def as_json(self) -> dict:
-        """The plan as plan.json holds it: the seed there is the training command's --seed, not
-        a key of its own."""
+        """The plan as plan.json holds it (the seed is the training command's --seed)."""
         return {k: v for k, v in asdict(self).items() if k != "seed"}
 
     def result_key(self) -> dict:
-        """The plan as its result.json records it: without the data preparation, since data
-        that exists or not does not change a result."""
+        """The plan as result.json records it: without the data preparation (no change to a result)."""
         return {k: v for k, v in self.as_json().items() if k != "prepare"}
 
 
 @dataclass
 class AnalysisPlan:
-    """One analysis of one trained model (a run), written into the run's directory."""
-    name: str  # fairseq_ext.analysis.NAME, or "meteor" (computed here, fairseq_ext.tools.meteor)
+    """One analysis of one trained model, written into the run's directory."""
+    name: str  # fairseq_ext.analysis.NAME, or "meteor" / "comet" (computed here, fairseq_ext.tools)
     run: RunPlan
     out: str  # output directory (meteor: the JSON file)
     command: Optional[List[str]] = None
@@ -127,22 +128,12 @@ def budget_flags(budget: Optional[str]) -> List[str]:
 
 
 def describe_budget(budget: str) -> str:
-    """A run's budget in words, with its unit: "200 updates", "20 min", "2 h", or the paper's
-    schedule."""
+    """"200 updates", "20 min of training", "2 h of training", or the paper's schedule."""
     m = re.fullmatch(r"(\d+)([mh]?)", budget or "")
     if not m:
         return "the paper's schedule (the training config's --max-update / --max-epoch)"
     value, unit = int(m.group(1)), m.group(2)
     return {"": f"{value} updates", "m": f"{value} min of training", "h": f"{value} h of training"}[unit]
-
-
-def has_gpu() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except Exception:  # pragma: no cover
-        return False
 
 
 def local_copy(key: str, setups: dict, opts: Options) -> Optional[str]:
@@ -153,7 +144,7 @@ def local_copy(key: str, setups: dict, opts: Options) -> Optional[str]:
 
 
 def scale_name(opts: Options) -> str:
-    """The reduced scale of setups.yaml the run uses: "smoke", "cpu", or "" (the paper's models)."""
+    """The reduced scale of setups.yaml: "smoke", "cpu", or "" (the paper's models)."""
     return "smoke" if opts.smoke else ("cpu" if opts.cpu_scale else "")
 
 
@@ -180,8 +171,7 @@ def resolve_data(key: str, setups: dict, opts: Options) -> (str, str, Optional[s
 
 def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options, seed: int = 1,
              several_seeds: bool = False) -> RunPlan:
-    """The run of ``row`` (a row that trains a model) on ``dataset`` with ``seed``; one of
-    ``several_seeds`` other than seed 1 runs in its own directory (``....seedN``)."""
+    """The run of ``row`` (a row that trains a model) on ``dataset`` with ``seed``."""
     ds = table.datasets[dataset]
     training = setups["trainings"][ds["training"]]
     data_key, reason, local = resolve_data(ds.get("data", dataset), setups, opts)
@@ -194,7 +184,7 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options, 
         + (f".{opts.budget}" if opts.budget else "") \
         + (f".seed{seed}" if several_seeds and seed != 1 else "")  # seed 1 keeps the one-seed runs: reused
     run_dir = os.path.join(opts.work_dir, table.id, row.id, tag)
-    cpu = (not has_gpu()) if opts.cpu is None else opts.cpu
+    cpu = (not torch.cuda.is_available()) if opts.cpu is None else opts.cpu
     prepare = None if os.path.exists(os.path.join(data_dir, "prep.env")) else [
         "fairseq-ext", "prepare", *shlex.split(data_cfg["recipe"]), "--out", data_dir,
         *(["--from", local] if local else []), *(["--max-lines", str(setups["smoke"]["max_lines"])] * opts.smoke)]
@@ -273,9 +263,8 @@ def row_datasets(table: Table, rows: List[Row], keys: List[str]) -> Dict[str, Se
 
 def plan_table(table: Table, rows: List[Row], setups: dict, opts: Options, datasets: Optional[List[str]] = None,
                seed: int = 1, several_seeds: bool = False) -> List[RunPlan]:
-    """One run per (data set, row that trains a model): ``rows`` and the rows whose model they
-    report on, on the data sets they are reported on (:func:`row_datasets`), with ``seed``
-    (one of ``several_seeds``: :func:`plan_run`)."""
+    """One run per (data set, row that trains a model): of ``rows`` and the rows whose model they
+    report on, on the data sets they are reported on (:func:`row_datasets`)."""
     keys = datasets or list(table.datasets)
     for k in keys:
         if k not in table.datasets:
@@ -290,9 +279,8 @@ def plan_table(table: Table, rows: List[Row], setups: dict, opts: Options, datas
 
 def plan_seeds(table: Table, rows: List[Row], setups: dict, opts: Options, seeds: List[int],
                datasets: Optional[List[str]] = None) -> Dict[int, List[RunPlan]]:
-    """:func:`plan_table` once per seed (seed -> its runs). With one seed, the one-seed runs
-    with that seed; with several, a seed other than 1 runs in its own directory (``....seedN``)
-    and seed 1 in the one-seed directory, so that its finished runs are reused."""
+    """:func:`plan_table` per seed (seed -> its runs); seed 1 runs in the one-seed directory
+    (its finished runs reused), another seed of several in its own (``....seedN``)."""
     several = len(seeds) > 1
     return {s: plan_table(table, rows, setups, opts, datasets, seed=s, several_seeds=several) for s in seeds}
 
@@ -307,15 +295,14 @@ def _option(flags: List[str], name: str, default: str) -> str:
 
 
 def _decodings(table: Table, plan: RunPlan, setups: dict, opts: Options, samples: int):
-    """layer_dependency, decoders: decodings of the test set with their paired bootstrap."""
+    """layer_dependency, decoders: test-set decodings with their paired bootstrap."""
     return [f"--generate-args={' '.join(plan.generate)}", "--flavour", plan.bleu, "--samples", str(samples),
             "--marks", table.marks]
 
 
 def _probing(table: Table, plan: RunPlan, setups: dict, opts: Options, samples: int):
-    """probing: SentEval's ten tasks (--senteval), else SentLen, WC and BShift generated from the
-    source side of the data set's training text in its local copy (the other seven need
-    SentEval's files)."""
+    """probing: SentEval's ten tasks (--senteval), else SentLen, WC and BShift from the source
+    side of the local copy's training text."""
     if opts.senteval:
         return ["--senteval", opts.senteval]
     cfg = setups["datasets"][plan.data_key]
@@ -346,8 +333,7 @@ ANALYSIS_COMMANDS = {
 
 def analysis_command(name: str, table: Table, plan: RunPlan, out: str, setups: dict, opts: Options,
                      samples: int) -> Tuple[Optional[List[str]], str]:
-    """(the command of ``python -m fairseq_ext.analysis.NAME`` on ``plan``'s model into ``out``,
-    "") or (None, why it cannot run here)."""
+    """(``python -m fairseq_ext.analysis.NAME`` on ``plan``'s model into ``out``, "") or (None, why not)."""
     names, arguments = ANALYSIS_COMMANDS[name]
     own = arguments(table, plan, setups, opts, samples)
     if isinstance(own, str):
@@ -359,8 +345,8 @@ def analysis_command(name: str, table: Table, plan: RunPlan, out: str, setups: d
 
 def plan_analyses(table: Table, plans: List[RunPlan], setups: dict, opts: Options,
                   samples: int = 1000) -> List[AnalysisPlan]:
-    """What the table's columns read beyond a run's result: each analysis once per trained
-    model, with the table's and (--smoke) the smoke scale's arguments, and METEOR."""
+    """Each analysis the table's columns read, once per trained model, with the table's and the
+    reduced scale's arguments; METEOR and COMET."""
     out = []
     sources = {c.source for c in table.columns}
     wanted = table.analyses + ["meteor"] * ("meteor" in sources) + ["comet"] * (opts.comet is not None

@@ -1,15 +1,12 @@
-"""Our numbers of one run, per column, as typed records, and the scale they were made at.
+"""Our numbers of one run, per column, and the scale they were made at.
 
-- Records: a :class:`Value` (our number of one column of one row, as read from a run), a
-  :class:`Cell` (one column of one row: the paper's printed cell and ours, the differences and
-  ratios to the reference row, the marks) and a :class:`Record` (one row on one data set):
-  typed dictionaries that the table's JSON and CSV write as they are, keys in the order they
-  are built; a key that does not apply (a Δ where the paper prints its own difference column,
-  a ratio of a column that is not a speed, the keys of several seeds) is absent, not None.
-- Readers: the files of one run directory, each read once (:class:`RunData`), and per column
-  source the reader of its number (:data:`READERS`), each giving a :class:`Value`.
-- Scale: per data set, what our numbers were made with, said in lines under the table's
-  heading and in one sentence (the LaTeX caption)."""
+- Records: :class:`Value` (our number of one column of one row), :class:`Cell` (one column of one
+  row: the paper's cell and ours, Δ and ratio to the reference row, marks), :class:`Record` (one
+  row on one data set): typed dictionaries the table's JSON and CSV write as they are; a key that
+  does not apply is absent, not None.
+- Readers: a run directory's files, each read once (:class:`RunData`), and per column source the
+  reader of its number (:data:`READERS`).
+- Scale: per data set, what our numbers were made with (lines under the heading, the LaTeX caption)."""
 import json
 import os
 from typing import Dict, List, Optional, TypedDict
@@ -20,25 +17,14 @@ from fairseq_ext.reproduce.planning import ANALYSIS_DONE, AnalysisPlan, RunPlan,
 from fairseq_ext.reproduce.tables import Row, Table
 
 
-# Our number of one column of one row, as a reader of a run gives it. ours_text: a reader's text
-# in place of a number, else None (in a Cell: ours as shown); mark: of the test behind the number
-# ("" when none); missing: what did not run yet, for the table's "Incomplete" line; optional:
-# note (how the number was made, METEOR's implementation, said under the table) and tested_delta
-# (the difference an analysis' own test is of, tested against 0).
+# ours_text: a reader's text in place of a number (in a Cell: ours as shown); missing: what did not
+# run yet ("Incomplete"); note: said under the table; tested_delta: what an analysis' own test tests against 0.
 Value = TypedDict("Value", {"ours": Optional[float], "ours_text": Optional[str], "mark": str,
                             "p_value": Optional[float], "missing": Optional[str], "note": str,
                             "tested_delta": Optional[float]}, total=False)
-# One column of one row: the paper's printed cell (as printed, its number, its marks) beside ours
-# (a Value's keys). paper_delta / delta: the row's printed number / our run's minus its reference
-# row's; paper_ratio / ratio: the same as ratios (speeds and times). Seeds: ours is the mean ± sd
-# over the seeds with a number (n; per_seed: seed -> number), delta_*/ratio_* the mean, sd and
-# count of the per-seed differences and ratios, p_t the paired t-test over seeds (shown beside the
-# mark, not as it), rule how the mark over seeds was decided (statistics.across_seeds), and
-# timing_noise a speed or time shown as — (sd in % of the mean, and whose); one seed's speeds and
-# times are not_comparable (shown as n.c., the number in the JSON). The test behind the
-# marks (fairseq_ext.reproduce.marks): its --test value and name, the stratified approximate
-# randomization's result (ar), the rows tested against the same reference row (comparisons) and
-# the Holm-adjusted p (--correction holm).
+# paper*: the printed cell, its number and marks; delta / ratio: against the reference row. Seeds: ours
+# the mean ± sd over n seeds (per_seed), delta_*/ratio_* of the per-seed ones, p_t the paired t-test,
+# rule how the mark over seeds was decided; timing_noise: shown as —; not_comparable: shown as n.c.
 Cell = TypedDict("Cell", {
     **Value.__annotations__, "source": str, "paper": Optional[str], "paper_value": Optional[float],
     "paper_mark": str, "paper_delta": Optional[float], "delta": Optional[float], "paper_ratio": Optional[float],
@@ -48,17 +34,9 @@ Cell = TypedDict("Cell", {
     "test": str, "test_name": str, "correction": str, "shuffles": int, "ar": dict, "comparisons": int,
     "p_holm": Optional[float], "timing_noise": Dict[str, object], "not_comparable": bool, "ar_statistic": str},
     total=False)
-# One row of the table on one data set (a cited row: the paper's numbers only). label: with the
-# row's id where another row of the table has the same label; cited: where a row quoted from
-# another paper comes from; reference: the row it is compared with (Δ, ratio, significance);
-# model_row: the row that trains the model it reports on; status: "done", "not run", "not
-# planned" or "cited"; missing: the numbers it lacks, "column: why"; bleu to paper_mark: the BLEU
-# column's numbers, repeated at the top for the CSV's readers; samples: of its bootstrap;
-# model_bleu: the BLEU of its model's own evaluation; adversarial: shuffled source -> BLEU.
-# Seeds: seeds (asked for), seeds_done (finished), seeds_counted (it and its reference row
-# finished: behind every number), the BLEU column's n, sd, Δ sd, p_t and rule, per_seed (each
-# seed's run_dir, status, bleu, delta, mark and p_value). The test behind the BLEU marks: test,
-# test_name, correction, shuffles.
+# status: "done", "not run", "not planned" or "cited"; missing: "column: why"; bleu to paper_mark: the
+# BLEU column's, repeated for the CSV; model_bleu: its model's own evaluation. Seeds: seeds (asked),
+# seeds_done, seeds_counted (it and its reference row finished: behind every number), per_seed.
 Record = TypedDict("Record", {
     "table": str, "dataset": str, "row": str, "label": str, "group": str, "cited": Optional[str],
     "reference": Optional[str], "reference_label": Optional[str], "model_row": Optional[str],
@@ -74,8 +52,7 @@ Record = TypedDict("Record", {
 
 
 class RunData:
-    """The files of one run directory, each read once; ``analyses`` (name -> plan): the
-    planned analyses of the run (those that cannot run here say why)."""
+    """The files of one run directory, each read once; ``analyses``: name -> the run's planned analysis."""
 
     def __init__(self, plan: RunPlan, analyses: Optional[Dict[str, AnalysisPlan]] = None):
         self.plan = plan
@@ -101,8 +78,7 @@ class RunData:
         return ap.unavailable if ap is not None and ap.command is None else ""
 
     def analysis(self, name: str, file: str):
-        """The JSON an analysis of this run wrote (None until it finished). A run reruns an
-        analysis whose command changed before the table is built; --report reads what finished."""
+        """The JSON an analysis of this run wrote (None until it finished)."""
         if not os.path.exists(os.path.join(analysis_dir(self.plan, name), ANALYSIS_DONE)):
             return None
         return self.json("analysis", name, file)
@@ -114,8 +90,7 @@ def make_value(ours=None, text=None, mark="", p=None, missing=None, note=None, *
 
 
 def _analysis_value(run: RunData, name: str, file: str, pick, what: str) -> Value:
-    """A number of an analysis' JSON rows: ``pick(rows)`` -> value dict, or None when the rows
-    hold no such number (``what`` says which, for the table)."""
+    """``pick(rows)`` of an analysis' JSON rows, or a text saying it holds no ``what``."""
     why = run.unavailable(name)
     if why:
         return make_value(text=f"unavailable: {why}")
@@ -168,8 +143,7 @@ def _meteor(params, run, ref):
 
 
 def _chrf(params, run, ref):
-    """chrF2 of the row's evaluation: what fairseq-ext evaluate wrote beside bleu.json, on the
-    text of the data set's BLEU flavour (an evaluation older than metrics.json has none)."""
+    """chrF2 of the row's evaluation (eval-test/metrics.json; an older evaluation has none)."""
     found = (run.json("eval-test", "metrics.json") or {}).get("chrF2")
     return make_value(found["score"]) if found else make_value(None)
 
@@ -228,7 +202,7 @@ def _probing(params, run, ref):
 
 
 def _at_layer(layer, key):
-    """A reader of an analysis' rows: ``key`` of the row of ``layer`` (None when there is none)."""
+    """A reader of an analysis' rows: ``key`` of the row of ``layer``."""
     def pick(rows):
         row = next((r for r in rows if r.get("layer") == layer), None)
         return make_value(row.get(key)) if row is not None else None
@@ -276,10 +250,8 @@ AFTER_RESULT = ("meteor", "chrf", "comet")
 
 
 def run_values(table: Table, row: Row, run: Optional[RunData], ref: Optional[RunData]) -> Dict[str, Value]:
-    """Our number of every column of ``row`` read from one run (its model's), without the
-    printed-difference columns (``delta``: :func:`fairseq_ext.reproduce.rows.build_rows`
-    computes them). ``ref``: the run of the row's reference row, for the columns relative to
-    it (significance, speed-up)."""
+    """Our number of every column of ``row`` but the ``delta`` ones (rows.build_rows) from its model's
+    run; ``ref``: the reference row's run (significance, speed-up)."""
     out = {}
     for col in table.columns:
         if col.source == "delta":
@@ -293,11 +265,8 @@ def run_values(table: Table, row: Row, run: Optional[RunData], ref: Optional[Run
     return out
 
 
-# The scale of one data set's runs (the first run's, where they differ: its data, budget, device
-# and decoding are the table's): the paper's task, the data used (substitute: why and what), the
-# test set, the models' shape in words -> the rows of that shape, the least and most parameters
-# (millions) and updates done, the budget in words, the seed as text (the table JSON's format),
-# sacreBLEU's signature, the scale ("smoke", "cpu" or "").
+# The scale of one data set's runs (the first run's where they differ); models: shape in words -> its
+# rows; params_m / updates: the least and most.
 Scale = TypedDict("Scale", {
     "paper": str, "data": str, "substitute": bool, "substitution": str, "test_set": str,
     "test_sentences": Optional[int], "train_pairs": Optional[int], "models": Dict[str, List[str]],
@@ -318,9 +287,7 @@ def _shape_text(s: dict) -> str:
 
 
 def scales(table: Table, plans: List[RunPlan]) -> Dict[str, Scale]:
-    """Per data set, what our numbers were made with: the data actually used, the test set and
-    its size, the models' sizes, the updates, decoding, BLEU flavour, and whether it is the
-    smoke scale."""
+    """Per data set, what our numbers were made with."""
     out = {}
     for dataset in table.datasets:
         group = [p for p in plans if p.dataset == dataset]

@@ -1,9 +1,7 @@
 """The table's files, side by side: Markdown (printed too: per data set its scale, the rows, the
-adversarial evaluations, and the legend under the table), CSV (one line per record, one column
-per cell's number), JSON (the records as they are, with the table's columns and scale) and
-LaTeX (booktabs: per data set a tabular, the marks as superscripts, the scale in the caption).
-A printed difference ("30.78 (+0.17)") that the paper's own numbers contradict is said on the
-page, where a reader comparing our Δ with the paper's would otherwise meet it unexplained."""
+adversarial evaluations, the legend), CSV (a line per record), JSON (the records as they are) and
+LaTeX (booktabs). A printed difference ("30.78 (+0.17)") that the paper's own numbers contradict
+is said on the page."""
 import csv
 import io
 import itertools
@@ -33,9 +31,8 @@ def printed_parenthesis(printed: Optional[str]) -> Optional[float]:
 
 
 def contradicted_differences(table: Table, datasets: Optional[Iterable[str]] = None) -> List[str]:
-    """One line for every printed difference that is not the row's printed number minus its
-    reference row's (for a cited row, which has no run to compare: the baseline's) by more than
-    rounding (half a unit of the last printed decimal of each)."""
+    """A line for every printed difference that is not the row's printed number minus its reference
+    row's (a cited row's: the baseline's) by more than rounding."""
     wanted = set(datasets) if datasets is not None else None
     lines = []
     for row in table.rows:
@@ -250,9 +247,8 @@ _LATEX_MARKS = {"††": r"\dagger\dagger", "†": r"\dagger", "‡": r"\ddagge
 
 
 def latex_escape(text: str) -> str:
-    """Plain text as LaTeX: its special characters escaped, the few non-ASCII symbols of the
-    tables as math, the significance marks as superscripts; "--beam" stays two hyphens, not an
-    en dash."""
+    """Plain text as LaTeX: special characters escaped, the tables' non-ASCII symbols as math;
+    "--beam" stays two hyphens, not an en dash."""
     text = str(text)
     return "".join("-{}" if ch == "-" and text[i + 1:i + 2] == "-" else _LATEX.get(ch, ch) for i, ch in enumerate(text))
 
@@ -262,9 +258,7 @@ def _latex_number(text: str, mark: str = "") -> str:
 
 
 def latex(table: Table, records: List[Record], scales: Optional[Dict[str, Scale]] = None) -> str:
-    """The table in LaTeX (booktabs; ``\\usepackage{booktabs}``): per data set a tabular with
-    the paper's and our number of every column side by side, Δ / ratio to the reference row,
-    marks as superscripts, the scale in the caption."""
+    """The table in LaTeX (booktabs): per data set a tabular, marks as superscripts, the scale in the caption."""
     scales = scales or {}
     out = io.StringIO()
     out.write(f"% {table.id}: {table.paper} -- {table.source}. Requires \\usepackage{{booktabs}}.\n")

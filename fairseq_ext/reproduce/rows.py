@@ -1,12 +1,6 @@
-"""One record per (data set, row) of a table, and what each of its cells shows.
-
-- Layout: the sub-columns of each column (the paper's number, ours, Δ and ratio to the
-  reference row, sig.), the decimals of our numbers, the text of each sub-column's cell.
-- Rows (:func:`build_rows`): per column the paper's printed cell and our number, the
-  differences and ratios to the row's reference row, the marks; cited rows: the paper's only.
-- Seed rows (:func:`build_seed_rows`): each seed's records combined per column into the mean ±
-  sd over the seeds the row shares with its reference row (the BLEU column's pooled test over
-  seeds, ``--test ar``, replaces its mark afterwards: :mod:`fairseq_ext.reproduce.marks`)."""
+"""One record per (data set, row) of a table (:func:`build_rows`; over seeds the mean ± sd,
+:func:`build_seed_rows`), and what each cell shows: the sub-columns of each column (paper, ours,
+Δ and ratio to the reference row, sig.), the decimals of our numbers, the text of each cell."""
 from typing import Dict, List, Optional, Tuple
 
 from fairseq_ext.reproduce.planning import AnalysisPlan, RunPlan, row_datasets
@@ -18,9 +12,7 @@ from fairseq_ext.tools import statistics as stats
 
 
 SPEEDS = ("train_speed", "train_time", "decode_speed", "decode_time")
-# a one-seed table's speeds and times come from one training log and one decoding each, taken at
-# different times on a machine that may be shared: printed as this, not as results
-NOT_COMPARABLE = "n.c."
+NOT_COMPARABLE = "n.c."  # a one-seed table's speeds and times: one measurement each, on a maybe shared machine
 TIMINGS = SPEEDS + ("decode_speedup",)  # measurements of the machine as much as of the model
 
 # the test behind the marks of a column (its sig. sub-column)
@@ -35,8 +27,7 @@ TESTS = {
 
 
 def shows_delta(table: Table, col: Column) -> bool:
-    """A BLEU column gets Δ sub-columns against the reference row unless the paper prints its
-    own Δ column of it."""
+    """A BLEU column gets Δ sub-columns unless the paper prints its own Δ column of it."""
     return col.source == "bleu" and not any(c.source == "delta" and c.params.get("of") == col.name
                                             for c in table.columns)
 
@@ -46,8 +37,7 @@ def shows_ratio(col: Column) -> bool:
 
 
 def has_test(col: Column) -> bool:
-    """Whether a test stands behind the column's marks (not the unmasked BLEU, not the main
-    decoder: they are what the others are tested against)."""
+    """Whether a test stands behind the column's marks (not the unmasked BLEU nor the main decoder)."""
     return col.source in TESTS and col.params.get("layer") != "none" and col.params.get("decoder") != "main"
 
 
@@ -58,8 +48,8 @@ def has_paper_numbers(table: Table, col: Column) -> bool:
 
 
 def column_digits(table: Table, col: Column) -> int:
-    """Decimals of our numbers: the paper's (the most it prints in the column), at least 2
-    (1 for #Params and seconds), so that small differences at small scale stay visible."""
+    """Decimals of our numbers: the most the paper prints in the column, at least 2 (1 for #Params
+    and seconds), so that small differences at small scale stay visible."""
     if col.source == "delta":
         return column_digits(table, table.column(col.params["of"]))
     if col.source == "comet":  # a score between about 0 and 1, as COMET prints it
@@ -85,8 +75,7 @@ def ours_text(table: Table, col: Column, cell: dict, ref_cell: Optional[dict], p
 
 
 def sub_columns(table: Table, records: List[Record]) -> List[Tuple[Column, str]]:
-    """The sub-columns: (column, kind) with kind paper, ours, delta_paper, delta_ours, sig,
-    ratio_paper, ratio_ours."""
+    """(column, kind): paper, ours, delta_paper, delta_ours, sig, ratio_paper, ratio_ours."""
     with_ref = any(r["reference"] for r in records)
     out = []
     for col in table.columns:
@@ -131,8 +120,7 @@ def cell_text(table: Table, col: Column, cell: Cell, kind: str, record: Record) 
 
 
 def seed_count(record: Record) -> str:
-    """The n column of a table of several seeds: the seeds a row counts (those it and its
-    reference row ran), of those asked for."""
+    """The n column over seeds: the seeds a row counts, of those asked for."""
     if record["cited"]:
         return "–"
     n, total = len(record.get("seeds_counted", record["seeds_done"])), len(record["seeds"])
@@ -145,9 +133,7 @@ def paper_number(col: Column, printed: Optional[str]) -> Optional[float]:
 
 def build_rows(table: Table, plans: List[RunPlan], rows: Optional[List[Row]] = None,
                analyses: Optional[List[AnalysisPlan]] = None) -> List[Record]:
-    """One record per (data set, row): per column the paper's printed cell and our number,
-    differences and ratios to the row's reference row, marks; cited rows with the paper's only.
-    ``rows``: default every own row whose model has a run among ``plans``."""
+    """One record per (data set, row); ``rows``: default every own row whose model has a run in ``plans``."""
     if rows is None:
         rows = [r for r in table.rows if r.runnable and table.owner(r).id in {p.row for p in plans}]
     keys = [k for k in table.datasets if any(p.dataset == k for p in plans)]
@@ -242,15 +228,10 @@ def complete(records: List[Record]) -> bool:
 
 def build_seed_rows(table: Table, plans_by_seed: Dict[int, List[RunPlan]], rows: Optional[List[Row]] = None,
                     analyses: Optional[List[AnalysisPlan]] = None) -> List[Record]:
-    """One record per (data set, row) of a table trained with several seeds: each seed's
-    records (:func:`build_rows`, against the reference row's run of the same seed) combined per
-    column over the seeds the row counts (``seeds_counted``: those both it and its reference
-    row ran; every seed it ran when it has no reference row or shares no seed with it): the
-    mean ± sd over those with a number (``n``), Δ and ratio the mean of the per-seed ones, the
-    mark of :func:`fairseq_ext.tools.statistics.across_seeds` (``p_value`` its largest per-seed
-    p, ``p_t`` the paired t-test over seeds). A seed that did not run, lacks a number or has no
-    reference run is named in ``missing``; speeds and times too noisy over seeds are not
-    shown (``timing_noise``)."""
+    """Each seed's records (:func:`build_rows`) combined per column over the seeds the row counts
+    (``seeds_counted``: those it and its reference row ran, else all it ran): the mean ± sd, Δ and
+    ratio the mean of the per-seed ones, the mark of statistics.across_seeds; a seed left out is
+    named in ``missing``, too noisy speeds and times are not shown (``timing_noise``)."""
     seeds = list(plans_by_seed)
     of_seed = {s: None if analyses is None else [a for a in analyses if a.run.seed == s] for s in seeds}
     by_seed = {s: {(r["dataset"], r["row"]): r for r in build_rows(table, plans, rows, of_seed[s])}
@@ -364,9 +345,8 @@ def _combine_cell(table: Table, col: Column, cells: Dict[int, Cell], ref_cells: 
 
 
 def _timing_noise(cell: Cell, values: Dict[int, float], reference: List[float]) -> None:
-    """A speed or time whose sd over seeds is above :data:`stats.TIMING_NOISE` of its mean
-    measured the machine's load, not the model: no number (``—``), and no ratio either when
-    the reference row's is (``timing_noise``: the sd in % of the mean, and whose)."""
+    """A speed or time whose sd over seeds is above TIMING_NOISE of its mean measured the machine's
+    load: no number (—), and no ratio where the reference row's is too noisy."""
     own, ref = stats.variation(list(values.values())), stats.variation(reference)
     if own is not None and own > stats.TIMING_NOISE:
         cell.update(ours=None, sd=None, ours_text="—", timing_noise={"sd_percent": round(100 * own), "of": "row"})

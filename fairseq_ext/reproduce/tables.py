@@ -1,20 +1,6 @@
-"""The papers' results tables as configured in ``configs/tables/``, read and checked (every
-error names the file, the row or column, and the key); and the text of a table cell.
-
-``configs/tables/setups.yaml`` holds the data sets (recipe, local copies, substitute) and the
-trainings (fairseq-train config, generate arguments, checkpoint averaging); each
-``configs/tables/<id>.yaml`` holds one table: its data sets, the baseline row, its columns and
-per row the flags, the row it is compared with and the paper's printed numbers.
-
-- Columns: ``{name, source, ...parameters}``: ``name`` is the printed column (the key of the
-  rows' ``paper`` cells), ``source`` one of :data:`SOURCES` (where our number comes from, and
-  the parameters it takes).
-- Rows: a row may carry ``compare_with`` (the row its delta and significance are against;
-  default the table's baseline), ``model`` (another row whose trained model it reports on: the
-  rows of an analysis of one model, such as the layers of the word-translation paper's Table 1)
-  and ``analysis`` (parameters of its analysis columns that differ per row, such as the layer).
-- Cells, both ways: the paper's printed cells read (their number, marks, text and durations)
-  and our numbers written (decimals, signs, durations)."""
+"""The papers' results tables of ``configs/tables/`` (setups.yaml and one ``<id>.yaml`` a table;
+the format: docs/reproduction.md), read and checked (every error names the file, the row or
+column, and the key); and the text of a table cell, the paper's read and ours written."""
 import os
 import re
 import shlex
@@ -87,8 +73,8 @@ class TableConfigError(FairseqExtError):
 
 @dataclass(frozen=True)
 class Source:
-    """Where the numbers of a column come from: the parameters it takes (on the column, or per
-    row under ``analysis:``), those it needs, and the analysis command it reads, if any."""
+    """A column source: the parameters it takes (on the column or a row's ``analysis:``), those it
+    needs, and the analysis command it reads."""
     params: Tuple[str, ...] = ()
     required: Tuple[str, ...] = ()
     analysis: Optional[str] = None  # fairseq_ext.analysis.NAME, run after the rows train
@@ -98,9 +84,7 @@ class Source:
 PROBING_TASKS = ("SentLen", "WC", "TDep", "BShift", "ToCo", "Tense", "SubjN", "ObjN", "SoMo", "CoIn", "#AVG")
 WORD_TRANSLATION_PARTS = ("encoder", "decoder", "-self attention", "-cross attention", "last layer", "model")
 
-# One table from a column source to what it takes; the report reads each
-# (fairseq_ext.reproduce.readers.READERS) and the runner starts the analyses
-# (fairseq_ext.reproduce.planning.ANALYSIS_COMMANDS).
+# column source -> what it takes (read by readers.READERS; analyses started by planning.ANALYSIS_COMMANDS)
 SOURCES: Dict[str, Source] = {
     "bleu": Source(),  # the row's evaluation, the data set's BLEU flavour
     "params": Source(),  # trainable parameters of the checkpoint, in millions
@@ -112,11 +96,8 @@ SOURCES: Dict[str, Source] = {
     "delta": Source(params=("of", "against_column"), required=("of",)),  # a printed difference column
     "adversarial": Source(params=("shuffled",), required=("shuffled",)),  # BLEU with one source shuffled
     "meteor": Source(),  # fairseq_ext.tools.meteor on the row's detokenized hypotheses
-    # sacreBLEU's chrF2 of the row's evaluation (eval-test/metrics.json), on the text of the data
-    # set's BLEU flavour; no paper prints it: every table gets it beside its BLEU (with_chrf)
-    "chrf": Source(),
-    # COMET's system score of the row's translations (comet.json; fairseq-ext reproduce --comet-model)
-    "comet": Source(),
+    "chrf": Source(),  # chrF2 of the row's evaluation; printed by no paper, every table gets it (with_chrf)
+    "comet": Source(),  # COMET's system score of the row's translations (--comet-model)
     "layer_dependency": Source(params=("layer",), required=("layer",), analysis="layer_dependency"),
     "decoders": Source(params=("decoder",), required=("decoder",), analysis="decoders"),
     "probing": Source(params=("task", "category"), required=("task",), analysis="probing",
@@ -187,9 +168,8 @@ def read_columns(raw: dict, path: str) -> List[Column]:
 
 
 def with_chrf(columns: List[Column]) -> List[Column]:
-    """The columns with ours chrF (sacreBLEU's chrF2, not printed by any of the papers) after
-    the first BLEU column and the paper's difference columns of it, unless the table names a
-    chrf column itself."""
+    """Ours chrF (chrF2, printed by none of the papers) after the first BLEU column and its
+    difference columns, unless the table names one."""
     if any(c.source == "chrf" for c in columns):
         return columns
     bleu = next((c for c in columns if c.source == "bleu"), None)
@@ -201,13 +181,10 @@ def with_chrf(columns: List[Column]) -> List[Column]:
 
 
 def with_comet(columns: List[Column]) -> List[Column]:
-    """The columns with ours COMET after chrF (after BLEU where there is none): what
-    ``--comet-model`` adds to a table that has a BLEU column."""
+    """Ours COMET after chrF (else BLEU), what ``--comet-model`` adds."""
     if any(c.source == "comet" for c in columns):
         return columns
-    at = next((i for i, c in enumerate(columns) if c.source == "chrf"), None)
-    if at is None:
-        at = next((i for i, c in enumerate(columns) if c.source == "bleu"), None)
+    at = next((i for source in ("chrf", "bleu") for i, c in enumerate(columns) if c.source == source), None)
     return columns if at is None else columns[: at + 1] + [Column("COMET", "comet", printed=False)] + columns[at + 1:]
 
 
@@ -286,17 +263,14 @@ class Table:
 
     @property
     def marks(self) -> str:
-        """The significance marks of the table's paper (a key of
-        :data:`fairseq_ext.tools.statistics.MARKS`): the paper its id names ("mma-3"), else
-        the thesis' marks."""
+        """The marks of the paper the id names ("mma-3"; a key of statistics.MARKS), else the thesis'."""
         paper = self.id.split("-")[0]
         return paper if paper in MARKS else "thesis"
 
     @property
     def marks_are_the_papers(self) -> bool:
-        """Whether :attr:`marks` are the ones this table prints: not for a paper without marks
-        (the multi-source paper's tables get the thesis' marks), nor for a table its paper
-        prints without any (``paper_significance: none...``, ``± values printed``)."""
+        """Whether :attr:`marks` are the ones this table prints (not for a paper without marks, nor
+        for ``paper_significance: none...`` or ``± values printed``)."""
         printed = (self.paper_significance or "").strip()
         return self.id.split("-")[0] in MARKS and not printed.startswith(("none", "±"))
 
@@ -313,10 +287,8 @@ class Table:
         return found
 
     def reference(self, row: Row) -> Optional[Row]:
-        """The row ``row`` is compared with: its ``compare_with``, else the baseline (None for
-        the baseline itself, for a row that reports on the reference's own model measured the
-        same way, such as thesis-4.6's second baseline row, and in a table without a baseline;
-        rows on the layers of one model, wt-2's, compare as configured)."""
+        """Its ``compare_with``, else the baseline; None for the baseline, without one, and for a row
+        on the reference's own model measured the same way (thesis-4.6's second baseline row)."""
         if row.compare_with:
             reference = self.row(row.compare_with)
         elif self.baseline and row.id != self.baseline and row.runnable:
@@ -346,9 +318,8 @@ class Table:
         return wanted
 
     def select(self, spec: Optional[str]) -> List[Row]:
-        """Rows named in ``spec`` (comma list of ids or labels; default: every own row), with
-        the rows they need added: the baseline, each row's reference row (delta, significance)
-        and the row whose model it reports on."""
+        """Rows named in ``spec`` (default: every own row) with the baseline, their reference rows
+        and the rows whose model they report on."""
         if not spec:
             return [r for r in self.rows if r.runnable]
         wanted = self.named(spec)
