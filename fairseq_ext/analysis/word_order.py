@@ -203,11 +203,8 @@ def pair_checkpoints(checkpoints: List[str], names: Optional[List[str]] = None,
         directories = names_for(checkpoints, None)
         labels = [f"{label} ({directories[i]})" if labels.count(label) > 1 else label
                   for label, i in zip(labels, heads)]
-    systems: Dict[str, Dict[str, dict]] = {}
-    for label, group in zip(labels, groups):
-        systems[label] = {sides[i]: {"checkpoint": checkpoints[i], "positions": encoder_positions(configs[i])}
-                          for i in sorted(group, key=lambda i: sides[i] != "pos")}
-    return systems
+    return {label: {sides[i]: {"checkpoint": checkpoints[i], "positions": encoder_positions(configs[i])}
+                    for i in sorted(group, key=lambda i: sides[i] != "pos")} for label, group in zip(labels, groups)}
 
 
 def _slug(name: str) -> str:
@@ -228,31 +225,30 @@ def word_order_rows(systems: Dict[str, Dict[str, dict]], data: str, split: str, 
     refs = decoding.lines(first, flavour, "ref")
     hyps = {key: decoding.lines(e, flavour) for key, e in evals.items()}
 
+    def bleu(key):
+        return round(evals[key]["bleu"][flavour], 2)
+
     def compare(base_key, other_key):
-        return paired_significance(refs, hyps[base_key], {"other": hyps[other_key]}, flavour=flavour,
-                                   n_samples=samples, marks=marks)["other"]
+        """(the difference in BLEU, p, mark) of ``other_key`` against ``base_key``."""
+        other = paired_significance(refs, hyps[base_key], {"other": hyps[other_key]}, flavour=flavour,
+                                    n_samples=samples, marks=marks)["other"]
+        return round(bleu(other_key) - bleu(base_key), 2), other["p_value"], other["mark"]
 
     base_system = next(iter(systems))
-    several = len(systems) > 1
     rows = []
     for system, sides in systems.items():
         for side in ("pos", "nopos"):
             if side not in sides:
                 continue
-            bleu = round(evals[system, side]["bleu"][flavour], 2)
-            row = {"model": system, "encoder positions": sides[side]["positions"], "BLEU": bleu,
+            row = {"model": system, "encoder positions": sides[side]["positions"], "BLEU": bleu((system, side)),
                    "delta": None, "p": None, "mark": ""}
             if side == "nopos" and "pos" in sides:
-                other = compare((system, "pos"), (system, "nopos"))
-                with_pos = round(evals[system, "pos"]["bleu"][flavour], 2)
-                row.update({"delta": round(bleu - with_pos, 2), "p": other["p_value"], "mark": other["mark"]})
-            if several:
-                row.update({f"Δ vs {base_system}": None, "p vs base": None, "mark vs base": ""})
+                row["delta"], row["p"], row["mark"] = compare((system, "pos"), (system, "nopos"))
+            if len(systems) > 1:
+                vs_base = (f"Δ vs {base_system}", "p vs base", "mark vs base")
+                row.update(zip(vs_base, (None, None, "")))
                 if system != base_system and side in systems[base_system]:
-                    other = compare((base_system, side), (system, side))
-                    base_bleu = round(evals[base_system, side]["bleu"][flavour], 2)
-                    row.update({f"Δ vs {base_system}": round(bleu - base_bleu, 2),
-                                "p vs base": other["p_value"], "mark vs base": other["mark"]})
+                    row.update(zip(vs_base, compare((base_system, side), (system, side))))
             row["note"] = "" if len(sides) == 2 else \
                 f"alone: no counterpart {'without' if side == 'pos' else 'with'} encoder positions"
             row.update({"flavour": flavour, "checkpoint": sides[side]["checkpoint"]})
