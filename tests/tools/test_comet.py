@@ -184,7 +184,7 @@ def test_reproduce_scores_a_finished_run_with_comet_once(tiny_comet, texts, tmp_
     write_lines(data / "text" / "test.raw.en", texts.src[0])
     write_lines(run_dir / "eval-test" / "hyp.detok", texts.a[0])
     write_lines(run_dir / "eval-test" / "ref.detok", texts.ref[0])
-    run = SimpleNamespace(table="t", row="r", dataset="d", run_dir=str(run_dir), data_dir=str(data),
+    run = SimpleNamespace(table="t", row="r", dataset="d", where="[t/r/d]", run_dir=str(run_dir), data_dir=str(data),
                           bleu="detok-cased")
     ap = AnalysisPlan("comet", run, str(run_dir / "comet.json"), comet=settings(tiny_comet))
     found = execute.run_comet(ap)
@@ -204,8 +204,8 @@ def test_reproduce_takes_comet_from_the_evaluation_when_it_scored_it(tmp_path):
     (tmp_path / "eval-test").mkdir()
     entry = {"score": 0.5, "signature": settings_.signature(), "flavour": "detok-cased", "line": "COMET|..."}
     (tmp_path / "eval-test" / "metrics.json").write_text(json.dumps({"COMET": entry}))
-    run = SimpleNamespace(table="t", row="r", dataset="d", run_dir=str(tmp_path), data_dir=str(tmp_path),
-                          bleu="detok-cased")
+    run = SimpleNamespace(table="t", row="r", dataset="d", where="[t/r/d]", run_dir=str(tmp_path),
+                          data_dir=str(tmp_path), bleu="detok-cased")
     ap = AnalysisPlan("comet", run, str(tmp_path / "comet.json"), comet=settings_)
     assert execute.run_comet(ap)["score"] == 0.5  # not run: that Python does not exist
     assert json.loads((tmp_path / "comet.json").read_text())["score"] == 0.5
@@ -220,8 +220,8 @@ def test_the_signature_names_the_casing_so_a_lowercased_score_is_never_taken_for
 
     # a cased score kept by an earlier step is not the score of a lowercased table: scored again
     (tmp_path / "comet.json").write_text(json.dumps({"score": 0.5, "signature": settings_.signature()}))
-    run = SimpleNamespace(table="t", row="r", dataset="d", run_dir=str(tmp_path), data_dir=str(tmp_path),
-                          bleu="tok-lc")
+    run = SimpleNamespace(table="t", row="r", dataset="d", where="[t/r/d]", run_dir=str(tmp_path),
+                          data_dir=str(tmp_path), bleu="tok-lc")
     ap = AnalysisPlan("comet", run, str(tmp_path / "comet.json"), comet=settings_)
     with pytest.raises(Exception):  # it tries to score (and that Python does not exist)
         execute.run_comet(ap)
