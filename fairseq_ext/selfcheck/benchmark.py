@@ -57,8 +57,8 @@ def train_step_fn(model, batch):
 
 
 def decode_fn(model, batch, beam, steps, state_out=None):
-    """The encoder once, then ``steps`` incremental decoder steps for B x beam hypotheses
-    with fixed tokens and a fixed reordering each step (what beam search does per step)."""
+    """The encoder once, then ``steps`` incremental decoder steps for B x beam hypotheses with fixed
+    tokens and a fixed reordering each step."""
     src, lengths, _ = batch
     bsz = src.size(0)
     g = torch.Generator().manual_seed(1)
@@ -84,12 +84,9 @@ def decode_fn(model, batch, beam, steps, state_out=None):
 
 
 def profile(model, batch, cli, device):
-    """Deterministic numbers: FLOPs of a train step and of a decoding run, activation bytes,
-    cache bytes (of the incremental state after the last step), parameters, and on CUDA the
-    allocator's peak during one training step, counting the memory that is this model's (its
-    parameters, gradients, activations and the step's temporaries), not what other tensors
-    hold: the stock model and its gradients stay on the device while a variant is measured,
-    and an absolute peak would count them in the variant's."""
+    """FLOPs of a train step and a decoding run, activation and cache bytes, parameters; on CUDA the
+    allocator's peak in a training step counting only this model's memory (the stock model stays
+    on the device while a variant is measured)."""
     step, state, saved = train_step_fn(model, batch), {}, {}
     out = {"params": sum(p.numel() for p in model.parameters()), "train_flops": flops(step)}
 
@@ -122,8 +119,7 @@ def profile(model, batch, cli, device):
 
 
 def print_profiles(models, measure, cli, device) -> int:
-    """Where the time of one training step or one decoding run goes (what docs/performance.md's
-    explanations of time ratios above the FLOP ratio come from)."""
+    """Where the time of one training step or one decoding run goes (torch.profiler)."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])

@@ -1,7 +1,5 @@
-"""What every stage of the self-check shares: the files it writes, ``OUT/STAGE.json`` (every
-number) and ``OUT/STAGE.md`` (the summary a person reads), and ``OUT/README.md``, the index of
-the stages found in OUT, made anew after each stage; its commands run with their output in a
-log; its markdown tables."""
+"""What every stage of the self-check shares: its files (``OUT/STAGE.json``, ``OUT/STAGE.md`` and
+the index ``OUT/README.md``), its commands run with their output in a log, its markdown tables."""
 import datetime
 import json
 import os
@@ -17,9 +15,7 @@ INDEX_TITLE = "# fairseq_ext self-check"
 
 
 def check_out(out: str) -> None:
-    """Refuse an --out whose files the self-check would replace though it did not write them
-    (its README.md is the index of the stages; ``--out .`` in a checkout would replace the
-    project's)."""
+    """Refuse an --out whose README.md the self-check did not write (``--out .`` in a checkout)."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise CommandError(f"--out {out}: exists and is not a folder")
     index = os.path.join(out, "README.md")
@@ -70,10 +66,8 @@ def read_json(path: str) -> dict:
 
 def run_logged(commands: Dict[str, Tuple[List[str], str]], until: float, threads: Optional[int] = None,
                cwd: Optional[str] = None, append: bool = True) -> Dict[str, Union[int, str]]:
-    """Start every ``NAME: (CMD, LOG)`` at once, each with its output in LOG after a ``$ CMD``
-    line (``append``: after what LOG holds, as a run resumed by a later command; ``threads``:
-    the OpenMP/MKL threads of each); each one's exit status, or ``"timeout"`` for one still
-    running at the time ``until`` (stopped, and said at the end of its log)."""
+    """Start every ``NAME: (CMD, LOG)`` at once, output in LOG after a ``$ CMD`` line (``threads``:
+    OpenMP/MKL threads of each); each exit status, or ``"timeout"`` (stopped at ``until``, said in the log)."""
     env = None if threads is None else dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     procs, started = {}, time.time()
     for name, (cmd, log) in commands.items():
@@ -105,7 +99,7 @@ def last_line(log: str) -> str:
 
 
 def table(header: List[str], rows: List[List[object]], align_right_from: int = 1) -> List[str]:
-    """A markdown table; columns from ``align_right_from`` on are right-aligned (numbers)."""
+    """A markdown table; columns from ``align_right_from`` on right-aligned."""
     rule = ["---" if i < align_right_from else "---:" for i in range(len(header))]
     return ["| " + " | ".join(header) + " |", "|" + "|".join(rule) + "|"] + [
         "| " + " | ".join("–" if cell is None else str(cell) for cell in row) + " |" for row in rows]

@@ -1,17 +1,6 @@
-"""The ``env``, ``tests`` and ``bench`` stages of the self-check.
-
-``env``: what the check runs on. The device (name, memory, compute capability, bf16 support),
-the NVIDIA driver (``nvidia-smi``), torch with its CUDA and cuDNN, fairseq and the packages the
-plugin uses, the CPU and Python, and one matmul per precision on the device (so that a broken
-install fails here, in seconds, and not ten minutes into training).
-
-``tests`` runs the test suite's model tests on the device, the same files ``make test`` runs
-on the CPU (``pytest --device cuda tests/models/test_on_device.py``), and tabulates the
-outcome of every option set in every precision. ``bench`` runs :mod:`.benchmark` in each
-precision: the base config for the thesis' training overheads, the small config for its
-MS+AIF decoding overheads, every row against the stock ``transformer`` of the same size, and
-prints our speeds beside the thesis' (a speed is 1 / the time ratio, as the thesis gives
-its overheads: 0.85 = 85% of the baseline's steps per second)."""
+"""The ``env``, ``tests`` and ``bench`` stages of the self-check (docs/selfcheck.md). ``env``'s
+one matmul per precision makes a broken install fail in seconds, not ten minutes into training;
+``bench``'s speeds are 1 / the time ratio, as the thesis gives its overheads."""
 import importlib.metadata
 import os
 import platform
@@ -126,7 +115,7 @@ def run_env(out: str, device: torch.device, **_) -> List[str]:
 
 
 def find_tests(given: Optional[str]) -> str:
-    """The test suite: ``--tests`` or the checkout's ``tests/`` beside the package."""
+    """``--tests``, or the checkout's ``tests/``."""
     checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     tests = given or os.path.join(checkout, "tests")
     if not os.path.exists(os.path.join(tests, TEST_FILES[0])):

@@ -1,7 +1,5 @@
-"""What both modes of ``fairseq-ext benchmark`` (and the self-check's bench stage) share: the
-model sizes and rows, timing stock against a row interleaved (the median of per-pair time
-ratios with its IQR), fairseq's beam search forced to a fixed length, torch's FLOP counter, and
-the JSON written after every row."""
+"""What both modes of ``fairseq-ext benchmark`` share: the model sizes and rows, interleaved
+timing, fairseq's beam search forced to a fixed length, the FLOP counter, the JSON."""
 import json
 import shlex
 import statistics
@@ -22,8 +20,7 @@ ROWS = {  # NAME -> FLAGS: every row the benchmark knows by its name (``--config
 # --mode steps by default: a row per technique
 DEFAULT_CONFIGS = ["no option", "S-Agg", "Iter-C-Agg", "transparent", "M-00", "M-10", "M-11", "serial", "flat",
                    "hierarchical", "MS-1", "MS-1+AIF", "MS-12+AIF", "MS-123+AIF", "Enc-DC", "Dec-DC", "MMA"]
-# the thesis' training overheads (the bench stage's base config; --mode updates by default) and
-# its MS+AIF decoding overheads (the bench stage's small config)
+# the thesis' training overheads (the bench stage's base config) and its MS+AIF decoding overheads (small)
 BASE_ROWS = ["no option", "Iter-C-Agg", "M-00", "M-01", "M-10", "M-11", "MS-4", "MS-1+AIF", "Enc-DC", "Dec-DC",
              "Full-DC", "MMA"]
 SMALL_ROWS = ["MS-1+AIF", "MS-12+AIF", "MS-123+AIF"]
@@ -46,8 +43,7 @@ QUICKSTART_SETUP = "cpu-quickstart"  # configs/tables/setups.yaml, trainings
 
 
 def size_flags(config: str) -> list:
-    """The model-size flags of ``--config``; quickstart's come from the table runner's setup,
-    so the benchmark times the very model the CPU benchmark table trains."""
+    """The model-size flags of ``--config`` (quickstart's: the model the CPU benchmark table trains)."""
     flags = SIZES[config][2]
     if flags is None:
         from fairseq_ext.reproduce.tables import load_setups
@@ -77,9 +73,8 @@ def quartiles(values):
 
 
 def interleaved_ratio(fn_stock, fn_variant, device, cli):
-    """Median of per-pair time ratios (variant / stock), its IQR, the pairs and the medians:
-    pairs are added from ``--min-pairs`` to ``--max-pairs`` until the IQR is within ``--spread``
-    or ``--seconds`` have gone by."""
+    """Median of per-pair time ratios (variant / stock) with its IQR: pairs up to ``--max-pairs``
+    until the IQR is within ``--spread`` or ``--seconds`` have gone by."""
     for fn in (fn_stock, fn_variant):  # warm up both (allocator, caches, lazy init)
         fn()
     ratios, t_stock, t_var = [], [], []
@@ -98,9 +93,8 @@ def interleaved_ratio(fn_stock, fn_variant, device, cli):
 
 
 def generate_fn(model, batch, dictionary, beam, steps):
-    """fairseq's own beam search (SequenceGenerator, as fairseq-generate decodes) with every
-    hypothesis forced to ``steps`` tokens: the whole decoding of a batch, with the search's
-    bookkeeping, on the same work for every model (what the thesis' decoding speeds time)."""
+    """fairseq's SequenceGenerator with every hypothesis forced to ``steps`` tokens: the same work
+    for every model."""
     from fairseq.sequence_generator import SequenceGenerator
 
     src, lengths, _ = batch
@@ -125,7 +119,7 @@ def flops(fn) -> int:
 
 
 def speed(r: dict) -> str:
-    """A time ratio as a speed (1 / the ratio) with the IQR turned the same way: '0.74 [0.72-0.76]'."""
+    """A time ratio as a speed with its IQR: '0.74 [0.72-0.76]'."""
     return f"{1 / r['ratio']:.2f} [{1 / r['iqr'][1]:.2f}-{1 / r['iqr'][0]:.2f}]"
 
 

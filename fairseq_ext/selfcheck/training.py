@@ -1,24 +1,9 @@
-"""The ``train`` and ``paper`` stages of the self-check: real training on the device, in fp16 on
-a GPU. Every run is one ``fairseq-ext train`` and one ``fairseq-ext evaluate`` of its last
-checkpoint on the test set, on the data of ``--data`` (``multi30k.en-de/`` and
-``iwslt15.en-vi/`` as ``fairseq-ext selfcheck-pack`` prepares them).
-
-``train``: the quickstart model (configs/quickstart.args with the table runner's
-``cpu-quickstart`` setup: d 128, 3+3 layers, 2,400 updates) on Multi30k En-De, the baseline and
-M-10; then, while the stage's time lasts, IWSLT'15 En-Vi at the thesis' small config
-(configs/iwslt.args, 200k updates). A run trains into ``OUT/train/NAME``: the next command with
-the same ``--out`` resumes it from its ``checkpoint_last.pt``, and a finished run is kept.
-
-``paper``: rows of thesis Table 3.3 (IWSLT'15 En->Vi) at the thesis' small config, every row
-and seed at once in its own process (a small model's steps are bound by kernel launches, so
-several fill each other's gaps on a GPU), each for the same ``--updates`` on the thesis'
-schedule compressed to them (:data:`SETTINGS`); fairseq's ``--stop-time-hours`` stops a run too
-slow for them before the evaluations' time, and the table marks it. Decoded on tst2013 as the
-thesis decodes (beam 6, length penalty 1.1), scored with sacreBLEU (detokenized, cased) and
-chrF2 beside the thesis' numbers. A run lives in ``OUT/paper/runs/NAME/`` (``run.json``, logs,
-translations, scores, ``checkpoints/``) and is never trained again once finished;
-``OUT/paper.md`` is built from every run there (``--table-only`` rebuilds it), so later
-commands and runs copied from other machines add rows and seeds to the same table."""
+"""The ``train`` and ``paper`` stages of the self-check (docs/selfcheck.md): each run one
+``fairseq-ext train`` and one ``fairseq-ext evaluate`` of its last checkpoint, on the data of
+``--data`` as ``fairseq-ext selfcheck-pack`` prepares it. ``train`` resumes a run of
+``OUT/train/NAME`` and keeps a finished one; ``paper`` trains every row and seed at once, never
+trains a finished run of ``OUT/paper/runs/NAME/`` again, and builds ``OUT/paper.md`` from every
+run there."""
 import functools
 import json
 import os
@@ -35,7 +20,7 @@ import torch
 from fairseq_ext.common import checkpoints
 from fairseq_ext.common.data_text import env_headline, read_lines, read_prep_env
 from fairseq_ext.errors import CommandError
-from fairseq_ext.reproduce.execute import read_bleu, training_progress, training_speed
+from fairseq_ext.reproduce.execute import log_lines, read_bleu, training_progress, training_speed
 from fairseq_ext.reproduce.tables import Row, load_setups, load_table
 from fairseq_ext.selfcheck.stage_files import read_json, run_logged, table, write_stage
 from fairseq_ext.selfcheck.timing import SIZES
@@ -45,25 +30,20 @@ MULTI30K, IWSLT = "multi30k.en-de", "iwslt15.en-vi"
 MULTI30K_RUNS = [("multi30k-baseline", []), ("multi30k-m-10", ["--joint-attention", "m-10"])]
 IWSLT_RUN = ("iwslt15-small", ["--arch", "multilayer_transformer_iwslt"])
 GENERATE = ["--beam", "5", "--max-len-a", "1.2", "--max-len-b", "10"]
-# the test sets hold sentences longer than training's 150 positions (IWSLT's tst2012: 160
-# BPE tokens); the sinusoidal positions of these models extend to them, so none is dropped
+# test sentences longer than training's 150 positions (tst2012: 160 BPE tokens): the sinusoids extend to them
 POSITIONS = repr({"max_source_positions": 1024, "max_target_positions": 1024})
-# --quick: the benchmark's tiny model (2+2 layers of width 32) and a schedule that train in
-# seconds on a CPU, and a few tokens of decoding, the same commands otherwise
+# --quick: the benchmark's tiny model and schedule, a few tokens of decoding, the same commands otherwise
 QUICK_MODEL = SIZES["tiny"][2] + ["--max-epoch", "0"]
 QUICK_TRAIN = ["--max-tokens", "1000", "--warmup-updates", "4", "--max-update", "8"]
 QUICK_GENERATE = {"train": ["--beam", "1", "--max-len-a", "0", "--max-len-b", "5"],
                   "paper": ["--beam", "2", "--max-len-a", "0", "--max-len-b", "5"]}
-# kept back from training for each evaluation (train: twice what Multi30k's took on an H100, 27-29
-# s; the paper stage's evaluations run all at once); on the CPU (--quick) more
+# kept back from training for each evaluation (train: twice Multi30k's 27-29 s on an H100)
 EVALUATE_SECONDS = {"train": {"cuda": 60, "cpu": 90}, "paper": {"cuda": 100, "cpu": 90}}
 
 TABLE, DATASET = "thesis-3.3", "iwslt15-en-vi"
 THESIS_UPDATES, THESIS_MAX_TOKENS = 200_000, 2_048  # configs/iwslt.args: the thesis' training
 DEFAULT_ROWS = "transformer,iter-c-agg"  # the baseline and the thesis' largest En-Vi gain
-# what every run trains with on a GPU (docs/selfcheck.md#the-paper-stage says why): what two runs
-# at once reach in one 9-minute command, a batch 4x the thesis' with the learning rate raised
-# with it, a warm-up of 500 updates instead of 4,000
+# what every run trains with on a GPU (docs/selfcheck.md#the-paper-stage says why)
 SETTINGS = {"updates": 3000, "max_tokens": 8192, "lr": 1e-3, "warmup": 500}
 QUICK_SETTINGS = {"updates": 8, "max_tokens": 1000, "lr": 1e-3, "warmup": 4}
 SCHEDULE = ["--lr-scheduler", "cosine", "--warmup-init-lr", "1e-7", "--no-epoch-checkpoints", "--log-interval", "50"]
@@ -85,8 +65,7 @@ def evaluate_command(checkpoint: str, data: str, eval_dir: str, generate: List[s
 
 
 def data_dir(data: Optional[str], name: str, stage: str = "train", required: bool = False) -> Optional[str]:
-    """``DATA/NAME`` when the recipes prepared it (its prep.env), else None (an error when
-    ``required``); an error without ``--data``."""
+    """``DATA/NAME`` when prepared (its prep.env), else None (an error when ``required`` or no ``--data``)."""
     pack = "fairseq-ext selfcheck-pack" + (f" --datasets {IWSLT}" if stage == "paper" else "")
     if not data:
         needed = f"{MULTI30K}/ and {IWSLT}/" if stage == "train" else f"{IWSLT}/"
@@ -103,8 +82,7 @@ def data_dir(data: Optional[str], name: str, stage: str = "train", required: boo
 # ---- the train stage ----------------------------------------------------------------------
 
 def previous_training_seconds(save: str) -> float:
-    """fairseq's --stop-time-hours counts the time of earlier commands (saved in the
-    checkpoint), so a resumed run's limit is that time plus this command's share."""
+    """The training time of earlier commands that fairseq's --stop-time-hours counts too."""
     last = os.path.join(save, "checkpoint_last.pt")
     if not os.path.exists(last):
         return 0.0
@@ -112,8 +90,8 @@ def previous_training_seconds(save: str) -> float:
 
 
 def finished(save: str, log: str, settings: str) -> bool:
-    """A run trained to its planned updates with these settings: kept as it is (fairseq-train
-    resumed on a finished save directory would train one more update)."""
+    """A run trained to its planned updates with these settings: kept (a resumed one would train
+    one more update)."""
     path = os.path.join(save, "selfcheck.settings")
     if not os.path.exists(path) or not os.path.exists(os.path.join(save, "checkpoint_last.pt")):
         return False
@@ -126,8 +104,8 @@ def finished(save: str, log: str, settings: str) -> bool:
 
 def train_and_evaluate(name: str, data: str, config: str, flags: List[str], out: str, device,
                        seconds: float, generate: List[str]) -> dict:
-    """Train ``name`` for at most ``seconds`` of this command (resuming where it stopped; a
-    finished run is kept), then evaluate its last checkpoint; the record of the run."""
+    """Train ``name`` for at most ``seconds`` (resumed; a finished run kept), evaluate its last
+    checkpoint; the run's record."""
     save = os.path.join(out, "train", name)
     os.makedirs(save, exist_ok=True)
     log, keep_back = os.path.join(save, "train.log"), EVALUATE_SECONDS["train"][device.type]
@@ -215,14 +193,13 @@ class Run:
 
     @property
     def name(self) -> str:
-        """The run's folder: its row, seed and settings (runs of other settings never mix)."""
+        """The run's folder: its row, seed and settings."""
         return f"{self.row}-s{self.seed}-u{self.updates}-mt{self.max_tokens}-lr{self.lr:g}-wu{self.warmup}"
 
 
 @functools.lru_cache(maxsize=None)
 def thesis_rows() -> Tuple[Row, ...]:
-    """The own rows of Table 3.3 with an En-Vi number: the baseline first, then by the thesis'
-    En-Vi gain, largest first (the order in which rows are worth a GPU's minutes)."""
+    """The own rows of Table 3.3 with an En-Vi number: the baseline, then by the thesis' gain."""
     rows = [r for r in load_table(TABLE).rows if r.runnable and DATASET in r.paper]
     return (rows[0], *sorted(rows[1:], key=lambda r: -(thesis_number(r)[1] or 0.0)))
 
@@ -235,7 +212,7 @@ def thesis_number(row: Row) -> Tuple[Optional[float], Optional[float]]:
 
 def plan(rows: str, seeds: str, updates: Optional[str], max_tokens: Optional[str], lr: Optional[str],
          warmup: Optional[str], quick: bool) -> List[Run]:
-    """Every run of rows x seeds x settings (a grid when a setting has several values)."""
+    """Every run of rows x seeds x settings."""
     known = {r.id: r for r in thesis_rows()}
     names = [s.strip() for s in rows.split(",") if s.strip()]
     unknown = [n for n in names if n not in known]
@@ -264,10 +241,9 @@ def plan(rows: str, seeds: str, updates: Optional[str], max_tokens: Optional[str
 
 
 def target_tokens(log: str) -> Optional[int]:
-    """Target tokens trained on, from fairseq's end-of-epoch lines (``wpb`` = target tokens per
-    batch, averaged over the epoch's updates, times the epoch's updates)."""
+    """Target tokens trained on: per epoch summary, ``wpb`` times the epoch's updates."""
     total, previous = 0.0, 0
-    for line in read_log(log):
+    for line in log_lines(log):
         wpb, upd = re.search(r"\bwpb ([0-9.]+)", line), re.search(r"\bnum_updates (\d+)", line)
         if ("| train |" in line or " | train " in line) and wpb and upd:
             total += float(wpb.group(1)) * (int(upd.group(1)) - previous)
@@ -277,21 +253,13 @@ def target_tokens(log: str) -> Optional[int]:
 
 def valid_loss(log: str) -> Optional[float]:
     """The last validation loss fairseq printed (base 2, label-smoothed)."""
-    found = [re.search(r"valid on 'valid' subset \|.*?\bloss ([0-9.]+)", line) for line in read_log(log)]
+    found = [re.search(r"valid on 'valid' subset \|.*?\bloss ([0-9.]+)", line) for line in log_lines(log)]
     return next((float(m.group(1)) for m in reversed(found) if m), None)
-
-
-def read_log(log: str) -> List[str]:
-    if not os.path.exists(log):
-        return []
-    with open(log, encoding="utf-8", errors="replace") as f:
-        return f.readlines()
 
 
 def run_paper(out: str, device, data: Optional[str], quick: bool, time_limit: float, runs: List[Run],
               train_flags: List[str], table_only: bool = False, **_) -> List[str]:
-    """Train and evaluate ``runs`` (those not finished before), all at once, then write the
-    table of every run under OUT/paper/runs."""
+    """Train and evaluate the unfinished ``runs`` all at once; the table of every run."""
     root, deadline = os.path.join(out, "paper", "runs"), time.time() + time_limit
     todo = [] if table_only else [r for r in runs if read_json(os.path.join(root, r.name, "run.json")).get("bleu")
                                   is None]  # the others are kept
@@ -350,7 +318,7 @@ def train_paper_runs(root: str, data: str, device, quick: bool, deadline: float,
 
 
 def sentence_stats(record: dict):
-    """sacreBLEU's statistics of each test sentence of a run (for the multi-run test), or None."""
+    """sacreBLEU's statistics of each test sentence of a run, or None."""
     from fairseq_ext.reproduce.marks import FLAVOUR_FILES
     from fairseq_ext.tools.statistics import sentence_stats as stats
 
@@ -363,7 +331,7 @@ def sentence_stats(record: dict):
 
 
 def complete(record: dict) -> bool:
-    """The run trained all its planned updates (not stopped early by the time limit)."""
+    """The run trained all its planned updates (not stopped by the time limit)."""
     return (record.get("updates") or 0) >= record.get("updates_planned", 0)
 
 

@@ -83,7 +83,7 @@ def add_arguments(parser) -> None:
 
 
 def check_arguments(cli, parser) -> None:
-    """The defaults of this mode, and its options' values checked (errors name the option)."""
+    """The defaults of this mode, and its options' values checked."""
     if cli.profile:
         parser.error("--profile: with --mode steps only")
     cli.vocab = cli.vocab or 32000
@@ -107,16 +107,14 @@ def check_arguments(cli, parser) -> None:
 
 
 def train_flags(config: str, dtype_flags) -> list:
-    """fairseq-train's flags of both models at ``--config``: the papers' optimizer, schedule,
-    loss and maximum lengths, the size, the precision (``--cpu``, ``--fp16``, ``--bf16``)."""
+    """fairseq-train's flags of both models: the papers' training, the size, the precision."""
     positions = str(MAX_POSITIONS.get(config, 150))
     return [*TRAIN_FLAGS, "--max-source-positions", positions, "--max-target-positions", positions,
             *size_flags(config), *dtype_flags]
 
 
 def build_trainer(arch: str, flags, criterion: str, dictionary, seed: int):
-    """fairseq's Trainer as fairseq-train sets it up (its parser on these flags, the translation
-    task over ``dictionary``, the criterion, the optimizer and precision the flags name)."""
+    """fairseq's Trainer as fairseq-train sets it up, with the translation task over ``dictionary``."""
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.tasks.translation import TranslationTask
     from fairseq.trainer import Trainer
@@ -129,8 +127,7 @@ def build_trainer(arch: str, flags, criterion: str, dictionary, seed: int):
 
 
 def run_updates(trainer, samples, device):
-    """Seconds for one ``Trainer.train_step`` per sample (the device synchronized around them),
-    and how many of them fairseq skipped (an fp16 overflow: the loss scaler lowers its scale)."""
+    """Seconds for one ``Trainer.train_step`` per sample, and how many fairseq skipped (fp16 overflows)."""
     sync(device)
     start = time.perf_counter()
     skipped = sum(trainer.train_step([sample]) is None for sample in samples)
@@ -139,10 +136,8 @@ def run_updates(trainer, samples, device):
 
 
 def settle(trainer, samples, device, seconds: float, tolerance: float = 0.03) -> List[float]:
-    """Untimed passes of ``trainer`` over ``samples`` until one takes within ``tolerance`` of the
-    one before, or ``seconds`` have gone by: the seconds of each pass. On an H100 the stock
-    model's first ~40 s of updates ran up to 3x slower than the same updates later, which made
-    the first rows of a table wrong; one pass at least when ``seconds`` > 0."""
+    """Untimed passes over ``samples`` until one takes within ``tolerance`` of the one before, or
+    ``seconds`` have gone by (an H100 ran its first ~40 s up to 3x slower); the seconds of each."""
     passes: List[float] = []
     start = time.perf_counter()
     while seconds > 0:
@@ -154,13 +149,10 @@ def settle(trainer, samples, device, seconds: float, tolerance: float = 0.03) ->
 
 
 def interleaved_updates(stock, variant, samples, warmup: int, block: int, device) -> dict:
-    """Both trainers run the same ``samples``: the first ``warmup`` under torch's FLOP counter
-    and once more without it (untimed), then blocks of ``block`` updates, stock and row alternating in the order A B,
-    B A, A B, ...: on a 2-core CPU in bf16 the model that ran first after the other one was 5-10%
-    slower than when it ran second, so every pair of blocks (A B on some batches, B A on the
-    next) gives one time ratio (row / stock) in which each model ran first once. The median
-    of those ratios with its IQR, and per model its time, target tokens, tokens per second and
-    achieved FLOP/s."""
+    """Both trainers run the same ``samples``: ``warmup`` updates under the FLOP counter and again
+    untimed, then blocks of ``block`` updates alternating A B, B A, ... (the model that ran first was
+    5-10% slower on a 2-core CPU), a time ratio per pair of blocks: their median with its IQR, and
+    per model its time, tokens per second and achieved FLOP/s."""
     warm, timed = samples[:warmup], samples[warmup:]
     warm_tokens = sum(int(s["ntokens"]) for s in warm)
     out = {}
@@ -192,10 +184,8 @@ def interleaved_updates(stock, variant, samples, warmup: int, block: int, device
 
 
 def interleaved_generate(stock_model, row_model, batches, dictionary, stock_flops, cli, device) -> dict:
-    """fairseq's beam search over ``batches``, stock and row alternating by runs (as the steps
-    mode times generation): the median time ratio with its IQR, output tokens per second and
-    achieved FLOP/s of both (FLOPs of one run each, torch's counter; the stock's counted on the
-    first call, ``stock_flops`` None, and passed to the next)."""
+    """fairseq's beam search over ``batches``, stock and row alternating: the median time ratio with
+    its IQR, tokens per second and FLOP/s of both (``stock_flops``: counted once, then passed in)."""
     gen_stock, gen_row = (generate_all(m, batches, dictionary, cli.beam) for m in (stock_model, row_model))
     stock_flops = stock_flops or flops(gen_stock)
     g = interleaved_ratio(gen_stock, gen_row, device, cli)
@@ -310,9 +300,8 @@ def run(cli, parser, device) -> int:
 
 
 def corpus_lengths(data, split: str, seed: int):
-    """(source sizes, target sizes, description): per sentence pair, the token counts fairseq-train
-    batches by (with </s>). ``data``: None (the synthetic distribution), [DIR] (a binarized data dir:
-    the sizes of its ``split``), or [SRC, TGT] (text files, .gz allowed: whitespace word counts + 1)."""
+    """(source sizes, target sizes, description) with </s>, of ``data``: None (synthetic), [DIR] (its
+    ``split``'s sizes) or [SRC, TGT] (text files, .gz allowed: word counts + 1)."""
     if not data:
         rng = np.random.default_rng(seed)
         n = SYNTHETIC["sentences"]
@@ -361,8 +350,7 @@ def corpus_lengths(data, split: str, seed: int):
 
 
 class RandomTokens:
-    """A sentence per size: token ids uniform over the dictionary's words, </s> last; the same ids
-    for an index every time (a generator seeded by it), so that nothing is held in memory."""
+    """A sentence per size of random word ids, </s> last, the same for an index every time."""
 
     def __init__(self, sizes, dictionary, seed: int):
         self.sizes, self.seed = sizes, seed
@@ -379,8 +367,7 @@ class RandomTokens:
 
 
 def pair_dataset(src_sizes, tgt_sizes, dictionary, seed: int, shuffle: bool = True):
-    """fairseq's LanguagePairDataset (padding and input feeding as the translation task sets
-    them) over random tokens of these sizes."""
+    """fairseq's LanguagePairDataset over random tokens of these sizes."""
     from fairseq.data import LanguagePairDataset
 
     return LanguagePairDataset(RandomTokens(src_sizes, dictionary, seed), src_sizes, dictionary,
@@ -390,12 +377,8 @@ def pair_dataset(src_sizes, tgt_sizes, dictionary, seed: int, shuffle: bool = Tr
 
 def train_batches(trainer, dataset, max_tokens: int, count: int, seed: int, multiple: int):
     """The first ``count`` batches fairseq-train makes of ``dataset`` at ``max_tokens`` (epochs
-    repeated as fairseq-train does when one is shorter), collated on the CPU; and what the
-    batching left out. The arguments are those of fairseq's ``Trainer.get_train_iterator``:
-    pairs longer than the model's or task's positions or than max_tokens are ignored. fairseq
-    0.12's batch_by_size drops a last batch whose size is not a multiple of ``multiple``; the
-    plugin's guard (fairseq_ext.guards.batching, on in fairseq-train with the plugin too) keeps
-    it, and ``dropped_by_batch_by_size`` counts what is missing all the same."""
+    repeated), as ``Trainer.get_train_iterator`` makes them, and what the batching left out
+    (``dropped_by_batch_by_size``: fairseq 0.12's, which the plugin's guard keeps)."""
     from fairseq import utils
 
     task = trainer.task
@@ -422,11 +405,8 @@ def train_batches(trainer, dataset, max_tokens: int, count: int, seed: int, mult
 
 
 def decode_batches(trainer, src_sizes, tgt_sizes, dictionary, cli, device):
-    """``--decode-sentences`` pairs of the corpus drawn at random, batched as fairseq-generate
-    batches a test set (fairseq's order by length, ``--decode-batch`` sentences a batch):
-    [((src_tokens, src_lengths, None), forced steps)]; ``--decode-len``: ``target`` the batch's
-    mean target length (</s> not counted), ``N`` a fixed number, ``Ax`` A times its mean source
-    length."""
+    """``--decode-sentences`` random pairs batched as fairseq-generate batches a test set:
+    [((src_tokens, src_lengths, None), steps of ``--decode-len``)]."""
     max_positions = trainer.task.max_positions()
     fits = np.flatnonzero((src_sizes <= max_positions[0]) & (tgt_sizes <= max_positions[1] - 1))
     chosen = np.random.default_rng(cli.seed).choice(fits, min(cli.decode_sentences, len(fits)), replace=False)
