@@ -19,9 +19,6 @@ from fairseq_ext.tools.statistics import MARKS, mark, paired_t, seeds_text
 from fairseq_ext.tools import statistics
 
 
-FLAVOUR_FILES = {"detok": ("hyp.detok", "ref.detok"), "tok": ("hyp.tok", "ref.tok")}
-
-
 def _digest(paths: List[str]) -> str:
     h = hashlib.sha1()
     for path in paths:
@@ -48,33 +45,32 @@ def per_run(table: Table, plans: List[RunPlan], test: str = "bootstrap", n_sampl
                 groups[base.run_dir][1].append(plan)
     out = {}
     for base, tested in groups.values():
-        ref_file, base_hyp = _texts(base)
+        ref_file, base_hyp = texts(base.run_dir, base.bleu)
         if not os.path.exists(base_hyp):
             continue
         todo = {}
         for p in tested:
-            hyp = _texts(p)[1]
+            hyp = texts(p.run_dir, p.bleu)[1]
             if not os.path.exists(hyp):
                 continue
-            digest = _digest([ref_file, base_hyp, hyp])
-            old = _cached(os.path.join(p.run_dir, "significance.json"), {
-                "baseline": base.row, "flavour": base.bleu, "samples": n_samples, "inputs": digest, "test": test})
+            key = {"baseline": base.row, "flavour": base.bleu, "samples": n_samples,
+                   "inputs": _digest([ref_file, base_hyp, hyp]), "test": test}
+            old = _cached(os.path.join(p.run_dir, "significance.json"), key)
             if old is not None:
                 out[p.run_dir] = old
             else:
-                todo[p.row] = (p, digest)
+                todo[p.row] = (p, key)
         if not todo:
             continue
-        refs, hyps = read_lines(ref_file), {name: read_lines(_texts(p)[1]) for name, (p, _) in todo.items()}
+        refs = read_lines(ref_file)
+        hyps = {name: read_lines(texts(p.run_dir, p.bleu)[1]) for name, (p, _) in todo.items()}
         if test == "thesis":
             result = _thesis(refs, read_lines(base_hyp), hyps, base.bleu, n_samples, seed, table.marks)
         else:
             result = paired_significance(refs, read_lines(base_hyp), hyps, flavour=base.bleu, method="bs",
                                          n_samples=n_samples, seed=seed, marks=table.marks)
-        for name, (p, digest) in todo.items():
-            out[p.run_dir] = entry = {"baseline": base.row, "flavour": base.bleu, "samples": n_samples,
-                                      "inputs": digest, "test": test, "baseline_bleu": result["baseline"].get("bleu"),
-                                      **result[name]}
+        for name, (p, key) in todo.items():
+            out[p.run_dir] = entry = {**key, "baseline_bleu": result["baseline"].get("bleu"), **result[name]}
             write_json(os.path.join(p.run_dir, "significance.json"), entry)
     return out
 
@@ -101,11 +97,10 @@ def _thesis(refs, baseline, systems, flavour, n_samples, seed, marks) -> dict:
     return out
 
 
-def _texts(plan: RunPlan) -> tuple:
-    """The reference and hypothesis files of a run at its BLEU flavour's level."""
-    hyp_name, ref_name = FLAVOUR_FILES["tok" if plan.bleu.startswith("tok") else "detok"]
-    where = os.path.join(plan.run_dir, "eval-test")
-    return os.path.join(where, ref_name), os.path.join(where, hyp_name)
+def texts(run_dir: str, flavour: str) -> tuple:
+    """The reference and hypothesis files of a run at its BLEU flavour's level (tok or detok)."""
+    level = "tok" if flavour.startswith("tok") else "detok"
+    return tuple(os.path.join(run_dir, "eval-test", f"{name}.{level}") for name in ("ref", "hyp"))
 
 
 def pooled_ar(reference: Dict[int, RunPlan], system: Dict[int, RunPlan], shuffles: int = 10000,
@@ -116,7 +111,7 @@ def pooled_ar(reference: Dict[int, RunPlan], system: Dict[int, RunPlan], shuffle
     files = {}
     for s in seeds:
         for who, plan in (("reference", reference[s]), ("system", system[s])):
-            ref_file, hyp_file = _texts(plan)
+            ref_file, hyp_file = texts(plan.run_dir, plan.bleu)
             if not (os.path.exists(ref_file) and os.path.exists(hyp_file)):
                 return {"missing": f"seed {s} of the {who} row has no {os.path.relpath(hyp_file, plan.run_dir)}"}
             files[who, s] = (ref_file, hyp_file)

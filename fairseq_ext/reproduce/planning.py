@@ -285,9 +285,7 @@ def plan_seeds(table: Table, rows: List[Row], setups: dict, opts: Options, seeds
     return {s: plan_table(table, rows, setups, opts, datasets, seed=s, several_seeds=several) for s in seeds}
 
 
-def shell_line(cmd: List[str]) -> str:
-    """A planned command as a user would type it."""
-    return " ".join(shlex.quote(c) for c in cmd)
+shell_line = shlex.join  # a planned command as a user would type it
 
 
 def _option(flags: List[str], name: str, default: str) -> str:

@@ -419,12 +419,11 @@ def _check_rows(table: Table, path: str) -> None:
                                        f"({', '.join(sorted(analysis_params)) or 'none'})")
         for c in table.columns if r.runnable else []:
             check_params(f"row {r.id}", c, c.at(r), path)
+    printed = {name for r in table.rows for cells in r.paper.values() for name in cells}
     for c in table.columns:
         for key in ("of", "against_column"):
             if key in c.params and c.params[key] not in names:
                 raise TableConfigError(f"{path}: column {c.name!r}: {key} {c.params[key]!r} is not a column")
-    printed = {name for r in table.rows for cells in r.paper.values() for name in cells}
-    for c in table.columns:
         if c.printed and c.name not in printed and table.rows and any(r.paper for r in table.rows):
             raise TableConfigError(f"{path}: column {c.name!r}: no row prints a number in it "
                                    "(a column of ours only: 'printed: false')")
@@ -459,8 +458,7 @@ def load_table(table_id: str, config_dir: str = CONFIG_DIR, setups: Optional[dic
     raw = _read_yaml(path)
     if not isinstance(raw, dict) or "id" not in raw or "datasets" not in raw:
         raise TableConfigError(f"{path}: expected a mapping with 'id', 'datasets' and 'rows'")
-    # a file in the older form (`metrics:` instead of `columns:`) is read as before: unknown
-    # keys of it are ignored
+    # a file in the older form (`metrics:`, not `columns:`) is read as before: its unknown keys ignored
     strict = "columns" in raw
     for key in raw:
         if strict and key not in TABLE_KEYS:

@@ -319,12 +319,11 @@ def train_paper_runs(root: str, data: str, device, quick: bool, deadline: float,
 
 def sentence_stats(record: dict):
     """sacreBLEU's statistics of each test sentence of a run, or None."""
-    from fairseq_ext.reproduce.marks import FLAVOUR_FILES
+    from fairseq_ext.reproduce.marks import texts
     from fairseq_ext.tools.statistics import sentence_stats as stats
 
     flavour = record.get("bleu_flavour", "detok-cased")
-    hyp, ref = (os.path.join(record["folder"], "eval-test", name)
-                for name in FLAVOUR_FILES["tok" if flavour.startswith("tok") else "detok"])
+    ref, hyp = texts(record["folder"], flavour)
     if not (os.path.exists(hyp) and os.path.exists(ref)):
         return None
     return stats(read_lines(ref), read_lines(hyp), flavour)
