@@ -205,9 +205,9 @@ def plan(table: Table, args, setups: dict, seeds: List[int]) -> Reproduction:
     budget_flags(opts.budget)  # check it before anything runs
     rows = table.select(args.rows)
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()] if args.datasets else None
-    by_seed = plan_seeds(table, rows, setups, opts, seeds, datasets)
-    plans = [p for ps in by_seed.values() for p in ps]
-    return Reproduction(table, rows, opts, seeds, by_seed, plan_analyses(table, plans, setups, opts, args.samples))
+    todo = Reproduction(table, rows, opts, seeds, plan_seeds(table, rows, setups, opts, seeds, datasets), [])
+    todo.analyses = plan_analyses(table, todo.plans, setups, opts, args.samples)
+    return todo
 
 
 def print_dry_run(todo: Reproduction, args) -> None:

@@ -317,8 +317,7 @@ def _probing(table: Table, plan: RunPlan, setups: dict, opts: Options, samples: 
             f"generate SentLen, WC and BShift from ({why})")
 
 
-# analysis -> (whether its command names the row, (table, run plan, setups, options, bootstrap samples) -> the
-# arguments of its own, or why it cannot run here)
+# analysis -> (whether its command names the row, (table, plan, setups, opts, samples) -> its arguments or why not)
 ANALYSIS_COMMANDS = {
     "layer_dependency": (True, _decodings),
     "decoders": (True, _decodings),

@@ -265,8 +265,7 @@ def run_values(table: Table, row: Row, run: Optional[RunData], ref: Optional[Run
     return out
 
 
-# The scale of one data set's runs (the first run's where they differ); models: shape in words -> its
-# rows; params_m / updates: the least and most.
+# One data set's runs (the first run's where they differ); models: shape -> rows; params_m, updates: least, most
 Scale = TypedDict("Scale", {
     "paper": str, "data": str, "substitute": bool, "substitution": str, "test_set": str,
     "test_sentences": Optional[int], "train_pairs": Optional[int], "models": Dict[str, List[str]],

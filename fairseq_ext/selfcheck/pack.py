@@ -31,8 +31,7 @@ from fairseq_ext.errors import CommandError
 from fairseq_ext.selfcheck.stage_files import chosen
 
 PROG = "fairseq-ext selfcheck-pack"
-# what a GPU machine's Python with torch lacks (fairseq, its configuration system, the
-# recipes' tokenizers and compare-mt); the versions fairseq 0.12 needs are pinned
+# what a GPU machine's Python with torch lacks; the versions fairseq 0.12 needs are pinned
 WHEELS = ["fairseq-fixed==0.12.3.1", "hydra-core==1.3.2", "omegaconf==2.3.0", "antlr4-python3-runtime==4.9.3",
           "bitarray", "subword-nmt", "sacremoses", "compare-mt", "nltk", "joblib", "click", "mock", "PyYAML"]
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "any"]

@@ -48,8 +48,7 @@ TRAIN_FLAGS = ["--share-all-embeddings", "--dropout", "0.1", "--optimizer", "ada
 MAX_POSITIONS = {"base": 200}  # the configs' --max-source/target-positions; the other sizes 150 (iwslt.args)
 STOCK_CRITERION, ROW_CRITERION = "label_smoothed_cross_entropy", "multi_output_label_smoothed_cross_entropy"
 DEFAULT_MAX_TOKENS = {"base": 4960}  # the papers' batches: WMT 4,960 tokens, IWSLT 2,048
-# without --data: sentence lengths like IWSLT'15 En-Vi's tokenized training text (log word counts
-# of train.en: mean 2.87, sd 0.61; train.vi / train.en: 1.22), each + 1 for </s>
+# without --data: lengths like IWSLT'15 En-Vi's train.en (log words: mean 2.87, sd 0.61; vi/en 1.22), + 1 for </s>
 SYNTHETIC = {"sentences": 20000, "log_mean": 2.87, "log_sd": 0.61, "tgt_ratio": 1.22, "ratio_log_sd": 0.15}
 
 
