@@ -42,6 +42,7 @@ from fairseq_ext.analysis.registry import Analysis
 from fairseq_ext.analysis.word_translation import add_training_arguments, load_projections, trained_probes
 from fairseq_ext.common import checkpoints
 from fairseq_ext.common.command_line import search_arguments
+from fairseq_ext.standalone.corpus import write_lines
 
 ANALYSIS = Analysis("translate_from_layer", "Translating from an encoder layer", "Xu et al. 2020, Table 2",
                     single=True, order=90)
@@ -161,8 +162,7 @@ def execute(args, figures: FigureContext):
     os.makedirs(args.out, exist_ok=True)
     for key, lines in texts.items():
         name = "ref.bpe" if key == "ref" else f"hyp.{key}.bpe"
-        with open(os.path.join(args.out, name), "w", encoding="utf-8") as f:
-            f.writelines(line + "\n" for line in lines)
+        write_lines(os.path.join(args.out, name), lines)
     scores = {k: bleu_scores(v, texts["ref"]) for k, v in texts.items() if k != "ref"}
     rows = table_rows(scores, layers)
     command.write_table(rows, args.out, "translate_from_layer",

@@ -34,7 +34,7 @@ def fail(prog: str, error: Exception, usage: Optional[str] = None) -> int:
     return 1
 
 
-def run_command(prog: str, body: Callable[[], object], errors: Tuple[Type[Exception], ...],
+def run_main(prog: str, body: Callable[[], object], errors: Tuple[Type[Exception], ...],
                 usage: Callable[[], str]) -> int:
     """Run ``body`` as the command ``prog``: 0, or one error line and 1 for ``errors``, 130 on
     Ctrl-C. As in the recipes, a kill (SIGTERM) exits through the command's cleanup."""

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from typing import List, Optional, Sequence
 
-from fairseq_ext.common.command_line import CommandParser, log_line, run_command
+from fairseq_ext.common.command_line import CommandParser, log_line, run_main
 from fairseq_ext.errors import CommandError
 from fairseq_ext.standalone import compare_mt_shim, corpus, evaluations, outputs
 from fairseq_ext.tools import comet as comet_metric
@@ -233,9 +233,10 @@ def _read_once(path: str, copy: str) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    return run_command(COMMAND, lambda: run(check(parse_args(argv))),
+    return run_main(COMMAND, lambda: run(check(parse_args(argv))),
                        (CommandError, outputs.OutputError, corpus.TextError, comet_metric.CometError),
                        lambda: build_parser().format_usage())
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_ext import resources
-from fairseq_ext.common.command_line import CommandParser, log_line, run_command
+from fairseq_ext.common.command_line import CommandParser, log_line, run_main
 from fairseq_ext.common.data_text import FLAVOURS, REMOVE_BPE, env_headline, read_lines, read_prep_env
 from fairseq_ext.errors import CommandError, DataError
 from fairseq_ext.standalone import bleu, corpus, evaluations, moses, outputs
@@ -394,8 +394,9 @@ def evaluate(checkpoint: str, data: str, *, split: str = "test", out: Optional[s
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    return run_command(COMMAND, lambda: run(plan(parse_args(argv)), echo=lambda line: print(line, flush=True)),
+    return run_main(COMMAND, lambda: run(plan(parse_args(argv)), echo=lambda line: print(line, flush=True)),
                        (CommandError, *ERRORS), lambda: build_parser().format_usage())
+
 
 if __name__ == "__main__":
     sys.exit(main())
