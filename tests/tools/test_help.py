@@ -1,12 +1,19 @@
 """Every command's --help, as a newcomer reads it: it exits 0 and names the command as it was
 typed (`fairseq-ext train`, `fairseq-ext prepare multi30k`, `scripts/train.sh`), never a file
 inside the package nor a line of the script's code; train's --config takes the names of the
-configs the package ships, and those names are listed."""
+configs the package ships, and those names are listed. The recipes' help runs as the command
+a user types; the Python commands' help runs through the same ``fairseq_ext.cli.main`` in this
+process (tests/tools/test_installed_package.py runs the installed console scripts)."""
+import contextlib
+import io
 import os
+import signal
 import sys
+from types import SimpleNamespace
 
 import pytest
 
+from fairseq_ext import cli
 from model_utils import REPO
 from script_utils import run
 
@@ -16,9 +23,27 @@ COMMANDS = [("prepare", "multi30k"), ("prepare", "iwslt15-en-vi"), ("prepare", "
             ("average-checkpoints",), ("strip-aux",), ("analyze", "length_buckets")]
 
 
+def help_of(command):
+    """``fairseq-ext COMMAND --help``: a subprocess for the bash recipes (the command becomes
+    bash), ``cli.main`` in this process for the Python commands."""
+    if command[0] in ("prepare", "train"):
+        return run([sys.executable, "-m", "fairseq_ext", *command, "--help"])
+    out, err, argv, handler = io.StringIO(), io.StringIO(), list(sys.argv), signal.getsignal(signal.SIGTERM)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main([*command, "--help"])
+            except SystemExit as e:
+                code = e.code
+    finally:
+        sys.argv[:] = argv
+        signal.signal(signal.SIGTERM, handler)
+    return SimpleNamespace(returncode=code or 0, stdout=out.getvalue(), stderr=err.getvalue())
+
+
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
 def test_help_names_the_command_as_typed(command):
-    res = run([sys.executable, "-m", "fairseq_ext", *command, "--help"])
+    res = help_of(command)
     assert res.returncode == 0, res.stderr[-2000:]
     text = res.stdout + res.stderr
     first = text.strip().splitlines()[0]
