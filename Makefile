@@ -61,10 +61,10 @@ quickstart: setup
 	PATH=$(abspath $(VENV))/bin:$$PATH bash scripts/quickstart.sh
 
 test: setup
-	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadfile tests $(PYTEST_ARGS)
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests $(PYTEST_ARGS)
 
 test-fast: setup
-	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile tests $(PYTEST_ARGS)
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests $(PYTEST_ARGS)
 
 test-fairseq: setup
 	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) tests/fairseq_compat/run_fairseq_tests.py \

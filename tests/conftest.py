@@ -2,6 +2,7 @@
 checkpoint and a model of raw Multi30k text, each built once per run and shared by the
 pytest-xdist workers (script_utils.built_once), and a Multi30k slice for the recipes, per
 test. One thread for every model and subprocess of the suite."""
+import collections
 import gzip
 import os
 import re
@@ -31,6 +32,17 @@ def pytest_addoption(parser):
                      help="where the tests that take the `device` fixture run their models "
                           "(tests/models/test_on_device.py; `fairseq-ext selfcheck --stage tests`): "
                           "cpu (default) or cuda")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files that hold an end-to-end run (marked slow) first, those with the fewest tests
+    (one long run each) before those with many; each file's tests in their order. pytest-xdist
+    hands the files to its workers in this order (`make test` passes --no-loadscope-reorder: its
+    default order, the most tests first, started the one-test files of the longest runs last),
+    so the long runs start early and the short files fill the end of the run."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    tests = collections.Counter(item.path for item in items)
+    items.sort(key=lambda item: (item.path not in slow, tests[item.path] if item.path in slow else 0))  # stable
 
 
 @pytest.fixture(scope="session")
