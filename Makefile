@@ -19,8 +19,9 @@ PYTEST_ARGS ?=
 # TEST_WORKERS processes (pytest-xdist; a test file stays in one process, so its module
 # fixtures are built once). One more worker than the 2 cores it was measured on: the third fills
 # the time the others wait on commands, files and shared builds (make test 14 min 33 s against
-# 15 min 40 s with 2 workers, same commit, nothing else running). TEST_WORKERS=0 runs everything
-# in this process.
+# 15 min 40 s with 2 workers, same commit, nothing else running; a fourth was slower). The files
+# with end-to-end runs go out first (tests/conftest.py orders them; --no-loadscope-reorder keeps
+# that order). TEST_WORKERS=0 runs everything in this process.
 TEST_WORKERS ?= 3
 # make test-fairseq: fairseq's own tests (from the $(FAIRSEQ_SPEC) sdist) with fairseq_ext loaded;
 # FAIRSEQ_EXT_PLUGIN=0 runs them stock, for comparison (docs/testing.md).
