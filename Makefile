@@ -20,8 +20,8 @@ PYTEST_ARGS ?=
 # fixtures are built once). One more worker than the 2 cores it was measured on: the third fills
 # the time the others wait on commands, files and shared builds (make test 14 min 33 s against
 # 15 min 40 s with 2 workers, same commit, nothing else running; a fourth was slower). The files
-# with end-to-end runs go out first (tests/conftest.py orders them; --no-loadscope-reorder keeps
-# that order). TEST_WORKERS=0 runs everything in this process.
+# with end-to-end runs go out first (tests/conftest.py orders them; --no-loadscope-reorder, of
+# pytest-xdist 3.8, keeps that order). TEST_WORKERS=0 runs everything in this process.
 TEST_WORKERS ?= 3
 # make test-fairseq: fairseq's own tests (from the $(FAIRSEQ_SPEC) sdist) with fairseq_ext loaded;
 # FAIRSEQ_EXT_PLUGIN=0 runs them stock, for comparison (docs/testing.md).
@@ -52,7 +52,7 @@ $(STAMP): setup.py Makefile $(TORCH_RECORD)
 	# nltk: METEOR (fairseq_ext/tools/meteor.py), pinned because its aligner makes the numbers.
 	$(PY) -m pip install -q "hydra-core==1.3.2" "omegaconf==2.3.0" bitarray regex cffi cython \
 		numpy sacrebleu scikit-learn tqdm sentencepiece subword-nmt sacremoses \
-		compare-mt matplotlib "tensorboardX==2.6.5" "protobuf==7.36.2" "nltk==3.10.4" pytest pytest-xdist
+		compare-mt matplotlib "tensorboardX==2.6.5" "protobuf==7.36.2" "nltk==3.10.4" pytest "pytest-xdist>=3.8"
 	$(PY) -m pip install -q --no-deps --no-build-isolation "$(FAIRSEQ_SPEC)"
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	$(PY) -c "import fairseq, fairseq_ext; print('fairseq', fairseq.__version__)"

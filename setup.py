@@ -32,7 +32,7 @@ setup(
         # METEOR (fairseq_ext/tools/meteor.py); the Makefile pins the version the docs measured
         "nltk>=3.10.4",
     ],
-    extras_require={"test": ["pytest", "pytest-xdist"]},
+    extras_require={"test": ["pytest", "pytest-xdist>=3.8"]},
     entry_points={
         "console_scripts": [
             "fairseq-ext=fairseq_ext.cli:main",
