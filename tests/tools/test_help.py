@@ -4,12 +4,9 @@ inside the package nor a line of the script's code; train's --config takes the n
 configs the package ships, and those names are listed. The recipes' help runs as the command
 a user types; the Python commands' help runs through the same ``fairseq_ext.cli.main`` in this
 process (tests/tools/test_installed_package.py runs the installed console scripts)."""
-import contextlib
-import io
 import os
 import signal
 import sys
-from types import SimpleNamespace
 
 import pytest
 
@@ -23,29 +20,29 @@ COMMANDS = [("prepare", "multi30k"), ("prepare", "iwslt15-en-vi"), ("prepare", "
             ("average-checkpoints",), ("strip-aux",), ("analyze", "length_buckets")]
 
 
-def help_of(command):
-    """``fairseq-ext COMMAND --help``: a subprocess for the bash recipes (the command becomes
-    bash), ``cli.main`` in this process for the Python commands."""
+def help_of(command, capsys, monkeypatch):
+    """The exit status and the text of ``fairseq-ext COMMAND --help``: a subprocess for the bash
+    recipes (the command becomes bash), ``cli.main`` in this process for the Python commands
+    (which names the command in sys.argv[0] and sets a SIGTERM handler: both put back)."""
     if command[0] in ("prepare", "train"):
-        return run([sys.executable, "-m", "fairseq_ext", *command, "--help"])
-    out, err, argv, handler = io.StringIO(), io.StringIO(), list(sys.argv), signal.getsignal(signal.SIGTERM)
+        res = run([sys.executable, "-m", "fairseq_ext", *command, "--help"])
+        return res.returncode, res.stdout + res.stderr
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    handler = signal.getsignal(signal.SIGTERM)
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = cli.main([*command, "--help"])
-            except SystemExit as e:
-                code = e.code
+        code = cli.main([*command, "--help"])
+    except SystemExit as e:
+        code = e.code
     finally:
-        sys.argv[:] = argv
         signal.signal(signal.SIGTERM, handler)
-    return SimpleNamespace(returncode=code or 0, stdout=out.getvalue(), stderr=err.getvalue())
+    out = capsys.readouterr()
+    return code or 0, out.out + out.err
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
-def test_help_names_the_command_as_typed(command):
-    res = help_of(command)
-    assert res.returncode == 0, res.stderr[-2000:]
-    text = res.stdout + res.stderr
+def test_help_names_the_command_as_typed(command, capsys, monkeypatch):
+    code, text = help_of(command, capsys, monkeypatch)
+    assert code == 0, text[-2000:]
     first = text.strip().splitlines()[0]
     assert f"fairseq-ext {' '.join(command)}" in first, first
     # the package's command names, not its files (a checkout's scripts/NAME.sh may be named beside them)
