@@ -1,13 +1,22 @@
 """fairseq_ext: multi-layer Transformer architectures for NMT, as a fairseq user dir.
 
-Importing this package (``--user-dir fairseq_ext``) installs the plugin's guards on fairseq 0.12
-(docs/trust.md), then registers the models, their presets, the criterion and the task. It also
-silences the deprecation warnings that fairseq 0.12's own code draws from hydra and torch at every
-start (none a user can act on); every other warning is shown as before.
-"""
-import warnings
+With fairseq imported (``--user-dir fairseq_ext``, or fairseq imported first), importing this
+package installs the plugin's guards on fairseq 0.12 (docs/trust.md), then registers the models,
+their presets, the criterion and the task. Imported before fairseq, it does the same the moment
+fairseq's own import ends, so that the commands which never build a model (``fairseq-ext
+user-dir``, ``prepare``, ``train``, ``evaluate``, ``significance``, ``config-dir``) load neither
+fairseq nor torch. It also silences the deprecation warnings that fairseq 0.12's own code draws
+from hydra and torch at every start (none a user can act on); every other warning is shown as
+before.
 
-from fairseq_ext import guards
+The registration never meets one of its own modules half imported: no guard module imports
+fairseq before its ``install`` runs, and the core's subpackages (models, modules, criterions,
+tasks) import fairseq in their ``__init__`` before any of their modules runs.
+"""
+import importlib.abc
+import importlib.util
+import sys
+import warnings
 
 # (message start, category) of what fairseq 0.12's own calls into hydra and torch warn
 FAIRSEQ_DEPRECATIONS = (
@@ -23,8 +32,43 @@ FAIRSEQ_DEPRECATIONS = (
 for _message, _category in FAIRSEQ_DEPRECATIONS:
     warnings.filterwarnings("ignore", message=_message, category=_category)
 
-guards.install()  # before anything registers or loads: every checkpoint load is checked
+from fairseq_ext.guards import one_line_errors  # noqa: E402
 
-from fairseq_ext import models  # noqa: E402,F401
-from fairseq_ext import criterions  # noqa: E402,F401
-from fairseq_ext import tasks  # noqa: E402,F401
+one_line_errors.install_excepthook()  # the plugin's errors in one line, fairseq imported or not
+
+
+def register() -> None:
+    """Install the guards (before anything registers or loads: every checkpoint load is checked),
+    then register the models, presets, criterion and task; idempotent."""
+    from fairseq_ext import guards
+
+    guards.install()
+    from fairseq_ext import models  # noqa: F401
+    from fairseq_ext import criterions  # noqa: F401
+    from fairseq_ext import tasks  # noqa: F401
+
+
+class _RegisterAfterFairseq(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: when fairseq is about to be imported, it leaves ``sys.meta_path``
+    and has fairseq's own loader run :func:`register` right after fairseq's ``__init__``."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "fairseq":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            exec_fairseq = spec.loader.exec_module
+
+            def exec_then_register(module):
+                exec_fairseq(module)
+                register()
+
+            spec.loader.exec_module = exec_then_register
+        return spec
+
+
+if "fairseq" in sys.modules:
+    register()
+else:
+    sys.meta_path.insert(0, _RegisterAfterFairseq())

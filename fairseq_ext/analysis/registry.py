@@ -4,11 +4,13 @@ import dataclasses
 import functools
 import importlib
 import pkgutil
-from typing import Callable, Dict, Optional, Set
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Set
 
 import fairseq_ext.analysis as package
 from fairseq_ext.analysis import AnalysisError
-from fairseq_ext.models.multilayer_transformer_config import MultilayerOptions
+
+if TYPE_CHECKING:  # the list of analyses loads no model code
+    from fairseq_ext.models.multilayer_transformer_config import MultilayerOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +24,7 @@ class Analysis:
     title: str
     reference: str
     single: bool = False
-    needs: Optional[Callable[[MultilayerOptions], bool]] = None
+    needs: Optional[Callable[["MultilayerOptions"], bool]] = None
     lacks: str = ""
     order: int = 1000
 
@@ -35,7 +37,7 @@ class Analysis:
     def module(self) -> str:
         return f"{package.__name__}.{self.name}"
 
-    def applies_to(self, options: MultilayerOptions) -> bool:
+    def applies_to(self, options: "MultilayerOptions") -> bool:
         return self.needs is None or bool(self.needs(options))
 
     def parser(self):

@@ -5,12 +5,13 @@ it here: prep.env, the BLEU flavour the papers report, the subword kinds, raw te
 (:class:`TextPipeline`) and the one text reader.
 """
 import os
-from typing import Dict, List, Optional
-
-import torch
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 from fairseq_ext.errors import DataError
 from fairseq_ext.standalone import corpus, moses
+
+if TYPE_CHECKING:  # reading prep.env and text needs no torch: evaluate and significance run without it
+    import torch
 
 # which BLEU the papers report for each task: (recipe, "src-tgt" or None for any) -> (flavour, note)
 HEADLINES = (
@@ -93,10 +94,11 @@ def side_tokenizer(env: Dict[str, str], side: str = "src"):
                                   **options)
 
 
-def within_positions(ids: torch.Tensor, max_positions: Optional[int]) -> torch.Tensor:
+def within_positions(ids: "torch.Tensor", max_positions: Optional[int]) -> "torch.Tensor":
     """A sentence's token ids (ending in </s>) cut to ``max_positions``, </s> kept."""
     if max_positions is not None and ids.numel() > max_positions:
-        ids = torch.cat([ids[: max_positions - 1], ids[-1:]])
+        eos, ids = ids[-1], ids[:max_positions].clone()
+        ids[-1] = eos
     return ids
 
 
@@ -138,7 +140,7 @@ class TextPipeline:
         self.description = f"Moses ({lang}{', ' + ', '.join(options) if options else ''}" \
                            f"{', lowercased' if lowercase else ''}) + {bpe}"
 
-    def __call__(self, sentence: str) -> torch.Tensor:
+    def __call__(self, sentence: str) -> "torch.Tensor":
         line = self.subword(self.tokenize(sentence))
         ids = self.dictionary.encode_line(line, add_if_not_exist=False, append_eos=True).long()
         return within_positions(ids, self.max_positions)

@@ -5,7 +5,6 @@ of ``--required-batch-size-multiple`` (upstream issue 5036). The wrapper appends
 (batches are built in index order) as the final batch; ``fixed_shapes`` batching is passed through.
 """
 import numpy as np
-from fairseq.data import data_utils
 
 from fairseq_ext.guards.patching import replace
 
@@ -30,4 +29,6 @@ def _keep_final_batch(batch_by_size):
 
 
 def install() -> None:
+    from fairseq.data import data_utils
+
     replace(data_utils, "batch_by_size", _keep_final_batch)

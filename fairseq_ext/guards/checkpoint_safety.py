@@ -215,7 +215,8 @@ def _checked(path, load: Callable[[], Any]) -> Any:
 
 def load_checkpoint_state(path: str) -> dict:
     """A checkpoint file as it is on disk, for the plugin's own tools (strip-aux, checkpoint
-    averaging), loaded with weights_only and checked."""
+    averaging), loaded with weights_only and checked; fairseq need not be imported."""
+    _allow_checkpoint_globals()
     return _checked(path, lambda: torch.load(path, map_location="cpu", weights_only=True))
 
 
@@ -239,7 +240,7 @@ def save_atomically(state: Dict, output: str) -> None:
     write_atomically(output, lambda tmp: torch.save(state, tmp), ".average-", ".pt")
 
 
-# installation (by fairseq_ext.guards.install, when the plugin is imported)
+# installation (by fairseq_ext.guards.install, when the plugin and fairseq are both imported)
 def _checking_config(load_checkpoint_to_cpu):
     def load_checking_config(path, arg_overrides=None, load_on_all_ranks=False):
         return _checked(path, lambda: load_checkpoint_to_cpu(path, arg_overrides, load_on_all_ranks))
@@ -260,9 +261,13 @@ def _shadow_eval() -> None:
         module.eval = literal_eval
 
 
-def install() -> None:
+def _allow_checkpoint_globals() -> None:
     if hasattr(torch.serialization, "add_safe_globals"):  # torch >= 2.4
         torch.serialization.add_safe_globals(CHECKPOINT_SAFE_GLOBALS)
+
+
+def install() -> None:
+    _allow_checkpoint_globals()
     from fairseq import checkpoint_utils
 
     replace(checkpoint_utils, "load_checkpoint_to_cpu", _checking_config)

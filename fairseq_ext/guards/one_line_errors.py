@@ -44,8 +44,14 @@ def _failed_job_in_one_line(original: property):
     return _GuardedProperty(return_value, original.fset, original.fdel, original.__doc__)
 
 
-def install() -> None:
+def install_excepthook() -> None:
+    """The excepthook alone (idempotent): ``fairseq_ext/__init__.py`` installs it at once, for the
+    commands that never import fairseq."""
     replace(sys, "excepthook", _printing_ours_as_one_line)
+
+
+def install() -> None:
+    install_excepthook()
     try:
         from hydra.core.utils import JobReturn
     except ImportError:  # pragma: no cover (hydra is a fairseq dependency)

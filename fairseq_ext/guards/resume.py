@@ -30,9 +30,6 @@ import zipfile
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
-from fairseq import checkpoint_utils
-from fairseq.distributed import utils as distributed_utils
-from fairseq.file_io import PathManager
 
 from fairseq_ext.errors import ResumeError, SaveDirBusyError
 from fairseq_ext.guards.checkpoint_safety import write_atomically
@@ -56,6 +53,7 @@ _PLACEHOLDER_KEY = "__fairseq_ext_tensor_placeholder__"
 def encode_for_broadcast(obj: Any) -> Any:
     """Replace DictConfigs and fairseq's tensor placeholders by plain data (recursively
     through dicts, lists and tuples); everything else is returned as it is."""
+    from fairseq.distributed import utils as distributed_utils
     from omegaconf import DictConfig, OmegaConf
 
     if isinstance(obj, DictConfig):
@@ -71,6 +69,7 @@ def encode_for_broadcast(obj: Any) -> Any:
 
 def decode_broadcast(obj: Any) -> Any:
     """Inverse of :func:`encode_for_broadcast`, on data loaded with ``weights_only=True``."""
+    from fairseq.distributed import utils as distributed_utils
     from omegaconf import OmegaConf
 
     if isinstance(obj, dict):
@@ -86,6 +85,8 @@ def decode_broadcast(obj: Any) -> Any:
 
 
 def _broadcasting_plain_data(original):
+    from fairseq.distributed import utils as distributed_utils
+
     def _broadcast_object_slow(obj, src_rank, group, dist_device):
         if distributed_utils.get_rank(group) == src_rank:
             original({_BROADCAST_KEY: encode_for_broadcast(obj)}, src_rank, group, dist_device)
@@ -119,6 +120,8 @@ class _AtomicCopyPathManager:
         self._path_manager = path_manager
 
     def __getattr__(self, name):
+        from fairseq.file_io import PathManager
+
         return getattr(self.__dict__.get("_path_manager", PathManager), name)
 
     def copy(self, src_path: str, dst_path: str, overwrite: bool = False) -> bool:
@@ -142,6 +145,8 @@ def hold_save_dir(cfg) -> None:
     of standalone/outputs.py) for the rest of the process; raise :class:`SaveDirBusyError`
     naming the holder when another run has it. Nothing is locked with ``--no-save``, for a
     remote save dir, or for a config without one (the mocks of fairseq's own tests)."""
+    from fairseq.distributed import utils as distributed_utils
+
     save_dir = getattr(cfg, "save_dir", None)
     if save_dir is None or getattr(cfg, "no_save", False) or "://" in str(save_dir) \
             or distributed_utils.get_global_rank() != 0:
@@ -233,6 +238,8 @@ def _check_explicit(option: str, path: str, save_dir: str, suffix: str = "", str
     """Refuse a checkpoint the user named (``--restore-file``, ``--continue-once``) that is
     not a file, or that is unreadable (fairseq would fail with a bare ``EOFError`` /
     ``RuntimeError`` from torch)."""
+    from fairseq.file_io import PathManager
+
     if PathManager.isfile(path):
         if is_intact(path):
             return
@@ -260,6 +267,8 @@ def check_restore(cfg, suffix: str = "", strict: Optional[bool] = None) -> Optio
     stands); :class:`ResumeError` when there is none to load, or for a missing or unreadable
     ``--restore-file`` / ``--continue-once``. Not ``strict`` (default: :data:`STRICT_ENV` is not
     ``1``), a missing ``--restore-file`` means training from scratch, with a warning."""
+    from fairseq.file_io import PathManager
+
     if strict is None:
         strict = os.environ.get(STRICT_ENV) == "1"
     if cfg.save_dir is None:  # no save dir (the mocked configs of fairseq's own tests): nothing to check
@@ -332,6 +341,9 @@ def preflight(argv: List[str]) -> None:
 
 
 def install() -> None:
+    from fairseq import checkpoint_utils
+    from fairseq.distributed import utils as distributed_utils
+
     replace(distributed_utils, "_broadcast_object_slow", _broadcasting_plain_data)
     replace(checkpoint_utils, "PathManager", _AtomicCopyPathManager)
     replace(checkpoint_utils, "load_checkpoint", _resuming_from_what_is_there)

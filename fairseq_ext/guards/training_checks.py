@@ -7,8 +7,6 @@ import logging
 from contextvars import ContextVar
 from typing import Optional
 
-from fairseq import trainer as fairseq_trainer
-
 from fairseq_ext.guards.patching import replace
 
 logger = logging.getLogger(__name__)
@@ -48,5 +46,7 @@ def _warm_starting(original):
 
 
 def install() -> None:
+    from fairseq import trainer as fairseq_trainer
+
     replace(fairseq_trainer.Trainer, "__init__", _checking_model_and_criterion)
     replace(fairseq_trainer.Trainer, "load_checkpoint", _warm_starting)

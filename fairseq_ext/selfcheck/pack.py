@@ -107,6 +107,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         args = p.parse_args(argv)
         datasets = chosen(args.datasets, DATASETS, "--datasets", "data set")
         is_pack = os.path.exists(os.path.join(args.out, "install.sh"))
+        if os.path.exists(args.out) and not os.path.isdir(args.out):
+            raise CommandError(f"--out {args.out}: exists and is not a folder")
         if os.path.exists(args.out) and os.listdir(args.out) and not is_pack:
             raise CommandError(f"--out {args.out}: exists and is not a pack (no install.sh): choose another folder")
         os.makedirs(args.out, exist_ok=True)

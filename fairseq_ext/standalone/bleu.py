@@ -18,7 +18,7 @@ from sacrebleu.metrics import BLEU, CHRF, TER
 
 if __package__:
     from .corpus import TextError, die, read_lines, unescape_moses
-else:  # run as a file (no package import: it would load fairseq and torch)
+else:  # run as a file (it imports nothing outside standalone/)
     from corpus import TextError, die, read_lines, unescape_moses  # one reader: UTF-8 checked, BOM/CR cleaned
 
 

@@ -33,7 +33,7 @@ import sys
 
 if __package__:
     from .moses import moses_detokenizer, tokenize_lines
-else:  # run as a file by the recipes (no package import: it would load fairseq and torch)
+else:  # run as a file by the recipes (it imports nothing outside standalone/)
     from moses import moses_detokenizer, tokenize_lines
 
 

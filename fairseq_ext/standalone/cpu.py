@@ -8,8 +8,8 @@ at least one thread per process:
 
     python3 cpu.py threads [PROCESSES]   the thread count per process, then the reason (2 lines)
 
-OMP_NUM_THREADS, when set, wins (the callers check it). Runs as a plain file (no package
-import: it would load fairseq and torch).
+OMP_NUM_THREADS, when set, wins (the callers check it). Runs as a plain file (it imports
+nothing outside standalone/).
 """
 import argparse
 import os

@@ -6,7 +6,7 @@ place; docs/trust.md ("Output directories") states the rules. The marker and its
 (:class:`OutputLock`), a directory written atomically (:class:`StagedOutput`; common.sh's
 fsx_begin_output / fsx_finish_output in bash) and the temporary directories of killed runs.
 
-The bash recipes run this file (no package import: it would load fairseq and torch)::
+The bash recipes run this file as a plain file (it imports nothing outside standalone/)::
 
   outputs.py --prog NAME COMMAND ...
     check-replaceable DIR [INPUT...]  exit 1 with one line unless an existing DIR may be replaced

@@ -13,7 +13,7 @@ import argparse
 
 if __package__:
     from .corpus import TextError, die, stdin_lines, write_stdout
-else:  # run as a file by the recipes (no package import: it would load fairseq and torch)
+else:  # run as a file by the recipes (it imports nothing outside standalone/)
     from corpus import TextError, die, stdin_lines, write_stdout  # one-line errors; lines as wc -l counts them
 
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from fairseq.distributed import utils as distributed_utils
 
 from fairseq_ext.errors import SaveDirBusyError
 from fairseq_ext.guards import resume
@@ -41,7 +42,7 @@ def test_the_save_dir_is_held_by_rank_0_only_and_not_with_no_save(tmp_path, monk
                                        f"(pid {other.pid} on ")
         assert str(e.value).endswith("; wait for it to finish, or write elsewhere; two training runs need two save dirs")
         resume.hold_save_dir(checkpoint_cfg(tmp_path / "busy", no_save=True))  # writes nothing there
-        monkeypatch.setattr(resume.distributed_utils, "get_global_rank", lambda: 1)
+        monkeypatch.setattr(distributed_utils, "get_global_rank", lambda: 1)
         resume.hold_save_dir(checkpoint_cfg(tmp_path / "busy"))  # rank 0's to hold
     finally:
         other.kill()

@@ -136,6 +136,8 @@ def test_selfcheck_says_what_is_missing(tmp_path, capsys):
     (tmp_path / "mine.txt").write_text("a user's file\n")
     code, err = error(pack.main, "--out", str(tmp_path), "--no-wheels")
     assert code == 1 and "is not a pack" in err
+    code, err = error(pack.main, "--out", str(tmp_path / "mine.txt"), "--no-wheels")
+    assert code == 1 and "exists and is not a folder" in err
     assert os.listdir(tmp_path) == ["mine.txt"] and (tmp_path / "mine.txt").read_text() == "a user's file\n"
 
 

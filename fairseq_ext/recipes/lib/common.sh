@@ -117,7 +117,7 @@ fsx_config_path() {
 }
 fsx_config_names() { (cd "$FSX_USER_DIR/configs" && ls -- *.args) | sed 's/\.args$//' | paste -sd ' ' | sed 's/ /, /g'; }
 
-# run as files, not modules: importing the package would load fairseq and torch every time
+# run as plain files, not modules: they import nothing outside standalone/
 fsx_tools() { "$FSX_PY" "$FSX_USER_DIR/standalone/corpus.py" "$@"; }
 fsx_spm() { "$FSX_PY" "$FSX_USER_DIR/standalone/spm.py" "$@"; }
 
