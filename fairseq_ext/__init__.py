@@ -4,10 +4,10 @@ With fairseq imported (``--user-dir fairseq_ext``, or fairseq imported first), i
 package installs the plugin's guards on fairseq 0.12 (docs/trust.md), then registers the models,
 their presets, the criterion and the task. Imported before fairseq, it does the same the moment
 fairseq's own import ends, so that the commands which never build a model (``fairseq-ext
-user-dir``, ``prepare``, ``train``, ``evaluate``, ``significance``, ``config-dir``) load neither
-fairseq nor torch. It also silences the deprecation warnings that fairseq 0.12's own code draws
-from hydra and torch at every start (none a user can act on); every other warning is shown as
-before.
+user-dir``, ``config-dir``, ``significance``; ``prepare``, ``train`` and ``evaluate``, which start
+fairseq's own commands as processes) load neither fairseq nor torch themselves. It also silences
+the deprecation warnings that fairseq 0.12's own code draws from hydra and torch at every start
+(none a user can act on); every other warning is shown as before.
 
 The registration never meets one of its own modules half imported: no guard module imports
 fairseq before its ``install`` runs, and the core's subpackages (models, modules, criterions,
