@@ -56,15 +56,18 @@ def encode_for_broadcast(obj: Any) -> Any:
     from fairseq.distributed import utils as distributed_utils
     from omegaconf import DictConfig, OmegaConf
 
-    if isinstance(obj, DictConfig):
-        return {_DICTCONFIG_KEY: encode_for_broadcast(OmegaConf.to_container(obj, resolve=False))}
-    if isinstance(obj, distributed_utils._TensorPlaceholder):
-        return {_PLACEHOLDER_KEY: obj.index}
-    if isinstance(obj, dict):
-        return {k: encode_for_broadcast(v) for k, v in obj.items()}
-    if type(obj) in (list, tuple):  # not namedtuples: left as they are
-        return type(obj)(encode_for_broadcast(v) for v in obj)
-    return obj
+    def encode(obj: Any) -> Any:
+        if isinstance(obj, DictConfig):
+            return {_DICTCONFIG_KEY: encode(OmegaConf.to_container(obj, resolve=False))}
+        if isinstance(obj, distributed_utils._TensorPlaceholder):
+            return {_PLACEHOLDER_KEY: obj.index}
+        if isinstance(obj, dict):
+            return {k: encode(v) for k, v in obj.items()}
+        if type(obj) in (list, tuple):  # not namedtuples: left as they are
+            return type(obj)(encode(v) for v in obj)
+        return obj
+
+    return encode(obj)
 
 
 def decode_broadcast(obj: Any) -> Any:
@@ -72,16 +75,19 @@ def decode_broadcast(obj: Any) -> Any:
     from fairseq.distributed import utils as distributed_utils
     from omegaconf import OmegaConf
 
-    if isinstance(obj, dict):
-        if set(obj) == {_DICTCONFIG_KEY}:
-            # as checkpoint_utils.load_checkpoint_to_cpu builds a checkpoint's cfg
-            return OmegaConf.create(decode_broadcast(obj[_DICTCONFIG_KEY]), flags={"allow_objects": True})
-        if set(obj) == {_PLACEHOLDER_KEY}:
-            return distributed_utils._TensorPlaceholder(index=obj[_PLACEHOLDER_KEY])
-        return {k: decode_broadcast(v) for k, v in obj.items()}
-    if type(obj) in (list, tuple):
-        return type(obj)(decode_broadcast(v) for v in obj)
-    return obj
+    def decode(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            if set(obj) == {_DICTCONFIG_KEY}:
+                # as checkpoint_utils.load_checkpoint_to_cpu builds a checkpoint's cfg
+                return OmegaConf.create(decode(obj[_DICTCONFIG_KEY]), flags={"allow_objects": True})
+            if set(obj) == {_PLACEHOLDER_KEY}:
+                return distributed_utils._TensorPlaceholder(index=obj[_PLACEHOLDER_KEY])
+            return {k: decode(v) for k, v in obj.items()}
+        if type(obj) in (list, tuple):
+            return type(obj)(decode(v) for v in obj)
+        return obj
+
+    return decode(obj)
 
 
 def _broadcasting_plain_data(original):
