@@ -29,6 +29,7 @@ import re
 import shlex
 import statistics
 import time
+import unittest.mock
 from typing import List
 
 import numpy as np
@@ -83,8 +84,8 @@ def add_arguments(parser) -> None:
 
 def check_arguments(cli, parser) -> None:
     """The defaults of this mode, and its options' values checked."""
-    if cli.profile:
-        parser.error("--profile: with --mode steps only")
+    if cli.profile == "decode":
+        parser.error("--profile decode: with --mode steps only (--mode updates profiles training updates)")
     cli.vocab = cli.vocab or 32000
     cli.configs = BASE_ROWS if cli.configs is None else cli.configs
     cli.max_tokens = cli.max_tokens or [DEFAULT_MAX_TOKENS.get(cli.config, 2048)]
@@ -222,6 +223,8 @@ def run(cli, parser, device) -> int:
         parser.error(str(e))
     settle_s = cli.settle if cli.settle is not None else (60.0 if device.type == "cuda" else 0.0)
     passes = settle(stock, [s for samples, _ in sweep.values() for s in samples], device, settle_s)
+    if cli.profile:
+        return profile_updates(cli, stock, sweep, common, dictionary, device, passes)
     decoding = decode_batches(stock, src_sizes, tgt_sizes, dictionary, cli, device) if cli.decode_sentences else []
     device_name = (torch.cuda.get_device_name(device) if device.type == "cuda"
                    else f"cpu ({torch.get_num_threads()} threads)")
@@ -295,6 +298,65 @@ def run(cli, parser, device) -> int:
         print("\n".join(table(["row", *map(str, cli.max_tokens)], [
             [rec["name"], *([f"{1 / u['ratio']:.2f}" for u in rec.get("updates", [])] or [None] * len(cli.max_tokens))]
             for rec in results["configs"]])))
+    return 0
+
+
+# the CUDA runtime calls that make the host wait for the device
+HOST_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+
+
+def profile_updates(cli, stock, sweep, common, dictionary, device, passes) -> int:
+    """``--profile train``: each model alone (the stock, then every --configs row) at every
+    --max-tokens: its updates timed plainly (updates/s, target tokens/s, TFLOP/s, peak memory),
+    then the same updates under torch.profiler (host and device time, kernels and host syncs per
+    update)."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    models = [("stock", stock)] + [(e.partition(":")[0], build_trainer(SIZES[cli.config][1], common + shlex.split(
+        e.partition(":")[2]), ROW_CRITERION, dictionary, cli.seed)) for e in cli.configs]
+    results = {"mode": "updates-profile", "settings": vars(cli), "device": torch.cuda.get_device_name(device)
+               if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)",
+               "settle_passes_s": [round(p, 3) for p in passes], "rows": []}
+    header = ["model", "max tokens", "tgt tokens/update", "updates/s", "tgt tokens/s", "TFLOP/s", "peak GiB",
+              "host ms/update (profiled)", "device ms/update", "kernels/update", "host syncs/update"]
+    print(f"{results['device']}, {cli.dtype}, {cli.config} config, vocab {cli.vocab}: each model alone, "
+          f"{cli.warmup} warm-up updates (FLOPs counted), {len(next(iter(sweep.values()))[0]) - cli.warmup} timed, "
+          "the same again profiled; "
+          f"first the stock model ran every batch untimed {len(passes)} times (seconds a pass: "
+          f"{', '.join(f'{p:.2f}' for p in passes) or 'none'})")
+    print("| " + " | ".join(header) + " |\n|---|" + "---:|" * (len(header) - 1), flush=True)
+    for name, trainer in models:
+        for max_tokens, (samples, _) in sweep.items():
+            warm, timed_samples = samples[:cli.warmup], samples[cli.warmup:]
+            tokens = sum(int(s["ntokens"]) for s in timed_samples)
+            per_token = flops(lambda: run_updates(trainer, warm, device)) / sum(int(s["ntokens"]) for s in warm)
+            run_updates(trainer, warm, device)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            # fairseq's Trainer resets the peak after every update (its gb_free): not while timed here
+            with unittest.mock.patch.object(torch.cuda, "reset_peak_memory_stats", lambda *a, **k: None):
+                seconds, skipped = run_updates(trainer, timed_samples, device)
+            with torch_profile(activities=activities) as prof:
+                profiled_s, _ = run_updates(trainer, timed_samples, device)
+            events, n = prof.events(), len(timed_samples)
+            kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+            row = {"model": name, "max_tokens": max_tokens, "updates": n, "skipped": skipped,
+                   "tgt_tokens_per_update": tokens / n, "updates_per_s": n / seconds, "tokens_per_s": tokens / seconds,
+                   "flops_per_tgt_token": per_token, "tflops": per_token * tokens / seconds / 1e12,
+                   "peak_gib": torch.cuda.max_memory_allocated(device) / 2 ** 30 if device.type == "cuda" else None,
+                   "host_ms_per_update_profiled": 1e3 * profiled_s / n,
+                   "device_ms_per_update": sum(e.time_range.elapsed_us() for e in kernels) / 1e3 / n,
+                   "kernels_per_update": len(kernels) / n,
+                   "host_syncs_per_update": sum(e.name in HOST_SYNCS for e in events) / n}
+            results["rows"].append(row)
+            cells = [name, max_tokens, f"{row['tgt_tokens_per_update']:.0f}", f"{row['updates_per_s']:.1f}",
+                     f"{row['tokens_per_s']:.0f}", f"{row['tflops']:.3g}",
+                     "–" if row["peak_gib"] is None else f"{row['peak_gib']:.2f}",
+                     f"{row['host_ms_per_update_profiled']:.1f}", f"{row['device_ms_per_update']:.1f}",
+                     f"{row['kernels_per_update']:.0f}", f"{row['host_syncs_per_update']:.1f}"]
+            print("| " + " | ".join(map(str, cells)) + " |", flush=True)
+            write_json(cli.json, results)
     return 0
 
 

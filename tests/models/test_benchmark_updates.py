@@ -154,6 +154,31 @@ def test_updates_mode_json_and_table(tmp_path, capsys):
     assert "0 by batch_by_size" in stdout and "synthetic sentence lengths" in stdout
 
 
+def test_profile_of_updates_each_model_alone(tmp_path, capsys):
+    """--profile train: the stock model and a row alone at each --max-tokens; the numbers are
+    those of the batches fairseq-train makes, and hold together."""
+    out = tmp_path / "profile.json"
+    assert benchmark.main(["--mode", "updates", "--profile", "train", "--config", "tiny", "--configs", "M-10",
+                           "--max-tokens", *map(str, SWEEP), "--updates", "3", "--block", "2", "--warmup", "2",
+                           "--vocab", "300", "--threads", "1", "--device", "cpu", "--json", str(out)]) == 0
+    data, stdout = json.loads(out.read_text()), capsys.readouterr().out
+    assert [(r["model"], r["max_tokens"]) for r in data["rows"]] == [(m, t) for m in ("stock", "M-10") for t in SWEEP]
+    dictionary = make_dictionary(296)
+    src, tgt, _ = batches.corpus_lengths(None, "train", 0)
+    dataset = batches.pair_dataset(src, tgt, dictionary, 0)
+    for r in data["rows"]:
+        samples, _ = batches.train_batches(stock_trainer(dictionary), dataset, r["max_tokens"], 2 + 4, 0, 8)
+        assert r["updates"] == 4 and r["tgt_tokens_per_update"] == sum(int(s["ntokens"]) for s in samples[2:]) / 4
+        assert r["tokens_per_s"] == pytest.approx(r["updates_per_s"] * r["tgt_tokens_per_update"])
+        assert r["tflops"] * 1e12 == pytest.approx(r["flops_per_tgt_token"] * r["tokens_per_s"])
+        # on a CPU: no kernels and no device time; the profiled host time is a real time
+        assert r["kernels_per_update"] == 0 and r["device_ms_per_update"] == 0 and r["peak_gib"] is None
+        assert r["host_ms_per_update_profiled"] > 0 and r["skipped"] == 0
+    stock, m10 = data["rows"][0], data["rows"][len(SWEEP)]
+    assert m10["flops_per_tgt_token"] > stock["flops_per_tgt_token"]  # M-10 attends every encoder layer
+    assert "| stock | 61 |" in stdout and "| M-10 | 250 |" in stdout and "host syncs/update" in stdout
+
+
 def test_every_row_of_the_thesis_overhead_list_runs_in_updates_mode(tmp_path, monkeypatch):
     """BASE_ROWS (DC, MMA, MS-4 included) by their names, at a tiny size with the 5 encoder
     layers MS-4 needs and the 4 heads MMA splits."""
@@ -180,7 +205,7 @@ def test_every_row_of_the_thesis_overhead_list_runs_in_updates_mode(tmp_path, mo
     (["--mode", "updates", "--configs", "M-99"], "--configs M-99: not a known row"),
     (["--mode", "updates", "--max-tokens", "0"], "--max-tokens 0: must be at least 1"),
     (["--mode", "updates", "--decode-len", "often"], "--decode-len often:"),
-    (["--mode", "updates", "--profile", "train"], "--profile: with --mode steps only"),
+    (["--mode", "updates", "--profile", "decode"], "--profile decode: with --mode steps only"),
     (["--settle", "5"], "--settle: with --mode updates only"),
     (["--mode", "updates", "--settle", "-1"], "--settle -1.0: must be 0 (none) or more seconds"),
 ])
