@@ -411,7 +411,8 @@ def write_table(out: str) -> List[str]:
     lines += [
         "Each run: `fairseq-ext train --config iwslt` with the row's flags (the thesis' small config: 4+4 layers, "
         f"d 256, d_ff 1024, 4 heads, shared embeddings, max length 150) in {first.get('precision', '?')} on "
-        f"{first.get('device', '?')}, {first.get('concurrent_runs', '?')} runs at once on the one device; then "
+        f"{' and '.join(sorted({r.get('device', '?') for r in records})) or '?'}, "
+        f"{first.get('concurrent_runs', '?')} runs at once on the one device; then "
         f"`fairseq-ext evaluate {' '.join(first.get('generate', []))}` on {first.get('test_set', '?')} "
         f"({first.get('bleu_flavour', '?')} sacreBLEU, the thesis' flavour for En→Vi; chrF2 on the same text). "
         f"Data: joint BPE with {first.get('bpe_merges', '?')} merges, {first.get('dict_size', '?')} types.", "",
