@@ -44,7 +44,7 @@ TABLE, DATASET = "thesis-3.3", "iwslt15-en-vi"
 THESIS_UPDATES, THESIS_MAX_TOKENS = 200_000, 2_048  # configs/iwslt.args: the thesis' training
 DEFAULT_ROWS = "transformer,iter-c-agg"  # the baseline and the thesis' largest En-Vi gain
 # what every run trains with on a GPU (docs/selfcheck.md#the-paper-stage says why)
-SETTINGS = {"updates": 3000, "max_tokens": 8192, "lr": 1e-3, "warmup": 500}
+SETTINGS = {"updates": 2600, "max_tokens": 32768, "lr": 1e-3, "warmup": 400}
 QUICK_SETTINGS = {"updates": 8, "max_tokens": 1000, "lr": 1e-3, "warmup": 4}
 SCHEDULE = ["--lr-scheduler", "cosine", "--warmup-init-lr", "1e-7", "--no-epoch-checkpoints", "--log-interval", "50"]
 START_SECONDS = 20  # python, fairseq, the data and the model before fairseq's training clock starts

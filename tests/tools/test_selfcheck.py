@@ -230,13 +230,13 @@ def test_paper_stage_plan_and_logs(tmp_path):
     assert training.thesis_number(next(r for r in training.thesis_rows() if r.id == "m-10")) == (30.71, 0.13)
     runs = training.plan("transformer,m-01", "1,2", None, "4096,8192", None, None, quick=False)
     assert len(runs) == 8 and {r.lr for r in runs} == {training.SETTINGS["lr"]}
-    assert "m-01-s2-u3000-mt4096-lr0.001-wu500" in {r.name for r in runs}
+    assert "m-01-s2-u2600-mt4096-lr0.001-wu400" in {r.name for r in runs}
     with pytest.raises(CommandError, match="--rows: unknown row luong"):
         training.plan("transformer,luong", "1", None, None, None, None, quick=False)
     with pytest.raises(CommandError, match="--lr: '0,1e-3'"):
         training.plan("transformer", "1", None, None, "0,1e-3", None, quick=False)
-    with pytest.raises(CommandError, match=r"--warmup \(500\) must be below --updates \(400\)"):
-        training.plan("transformer", "1", "400", None, None, None, quick=False)
+    with pytest.raises(CommandError, match=r"--warmup \(400\) must be below --updates \(300\)"):
+        training.plan("transformer", "1", "300", None, None, None, quick=False)
     log = tmp_path / "train.log"
     log.write_text("epoch 001 | valid on 'valid' subset | loss 9.5 | nll_loss 9 | num_updates 100\n"
                    "2026 | INFO | train | epoch 001 | loss 10 | wpb 6000.5 | bsz 200 | num_updates 100\n"
