@@ -49,19 +49,28 @@ def register() -> None:
 
 
 class _RegisterAfterFairseq(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: when fairseq is about to be imported, it leaves ``sys.meta_path``
-    and has fairseq's own loader run :func:`register` right after fairseq's ``__init__``."""
+    """Finds nothing itself: every spec of fairseq looked up before fairseq's import (an import,
+    ``importlib.util.find_spec``, a submodule first) comes from the finders after it, with a loader
+    that runs :func:`register` right after fairseq's ``__init__``. It leaves ``sys.meta_path`` only
+    once that has run, so that no lookup in between can leave fairseq to load unguarded."""
 
     def find_spec(self, name, path=None, target=None):
         if name != "fairseq":
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.loader is not None:
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None) if finder is not self else None
+            spec = find(name, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
             exec_fairseq = spec.loader.exec_module
 
             def exec_then_register(module):
                 exec_fairseq(module)
+                if self in sys.meta_path:
+                    sys.meta_path.remove(self)
                 register()
 
             spec.loader.exec_module = exec_then_register

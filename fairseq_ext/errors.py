@@ -22,6 +22,11 @@ class UnsafePickleError(UnsafeCheckpointError, pickle.UnpicklingError):
     ``weights_only`` load stopped it); refused in one line naming the global."""
 
 
+class UnsafeArchiveError(UnsafeCheckpointError):
+    """A model archive with a member that would be written outside its folder (an absolute
+    name, ``..``, a link out of it) or is not a file, folder or link; refused, nothing written."""
+
+
 class UnsafeConfigValue(FairseqExtError, ValueError):
     """A configuration string that is not a literal, passed to fairseq's ``eval()``."""
 

@@ -6,6 +6,7 @@
 import contextlib
 import os
 import tempfile
+import zlib
 from typing import Dict, Iterator, Optional, TextIO
 
 from fairseq_ext.errors import FairseqExtError
@@ -37,14 +38,38 @@ def check_output_file(output: Optional[str], option: str = "--output", inputs: O
     for checkpoint in (checkpoints or "").split(":"):
         if checkpoint and _same(output, checkpoint):
             raise OutputFileError(f"{option} {output} is the checkpoint: the model would be replaced by the output")
-    if os.path.isfile(output) and os.path.realpath(output).endswith((".pt", ".ckpt")):
-        raise OutputFileError(f"{option} {output} is a checkpoint: a model would be replaced by the output; name "
-                              "another file")
+    kind = None if not os.path.isfile(output) else _not_text(output)
+    if kind:
+        raise OutputFileError(f"{option} {output} is {kind}: it would be replaced by the output; name another file")
     if data and os.path.isdir(data):
         root = os.path.realpath(data)
         if os.path.realpath(output).startswith(root + os.sep):
             raise OutputFileError(f"{option} {output} is inside the data directory {data}: its dictionaries and "
                                   "binarized files are the model's inputs; write the output elsewhere")
+
+
+def _not_text(path: str) -> Optional[str]:
+    """What an existing file is when it is not a text file a command could have written (UTF-8,
+    gzip for .gz): "a checkpoint" (torch's zip or a pickle), "a binary file"; else None."""
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    if head.startswith(b"PK\x03\x04") or head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return "a checkpoint (torch's zip or pickle format)"
+    if head.startswith(b"\x1f\x8b") and path.endswith(".gz"):
+        try:  # the text of the first 64 KiB of the gzip stream
+            head = zlib.decompressobj(zlib.MAX_WBITS | 16).decompress(head, 1 << 16)
+        except zlib.error:
+            return "a binary file, not text"
+    return _binary(head)
+
+
+def _binary(head: bytes) -> Optional[str]:
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as error:
+        if error.start < len(head) - 3:  # not just a character cut at the end of the head
+            return "a binary file, not text"
+    return "a binary file, not text" if b"\0" in head else None
 
 
 @contextlib.contextmanager

@@ -2,16 +2,21 @@
 checkpoint never runs code from it"). :func:`install`: 1. torch's ``weights_only`` load allows
 exactly the globals fairseq checkpoints hold (:data:`CHECKPOINT_SAFE_GLOBALS`), a refused pickle
 said in one line; 2. every field fairseq would ``eval()`` (:data:`EVALUATED_FIELDS`) must match
-its literal grammar on every load, and ``eval`` is :func:`literal_eval` in :data:`EVAL_MODULES`.
+its literal grammar on every load, and ``eval`` is :func:`literal_eval` in :data:`EVAL_MODULES`;
+3. a model archive (``from_pretrained``) is extracted into a folder of its own with Python's
+``data`` filter (:func:`extract_archive`), and the archive is kept.
 """
 import argparse
 import ast
+import atexit
 import importlib
 import operator
 import os
 import pickle
 import re
+import shutil
 import sys
+import tarfile
 import tempfile
 from typing import Any, Callable, Dict, Iterator, Tuple
 
@@ -19,7 +24,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from fairseq_ext.errors import UnsafeCheckpointError, UnsafeConfigValue, UnsafePickleError
+from fairseq_ext.errors import (CheckpointError, UnsafeArchiveError, UnsafeCheckpointError, UnsafeConfigValue,
+                                 UnsafePickleError)
 from fairseq_ext.guards.patching import replace
 
 
@@ -266,9 +272,74 @@ def _allow_checkpoint_globals() -> None:
         torch.serialization.add_safe_globals(CHECKPOINT_SAFE_GLOBALS)
 
 
+def extract_archive(path: str) -> str:
+    """The model archive ``path`` extracted into a new temporary folder (removed when the process
+    ends) with Python's ``data`` filter, which refuses a member named ``/abs/...`` or ``../...``, a
+    link out of the folder and a device; the archive itself is kept (fairseq 0.12's
+    ``load_archive_file`` extracts without a filter, then deletes the archive and moves the
+    folder to its name). Returns the archive's one top folder, or the folder itself."""
+    if not hasattr(tarfile, "data_filter"):
+        raise CheckpointError(f"cannot extract model archive {path} safely: this Python's tarfile has no data "
+                              "filter (3.9.17, 3.10.12, 3.11.4 or later has it); extract it and pass the folder")
+    folder = tempfile.mkdtemp(prefix="fairseq_ext-archive-")
+    atexit.register(shutil.rmtree, folder, True)
+    try:
+        with tarfile.open(path) as archive:
+            names = archive.getnames()
+            outside = next((n for n in names if n.startswith(("/", "\\")) or ".." in re.split(r"[/\\]", n)), None)
+            if outside is not None:  # the data filter would strip a leading "/": refused all the same
+                raise UnsafeArchiveError(f"refusing model archive {path}: its member {outside!r} would be written "
+                                         "outside the archive's folder; nothing of it was kept")
+            archive.extractall(folder, filter="data")
+    except UnsafeArchiveError:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    except tarfile.FilterError as error:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise UnsafeArchiveError(f"refusing model archive {path}: {error}; nothing of it was kept") from None
+    except (tarfile.TarError, OSError) as error:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise CheckpointError(f"cannot extract model archive {path}: {error}") from None
+    tops = {name.split("/", 1)[0] for name in names}
+    top = os.path.join(folder, tops.pop()) if len(tops) == 1 else folder
+    return top if os.path.isdir(top) else folder
+
+
+def _extracting_safely(load_archive_file):
+    def load_archive_file_safely(archive_file):
+        from fairseq.file_utils import cached_path
+
+        try:
+            resolved = cached_path(archive_file, cache_dir=None)
+        except EnvironmentError:
+            return load_archive_file(archive_file)  # fairseq's own message, and None
+        return resolved if os.path.isdir(resolved) else extract_archive(resolved)
+
+    return load_archive_file_safely
+
+
+class _WeightsOnlyTorch:
+    """``fairseq.checkpoint_utils``' own name ``torch``: torch, except that its ``load`` is always
+    ``weights_only=True``. fairseq calls ``torch.load(f)`` without the argument, which
+    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` in the environment turns into ``weights_only=False``;
+    an explicit ``True`` holds whatever the environment says."""
+
+    def __init__(self, module):
+        self.__wrapped__ = module
+
+    def __getattr__(self, name):
+        return getattr(self.__wrapped__, name)
+
+    def load(self, f, *args, **kwargs):
+        kwargs["weights_only"] = True
+        return self.__wrapped__.load(f, *args, **kwargs)
+
+
 def install() -> None:
     _allow_checkpoint_globals()
-    from fairseq import checkpoint_utils
+    from fairseq import checkpoint_utils, file_utils
 
     replace(checkpoint_utils, "load_checkpoint_to_cpu", _checking_config)
+    replace(checkpoint_utils, "torch", _WeightsOnlyTorch)
+    replace(file_utils, "load_archive_file", _extracting_safely)
     _shadow_eval()

@@ -33,7 +33,7 @@ from fairseq_ext.criterions.multi_output_label_smoothed_cross_entropy import (
     MultiOutputLabelSmoothedCrossEntropyCriterion,
 )
 from fairseq_ext import keys
-from fairseq_ext.errors import OptionError
+from fairseq_ext.errors import CheckpointError, OptionError
 from fairseq_ext.models.multi_source_encoder import MultiSourceEncoder
 from fairseq_ext.models.multilayer_transformer_config import (
     MultilayerOptions,
@@ -85,7 +85,10 @@ class MultilayerTransformerModel(TransformerModel):
         checkpoint = WARM_START.get()
         if checkpoint is not None:
             self.upgrade_state_dict(state_dict)
-            state_dict, summary = warm_start_state(self, state_dict)
+            try:
+                state_dict, summary = warm_start_state(self, state_dict)
+            except CheckpointError as error:
+                raise CheckpointError(f"warm start from {checkpoint}: {error}") from None
             logger.info(f"warm start from {checkpoint}: {summary}")
         return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
 

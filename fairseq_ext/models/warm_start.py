@@ -2,7 +2,9 @@
 options, loaded into any option set of the same sizes (fairseq's ``--finetune-from-model``,
 or ``--restore-file`` with ``--reset-optimizer``; ``fairseq-ext train --init-from``).
 
-Every tensor of the checkpoint whose name and shape the model has is taken as it is. A
+Every tensor of the checkpoint whose name and shape the model has is taken as it is; a tensor
+both have by name with other shapes (another width, another dictionary) is refused in one line
+naming it, unless a technique below maps it. A
 technique's new parameters are initialised, where the technique allows it, so that the new
 model computes what the loaded one computed (the stock cross-attention's or self-attention's
 weights moved to where the technique reads the top layer, the rest contributing nothing):
@@ -28,6 +30,7 @@ from typing import Dict, Set, Tuple
 import torch
 from torch import Tensor
 
+from fairseq_ext.errors import CheckpointError
 from fairseq_ext.guards.training_checks import WARM_START  # noqa: F401  (set by the trainer's guard)
 PROJECTIONS = [f"{name}.{part}" for name in ("q_proj", "k_proj", "v_proj", "out_proj") for part in ("weight", "bias")]
 
@@ -36,6 +39,9 @@ class _State:
     """The state being made: the model's own, then the checkpoint's where it fits."""
 
     def __init__(self, model, loaded: Dict[str, Tensor]):
+        for key, value in loaded.items():
+            if not torch.is_tensor(value):
+                raise CheckpointError(f"the checkpoint's {key} is a {type(value).__name__}, not a tensor")
         self.loaded, self.state = loaded, {}
         self.taken: Set[str] = set()
         self.mapped: Set[str] = set()
@@ -56,7 +62,10 @@ class _State:
     def copy(self, dst: str, src: str, make=None) -> bool:
         if dst not in self.state or dst in self.taken or src not in self.loaded:
             return False
-        value = self.loaded[src] if make is None else make(self.loaded[src])
+        try:
+            value = self.loaded[src] if make is None else make(self.loaded[src])
+        except RuntimeError:  # a checkpoint of another width: said by warm_start_state
+            return False
         if value.shape != self.state[dst].shape:
             return False
         self.state[dst] = value.to(self.state[dst].dtype)
@@ -116,6 +125,13 @@ def warm_start_state(model, loaded: Dict[str, Tensor]) -> Tuple[Dict[str, Tensor
         main = "decoder." + key.split(".", 3)[3]  # decoder.aux_decoders.K.REST <- decoder.REST, as made above
         if main in s.state and key not in s.taken and s.state[main].shape == s.state[key].shape:
             s.set(key, s.state[main].clone())
+    mismatched = [k for k in s.state if k in loaded and k not in s.taken and k not in s.mapped]
+    if mismatched:
+        first = mismatched[0]
+        raise CheckpointError(
+            f"the checkpoint's {first} is {tuple(loaded[first].shape)} but the model's is "
+            f"{tuple(s.state[first].shape)}" + (f" ({len(mismatched) - 1} more tensors differ)" if len(mismatched) > 1
+                                                else "") + ": a model of another size or dictionary; nothing loaded")
     return s.state, _summary(s)
 
 

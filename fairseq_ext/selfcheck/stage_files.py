@@ -15,7 +15,9 @@ INDEX_TITLE = "# fairseq_ext self-check"
 
 
 def check_out(out: str) -> None:
-    """Refuse an --out whose README.md the self-check did not write (``--out .`` in a checkout)."""
+    """Refuse an --out holding a file the self-check would replace but did not write: a README.md
+    that is not its index (``--out .`` in a checkout), a STAGE.json that is not its record of that
+    stage, a STAGE.md without that record."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise CommandError(f"--out {out}: exists and is not a folder")
     index = os.path.join(out, "README.md")
@@ -24,6 +26,22 @@ def check_out(out: str) -> None:
             if f.readline().strip() != INDEX_TITLE:
                 raise CommandError(f"--out {out}: its README.md is not the self-check's index (it would be "
                                    "replaced): choose another folder")
+    for stage in STAGES:
+        record, notes = (os.path.join(out, f"{stage}.{ext}") for ext in ("json", "md"))
+        for path in (record, notes):
+            if os.path.exists(path) and not _own_record(record, stage):
+                raise CommandError(f"--out {out}: its {os.path.basename(path)} was not written by the self-check "
+                                   "(it would be replaced): choose another folder")
+
+
+def _own_record(path: str, stage: str) -> bool:
+    """Whether ``path`` is the self-check's JSON record of ``stage``."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            found = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(found, dict) and found.get("stage") == stage and "written" in found
 
 
 def chosen(value: str, known, option: str, what: str, usage: bool = False) -> List[str]:
@@ -58,10 +76,17 @@ def write_stage(out: str, stage: str, record: dict, markdown: List[str]) -> List
 
 
 def read_json(path: str) -> dict:
+    """A record the self-check wrote ({} when there is none); one that is not a JSON object is an error."""
     if not os.path.exists(path):
         return {}
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            found = json.load(f)
+    except (OSError, ValueError) as error:
+        raise CommandError(f"{path}: not a readable JSON record ({error}); remove it or copy it again") from None
+    if not isinstance(found, dict):
+        raise CommandError(f"{path}: holds a JSON {type(found).__name__}, not the record the self-check writes")
+    return found
 
 
 def run_logged(commands: Dict[str, Tuple[List[str], str]], until: float, threads: Optional[int] = None,

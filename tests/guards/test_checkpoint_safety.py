@@ -73,9 +73,11 @@ def test_checkpoint_that_would_run_code_is_refused(tmp_path):
     assert not marker.exists()
 
 
-def test_a_refused_pickle_is_one_line_naming_the_global(tmp_path, tiny_trained):
+def test_a_refused_pickle_is_one_line_naming_the_global(tmp_path, tiny_trained, monkeypatch):
     """torch's refusal is a 10-line message ending in advice to pass weights_only=False;
-    fairseq-generate (and every load path of the plugin) says it in one line instead."""
+    fairseq-generate (and every load path of the plugin) says it in one line instead, also with
+    TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 in the environment (which turns fairseq's own
+    ``torch.load(f)`` into a full unpickling)."""
     import subprocess
 
     from fairseq_ext.errors import UnsafePickleError
@@ -88,16 +90,25 @@ def test_a_refused_pickle_is_one_line_naming_the_global(tmp_path, tiny_trained):
     state["extra_state"]["payload"] = _RunsCode(marker)
     torch.save(state, path)
     expected = f"refusing checkpoint {path}: its pickle would import posix.system, which no fairseq checkpoint holds"
-    for load in (checkpoint_utils.load_checkpoint_to_cpu, load_checkpoint_state):
-        with pytest.raises(UnsafePickleError) as refused:
-            load(str(path))
-        assert str(refused.value).startswith(expected) and "\n" not in str(refused.value)
+    for forced in (None, "1"):
+        if forced:
+            monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", forced)
+        for load in (checkpoint_utils.load_checkpoint_to_cpu, load_checkpoint_state):
+            with pytest.raises(UnsafePickleError) as refused:
+                load(str(path))
+            assert str(refused.value).startswith(expected) and "\n" not in str(refused.value)
     bin_dir, _ = tiny_trained
-    res = subprocess.run(["fairseq-generate", bin_dir, "--user-dir", USER_DIR, "--path", str(path), "--cpu"],
-                         capture_output=True, text=True, env=clean_env())
-    assert res.returncode == 1 and not marker.exists()
-    assert res.stderr.strip().splitlines()[-1].startswith(f"fairseq-generate: error: {expected}")
-    assert "Traceback" not in res.stderr
+    source = tmp_path / "src.txt"
+    source.write_text("w1 w2\n")
+    commands = {"fairseq-generate": ["fairseq-generate", bin_dir, "--user-dir", USER_DIR, "--path", str(path), "--cpu"],
+                "fairseq-ext translate": ["fairseq-ext", "translate", "--checkpoint", str(path), "--data", bin_dir,
+                                          "--input", str(source), "--cpu"]}
+    for prog, command in commands.items():
+        for env in (clean_env(), {**clean_env(), "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}):
+            res = subprocess.run(command, capture_output=True, text=True, env=env)
+            assert res.returncode != 0 and not marker.exists(), res.stderr[-2000:]
+            assert res.stderr.strip().splitlines()[-1].startswith(f"{prog}: error: {expected}"), res.stderr[-2000:]
+            assert "Traceback" not in res.stderr
 
 
 # --- the literal grammar ------------------------------------------------------------------
@@ -391,3 +402,75 @@ def test_from_pretrained_refuses_the_crafted_checkpoint(tiny_trained, tmp_path):
     hub = MultilayerTransformerModel.from_pretrained(os.path.dirname(checkpoint), checkpoint_file="checkpoint_last.pt",
                                                      data_name_or_path=bin_dir)
     assert isinstance(hub.translate("w1 w2 w3"), str)
+
+
+# --- the guards hold whatever the import order --------------------------------------------
+LOAD_CRAFTED = r"""
+import sys
+from fairseq import checkpoint_utils
+from fairseq_ext.errors import UnsafeCheckpointError
+try:
+    checkpoint_utils.load_model_ensemble_and_task([sys.argv[1]], arg_overrides={"data": sys.argv[2]})
+except UnsafeCheckpointError as error:
+    print("refused:", error)
+"""
+IMPORT_ORDERS = {  # the plugin first, then whatever looks fairseq up before its import
+    "find_spec": "import fairseq_ext, importlib.util\nimportlib.util.find_spec('fairseq')\n"
+                 "importlib.util.find_spec('fairseq')\n",
+    "find_spec of a submodule": "import fairseq_ext, importlib.util\nimportlib.util.find_spec('fairseq.data')\n",
+    "import_module": "import fairseq_ext, importlib\nimportlib.import_module('fairseq.checkpoint_utils')\n",
+    "a submodule first": "import fairseq_ext\nimport fairseq.checkpoint_utils\n",
+    "reload": "import fairseq_ext, importlib\nimport fairseq\nimportlib.reload(fairseq)\n",
+}
+
+
+@pytest.mark.parametrize("order", sorted(IMPORT_ORDERS))
+def test_the_guards_hold_whatever_looks_fairseq_up_first(tiny_trained, tmp_path, order):
+    bin_dir, checkpoint = tiny_trained
+    marker = tmp_path / "pwned"
+    evil = craft(checkpoint, tmp_path / "evil.pt", marker)
+    res = subprocess.run([sys.executable, "-c", IMPORT_ORDERS[order] + LOAD_CRAFTED, str(evil), bin_dir],
+                         capture_output=True, text=True, env=clean_env(), timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "refused:" in res.stdout and "cfg.model.adaptive_softmax_cutoff" in res.stdout, res.stdout[-2000:]
+    assert not marker.exists()
+
+
+# --- model archives stay inside their folder ----------------------------------------------
+def test_a_model_archive_is_extracted_inside_its_folder_and_kept(tiny_trained, tmp_path):
+    """from_pretrained's archive: a member named /abs/... or ../... or a link out of the folder
+    is refused in one line and nothing is written outside; an honest archive loads and stays."""
+    import io
+    import tarfile
+
+    from fairseq import file_utils
+
+    from fairseq_ext.errors import UnsafeArchiveError
+    from fairseq_ext.models.multilayer_transformer import MultilayerTransformerModel
+
+    bin_dir, checkpoint = tiny_trained
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name, member in (("absolute", str(outside / "evil.pth")), ("dotdot", "model/../../outside/evil.pth"),
+                         ("link", "model/link")):
+        archive = tmp_path / f"{name}.tar.gz"
+        with tarfile.open(archive, "w:gz") as tar:
+            info = tarfile.TarInfo(member)
+            if name == "link":
+                info.type, info.linkname = tarfile.SYMTYPE, str(outside)
+            else:
+                info.size = 6
+            tar.addfile(info, io.BytesIO(b"import") if name != "link" else None)
+        with pytest.raises(UnsafeArchiveError, match=f"refusing model archive {archive}: ") as refused:
+            file_utils.load_archive_file(str(archive))
+        assert "\n" not in str(refused.value) and archive.is_file()
+        assert os.listdir(outside) == [] and not (tmp_path / "evil.pth").exists()
+    honest = tmp_path / "model.tar.gz"
+    with tarfile.open(honest, "w:gz") as tar:
+        tar.add(checkpoint, arcname="model/model.pt")
+        for f in os.listdir(bin_dir):
+            if f.startswith("dict."):
+                tar.add(os.path.join(bin_dir, f), arcname=f"model/{f}")
+    hub = MultilayerTransformerModel.from_pretrained(str(honest), checkpoint_file="model.pt", source_lang="src",
+                                                     target_lang="tgt")
+    assert isinstance(hub.translate("w1 w2 w3"), str) and honest.is_file()

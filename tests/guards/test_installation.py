@@ -2,7 +2,7 @@
 import sys
 
 import fairseq_ext  # noqa: F401  (installs the guards)
-from fairseq import checkpoint_utils, file_io
+from fairseq import checkpoint_utils, file_io, file_utils
 from fairseq import trainer as fairseq_trainer
 from fairseq.data import data_utils
 from fairseq.dataclass import utils as dataclass_utils
@@ -21,6 +21,8 @@ from fairseq_ext.guards.patching import MARKER, REPLACED, is_guard
 # (owner, attribute) -> the module fairseq's original comes from (None: not fairseq's, sys)
 GUARDED = {
     (checkpoint_utils, "load_checkpoint_to_cpu"): "fairseq.checkpoint_utils",
+    (checkpoint_utils, "torch"): None,  # torch itself, whose load is always weights_only there
+    (file_utils, "load_archive_file"): "fairseq.file_utils",
     (data_utils, "batch_by_size"): "fairseq.data.data_utils",
     (distributed_utils, "_broadcast_object_slow"): "fairseq.distributed.utils",
     (checkpoint_utils, "PathManager"): "fairseq.file_io",

@@ -76,3 +76,30 @@ def test_fairseq_trains_on_from_a_checkpoint_of_other_options(tiny_trained, tmp_
                             *flags, "--save-dir", str(tmp_path / "resume"), "--restore-file", checkpoint],
                            capture_output=True, text=True, env=clean_env(), timeout=600)
     assert plain.returncode != 0 and "warm start" not in plain.stdout + plain.stderr
+
+
+@pytest.mark.parametrize("flags", [[], ["--joint-attention", "m-10"], ["--encoder-self-attention", "dc"]])
+def test_a_checkpoint_of_another_width_or_dictionary_is_refused_naming_the_tensor(flags):
+    """Stock --finetune-from-model refuses both; a warm start that took the few tensors whose
+    shapes still fit would train the rest from scratch, silently."""
+    from fairseq_ext.errors import CheckpointError
+
+    dictionary = make_dictionary()
+    model, _ = build("multilayer_transformer_iwslt", *SMALL, *flags, dictionary=dictionary, seed=5)
+    wide_flags = list(SMALL)  # every width doubled: 64 and 128 for 32 and 64
+    for i, flag in enumerate(SMALL):
+        if flag.endswith("embed-dim"):
+            wide_flags[i + 1] = str(2 * int(SMALL[i + 1]))
+    wide, _ = build_stock("transformer_iwslt_de_en", *wide_flags, dictionary=dictionary, seed=3)
+    with pytest.raises(CheckpointError, match=r"the checkpoint's encoder.embed_tokens.weight is \(\d+, 64\) but the "
+                                             r"model's is \(\d+, 32\) \(\d+ more tensors differ\)"):
+        warm_start_state(model, wide.state_dict())
+    other_dict, _ = build_stock("transformer_iwslt_de_en", *SMALL, dictionary=make_dictionary(len(dictionary) + 40),
+                                seed=3)
+    with pytest.raises(CheckpointError, match=r"the checkpoint's encoder.embed_tokens.weight is \(\d+, \d+\) but "
+                                             r"the model's is .*: a model of another size or dictionary"):
+        warm_start_state(model, other_dict.state_dict())
+    stock, _ = build_stock("transformer_iwslt_de_en", *SMALL, dictionary=dictionary, seed=3)
+    crafted = {**stock.state_dict(), "encoder.layers.0.fc1.weight": "not a tensor"}
+    with pytest.raises(CheckpointError, match="the checkpoint's encoder.layers.0.fc1.weight is a str, not a tensor"):
+        warm_start_state(model, crafted)

@@ -139,6 +139,21 @@ def test_selfcheck_says_what_is_missing(tmp_path, capsys):
     code, err = error(pack.main, "--out", str(tmp_path / "mine.txt"), "--no-wheels")
     assert code == 1 and "exists and is not a folder" in err
     assert os.listdir(tmp_path) == ["mine.txt"] and (tmp_path / "mine.txt").read_text() == "a user's file\n"
+    # no index: the stage files a user wrote are not the self-check's either, whatever their names
+    for name, text in (("env.json", '{"mine": 1}'), ("env.md", "# my notes\n"), ("paper.json", "[1, 2]")):
+        folder = tmp_path / name.replace(".", "-")
+        folder.mkdir()
+        (folder / name).write_text(text)
+        code, err = error(command.main, "--out", str(folder), "--device", "cpu", "--stage", "env")
+        assert code == 1 and f"its {name} was not written by the self-check" in err
+        assert os.listdir(folder) == [name] and (folder / name).read_text() == text
+    # a run.json that is empty, cut short or not an object: one line, no traceback
+    for text in ("", '{"bleu": 2', "[1]"):
+        run = tmp_path / "t" / "paper" / "runs" / "transformer-s1-u8-mt1000-lr0.001-wu4"
+        run.mkdir(parents=True, exist_ok=True)
+        (run / "run.json").write_text(text)
+        code, err = error(command.main, "--out", str(tmp_path / "t"), "--stage", "paper", "--table-only")
+        assert code == 1 and f"{run / 'run.json'}: " in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_pack_takes_a_wheel_and_else_the_source(monkeypatch, tmp_path):

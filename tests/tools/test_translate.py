@@ -216,10 +216,24 @@ def test_an_output_file_is_never_a_checkpoint_and_special_files_are_written_thro
 
     from fairseq_ext.common.output_file import OutputFileError, check_output_file, staged_output_file
 
-    best = tmp_path / "checkpoint_best.pt"
-    best.write_bytes(b"PK model")
-    with pytest.raises(OutputFileError, match="is a checkpoint: a model would be replaced by the output"):
-        check_output_file(str(best), checkpoints=str(tmp_path / "checkpoint_last.pt"))
+    import gzip
+
+    import torch
+
+    # by what the file holds, whatever its name: torch's zip format, the legacy pickle, other bytes
+    for name, legacy in (("checkpoint_best.pt", False), ("best.bak", False), ("old-format.txt", True)):
+        torch.save({"model": {"w": torch.zeros(2)}}, tmp_path / name, _use_new_zipfile_serialization=not legacy)
+        with pytest.raises(OutputFileError, match=r"is a checkpoint \(torch's zip or pickle format\): it would be "
+                                                  "replaced by the output"):
+            check_output_file(str(tmp_path / name), checkpoints=str(tmp_path / "checkpoint_last.pt"))
+    (tmp_path / "blob.out").write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(OutputFileError, match="is a binary file, not text"):
+        check_output_file(str(tmp_path / "blob.out"))
+    (tmp_path / "hyp.txt").write_text("ab à\n" * 20000, encoding="utf-8")  # "à" cut at 64 KiB (6-byte lines)
+    with gzip.open(tmp_path / "hyp.txt.gz", "wt", encoding="utf-8") as f:
+        f.write("xin chào\n" * 30000)
+    check_output_file(str(tmp_path / "hyp.txt"))  # text a command could have written: replaced
+    check_output_file(str(tmp_path / "hyp.txt.gz"))
     target = tmp_path / "target.txt"
     target.write_text("old\n")
     link = tmp_path / "link.txt"
