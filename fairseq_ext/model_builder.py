@@ -12,6 +12,8 @@ from fairseq import options
 from fairseq.data import Dictionary
 from fairseq.models import ARCH_MODEL_REGISTRY
 
+from fairseq_ext.errors import OptionError
+
 USER_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -24,9 +26,19 @@ def make_dictionary(num_symbols: int = 40) -> Dictionary:
     return dictionary
 
 
+class FlagError(OptionError):
+    """A flag fairseq-train's parser refuses (unknown, or a value it does not take)."""
+
+
 def parse_model_args(arch: str, *flags: str) -> Namespace:
-    """fairseq-train's parser on ``--arch ARCH FLAGS`` (the preset already applied)."""
+    """fairseq-train's parser on ``--arch ARCH FLAGS`` (the preset already applied); a flag it
+    refuses is a :class:`FlagError` of one line (not argparse's usage of every fairseq flag)."""
     parser = options.get_training_parser()
+
+    def refuse(message):
+        raise FlagError(message)
+
+    parser.error = refuse
     return options.parse_args_and_arch(
         parser, ["/nonexistent", "--task", "translation", "--user-dir", USER_DIR, "--arch", arch, *flags]
     )

@@ -63,8 +63,9 @@ die() { fsx_die "$@"; }
 DATA=$1 SAVE=$2
 shift 2
 NPROC=1 NNODES=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 CONFIG="" INIT_FROM=""
-# the port: --master-port, else the environment's MASTER_PORT (as torchrun), else 29500
-PORT_SOURCE="--master-port"
+# the port: --master-port, else the environment's MASTER_PORT (as torchrun), else on one node a
+# free one (a second run at once would die on 29500's EADDRINUSE before its save dir's lock), else 29500
+PORT_SOURCE=""
 [[ -n ${MASTER_PORT:-} ]] && PORT_SOURCE="MASTER_PORT (from the environment)"
 MASTER_PORT=${MASTER_PORT:-29500}
 while [[ $# -gt 0 ]]; do
@@ -94,8 +95,12 @@ NPROC=$((10#$NPROC)) NNODES=$((10#$NNODES))
 is_int "$NODE_RANK" && ((10#$NODE_RANK < NNODES)) ||
     die "--node-rank must be an integer in 0..$((NNODES - 1)) (--nnodes $NNODES), not '$NODE_RANK'"
 is_int "$MASTER_PORT" && ((10#$MASTER_PORT >= 1 && 10#$MASTER_PORT <= 65535)) ||
-    die "$PORT_SOURCE must be a port number (1-65535), not '$MASTER_PORT'"
+    die "${PORT_SOURCE:---master-port} must be a port number (1-65535), not '$MASTER_PORT'"
 NODE_RANK=$((10#$NODE_RANK)) MASTER_PORT=$((10#$MASTER_PORT))
+if [[ -z $PORT_SOURCE && $NNODES -eq 1 ]] && FREE=$(python3 -c 'import socket; s = socket.socket()
+s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null); then
+    MASTER_PORT=$FREE
+fi
 [[ -d $DATA ]] || die "no binarized data directory $DATA (make one with fairseq-ext prepare NAME, or fairseq-preprocess)"
 USER_DIR="$FSX_USER_DIR"
 CONFIG_ARGS=()
@@ -149,7 +154,7 @@ if ! PREFLIGHT=$(PYTHONPATH="$(dirname "$USER_DIR")${PYTHONPATH:+:$PYTHONPATH}" 
     fi
     exit 1
 fi
-echo "[train.sh] world size $WORLD ($NNODES node(s) x $NPROC process(es)), ${DEVICE_ARGS[*]}" >&2
+echo "[train.sh] world size $WORLD ($NNODES node(s) x $NPROC process(es)), ${DEVICE_ARGS[*]}, port $MASTER_PORT" >&2
 exec torchrun --no-python --nproc_per_node "$NPROC" --nnodes "$NNODES" --node_rank "$NODE_RANK" \
     --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
     bash -c 'exec fairseq-train "$@" --distributed-rank "$RANK" --device-id "$LOCAL_RANK"' fairseq-train \

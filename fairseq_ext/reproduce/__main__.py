@@ -200,6 +200,10 @@ def plan(table: Table, args, setups: dict, seeds: List[int]) -> Reproduction:
                       "data_from": parse_from(args.data_from), "extra_train": shlex.split(args.train_args),
                       "extra_generate": shlex.split(args.generate_args), "comet": comet_metric.from_args(args),
                       "senteval": os.path.abspath(args.senteval) if args.senteval else None})
+    unknown = sorted(set(opts.data_from) - set(setups["datasets"]))
+    if unknown:
+        raise FairseqExtError(f"--from {unknown[0]}=...: unknown data set {unknown[0]} (choose from "
+                              f"{', '.join(sorted(setups['datasets']))})")
     if scale_name(opts) and not opts.budget:
         opts.budget = str(scale_settings(setups, opts).get("budget", "200"))
     budget_flags(opts.budget)  # check it before anything runs

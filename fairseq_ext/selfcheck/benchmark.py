@@ -35,7 +35,8 @@ import shlex
 import torch
 
 from fairseq_ext import keys
-from fairseq_ext.model_builder import build_model, make_dictionary
+from fairseq_ext.errors import OptionError
+from fairseq_ext.model_builder import FlagError, build_model, make_dictionary, parse_model_args
 from fairseq_ext.selfcheck import updates
 from fairseq_ext.selfcheck.timing import (DEFAULT_CONFIGS, ROWS, SIZES, flops, generate_fn, interleaved_ratio,
                                            size_flags, sync, write_json)
@@ -171,6 +172,8 @@ def main(argv=None):
                              "host syncs per update)")
     updates.add_arguments(parser)
     cli = parser.parse_args(argv)
+    if cli.vocab is not None and cli.vocab < 5:
+        raise OptionError(f"--vocab {cli.vocab}: must be at least 5 (the 4 special symbols and a word)")
     if cli.mode == "steps":
         given = [o for o, v in (("--max-tokens", cli.max_tokens), ("--data", cli.data), ("--settle", cli.settle))
                  if v is not None]
@@ -185,6 +188,13 @@ def main(argv=None):
             parser.error(f"--configs {entry}: not a known row ({', '.join(ROWS)}); give NAME:FLAGS")
     cli.configs = [entry if ":" in entry else f"{entry}:{ROWS[entry]}" for entry in cli.configs]
     logging.disable(logging.WARNING)
+    for entry in cli.configs:  # every row's flags known to fairseq-train, before anything runs
+        try:
+            parse_model_args(SIZES[cli.config][1], *size_flags(cli.config), *shlex.split(entry.partition(":")[2]))
+        except FlagError as error:
+            raise OptionError(f"--configs {entry}: {error}") from None
+        except OptionError:  # a row the size cannot build (MS-4 below 5 layers): said in its row
+            pass
     if cli.threads:
         torch.set_num_threads(cli.threads)
     device = torch.device(cli.device)

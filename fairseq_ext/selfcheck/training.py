@@ -227,7 +227,7 @@ def plan(rows: str, seeds: str, updates: Optional[str], max_tokens: Optional[str
             found = [kind(v) for v in value.split(",") if v.strip()]
         except ValueError:
             found = []
-        if not found or any(v <= 0 for v in found):
+        if not found or any(not v > 0 or v == float("inf") for v in found):  # nan, inf too
             raise CommandError(f"{option}: {value!r}: expected a comma list of positive numbers")
         return found
 

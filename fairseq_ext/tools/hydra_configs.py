@@ -20,6 +20,7 @@ losses either way (tests/models/test_hydra.py).
 """
 import argparse
 import importlib.metadata
+import logging
 import os
 import shlex
 import sys
@@ -144,10 +145,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                         "~/.cache/fairseq_ext/hydra-configs-VERSION)")
     args = parser.parse_args(argv)
     out = os.path.abspath(args.out or default_dir())
+    logging.disable(logging.INFO)  # fairseq's and hydra's INFO and DEBUG lines while it builds the configs
     try:
         write_config_dir(out)
     except FairseqExtError as e:
         return fail(parser.prog, e)
+    finally:
+        logging.disable(logging.NOTSET)
     print(out)
     return 0
 

@@ -89,11 +89,10 @@ def main(argv=None):
         raise DataError(f"--data {args.data}: no such directory")
     env = read_prep_env(args.data)
     headline, note = env_headline(env, args.headline or "")
+    translator = translate.Translator(args)  # the checkpoint and the dictionaries: their errors come first
     if not env:
         logger.warning(f"no {os.path.join(args.data, 'prep.env')}: the translations are the model's tokens, "
                        "compared with the reference as given in every flavour")
-
-    translator = translate.Translator(args)
     tally = translate.Tally()
     with translate.open_binary(args.src) as source, translate.progress_bar(args.progress, n_src) as update:
         # COMET reads the sources too

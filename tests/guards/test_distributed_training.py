@@ -176,3 +176,27 @@ def test_slurm_script_runs_train_sh_once_per_node(tmp_path):
     assert lines == ["node: " + common.format(0), "node: " + common.format(1)]
     bad = subprocess.run(["bash", script, "d", "c", "--nproc", "2"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "--nproc comes from SLURM here" in bad.stderr
+
+
+def test_train_sh_on_one_node_takes_a_free_port(tmp_path):
+    """Without --master-port or MASTER_PORT, a run on one node does not take 29500, which a second
+    run at once would find in use (EADDRINUSE) before it reached its save dir's lock."""
+    import signal
+
+    busy = socket.socket()
+    try:
+        busy.bind(("127.0.0.1", 29500))
+    except OSError:
+        pass  # already in use: the same test
+    env = {k: v for k, v in clean_env().items() if k != "MASTER_PORT"}
+    proc = subprocess.Popen(["bash", TRAIN, str(tmp_path), str(tmp_path / "ckpt"), "--nproc", "2", "--", "--arch",
+                             "transformer", "--cpu"], stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        line = next((l for l in proc.stderr if "[train.sh] world size" in l), "")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        busy.close()
+    port = int(re.search(r", port (\d+)$", line.strip()).group(1))
+    assert port != 29500 and 1024 <= port <= 65535, line

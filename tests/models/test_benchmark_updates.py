@@ -220,3 +220,16 @@ def test_a_max_tokens_no_pair_fits_is_refused(capsys):
         benchmark.main(["--mode", "updates", "--config", "tiny", "--max-tokens", "1", "--device", "cpu",
                         "--vocab", "200", "--configs", "no option"])
     assert "--max-tokens 1: no sentence pair of the data fits" in capsys.readouterr().err
+
+
+def test_a_bad_vocab_or_row_flag_is_one_line_before_anything_runs(capsys):
+    from fairseq_ext.errors import OptionError
+
+    for argv, message in ((["--vocab", "-1"], "--vocab -1: must be at least 5"), (["--vocab", "0"], "--vocab 0: "),
+                          (["--configs", "bad:--bogus 3"], "--configs bad:--bogus 3: unrecognized arguments: --bogus 3"),
+                          (["--mode", "updates", "--configs", "M-10:--joint-attention m-22"],
+                           "--joint-attention: invalid choice: 'm-22'")):
+        with pytest.raises(OptionError, match=message) as refused:
+            benchmark.main(["--config", "tiny", "--device", "cpu", *argv])
+        assert "\n" not in str(refused.value)
+    assert capsys.readouterr().out == ""  # no table started

@@ -30,6 +30,7 @@ def command(name):
 def test_every_training_config_is_written_as_yaml_with_its_flags(tmp_path):
     res = run([sys.executable, "-m", "fairseq_ext", "config-dir", "--out", str(tmp_path / "cfg")])
     assert res.returncode == 0 and res.stdout.strip() == str(tmp_path / "cfg"), res.stderr[-2000:]
+    assert res.stderr == "", res.stderr[-2000:]  # no INFO or DEBUG lines of fairseq and hydra
     assert sorted(os.listdir(tmp_path / "cfg")) == sorted(f"{n}.yaml" for n in resources.config_names())
     quickstart = yaml.safe_load((tmp_path / "cfg" / "quickstart.yaml").read_text())
     assert quickstart["common"]["user_dir"] == USER_DIR

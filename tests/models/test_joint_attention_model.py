@@ -209,7 +209,7 @@ def test_unknown_strategy_fails_at_build():
     task = type("Task", (), {"source_dictionary": dictionary, "target_dictionary": dictionary})()
     with pytest.raises(ValueError, match="--joint-attention"):
         MultilayerTransformerModel.build_model(args, task)
-    with pytest.raises(SystemExit):  # argparse choices guard the command line
+    with pytest.raises(ValueError, match="--joint-attention: invalid choice: 'm-22'"):  # argparse's choices
         parse_model_args("multilayer_transformer", *SMALL, "--joint-attention", "m-22")
 
 

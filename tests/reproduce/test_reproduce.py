@@ -148,6 +148,7 @@ def test_multi_gpu_flags_reach_train_sh(capsys):
     (["thesis-3.2", "--dry-run", "--budget", "ten"], "--budget: expected a number of updates"),
     (["thesis-3.3", "--dry-run", "--datasets", "wmt14-en-de"], "--datasets: thesis-3.3 has no data set"),
     (["thesis-3.2", "--dry-run", "--from", "wmt14"], "--from: expected DATASET=DIR"),
+    (["thesis-3.2", "--dry-run", "--from", "wmt-14-en-de=/data"], "--from wmt-14-en-de=...: unknown data set"),
 ])
 def test_errors_name_the_option(argv, message):
     with pytest.raises((TableConfigError, planning.ReproduceError, Exception)) as e:

@@ -184,3 +184,9 @@ def test_a_data_directory_that_does_not_exist_is_one_line(tmp_path):
                       "--ref", source)
     assert res.returncode == 1 and res.stderr.strip().splitlines() == [
         f"fairseq-ext score: error: --data {tmp_path / 'nowhere'}: no such directory"]
+    # a data directory without prep.env or dictionaries: the error alone, no warning about prep.env first
+    (tmp_path / "empty").mkdir()
+    res = fairseq_ext("score", "--checkpoint", tmp_path / "none.pt", "--data", tmp_path / "empty", "--src", source,
+                      "--ref", source)
+    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+        f"fairseq-ext score: error: --checkpoint {tmp_path / 'none.pt'}: no such file"]

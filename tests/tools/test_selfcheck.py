@@ -248,8 +248,9 @@ def test_paper_stage_plan_and_logs(tmp_path):
     assert "m-01-s2-u2600-mt4096-lr0.001-wu400" in {r.name for r in runs}
     with pytest.raises(CommandError, match="--rows: unknown row luong"):
         training.plan("transformer,luong", "1", None, None, None, None, quick=False)
-    with pytest.raises(CommandError, match="--lr: '0,1e-3'"):
-        training.plan("transformer", "1", None, None, "0,1e-3", None, quick=False)
+    for bad in ("0,1e-3", "nan", "inf"):
+        with pytest.raises(CommandError, match=f"--lr: '{bad}'"):
+            training.plan("transformer", "1", None, None, bad, None, quick=False)
     with pytest.raises(CommandError, match=r"--warmup \(400\) must be below --updates \(300\)"):
         training.plan("transformer", "1", "300", None, None, None, quick=False)
     log = tmp_path / "train.log"
