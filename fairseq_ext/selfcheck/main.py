@@ -6,15 +6,16 @@ and prints its summary.
     fairseq-ext selfcheck --out selfcheck --stage tests            # the model tests on the GPU
     fairseq-ext selfcheck --out selfcheck --stage bench            # fp16 and bf16 against stock
     fairseq-ext selfcheck --out selfcheck --stage train --data PACK/data   # again: resumes IWSLT
-    fairseq-ext selfcheck --out selfcheck --stage paper --data PACK/data   # thesis Table 3.3 rows, ~9 min
+    fairseq-ext selfcheck --out selfcheck --stage paper --data PACK/data   # thesis Table 3.3 rows, ~6 min
     fairseq-ext selfcheck --out selfcheck --stage paper --data PACK/data --rows m-01,s-agg --seed 2
+    fairseq-ext selfcheck --out selfcheck --stage paper --data PACK/data --table thesis-5.3 --datasets iwslt15-vi-en
     fairseq-ext selfcheck --out /tmp/sc --device cpu --quick --stage all --data PACK/data
 
 Stages: env (device, driver, versions), tests (tests/models/test_on_device.py with
 ``pytest --device``), bench (the benchmark's rows beside the thesis' overheads), train
 (quickstart on Multi30k, baseline and M-10, then IWSLT'15 En-Vi while time lasts), paper (rows of
-thesis Table 3.3 on IWSLT'15 En-Vi trained at once for the stage's time, decoded on tst2013 with
-beam 6, scored beside the thesis' numbers; docs/selfcheck.md#the-paper-stage). Each stage
+thesis Table 3.3, 4.1 or 5.3 on IWSLT'15 En-Vi, either way, trained at once for the stage's time,
+decoded on tst2013 with beam 6, scored beside the thesis' numbers; docs/selfcheck.md#the-paper-stage). Each stage
 stops within --time-limit seconds (default 540: one 9-minute command). ``--quick`` runs the
 same code at tiny sizes (what ``make test`` runs on the CPU; its numbers mean nothing).
 ``fairseq-ext selfcheck-pack`` gathers the wheels and data for a machine without internet.
@@ -52,9 +53,13 @@ def parser() -> CommandParser:
                    help="each stage stops within this many seconds (default 540)")
     p.add_argument("--quick", action="store_true", help="tiny sizes: the code path, not the numbers")
     g = p.add_argument_group("the paper stage")
-    g.add_argument("--rows", default=training.DEFAULT_ROWS, metavar="LIST",
-                   help=f"rows of thesis Table 3.3, a comma list (default {training.DEFAULT_ROWS}); in the order "
-                        f"worth a GPU's minutes: {', '.join(r.id for r in training.thesis_rows())}")
+    g.add_argument("--table", default=training.TABLES[0], metavar="ID",
+                   help=f"the thesis' table: {', '.join(training.TABLES)} (default {training.TABLES[0]}); its rows "
+                        "and numbers come from configs/tables/ID.yaml (fairseq-ext reproduce ID --list)")
+    g.add_argument("--rows", metavar="LIST", help="rows of --table, a comma list (default: "
+                   + "; ".join(f"{t}: {r}" for t, r in training.DEFAULT_ROWS.items()) + ")")
+    g.add_argument("--datasets", default="iwslt15-en-vi", metavar="LIST",
+                   help="directions: iwslt15-en-vi (default), iwslt15-vi-en (thesis-5.3 has both), a comma list")
     g.add_argument("--seed", default="1", metavar="LIST", help="training seeds, a comma list (default 1): every "
                    "row trains once per seed, all at once")
     g.add_argument("--updates", metavar="LIST",
@@ -91,7 +96,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             training.data_dir(args.data, training.MULTI30K)  # --data missing: said before any stage runs
         if "tests" in names:
             stages.find_tests(args.tests)
-        runs = training.plan(args.rows, args.seed, args.updates, args.max_tokens, args.lr, args.warmup, args.quick)
+        runs = training.plan(args.table, args.rows, args.datasets, args.seed, args.updates, args.max_tokens, args.lr,
+                             args.warmup, args.quick)
         if "paper" in names and not args.table_only:
             training.data_dir(args.data, training.IWSLT, "paper", required=True)
         results = {}

@@ -21,7 +21,7 @@ from fairseq_ext.common import checkpoints
 from fairseq_ext.common.data_text import env_headline, read_lines, read_prep_env
 from fairseq_ext.errors import CommandError
 from fairseq_ext.reproduce.execute import log_lines, read_bleu, training_progress, training_speed
-from fairseq_ext.reproduce.tables import Row, load_setups, load_table
+from fairseq_ext.reproduce.tables import Row, Table, load_setups, load_table
 from fairseq_ext.selfcheck.stage_files import read_json, run_logged, table, write_stage
 from fairseq_ext.selfcheck.timing import SIZES
 from fairseq_ext.tools.statistics import format_mean_sd, mean_sd
@@ -40,9 +40,13 @@ QUICK_GENERATE = {"train": ["--beam", "1", "--max-len-a", "0", "--max-len-b", "5
 # kept back from training for each evaluation (train: twice Multi30k's 27-29 s on an H100)
 EVALUATE_SECONDS = {"train": {"cuda": 60, "cpu": 90}, "paper": {"cuda": 100, "cpu": 90}}
 
-TABLE, DATASET = "thesis-3.3", "iwslt15-en-vi"
+# the thesis' tables with an IWSLT'15 En-Vi column (configs/tables/), each direction the pack's data serves
+TABLES = ("thesis-3.3", "thesis-4.1", "thesis-5.3")
+DIRECTIONS = {"iwslt15-en-vi": ("en", "vi"), "iwslt15-vi-en": ("vi", "en")}
+# each table's default rows: the thesis' largest En->Vi gain and the row it is printed against
+DEFAULT_ROWS = {"thesis-3.3": "transformer,iter-c-agg", "thesis-4.1": "ms-1,ms-1-plus-aif",
+                "thesis-5.3": "transformer,enc-dc"}
 THESIS_UPDATES, THESIS_MAX_TOKENS = 200_000, 2_048  # configs/iwslt.args: the thesis' training
-DEFAULT_ROWS = "transformer,iter-c-agg"  # the baseline and the thesis' largest En-Vi gain
 # what every run trains with on a GPU (docs/selfcheck.md#the-paper-stage says why)
 SETTINGS = {"updates": 2600, "max_tokens": 32768, "lr": 1e-3, "warmup": 400}
 QUICK_SETTINGS = {"updates": 8, "max_tokens": 1000, "lr": 1e-3, "warmup": 4}
@@ -180,7 +184,9 @@ def run_train(out: str, device, data: Optional[str], quick: bool, time_limit: fl
 
 @dataclass(frozen=True)
 class Run:
-    row: str
+    slug: str  # the model: Table 3.3's row id where the flags are its row's (shared by the tables), else TABLE-ROW
+    flags: str
+    dataset: str
     seed: int
     updates: int
     max_tokens: int
@@ -193,31 +199,53 @@ class Run:
 
     @property
     def name(self) -> str:
-        """The run's folder: its row, seed and settings."""
-        return f"{self.row}-s{self.seed}-u{self.updates}-mt{self.max_tokens}-lr{self.lr:g}-wu{self.warmup}"
+        """The run's folder: its direction (En->Vi bare), model, seed and settings."""
+        prefix = "" if self.dataset == "iwslt15-en-vi" else self.dataset.split("-", 1)[1] + "-"
+        return f"{prefix}{self.slug}-s{self.seed}-u{self.updates}-mt{self.max_tokens}-lr{self.lr:g}-wu{self.warmup}"
+
+
+def same_flags(flags: str) -> str:
+    return " ".join(shlex.split(flags))
+
+
+def table_rows(table: Table, dataset: str) -> List[Row]:
+    """The rows of ``table`` that train on ``dataset``: the thesis' and our reference rows."""
+    return [r for r in table.rows if r.runnable and (dataset in r.paper or r.ours_only)]
 
 
 @functools.lru_cache(maxsize=None)
-def thesis_rows() -> Tuple[Row, ...]:
-    """The own rows of Table 3.3 with an En-Vi number: the baseline, then by the thesis' gain."""
-    rows = [r for r in load_table(TABLE).rows if r.runnable and DATASET in r.paper]
-    return (rows[0], *sorted(rows[1:], key=lambda r: -(thesis_number(r)[1] or 0.0)))
+def slugs() -> Dict[str, str]:
+    """flags -> the run's model name: Table 3.3's row id first, so that the tables share its runs."""
+    found: Dict[str, str] = {}
+    for table_id in TABLES:
+        for row in (r for r in load_table(table_id).rows if r.runnable):
+            found.setdefault(same_flags(" ".join(row.flags)), row.id if table_id == TABLES[0]
+                             else f"{table_id.split('-')[1]}-{row.id}")
+    return found
 
 
-def thesis_number(row: Row) -> Tuple[Optional[float], Optional[float]]:
-    """(BLEU, gain over the thesis' baseline) as the thesis prints them: '31.13 (+0.55)'."""
-    found = re.findall(r"[-+]?\d+\.\d+", row.paper.get(DATASET, {}).get("BLEU", "").replace("−", "-"))
+def thesis_number(row: Row, dataset: str) -> Tuple[Optional[float], Optional[float]]:
+    """(BLEU, gain) as the thesis prints them: '31.13 (+0.55)'."""
+    found = re.findall(r"[-+]?\d+\.\d+", row.paper.get(dataset, {}).get("BLEU", "").replace("−", "-"))
     return (float(found[0]) if found else None), (float(found[1]) if len(found) > 1 else None)
 
 
-def plan(rows: str, seeds: str, updates: Optional[str], max_tokens: Optional[str], lr: Optional[str],
-         warmup: Optional[str], quick: bool) -> List[Run]:
-    """Every run of rows x seeds x settings."""
-    known = {r.id: r for r in thesis_rows()}
-    names = [s.strip() for s in rows.split(",") if s.strip()]
+def plan(table_id: str, rows: Optional[str], datasets: str, seeds: str, updates: Optional[str],
+         max_tokens: Optional[str], lr: Optional[str], warmup: Optional[str], quick: bool) -> List[Run]:
+    """Every run of rows x directions x seeds x settings of a table."""
+    if table_id not in TABLES:
+        raise CommandError(f"--table {table_id}: the paper stage runs {', '.join(TABLES)} (their IWSLT'15 En-Vi "
+                           "columns)")
+    table = load_table(table_id)
+    served = [d for d in table.datasets if d in DIRECTIONS]
+    wanted = [d.strip() for d in datasets.split(",") if d.strip()]
+    if not wanted or set(wanted) - set(served):
+        raise CommandError(f"--datasets {datasets}: {table_id} has {', '.join(served)}")
+    names = [s.strip() for s in (rows or DEFAULT_ROWS[table_id]).split(",") if s.strip()]
+    known = {r.id: r for d in wanted for r in table_rows(table, d)}
     unknown = [n for n in names if n not in known]
     if unknown or not names:
-        raise CommandError(f"--rows: unknown row {', '.join(unknown) or repr(rows)} of thesis Table 3.3 "
+        raise CommandError(f"--rows: unknown row {', '.join(unknown) or repr(rows)} of {table_id} "
                            f"(choose from {', '.join(known)})")
 
     def values(value, kind, option, key=None):
@@ -237,7 +265,9 @@ def plan(rows: str, seeds: str, updates: Optional[str], max_tokens: Optional[str
     for u, _, _, w in grid:
         if w >= u:
             raise CommandError(f"--warmup ({w}) must be below --updates ({u}): the cosine cycle follows the warm-up")
-    return [Run(n, s, *settings) for n in names for s in values(seeds, int, "--seed") for settings in grid]
+    flags = {n: same_flags(" ".join(known[n].flags)) for n in names}
+    return [Run(slugs()[flags[n]], flags[n], d, s, *settings) for d in wanted for n in names
+            for s in values(seeds, int, "--seed") for settings in grid if known[n] in table_rows(table, d)]
 
 
 def target_tokens(log: str) -> Optional[int]:
@@ -271,10 +301,12 @@ def run_paper(out: str, device, data: Optional[str], quick: bool, time_limit: fl
 
 def train_paper_runs(root: str, data: str, device, quick: bool, deadline: float, todo: List[Run],
                      train_flags: List[str]) -> None:
-    rows = {r.id: r for r in thesis_rows()}
     folders = {r.name: os.path.join(root, r.name) for r in todo}
+    languages = {r.name: ["--source-lang", DIRECTIONS[r.dataset][0], "--target-lang", DIRECTIONS[r.dataset][1]]
+                 for r in todo}
     commands = {r.name: fairseq_ext("train", data, os.path.join(folders[r.name], "checkpoints"), "--config", "iwslt",
-                                    "--", *rows[r.row].flags, "--seed", str(r.seed), "--max-update", str(r.updates),
+                                    "--", *shlex.split(r.flags), *languages[r.name], "--seed", str(r.seed),
+                                    "--max-update", str(r.updates),
                                     "--max-tokens", str(r.max_tokens), "--lr", f"{r.lr:g}", "--warmup-updates",
                                     str(r.warmup), *SCHEDULE, *precision(device), *(QUICK_MODEL if quick else []),
                                     *train_flags) for r in todo}
@@ -289,7 +321,8 @@ def train_paper_runs(root: str, data: str, device, quick: bool, deadline: float,
     trained_s, begun = time.time() - begun, time.time()
     generate = QUICK_GENERATE["paper"] if quick else shlex.split(load_setups()["trainings"]["thesis-iwslt"]["generate"])
     last = {n: os.path.join(folder, "checkpoints", "checkpoint_last.pt") for n, folder in folders.items()}
-    evals = {n: (evaluate_command(last[n], data, os.path.join(folder, "eval-test"), generate, device),
+    evals = {n: (evaluate_command(last[n], data, os.path.join(folder, "eval-test"), generate, device,
+                                  "--src", languages[n][1], "--tgt", languages[n][3]),
                  os.path.join(folder, "evaluate.log"))
              for n, folder in folders.items() if os.path.exists(last[n])}
     eval_codes = run_logged(evals, deadline, threads)
@@ -300,7 +333,7 @@ def train_paper_runs(root: str, data: str, device, quick: bool, deadline: float,
     for run in todo:
         log, folder = os.path.join(folders[run.name], "train.log"), folders[run.name]
         metrics = read_json(os.path.join(folder, "eval-test", "metrics.json"))
-        record = {"name": run.name, "row": run.row, "seed": run.seed, "updates_planned": run.updates,
+        record = {"name": run.name, "row": run.slug, "flags": run.flags, "dataset": run.dataset, "seed": run.seed, "updates_planned": run.updates,
                   "max_tokens": run.max_tokens, "lr": run.lr, "warmup": run.warmup, "device": name,
                   "precision": "fp16" if device.type == "cuda" else "fp32", "quick": quick,
                   "concurrent_runs": len(todo), "data": data, "test_set": prep.get("test_set"),
@@ -338,97 +371,135 @@ def settings_of(record: dict) -> Tuple[int, int, float, int]:
     return record["updates_planned"], record["max_tokens"], record["lr"], record["warmup"]
 
 
-def write_table(out: str) -> List[str]:
-    from fairseq_ext.tools.statistics import stratified_ar
-
-    spread = lambda values: format_mean_sd(*mean_sd(values))  # noqa: E731  mean ± sd over seeds
+def load_records(out: str) -> List[dict]:
+    """Every run.json under OUT/paper/runs, with its folder; a record of the first version (Table
+    3.3 En->Vi only) gets its flags and direction."""
     root = os.path.join(out, "paper", "runs")
-    found = [{**read_json(os.path.join(root, name, "run.json")), "folder": os.path.join(root, name)}
-             for name in (sorted(os.listdir(root)) if os.path.isdir(root) else [])
-             if os.path.exists(os.path.join(root, name, "run.json"))]
+    first = {r.id: same_flags(" ".join(r.flags)) for r in load_table(TABLES[0]).rows if r.runnable}
+    found = []
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        if os.path.exists(os.path.join(root, name, "run.json")):
+            record = {**read_json(os.path.join(root, name, "run.json")), "folder": os.path.join(root, name)}
+            record.setdefault("dataset", "iwslt15-en-vi")
+            record.setdefault("flags", first.get(record.get("row"), ""))
+            found.append(record)
+    return found
+
+
+def write_table(out: str) -> List[str]:
+    found = load_records(out)
     records = [r for r in found if r.get("bleu") is not None]
     failed = [r for r in found if r.get("bleu") is None]
-    quick = any(r.get("quick") for r in found)
-    rows = {r.id: r for r in thesis_rows()}
-    order, base_id = list(rows), next(iter(rows))
-    groups: Dict[tuple, Dict[int, dict]] = {}
+    groups: Dict[tuple, Dict[int, dict]] = {}  # (direction, flags, settings) -> seed -> record
     for r in records:
-        groups.setdefault((r["row"],) + settings_of(r), {})[r["seed"]] = r
-    body, json_rows = [], []
-    settings_vary = len({k[1:] for k in groups}) > 1
-    for key in sorted(groups, key=lambda k: (k[1:], order.index(k[0]))):
-        row_id, by_seed = key[0], groups[key]
-        seeds = sorted(by_seed)
-        runs = [by_seed[s] for s in seeds]
-        thesis_bleu, thesis_gain = thesis_number(rows[row_id])
-        bleu = [r["bleu"] for r in runs]
-        chrf = [r["chrf"] for r in runs if r.get("chrf") is not None]
-        base = groups.get((base_id,) + key[1:], {})
-        # compared over the seeds both trained to their planned updates (equal training)
-        paired = [s for s in seeds if s in base and complete(by_seed[s]) and complete(base[s])]
-        delta = p = None
-        if row_id != base_id and paired:
-            # the difference of the mean BLEU over the paired seeds; p from the multi-run test
-            delta = statistics.mean(by_seed[s]["bleu"] - base[s]["bleu"] for s in paired)
-            ours, theirs = ({s: sentence_stats(g[s]) for s in paired} for g in (by_seed, base))
-            if all(v is not None for v in list(ours.values()) + list(theirs.values())):
-                p = stratified_ar(theirs, ours, shuffles=1000 if quick else 10000)["p_value"]
-        updates = [r.get("updates") or 0 for r in runs]
-        short = [f"s{r['seed']}: {u:,} of {r['updates_planned']:,}" for r, u in zip(runs, updates) if not complete(r)]
-        tokens = [r.get("target_tokens") or 0 for r in runs]
-        mean_tokens = statistics.mean(tokens)
-        budget = [u * r["max_tokens"] / (THESIS_UPDATES * THESIS_MAX_TOKENS) for u, r in zip(updates, runs)]
-        wall = [r.get("train_wall_s") or 0 for r in runs]
-        ups = [r["train_ups"] for r in runs if r.get("train_ups")]  # fairseq's own, of its epochs
-        loss = [r["valid_loss"] for r in runs if r.get("valid_loss") is not None]
-        label = rows[row_id].label
-        cells = [label, None if thesis_bleu is None else
-                 f"{thesis_bleu:.2f}" + ("" if thesis_gain is None else f" ({thesis_gain:+.2f})"),
-                 ", ".join(map(str, seeds)), spread(bleu), None if delta is None else f"{delta:+.2f}",
-                 None if p is None else f"{p:.3f}", spread(chrf) if chrf else None,
-                 f"{statistics.mean(updates):,.0f}" + (f" (stopped by time: {'; '.join(short)})" if short else ""),
-                 f"{mean_tokens / 1e6:.1f}M" if mean_tokens >= 1e6 else f"{mean_tokens:,.0f}",
-                 f"{100 * statistics.mean(budget):.2g}%",
-                 f"{statistics.mean(wall):.0f}", f"{statistics.mean(ups):.1f}" if ups else None,
-                 spread(loss) if loss else None]
-        if settings_vary:
-            cells.insert(1, Run(row_id, 0, *key[1:]).settings)
-        body.append(cells)
-        json_rows.append({"row": row_id, "label": label, "updates_planned": key[1], "max_tokens": key[2],
-                          "lr": key[3], "warmup": key[4], "seeds": seeds, "thesis_bleu": thesis_bleu,
-                          "thesis_gain": thesis_gain, "bleu": bleu, "chrf": chrf, "delta_to_baseline": delta,
-                          "p_value": p, "paired_seeds": paired, "updates": updates, "target_tokens": tokens,
-                          "thesis_budget_share": budget, "train_wall_s": wall, "valid_loss": loss})
-    header = ["row", "thesis BLEU (gain)", "seeds", "BLEU", "Δ to our baseline", "p (AR)", "chrF2", "updates",
-              "target tokens", "of the thesis' tokens", "training s", "updates/s", "valid loss"]
-    if settings_vary:
-        header.insert(1, "settings")
+        groups.setdefault((r["dataset"], r["flags"]) + settings_of(r), {})[r["seed"]] = r
     first = records[0] if records else {}
-    lines = ["# Thesis Table 3.3 on one device: IWSLT'15 En→Vi", ""]
-    if quick:
+    lines = ["# Thesis Tables 3.3, 4.1 and 5.3 on one device: IWSLT'15 En-Vi", ""]
+    if any(r.get("quick") for r in found):
         lines += ["`--quick`: a tiny model for a few updates; the numbers mean nothing.", ""]
-    shown = Run(base_id, 0, *settings_of(first)).settings if first else ""
     lines += [
         "Each run: `fairseq-ext train --config iwslt` with the row's flags (the thesis' small config: 4+4 layers, "
-        f"d 256, d_ff 1024, 4 heads, shared embeddings, max length 150) in {first.get('precision', '?')} on "
-        f"{' and '.join(sorted({r.get('device', '?') for r in records})) or '?'}, "
+        "d 256, d_ff 1024 unless the row sets 512, 4 heads, shared embeddings, max length 150) in "
+        f"{first.get('precision', '?')} on {' and '.join(sorted({r.get('device', '?') for r in records})) or '?'}, "
         f"{first.get('concurrent_runs', '?')} runs at once on the one device; then "
         f"`fairseq-ext evaluate {' '.join(first.get('generate', []))}` on {first.get('test_set', '?')} "
-        f"({first.get('bleu_flavour', '?')} sacreBLEU, the thesis' flavour for En→Vi; chrF2 on the same text). "
-        f"Data: joint BPE with {first.get('bpe_merges', '?')} merges, {first.get('dict_size', '?')} types.", "",
-        (f"Training: {shown}, " if shown and not settings_vary else "Training: ")
-        + "on the thesis' schedule (one cosine cycle after a linear warm-up) compressed to those updates; the thesis "
-        "trains 200,000 updates of 2,048 tokens. \"of the thesis' tokens\": updates × our --max-tokens over the "
-        "thesis' 200,000 × 2,048 (both the cap fairseq fills a batch to); \"target tokens\": the target tokens "
-        "trained on. \"training s\": the wall time of the trainings, all at once on the device. Δ: the row's "
-        "BLEU minus our baseline's, over the seeds both trained to their updates with the same settings; p: the "
-        "multi-run approximate randomization test (fairseq_ext.tools.statistics.stratified_ar) over those "
-        "seeds. Several seeds: mean ± sd.", ""]
-    lines += table(header, body) if body else ["No finished run yet."]
+        f"({first.get('bleu_flavour', '?')} sacreBLEU, the thesis' flavour for En↔Vi; chrF2 on the same text). "
+        f"Data: joint BPE with {first.get('bpe_merges', '?')} merges, {first.get('dict_size', '?')} types; Vi→En "
+        "trains on the same binarized data the other way. A row that two tables share (the same flags) is one run.",
+        "", "Training: on the thesis' schedule (one cosine cycle after a linear warm-up) compressed to the run's "
+        "updates; the thesis trains 200,000 updates of 2,048 tokens. \"of the thesis' tokens\": updates × our "
+        "--max-tokens over the thesis' 200,000 × 2,048 (both the cap fairseq fills a batch to); \"target tokens\": "
+        "the target tokens trained on. \"training s\": the wall time of the trainings, all at once on the device. "
+        "Δ: the row's BLEU minus its reference row's (the thesis prints its gain against the same row: the "
+        "baseline, MS-l for +AIF), over the seeds both trained to their updates with the same settings; p: the "
+        "multi-run approximate randomization test (fairseq_ext.tools.statistics.stratified_ar) over those seeds. "
+        "Several seeds: mean ± sd.", ""]
+    json_rows, shown = [], set()
+    for table_id in TABLES:
+        table = load_table(table_id)
+        for dataset in (d for d in table.datasets if d in DIRECTIONS):
+            body, rows = section(table, dataset, groups, any(r.get("quick") for r in found), shown)
+            if body:
+                lines += [f"## {table.id.replace('thesis-', 'Thesis Table ')}, IWSLT'15 "
+                          f"{'→'.join(x.capitalize() for x in DIRECTIONS[dataset])}", ""] + body + [""]
+                json_rows += rows
+    if not json_rows:
+        lines += ["No finished run yet."]
     if failed:
         lines += ["", "Runs without a score (see their train.log and evaluate.log):", ""]
         lines += [f"- {r['name']}: train exit {r.get('train_returncode')}, evaluate exit "
                   f"{r.get('eval_returncode')}" for r in failed]
     result = "ok" if records and not failed else ("no finished run" if not records else f"{len(failed)} runs failed")
     runs = [{k: v for k, v in r.items() if k != "folder"} for r in records + failed]
+    quick = any(r.get("quick") for r in found)
     return write_stage(out, "paper", {"result": result, "quick": quick, "rows": json_rows, "runs": runs}, lines)
+
+
+def section(thesis: Table, dataset: str, groups: Dict[tuple, Dict[int, dict]], quick: bool, shown: set):
+    """The markdown rows and JSON rows of one table's column for one direction: the runs of its rows
+    not in an earlier table (``shown``), and the runs they are compared with."""
+    from fairseq_ext.tools.statistics import stratified_ar
+
+    spread = lambda values: format_mean_sd(*mean_sd(values))  # noqa: E731  mean ± sd over seeds
+    key = lambda row, settings: (dataset, same_flags(" ".join(row.flags))) + settings  # noqa: E731
+    settings_found = sorted({k[2:] for k in groups if k[0] == dataset})
+    settings_vary = len(settings_found) > 1
+    body, json_rows = [], []
+    for settings in settings_found:
+        new = [r for r in table_rows(thesis, dataset) if key(r, settings) in groups and key(r, settings) not in shown]
+        needed = {key(thesis.reference(r), settings) for r in new if thesis.reference(r)}
+        for row in table_rows(thesis, dataset):
+            by_seed = groups.get(key(row, settings))
+            if not by_seed or (row not in new and key(row, settings) not in needed):
+                continue
+            shown.add(key(row, settings))
+            seeds = sorted(by_seed)
+            runs = [by_seed[s] for s in seeds]
+            thesis_bleu, thesis_gain = thesis_number(row, dataset)
+            bleu = [r["bleu"] for r in runs]
+            chrf = [r["chrf"] for r in runs if r.get("chrf") is not None]
+            reference = thesis.reference(row)
+            base = groups.get((dataset, same_flags(" ".join(reference.flags))) + settings, {}) if reference else {}
+            # compared over the seeds both trained to their planned updates (equal training)
+            paired = [s for s in seeds if s in base and complete(by_seed[s]) and complete(base[s])]
+            delta = p = None
+            if paired:
+                delta = statistics.mean(by_seed[s]["bleu"] - base[s]["bleu"] for s in paired)
+                ours, theirs = ({s: sentence_stats(g[s]) for s in paired} for g in (by_seed, base))
+                if all(v is not None for v in list(ours.values()) + list(theirs.values())):
+                    p = stratified_ar(theirs, ours, shuffles=1000 if quick else 10000)["p_value"]
+            updates = [r.get("updates") or 0 for r in runs]
+            short = [f"s{r['seed']}: {u:,} of {r['updates_planned']:,}" for r, u in zip(runs, updates)
+                     if not complete(r)]
+            tokens = [r.get("target_tokens") or 0 for r in runs]
+            mean_tokens = statistics.mean(tokens)
+            budget = [u * r["max_tokens"] / (THESIS_UPDATES * THESIS_MAX_TOKENS) for u, r in zip(updates, runs)]
+            wall = [r.get("train_wall_s") or 0 for r in runs]
+            ups = [r["train_ups"] for r in runs if r.get("train_ups")]  # fairseq's own, of its epochs
+            loss = [r["valid_loss"] for r in runs if r.get("valid_loss") is not None]
+            cells = [row.label, None if thesis_bleu is None else
+                     f"{thesis_bleu:.2f}" + ("" if thesis_gain is None else f" ({thesis_gain:+.2f})"),
+                     ", ".join(map(str, seeds)), spread(bleu), reference.label if reference else "–",
+                     None if delta is None else f"{delta:+.2f}", None if p is None else f"{p:.3f}",
+                     spread(chrf) if chrf else None,
+                     f"{statistics.mean(updates):,.0f}" + (f" (stopped by time: {'; '.join(short)})" if short else ""),
+                     f"{mean_tokens / 1e6:.1f}M" if mean_tokens >= 1e6 else f"{mean_tokens:,.0f}",
+                     f"{100 * statistics.mean(budget):.2g}%", f"{statistics.mean(wall):.0f}",
+                     f"{statistics.mean(ups):.1f}" if ups else None, spread(loss) if loss else None]
+            if settings_vary:
+                cells.insert(1, Run("", "", dataset, 0, *settings).settings)
+            body.append(cells)
+            json_rows.append({"table": thesis.id, "dataset": dataset, "row": row.id, "label": row.label,
+                              "reference": reference.id if reference else None, "updates_planned": settings[0],
+                              "max_tokens": settings[1], "lr": settings[2], "warmup": settings[3], "seeds": seeds,
+                              "thesis_bleu": thesis_bleu, "thesis_gain": thesis_gain, "bleu": bleu, "chrf": chrf,
+                              "delta_to_reference": delta, "p_value": p, "paired_seeds": paired, "updates": updates,
+                              "target_tokens": tokens, "thesis_budget_share": budget, "train_wall_s": wall,
+                              "valid_loss": loss})
+    if not body:
+        return [], []
+    header = ["row", "thesis BLEU (gain)", "seeds", "BLEU", "reference row", "Δ to it", "p (AR)", "chrF2",
+              "updates", "target tokens", "of the thesis' tokens", "training s", "updates/s", "valid loss"]
+    if settings_vary:
+        return table(header[:1] + ["settings"] + header[1:], body), json_rows
+    return [f"Training: {Run('', '', dataset, 0, *settings_found[0]).settings}.", ""] + table(header, body), json_rows

@@ -105,6 +105,22 @@ def test_selfcheck_cpu_mode_runs_every_stage_and_resumes(small_corpora, tmp_path
     assert res.returncode == 0 and run_json.stat().st_mtime_ns == stamp  # a finished run is kept
     assert read(str(out / "paper.json"))["rows"] == paper["rows"]
 
+    # the other tables of the En-Vi column: MS-1+AIF against MS-1 (Table 4.1), Enc-DC Vi->En (Table 5.3)
+    for args in (["--table", "thesis-4.1", "--rows", "ms-1,ms-1-plus-aif"],
+                 ["--table", "thesis-5.3", "--rows", "enc-dc", "--datasets", "iwslt15-vi-en"]):
+        res = selfcheck("selfcheck", "--out", str(out), "--device", "cpu", "--quick", "--stage", "paper", *args,
+                        "--data", str(packed / "data"))
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rows = {(r["table"], r["dataset"], r["row"]): r for r in read(str(out / "paper.json"))["rows"]}
+    assert rows[("thesis-4.1", "iwslt15-en-vi", "ms-1-plus-aif")]["reference"] == "ms-1"
+    assert rows[("thesis-4.1", "iwslt15-en-vi", "ms-1-plus-aif")]["paired_seeds"] == [1]
+    assert rows[("thesis-5.3", "iwslt15-vi-en", "enc-dc")]["thesis_bleu"] == 29.42
+    vi_en = read(str(out / "paper" / "runs" / "vi-en-5.3-enc-dc-s1-u8-mt1000-lr0.001-wu4" / "run.json"))
+    assert vi_en["eval_returncode"] == 0 and "--source-lang vi --target-lang en" in " ".join(vi_en["train_command"])
+    markdown = read(str(out / "paper.md"))
+    assert "## Thesis Table 4.1, IWSLT'15 En→Vi" in markdown and "## Thesis Table 5.3, IWSLT'15 Vi→En" in markdown
+    assert "| MS-1+AIF | 31.29 (-0.03) | 1 |" in markdown and "| MS-1 | 31.32 (+0.74) | 1 |" in markdown
+
 
 def test_selfcheck_says_what_is_missing(tmp_path, capsys):
     from fairseq_ext.selfcheck import main as command
@@ -240,19 +256,36 @@ def test_paper_stage_plan_and_logs(tmp_path):
     from fairseq_ext.errors import CommandError
     from fairseq_ext.selfcheck import training
 
-    rows = [r.id for r in training.thesis_rows()]
-    assert rows[:3] == ["transformer", "iter-c-agg", "m-01"] and len(rows) == 9  # by the thesis' En-Vi gain
-    assert training.thesis_number(next(r for r in training.thesis_rows() if r.id == "m-10")) == (30.71, 0.13)
-    runs = training.plan("transformer,m-01", "1,2", None, "4096,8192", None, None, quick=False)
+    from fairseq_ext.reproduce.tables import load_table
+
+    plan = lambda table, rows, seeds="1", *grid, datasets="iwslt15-en-vi": training.plan(  # noqa: E731
+        table, rows, datasets, seeds, *(list(grid) + [None] * 4)[:4], quick=False)
+    en_vi = {t: [r.id for r in training.table_rows(load_table(t), "iwslt15-en-vi")] for t in training.TABLES}
+    assert en_vi["thesis-3.3"] == ["transformer", "s-agg", "iter-s-agg", "c-agg", "iter-c-agg", "m-00", "m-01",
+                                   "m-10", "m-11"]  # the table's rows, from configs/tables/thesis-3.3.yaml
+    assert en_vi["thesis-5.3"] == ["transformer", "transformer-dff1024", "enc-dc", "dec-dc", "full-dc"]
+    assert {"ms-1", "ms-1-plus-aif", "ms-3-plus-aif"} <= set(en_vi["thesis-4.1"])
+    m10 = load_table("thesis-3.3").row("m-10")
+    assert training.thesis_number(m10, "iwslt15-en-vi") == (30.71, 0.13)
+    runs = plan("thesis-3.3", "transformer,m-01", "1,2", None, "4096,8192")
     assert len(runs) == 8 and {r.lr for r in runs} == {training.SETTINGS["lr"]}
     assert "m-01-s2-u2600-mt4096-lr0.001-wu400" in {r.name for r in runs}
-    with pytest.raises(CommandError, match="--rows: unknown row luong"):
-        training.plan("transformer,luong", "1", None, None, None, None, quick=False)
+    # a row two tables share (the same flags) is one run; the d_ff-512 baseline of 5.3 is its own
+    assert {r.name for r in plan("thesis-4.1", "transformer,layer-aggregation-iter-c-agg,ms-1-plus-aif")} == {
+        f"{n}-s1-u2600-mt32768-lr0.001-wu400" for n in ("transformer", "iter-c-agg", "4.1-ms-1-plus-aif")}
+    vi_en = plan("thesis-5.3", None, datasets="iwslt15-en-vi,iwslt15-vi-en")
+    assert [r.name.split("-s1-")[0] for r in vi_en] == ["5.3-transformer", "5.3-enc-dc", "vi-en-5.3-transformer",
+                                                        "vi-en-5.3-enc-dc"]
+    for args, kwargs, message in ((("thesis-3.3", "transformer,luong"), {}, "--rows: unknown row luong"),
+                                  (("thesis-3.2", None), {}, "--table thesis-3.2: the paper stage runs"),
+                                  (("thesis-3.3", None), {"datasets": "iwslt15-vi-en"}, "--datasets iwslt15-vi-en: "),
+                                  (("thesis-3.3", "transformer", "1", "300"), {}, r"--warmup \(400\) must be below "
+                                                                                   r"--updates \(300\)")):
+        with pytest.raises(CommandError, match=message):
+            plan(*args, **kwargs)
     for bad in ("0,1e-3", "nan", "inf"):
         with pytest.raises(CommandError, match=f"--lr: '{bad}'"):
-            training.plan("transformer", "1", None, None, bad, None, quick=False)
-    with pytest.raises(CommandError, match=r"--warmup \(400\) must be below --updates \(300\)"):
-        training.plan("transformer", "1", "300", None, None, None, quick=False)
+            plan("thesis-3.3", "transformer", "1", None, None, bad)
     log = tmp_path / "train.log"
     log.write_text("epoch 001 | valid on 'valid' subset | loss 9.5 | nll_loss 9 | num_updates 100\n"
                    "2026 | INFO | train | epoch 001 | loss 10 | wpb 6000.5 | bsz 200 | num_updates 100\n"
