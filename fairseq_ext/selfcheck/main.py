@@ -73,6 +73,8 @@ def parser() -> CommandParser:
                    "list as --max-tokens")
     g.add_argument("--train-flags", default="", metavar="FLAGS",
                    help="more fairseq-train flags for every run, after the stage's own (so they win)")
+    g.add_argument("--plan", action="store_true", help="train nothing: list the runs of --table/--rows/--seed "
+                   "with the thesis' numbers, the share of its tokens and the device minutes at the measured speed")
     g.add_argument("--table-only", action="store_true",
                    help="train nothing: rebuild OUT/paper.md from the runs under OUT/paper/runs (e.g. copied there "
                         "from other machines)")
@@ -98,6 +100,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             stages.find_tests(args.tests)
         runs = training.plan(args.table, args.rows, args.datasets, args.seed, args.updates, args.max_tokens, args.lr,
                              args.warmup, args.quick)
+        if args.plan:
+            print("\n".join(training.plan_lines(args.table, runs)))
+            return 0
         if "paper" in names and not args.table_only:
             training.data_dir(args.data, training.IWSLT, "paper", required=True)
         results = {}

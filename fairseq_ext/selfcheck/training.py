@@ -270,6 +270,29 @@ def plan(table_id: str, rows: Optional[str], datasets: str, seeds: str, updates:
             for s in values(seeds, int, "--seed") for settings in grid if known[n] in table_rows(table, d)]
 
 
+# measured: two runs at once at 32,768 tokens on one H200, per run (docs/benchmarks/gpu-h200-throughput/)
+MEASURED = {"max_tokens": 32768, "at_once": 2, "updates_per_s": 12.4, "start_s": 20, "evaluate_s": 50}
+
+
+def plan_lines(table_id: str, runs: List[Run]) -> List[str]:
+    """``--plan``: the runs with the thesis' numbers, the share of its tokens, and the device minutes
+    at the measured speed (commands of two runs at once)."""
+    thesis, m = load_table(table_id), MEASURED
+    rows = {same_flags(" ".join(r.flags)): r for d in DIRECTIONS if d in thesis.datasets for r in table_rows(thesis, d)}
+    lines = table(["run", "row", "thesis BLEU", "settings", "of the thesis' tokens"], [
+        [r.name, rows[r.flags].label, rows[r.flags].paper.get(r.dataset, {}).get("BLEU", "–"), r.settings,
+         f"{100 * r.updates * r.max_tokens / (THESIS_UPDATES * THESIS_MAX_TOKENS):.2g}%"] for r in runs])
+    timed = [r for r in runs if r.max_tokens == m["max_tokens"]]
+    batches = [timed[i:i + m["at_once"]] for i in range(0, len(timed), m["at_once"])]
+    seconds = sum(m["start_s"] + m["evaluate_s"] + max(r.updates for r in b) / m["updates_per_s"] for b in batches)
+    return lines + ["", f"Device time: about {seconds / 60:.1f} minutes in {-(-len(timed) // m['at_once'])} "
+                        f"command(s) of {m['at_once']} runs at once, at {m['updates_per_s']} updates/s a run (the "
+                        f"baseline, two runs at {m['max_tokens']} tokens on one H200, measured; a row slower than "
+                        "stock takes longer), plus the machine's start"
+                    + (f"; {len(runs) - len(timed)} run(s) at another --max-tokens: not measured" if len(runs) >
+                       len(timed) else "") + "."]
+
+
 def target_tokens(log: str) -> Optional[int]:
     """Target tokens trained on: per epoch summary, ``wpb`` times the epoch's updates."""
     total, previous = 0.0, 0
@@ -333,9 +356,9 @@ def train_paper_runs(root: str, data: str, device, quick: bool, deadline: float,
     for run in todo:
         log, folder = os.path.join(folders[run.name], "train.log"), folders[run.name]
         metrics = read_json(os.path.join(folder, "eval-test", "metrics.json"))
-        record = {"name": run.name, "row": run.slug, "flags": run.flags, "dataset": run.dataset, "seed": run.seed, "updates_planned": run.updates,
-                  "max_tokens": run.max_tokens, "lr": run.lr, "warmup": run.warmup, "device": name,
-                  "precision": "fp16" if device.type == "cuda" else "fp32", "quick": quick,
+        record = {"name": run.name, "row": run.slug, "flags": run.flags, "dataset": run.dataset, "seed": run.seed,
+                  "updates_planned": run.updates, "max_tokens": run.max_tokens, "lr": run.lr, "warmup": run.warmup,
+                  "device": name, "precision": "fp16" if device.type == "cuda" else "fp32", "quick": quick,
                   "concurrent_runs": len(todo), "data": data, "test_set": prep.get("test_set"),
                   "bpe_merges": prep.get("bpe_merges"), "dict_size": prep.get("dict_size"),
                   "train_command": commands[run.name], "train_returncode": codes.get(run.name),

@@ -293,3 +293,15 @@ def test_paper_stage_plan_and_logs(tmp_path):
                    "2026 | INFO | train | epoch 002 | loss 9 | wpb 5000 | bsz 150 | num_updates 130\n")
     assert training.target_tokens(str(log)) == round(6000.5 * 100 + 5000 * 30)
     assert training.valid_loss(str(log)) == 8.25
+
+
+def test_paper_plan_lists_the_runs_with_the_thesis_numbers_and_device_minutes(tmp_path, capsys):
+    from fairseq_ext.selfcheck import main as command
+
+    assert command.main(["--out", str(tmp_path / "p"), "--stage", "paper", "--plan", "--table", "thesis-4.1",
+                         "--rows", "ms-1,ms-1-plus-aif", "--seed", "1,2", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "| 4.1-ms-1-plus-aif-s2-u2600-mt32768-lr0.001-wu400 | MS-1+AIF | 31.29 (−0.03) |" in out
+    assert out.count("| 21% |") == 4 and not (tmp_path / "p").exists()  # nothing trained, nothing written
+    # 2 commands of 2 runs: 2 x (20 s + 2,600 / 12.4 s + 50 s)
+    assert f"about {2 * (20 + 50 + 2600 / 12.4) / 60:.1f} minutes in 2 command(s)" in out
