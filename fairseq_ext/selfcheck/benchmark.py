@@ -38,8 +38,8 @@ from fairseq_ext import keys
 from fairseq_ext.errors import OptionError
 from fairseq_ext.model_builder import FlagError, build_model, make_dictionary, parse_model_args
 from fairseq_ext.selfcheck import updates
-from fairseq_ext.selfcheck.timing import (DEFAULT_CONFIGS, ROWS, SIZES, flops, generate_fn, interleaved_ratio,
-                                           size_flags, sync, write_json)
+from fairseq_ext.selfcheck.timing import (DEFAULT_CONFIGS, ROWS, SIZES, dispatch_counts, flops, generate_fn,
+                                           interleaved_ratio, size_flags, sync, write_json)
 
 
 def train_step_fn(model, batch):
@@ -90,6 +90,10 @@ def profile(model, batch, cli, device):
     on the device while a variant is measured)."""
     step, state, saved = train_step_fn(model, batch), {}, {}
     out = {"params": sum(p.numel() for p in model.parameters()), "train_flops": flops(step)}
+    # operators (kernels on a GPU) and host syncs of a training step and of one decoding step
+    out["train_ops"], out["train_syncs"] = dispatch_counts(step)
+    one, two = (dispatch_counts(decode_fn(model, batch, cli.beam, n)) for n in (1, 2))
+    out["step_ops"], out["step_syncs"] = two[0] - one[0], two[1] - one[1]
 
     def pack(t):  # the bytes of each storage autograd saves for backward (the step's activations)
         saved[(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())] = t.untyped_storage().nbytes()
@@ -236,9 +240,10 @@ def run_steps(cli, device, dtype) -> int:
     print(f"device {device} ({torch.get_num_threads()} threads), {cli.dtype}, {cli.config} config ({arch} vs "
           f"stock {stock_arch}), batch {cli.batch} x {cli.src_len}/{cli.tgt_len}, decoding {cli.steps} steps "
           f"(beam 1 and {cli.beam}); time ratios: median of interleaved pairs [IQR]")
-    print("| model | #params (M) | train time | train FLOPs | decode beam 1 | decode beam "
-          f"{cli.beam} | decode FLOPs | generate beam {cli.beam} | activations | cache |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| model | #params (M) | train time | train FLOPs | train ops | decode beam 1 | decode beam "
+          f"{cli.beam} | decode FLOPs | step ops | generate beam {cli.beam} | activations | cache | host syncs "
+          f"(train, step; stock {stock_profile['train_syncs']}, {stock_profile['step_syncs']}) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     results = {"settings": vars(cli), "stock": {"arch": stock_arch, **stock_profile}, "configs": []}
     for entry in cli.configs:
         name, _, flags = entry.partition(":")
@@ -249,15 +254,18 @@ def run_steps(cli, device, dtype) -> int:
                "train_flops_ratio": prof["train_flops"] / stock_profile["train_flops"],
                "decode_flops_ratio": prof["decode_flops"] / stock_profile["decode_flops"],
                "activation_ratio": prof["activation_bytes"] / stock_profile["activation_bytes"],
-               "cache_ratio": prof["cache_bytes"] / max(1, stock_profile["cache_bytes"])}
+               "cache_ratio": prof["cache_bytes"] / max(1, stock_profile["cache_bytes"]),
+               "train_ops_ratio": prof["train_ops"] / stock_profile["train_ops"],
+               "step_ops_ratio": prof["step_ops"] / stock_profile["step_ops"]}
         if device.type == "cuda":
             rec["cuda_peak_ratio"] = prof["cuda_peak_bytes"] / stock_profile["cuda_peak_bytes"]
         results["configs"].append(rec)
         train, dec1, decb, gen = (f"{rec[k]['ratio']:.2f} [{rec[k]['iqr'][0]:.2f}-{rec[k]['iqr'][1]:.2f}]"
                                   for k in measures)
-        print(f"| {name} | {prof['params'] / 1e6:.2f} | {train} | {rec['train_flops_ratio']:.2f} | {dec1} | {decb} | "
-              f"{rec['decode_flops_ratio']:.2f} | {gen} | {rec['activation_ratio']:.2f} | {rec['cache_ratio']:.2f} |",
-              flush=True)
+        print(f"| {name} | {prof['params'] / 1e6:.2f} | {train} | {rec['train_flops_ratio']:.2f} | "
+              f"{rec['train_ops_ratio']:.2f} | {dec1} | {decb} | {rec['decode_flops_ratio']:.2f} | "
+              f"{rec['step_ops_ratio']:.2f} | {gen} | {rec['activation_ratio']:.2f} | {rec['cache_ratio']:.2f} | "
+              f"{prof['train_syncs']}, {prof['step_syncs']} |", flush=True)
         del model
         write_json(cli.json, results)
     return 0

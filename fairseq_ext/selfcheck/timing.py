@@ -118,6 +118,44 @@ def flops(fn) -> int:
     return counter.get_total_flops()
 
 
+# what makes a GPU's host wait: .item(), bool(), int() (all _local_scalar_dense), outputs sized by the data
+SYNC_OPS = {"aten._local_scalar_dense", "aten.nonzero", "aten.masked_select", "aten._unique2",
+            "aten.unique_consecutive", "aten.repeat_interleave"}
+
+
+def dispatch_counts(fn) -> tuple:
+    """(operators dispatched, host syncs) of ``fn()``: every aten operator, forward and backward (a
+    kernel, or a view, on a GPU), and of them :data:`SYNC_OPS`, plus each ``.tolist()`` and ``.cpu()``
+    (no operator on a CPU tensor; a copy the host waits for on a GPU)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    counts = [0, 0]
+
+    class Counting(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            counts[0] += 1
+            counts[1] += str(func.overloadpacket) in SYNC_OPS
+            return func(*args, **(kwargs or {}))
+
+    originals = {name: getattr(torch.Tensor, name) for name in ("tolist", "cpu")}
+
+    def counted(original):
+        def call(self, *args, **kwargs):
+            counts[1] += 1
+            return original(self, *args, **kwargs)
+        return call
+
+    try:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, counted(original))
+        with Counting():
+            fn()
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)
+    return counts[0], counts[1]
+
+
 def speed(r: dict) -> str:
     """A time ratio as a speed with its IQR: '0.74 [0.72-0.76]'."""
     return f"{1 / r['ratio']:.2f} [{1 / r['iqr'][1]:.2f}-{1 / r['iqr'][0]:.2f}]"

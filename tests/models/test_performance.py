@@ -25,6 +25,8 @@ def test_benchmark_smoke_and_deterministic_ratios(tmp_path):
     assert plain["train_flops_ratio"] == 1.0 and plain["decode_flops_ratio"] == 1.0
     assert plain["activation_ratio"] == 1.0 and plain["cache_ratio"] == 1.0
     assert plain["params"] == data["stock"]["params"]
+    assert plain["train_ops_ratio"] == plain["step_ops_ratio"] == 1.0  # the same operators, too
+    assert m00["train_ops_ratio"] > 1.0 and m00["step_ops_ratio"] > 1.0  # and M-00 attends 4 layers
     # M-00 over the 4 layers of the small config: every decoder layer caches the keys and
     # values of 4 encoder layers instead of 1, once per sentence instead of per hypothesis
     # (the self-attention cache is unchanged)
@@ -195,3 +197,34 @@ def test_benchmark_profile_prints_where_the_time_goes():
     assert res.stdout.count("Self CPU time total") == 2
     assert "## stock: one decoding run (beam 4)" in res.stdout and "## M-00:" in res.stdout
     assert "aten::bmm" in res.stdout or "aten::matmul" in res.stdout
+
+
+def test_no_option_adds_a_host_sync():
+    """On a GPU every .item(), bool() of a tensor, .tolist() and .cpu() stops the host until the
+    device catches up. A training step (forward and backward) and one incremental decoding step of
+    every option set make no more of them than stock fairseq's own model, once per decoder (an
+    auxiliary decoder repeats its decoder's); operators are counted too, beside the FLOPs."""
+    from fairseq_ext.selfcheck.benchmark import decode_fn, train_step_fn
+    from fairseq_ext.selfcheck.timing import dispatch_counts
+    from joint_attention_reference import OPTION_SETS
+    from model_utils import SMALL, build, build_stock, make_dictionary, random_batch
+
+    dictionary = make_dictionary(300)
+    batch = random_batch(dictionary)
+
+    def counts(model):
+        one, two = (dispatch_counts(decode_fn(model, batch, 4, n)) for n in (1, 2))
+        return dispatch_counts(train_step_fn(model, batch)), (two[0] - one[0], two[1] - one[1])
+
+    stock, _ = build_stock("transformer_iwslt_de_en", *SMALL, dictionary=dictionary, seed=1)
+    (stock_ops, stock_train), (stock_step_ops, stock_step) = counts(stock)
+    assert stock_train > 0 and stock_step > 0  # the counter sees fairseq's own (padding checks)
+    for name, flags in sorted(OPTION_SETS.items()):
+        model, _ = build("multilayer_transformer_iwslt", *SMALL, *flags, dictionary=dictionary, seed=1)
+        (ops, train), (step_ops, step) = counts(model)
+        decoders = 1 + len(getattr(model.decoder, "aux_decoders", None) or [])
+        assert train <= decoders * stock_train and step <= decoders * stock_step, (name, train, step)
+        assert ops > 0.9 * stock_ops and step_ops >= stock_step_ops, name
+    plain = build("multilayer_transformer_iwslt", *SMALL, dictionary=dictionary, seed=1)[0]
+    (ops, train), step = counts(plain)  # no option: stock's syncs and decoding step, its training within 3 ops
+    assert train == stock_train and step == (stock_step_ops, stock_step) and 0 <= ops - stock_ops <= 3
