@@ -427,7 +427,8 @@ def write_table(out: str) -> List[str]:
         f"{first.get('concurrent_runs', '?')} runs at once on the one device; then "
         f"`fairseq-ext evaluate {' '.join(first.get('generate', []))}` on {first.get('test_set', '?')} "
         f"({first.get('bleu_flavour', '?')} sacreBLEU, the thesis' flavour for En↔Vi; chrF2 on the same text). "
-        f"Data: joint BPE with {first.get('bpe_merges', '?')} merges, {first.get('dict_size', '?')} types; Vi→En "
+        f"Data: joint BPE with {first.get('bpe_merges', '?')} merges, {first.get('dict_size', '?')} types (the thesis' "
+        "shared vocabulary: 21k); Vi→En "
         "trains on the same binarized data the other way. A row that two tables share (the same flags) is one run.",
         "", "Training: on the thesis' schedule (one cosine cycle after a linear warm-up) compressed to the run's "
         "updates; the thesis trains 200,000 updates of 2,048 tokens. \"of the thesis' tokens\": updates × our "
@@ -503,7 +504,7 @@ def section(thesis: Table, dataset: str, groups: Dict[tuple, Dict[int, dict]], q
             cells = [row.label, None if thesis_bleu is None else
                      f"{thesis_bleu:.2f}" + ("" if thesis_gain is None else f" ({thesis_gain:+.2f})"),
                      ", ".join(map(str, seeds)), spread(bleu), reference.label if reference else "–",
-                     None if delta is None else f"{delta:+.2f}", None if p is None else f"{p:.3f}",
+                     None if delta is None else f"{delta:+.2f}", None if p is None else f"{p:.3f}" if p >= 0.01 else f"{p:.2g}",
                      spread(chrf) if chrf else None,
                      f"{statistics.mean(updates):,.0f}" + (f" (stopped by time: {'; '.join(short)})" if short else ""),
                      f"{mean_tokens / 1e6:.1f}M" if mean_tokens >= 1e6 else f"{mean_tokens:,.0f}",

@@ -1,5 +1,4 @@
-"""Translate a split of a data-bin directory with a checkpoint and score it with sacreBLEU
-(``fairseq-ext evaluate``; scripts/evaluate.sh in a checkout).
+"""Translate a split of a data-bin directory with a checkpoint and score it with sacreBLEU.
 
 The steps, the files written to --out and the rule that --out holds one complete evaluation or
 none: docs/evaluation.md.
