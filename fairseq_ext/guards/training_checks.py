@@ -4,6 +4,7 @@ up (an :class:`~fairseq_ext.errors.OptionError`, one line), and a checkpoint loa
 optimizer reset is marked as a warm start (:data:`WARM_START`).
 """
 import logging
+import time
 from contextvars import ContextVar
 from typing import Optional
 
@@ -34,13 +35,18 @@ def _checking_model_and_criterion(original):
 def _warm_starting(original):
     """A checkpoint loaded with the optimizer reset (``--finetune-from-model``, or
     ``--restore-file`` with ``--reset-optimizer``) starts a new training from its weights: the
-    model may then have options the checkpoint's model had not (fairseq_ext.models.warm_start)."""
+    model may then have options the checkpoint's model had not (fairseq_ext.models.warm_start).
+    With its meters reset too (``--finetune-from-model``), its clock starts at zero (fairseq keeps
+    the loaded run's training time, which ``--stop-time-hours`` and the closing line count)."""
     def load_checkpoint(self, filename, reset_optimizer=False, *args, **kwargs):
         token = WARM_START.set(str(filename) if reset_optimizer else None)
         try:
-            return original(self, filename, reset_optimizer, *args, **kwargs)
+            extra_state = original(self, filename, reset_optimizer, *args, **kwargs)
         finally:
             WARM_START.reset(token)
+        if reset_optimizer and kwargs.get("reset_meters", args[2] if len(args) > 2 else False):
+            self._previous_training_time, self._start_time = 0, time.time()
+        return extra_state
 
     return load_checkpoint
 

@@ -112,3 +112,27 @@ def test_a_checkpoint_of_another_width_or_dictionary_is_refused_naming_the_tenso
     assert re.search(rf"error: warm start from {re.escape(checkpoint)}: the checkpoint's \S+ is \(\d+, 32\) but the "
                      r"model's is \(\d+, 64\)", wide.stderr), wide.stderr[-3000:]
     assert not os.path.exists(tmp_path / "wide" / "checkpoint_last.pt")
+
+
+def test_a_warm_start_starts_its_clock_at_zero():
+    """fairseq's Trainer.load_checkpoint keeps the loaded run's training time even with its meters
+    reset (--finetune-from-model): --stop-time-hours then stopped a warm start early, and its
+    closing line counted the baseline's minutes. A plain resume keeps counting."""
+    import time
+
+    from fairseq_ext.guards.training_checks import _warm_starting
+
+    class Trainer:
+        _previous_training_time, _start_time = 0, 0.0
+
+    def original(self, filename, reset_optimizer=False, reset_lr_scheduler=False, optimizer_overrides=None,
+                 reset_meters=False):
+        self._previous_training_time, self._start_time = 470.0, time.time() - 5
+        return {"epoch": 3}
+
+    load = _warm_starting(original)
+    for reset_optimizer, reset_meters, kept in ((True, True, 0), (False, False, 470.0), (True, False, 470.0)):
+        trainer = Trainer()
+        assert load(trainer, "ckpt.pt", reset_optimizer, False, None, reset_meters=reset_meters) == {"epoch": 3}
+        assert trainer._previous_training_time == kept
+        assert (time.time() - trainer._start_time < 4) == (kept == 0)  # a new clock, or fairseq's
