@@ -14,7 +14,10 @@ from fairseq_ext.guards.patching import replace
 
 
 def _said_in_one_line(exc) -> bool:
-    """Print ``exc`` in one line if it is ours (and no traceback was asked for)."""
+    """Print ``exc`` in one line if it is ours, or fairseq's bare ``Exception`` raised while
+    handling ours (its Trainer's "Cannot load model parameters"), and no traceback was asked for."""
+    if type(exc) is Exception and isinstance(exc.__context__, FairseqExtError):
+        exc = exc.__context__
     if not isinstance(exc, FairseqExtError) or os.environ.get("FAIRSEQ_EXT_TRACEBACK"):
         return False
     program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "fairseq"

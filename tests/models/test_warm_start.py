@@ -77,6 +77,14 @@ def test_fairseq_trains_on_from_a_checkpoint_of_other_options(tiny_trained, tmp_
                             *flags, "--save-dir", str(tmp_path / "resume"), "--restore-file", checkpoint],
                            capture_output=True, text=True, env=clean_env(), timeout=600)
     assert plain.returncode != 0 and "warm start" not in plain.stdout + plain.stderr
+    # a model of another width: refused in one line before training, not trained from scratch
+    wide = subprocess.run(["fairseq-ext", "train", bin_dir, str(tmp_path / "wide"), "--init-from", checkpoint, "--",
+                           *flags, "--encoder-embed-dim", "64", "--decoder-embed-dim", "64"],
+                          capture_output=True, text=True, env=clean_env(), timeout=600)
+    assert wide.returncode != 0 and "Traceback" not in wide.stderr, wide.stderr[-3000:]
+    assert re.search(rf"error: warm start from {re.escape(checkpoint)}: the checkpoint's \S+ is \(\d+, 32\) but the "
+                     r"model's is \(\d+, 64\)", wide.stderr), wide.stderr[-3000:]
+    assert not os.path.exists(tmp_path / "wide" / "checkpoint_last.pt")
 
 
 @pytest.mark.parametrize("flags", [[], ["--joint-attention", "m-10"], ["--encoder-self-attention", "dc"]])
@@ -104,14 +112,6 @@ def test_a_checkpoint_of_another_width_or_dictionary_is_refused_naming_the_tenso
     crafted = {**stock.state_dict(), "encoder.layers.0.fc1.weight": "not a tensor"}
     with pytest.raises(CheckpointError, match="the checkpoint's encoder.layers.0.fc1.weight is a str, not a tensor"):
         warm_start_state(model, crafted)
-    # a model of another width: refused in one line before training, not trained from scratch
-    wide = subprocess.run(["fairseq-ext", "train", bin_dir, str(tmp_path / "wide"), "--init-from", checkpoint, "--",
-                           *flags, "--encoder-embed-dim", "64", "--decoder-embed-dim", "64"],
-                          capture_output=True, text=True, env=clean_env(), timeout=600)
-    assert wide.returncode != 0 and "Traceback" not in wide.stderr, wide.stderr[-3000:]
-    assert re.search(rf"error: warm start from {re.escape(checkpoint)}: the checkpoint's \S+ is \(\d+, 32\) but the "
-                     r"model's is \(\d+, 64\)", wide.stderr), wide.stderr[-3000:]
-    assert not os.path.exists(tmp_path / "wide" / "checkpoint_last.pt")
 
 
 def test_a_warm_start_starts_its_clock_at_zero():
