@@ -417,7 +417,6 @@ except UnsafeCheckpointError as error:
 IMPORT_ORDERS = {  # the plugin first, then whatever looks fairseq up before its import
     "find_spec": "import fairseq_ext, importlib.util\nimportlib.util.find_spec('fairseq')\n"
                  "importlib.util.find_spec('fairseq')\n",
-    "find_spec of a submodule": "import fairseq_ext, importlib.util\nimportlib.util.find_spec('fairseq.data')\n",
     "import_module": "import fairseq_ext, importlib\nimportlib.import_module('fairseq.checkpoint_utils')\n",
     "a submodule first": "import fairseq_ext\nimport fairseq.checkpoint_utils\n",
     "reload": "import fairseq_ext, importlib\nimport fairseq\nimportlib.reload(fairseq)\n",
