@@ -291,15 +291,13 @@ def extract_archive(path: str) -> str:
                 raise UnsafeArchiveError(f"refusing model archive {path}: its member {outside!r} would be written "
                                          "outside the archive's folder; nothing of it was kept")
             archive.extractall(folder, filter="data")
-    except UnsafeArchiveError:
+    except BaseException as error:  # nothing of it stays, said in one line
         shutil.rmtree(folder, ignore_errors=True)
+        if isinstance(error, tarfile.FilterError):
+            raise UnsafeArchiveError(f"refusing model archive {path}: {error}; nothing of it was kept") from None
+        if isinstance(error, (tarfile.TarError, OSError)):
+            raise CheckpointError(f"cannot extract model archive {path}: {error}") from None
         raise
-    except tarfile.FilterError as error:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise UnsafeArchiveError(f"refusing model archive {path}: {error}; nothing of it was kept") from None
-    except (tarfile.TarError, OSError) as error:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise CheckpointError(f"cannot extract model archive {path}: {error}") from None
     tops = {name.split("/", 1)[0] for name in names}
     top = os.path.join(folder, tops.pop()) if len(tops) == 1 else folder
     return top if os.path.isdir(top) else folder

@@ -170,9 +170,9 @@ def main(argv=None):
     parser.add_argument("--json", help="write every number here")
     parser.add_argument("--profile", choices=["train", "decode"],
                         help="instead of ratios: torch.profiler's table of the stock model and of each --configs "
-                             "entry (one training step, or one decoding run at --beam), by self CPU/CUDA time; with --mode "
-                             "updates, train only: each model alone at every --max-tokens, its --updates timed "
-                             "(tokens/s, TFLOP/s, peak memory), then profiled (host and device ms, kernels and "
+                             "entry (one training step, or one decoding run at --beam), by self CPU/CUDA time; "
+                             "with --mode updates, train only: each model alone at every --max-tokens, its --updates "
+                             "timed (tokens/s, TFLOP/s, peak memory), then profiled (host and device ms, kernels and "
                              "host syncs per update)")
     updates.add_arguments(parser)
     cli = parser.parse_args(argv)

@@ -204,8 +204,9 @@ class Run:
         return f"{prefix}{self.slug}-s{self.seed}-u{self.updates}-mt{self.max_tokens}-lr{self.lr:g}-wu{self.warmup}"
 
 
-def same_flags(flags: str) -> str:
-    return " ".join(shlex.split(flags))
+def row_flags(row: Row) -> str:
+    """A row's flags as one string: what identifies a run's model across the tables."""
+    return " ".join(shlex.split(" ".join(row.flags)))
 
 
 def table_rows(table: Table, dataset: str) -> List[Row]:
@@ -219,7 +220,7 @@ def slugs() -> Dict[str, str]:
     found: Dict[str, str] = {}
     for table_id in TABLES:
         for row in (r for r in load_table(table_id).rows if r.runnable):
-            found.setdefault(same_flags(" ".join(row.flags)), row.id if table_id == TABLES[0]
+            found.setdefault(row_flags(row), row.id if table_id == TABLES[0]
                              else f"{table_id.split('-')[1]}-{row.id}")
     return found
 
@@ -265,7 +266,7 @@ def plan(table_id: str, rows: Optional[str], datasets: str, seeds: str, updates:
     for u, _, _, w in grid:
         if w >= u:
             raise CommandError(f"--warmup ({w}) must be below --updates ({u}): the cosine cycle follows the warm-up")
-    flags = {n: same_flags(" ".join(known[n].flags)) for n in names}
+    flags = {n: row_flags(known[n]) for n in names}
     return [Run(slugs()[flags[n]], flags[n], d, s, *settings) for d in wanted for n in names
             for s in values(seeds, int, "--seed") for settings in grid if known[n] in table_rows(table, d)]
 
@@ -278,7 +279,7 @@ def plan_lines(table_id: str, runs: List[Run]) -> List[str]:
     """``--plan``: the runs with the thesis' numbers, the share of its tokens, and the device minutes
     at the measured speed (commands of two runs at once)."""
     thesis, m = load_table(table_id), MEASURED
-    rows = {same_flags(" ".join(r.flags)): r for d in DIRECTIONS if d in thesis.datasets for r in table_rows(thesis, d)}
+    rows = {row_flags(r): r for d in DIRECTIONS if d in thesis.datasets for r in table_rows(thesis, d)}
     lines = table(["run", "row", "thesis BLEU", "settings", "of the thesis' tokens"], [
         [r.name, rows[r.flags].label, rows[r.flags].paper.get(r.dataset, {}).get("BLEU", "–"), r.settings,
          f"{100 * r.updates * r.max_tokens / (THESIS_UPDATES * THESIS_MAX_TOKENS):.2g}%"] for r in runs])
@@ -398,7 +399,7 @@ def load_records(out: str) -> List[dict]:
     """Every run.json under OUT/paper/runs, with its folder; a record of the first version (Table
     3.3 En->Vi only) gets its flags and direction."""
     root = os.path.join(out, "paper", "runs")
-    first = {r.id: same_flags(" ".join(r.flags)) for r in load_table(TABLES[0]).rows if r.runnable}
+    first = {r.id: row_flags(r) for r in load_table(TABLES[0]).rows if r.runnable}
     found = []
     for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
         if os.path.exists(os.path.join(root, name, "run.json")):
@@ -416,9 +417,9 @@ def write_table(out: str) -> List[str]:
     groups: Dict[tuple, Dict[int, dict]] = {}  # (direction, flags, settings) -> seed -> record
     for r in records:
         groups.setdefault((r["dataset"], r["flags"]) + settings_of(r), {})[r["seed"]] = r
-    first = records[0] if records else {}
+    first, quick = (records[0] if records else {}), any(r.get("quick") for r in found)
     lines = ["# Thesis Tables 3.3, 4.1 and 5.3 on one device: IWSLT'15 En-Vi", ""]
-    if any(r.get("quick") for r in found):
+    if quick:
         lines += ["`--quick`: a tiny model for a few updates; the numbers mean nothing.", ""]
     lines += [
         "Each run: `fairseq-ext train --config iwslt` with the row's flags (the thesis' small config: 4+4 layers, "
@@ -442,7 +443,7 @@ def write_table(out: str) -> List[str]:
     for table_id in TABLES:
         table = load_table(table_id)
         for dataset in (d for d in table.datasets if d in DIRECTIONS):
-            body, rows = section(table, dataset, groups, any(r.get("quick") for r in found), shown)
+            body, rows = section(table, dataset, groups, quick, shown)
             if body:
                 lines += [f"## {table.id.replace('thesis-', 'Thesis Table ')}, IWSLT'15 "
                           f"{'→'.join(x.capitalize() for x in DIRECTIONS[dataset])}", ""] + body + [""]
@@ -455,7 +456,6 @@ def write_table(out: str) -> List[str]:
                   f"{r.get('eval_returncode')}" for r in failed]
     result = "ok" if records and not failed else ("no finished run" if not records else f"{len(failed)} runs failed")
     runs = [{k: v for k, v in r.items() if k != "folder"} for r in records + failed]
-    quick = any(r.get("quick") for r in found)
     return write_stage(out, "paper", {"result": result, "quick": quick, "rows": json_rows, "runs": runs}, lines)
 
 
@@ -465,7 +465,7 @@ def section(thesis: Table, dataset: str, groups: Dict[tuple, Dict[int, dict]], q
     from fairseq_ext.tools.statistics import stratified_ar
 
     spread = lambda values: format_mean_sd(*mean_sd(values))  # noqa: E731  mean ± sd over seeds
-    key = lambda row, settings: (dataset, same_flags(" ".join(row.flags))) + settings  # noqa: E731
+    key = lambda row, settings: (dataset, row_flags(row)) + settings  # noqa: E731
     settings_found = sorted({k[2:] for k in groups if k[0] == dataset})
     settings_vary = len(settings_found) > 1
     body, json_rows = [], []
@@ -483,7 +483,7 @@ def section(thesis: Table, dataset: str, groups: Dict[tuple, Dict[int, dict]], q
             bleu = [r["bleu"] for r in runs]
             chrf = [r["chrf"] for r in runs if r.get("chrf") is not None]
             reference = thesis.reference(row)
-            base = groups.get((dataset, same_flags(" ".join(reference.flags))) + settings, {}) if reference else {}
+            base = groups.get(key(reference, settings), {}) if reference else {}
             # compared over the seeds both trained to their planned updates (equal training)
             paired = [s for s in seeds if s in base and complete(by_seed[s]) and complete(base[s])]
             delta = p = None
@@ -504,7 +504,8 @@ def section(thesis: Table, dataset: str, groups: Dict[tuple, Dict[int, dict]], q
             cells = [row.label, None if thesis_bleu is None else
                      f"{thesis_bleu:.2f}" + ("" if thesis_gain is None else f" ({thesis_gain:+.2f})"),
                      ", ".join(map(str, seeds)), spread(bleu), reference.label if reference else "–",
-                     None if delta is None else f"{delta:+.2f}", None if p is None else f"{p:.3f}" if p >= 0.01 else f"{p:.2g}",
+                     None if delta is None else f"{delta:+.2f}",
+                     None if p is None else f"{p:.3f}" if p >= 0.01 else f"{p:.2g}",
                      spread(chrf) if chrf else None,
                      f"{statistics.mean(updates):,.0f}" + (f" (stopped by time: {'; '.join(short)})" if short else ""),
                      f"{mean_tokens / 1e6:.1f}M" if mean_tokens >= 1e6 else f"{mean_tokens:,.0f}",

@@ -223,11 +223,11 @@ def run(cli, parser, device) -> int:
         parser.error(str(e))
     settle_s = cli.settle if cli.settle is not None else (60.0 if device.type == "cuda" else 0.0)
     passes = settle(stock, [s for samples, _ in sweep.values() for s in samples], device, settle_s)
-    if cli.profile:
-        return profile_updates(cli, stock, sweep, common, dictionary, device, passes)
-    decoding = decode_batches(stock, src_sizes, tgt_sizes, dictionary, cli, device) if cli.decode_sentences else []
     device_name = (torch.cuda.get_device_name(device) if device.type == "cuda"
                    else f"cpu ({torch.get_num_threads()} threads)")
+    if cli.profile:
+        return profile_updates(cli, stock, sweep, common, dictionary, device, device_name, passes)
+    decoding = decode_batches(stock, src_sizes, tgt_sizes, dictionary, cli, device) if cli.decode_sentences else []
     settings = {"mode": "updates", "device": device_name, "dtype": cli.dtype, "config": cli.config,
                 "vocab": cli.vocab, "data": data_info["what"], "updates": blocks * cli.block, "warmup": cli.warmup,
                 "block": cli.block}
@@ -305,7 +305,7 @@ def run(cli, parser, device) -> int:
 HOST_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 
 
-def profile_updates(cli, stock, sweep, common, dictionary, device, passes) -> int:
+def profile_updates(cli, stock, sweep, common, dictionary, device, device_name: str, passes) -> int:
     """``--profile train``: each model alone (the stock, then every --configs row) at every
     --max-tokens: its updates timed plainly (updates/s, target tokens/s, TFLOP/s, peak memory),
     then the same updates under torch.profiler (host and device time, kernels and host syncs per
@@ -315,8 +315,7 @@ def profile_updates(cli, stock, sweep, common, dictionary, device, passes) -> in
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     models = [("stock", stock)] + [(e.partition(":")[0], build_trainer(SIZES[cli.config][1], common + shlex.split(
         e.partition(":")[2]), ROW_CRITERION, dictionary, cli.seed)) for e in cli.configs]
-    results = {"mode": "updates-profile", "settings": vars(cli), "device": torch.cuda.get_device_name(device)
-               if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)",
+    results = {"mode": "updates-profile", "settings": vars(cli), "device": device_name,
                "settle_passes_s": [round(p, 3) for p in passes], "rows": []}
     header = ["model", "max tokens", "tgt tokens/update", "updates/s", "tgt tokens/s", "TFLOP/s", "peak GiB",
               "host ms/update (profiled)", "device ms/update", "kernels/update", "host syncs/update"]
