@@ -89,8 +89,9 @@ class MultilayerTransformerEncoder(TransformerEncoderBase):
             # which is part of the checkpoint's parameter names
             setattr(self, self.strategy.memory_attribute, build(spec))
         # --collected-layer-norm (pre-norm): the states read below the top are residual streams,
-        # each gets a LayerNorm of its own (the top one is the encoder's final LayerNorm)
-        below_top = options.num_joint_layers - 1 if self.strategy.collects_layers else cfg.encoder.layers
+        # each gets a LayerNorm of its own (the top one is the encoder's final LayerNorm); as DLCL's
+        # default, transparent attention leaves the embedding state H^0 as it is
+        below_top = options.num_joint_layers - 1 if self.strategy.collects_layers else cfg.encoder.layers - 1
         self.collected_layer_norms = nn.ModuleList(
             LayerNorm(cfg.encoder.embed_dim) for _ in range(below_top)
         ) if options.collected_layer_norm and self.strategy.memory is not Memory.NONE else None

@@ -2,6 +2,8 @@
 residual streams; each gets a LayerNorm of its own before joint attention reads it (the top
 one is the encoder's final LayerNorm). Checked against a recomputation from the encoder's
 states, with incremental decoding equal to the full forward and fairseq's beam search."""
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -20,7 +22,8 @@ def test_each_collected_layer_below_the_top_is_normalised(strategy):
     model = perturb(model.double(), seed=2)
     norms = model.encoder.collected_layer_norms
     layers = len(model.encoder.layers)
-    assert len(norms) == (layers if strategy == "transparent" else model.encoder.options.num_joint_layers - 1)
+    # transparent: H^1..H^{L-1}, the embedding state H^0 as it is (DLCL's default)
+    assert len(norms) == (layers - 1 if strategy == "transparent" else model.encoder.options.num_joint_layers - 1)
     src, lengths, prev = random_batch(dictionary)
     with torch.no_grad():
         out = model.encoder(src, src_lengths=lengths)
@@ -49,7 +52,8 @@ def test_it_needs_a_pre_norm_encoder_and_several_layers():
 
 
 def test_merger_dropout_drops_transparent_mixing_weights_in_training_only():
-    """softmax(Dropout_p(w)) in training, softmax(w) in evaluation; refused for other strategies."""
+    """softmax(Dropout_p(w + 1/(L+1))) in training (Lingvo's WeightedSumLayer), softmax(w) in evaluation,
+    and in evaluation with --retain-dropout; refused for other strategies."""
     from fairseq_ext.modules.transparent_attention import TransparentCombination
 
     mix = TransparentCombination(4, 3, merger_dropout=0.5)
@@ -64,10 +68,17 @@ def test_merger_dropout_drops_transparent_mixing_weights_in_training_only():
     torch.manual_seed(3)
     got = mix(states)
     torch.manual_seed(3)
-    dropped = torch.nn.functional.dropout(mix.weight, 0.5, True)
+    dropped = torch.nn.functional.dropout(mix.weight + 0.25, 0.5, True)
     torch.testing.assert_close(got, torch.einsum("jbic,im->jbmc", stacked, torch.softmax(dropped, dim=0)))
     assert not torch.allclose(got, expected)
+    with torch.no_grad():  # at initialisation a dropped state keeps e^0 against e^(2 * 1/4): dropout acts
+        mix.weight.zero_()
+    assert not torch.allclose(mix(states), stacked.mean(2, keepdim=True).expand_as(got))
     model, _ = build("multilayer_transformer", *SMALL, "--joint-attention", "transparent", "--merger-dropout", "0.3")
-    assert model.encoder.transparent.merger_dropout == 0.3
+    assert model.encoder.transparent.merger_dropout.p == 0.3
+    model.eval()
+    model.prepare_for_inference_(SimpleNamespace(generation=SimpleNamespace(retain_dropout=True,
+                                                                           retain_dropout_modules=None)))
+    assert model.encoder.transparent.merger_dropout.apply_during_inference
     with pytest.raises(OptionError, match="--merger-dropout applies to --joint-attention transparent"):
         build("multilayer_transformer", *SMALL, "--joint-attention", "s-agg", "--merger-dropout", "0.3")
