@@ -30,6 +30,7 @@ from typing import List, NoReturn, Optional
 from fairseq_ext import resources
 from fairseq_ext.analysis import registry
 from fairseq_ext.errors import error_line
+from fairseq_ext.standalone import cpu
 
 COMMANDS = {  # subcommand -> module with main(argv), or "module:function"
     "evaluate": "fairseq_ext.tools.evaluate",
@@ -46,6 +47,7 @@ COMMANDS = {  # subcommand -> module with main(argv), or "module:function"
     "strip-aux": "fairseq_ext.strip_aux:cli_main",
 }
 USAGE = __doc__.split("\n\n")[1]
+DECODING = ("translate", "score", "evaluate")  # CPU threads picked as training picks them (standalone/cpu.py)
 
 
 def run_recipe(name: str, args: List[str], command: str) -> NoReturn:
@@ -97,6 +99,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return importlib.import_module(registry.get(rest[0]).module).main(rest[1:]) or 0
     if command == "train":
         run_recipe("train.sh", resolve_train_config(rest), "fairseq-ext train")
+    if command in DECODING and "OMP_NUM_THREADS" not in os.environ and not {"-h", "--help"} & set(rest):
+        threads, why = cpu.threads_per_process()
+        os.environ["OMP_NUM_THREADS"] = str(threads)  # before torch loads; fairseq-generate inherits it
+        print(f"[fairseq-ext {command}] CPU: {threads} thread(s) ({why}; OMP_NUM_THREADS=N to choose)", file=sys.stderr)
     if command in COMMANDS:
         sys.argv[0] = f"fairseq-ext {command}"
         module, _, function = COMMANDS[command].partition(":")

@@ -205,6 +205,10 @@ else
         fsx_die "fairseq-train failed (log: $SAVE_DIR/train.log)"
     fi
     printf '%s\n' "$SIGNATURE" >"$FSX_STAGE/quickstart.settings"
+    # the run's flags as a training config: `fairseq-ext train DATA DIR --config SAVE_DIR/train.args`
+    # trains or warm-starts a model of these very sizes (README, "Start from a trained model")
+    { echo "# make quickstart's flags for $SAVE_DIR (fairseq-ext train DATA DIR --config this file)"
+      printf '%s\n' "${CONFIG_ARGS[@]}" "${MODEL_FLAGS[@]}"; } >"$FSX_STAGE/train.args"
     fsx_finish_output
 fi
 

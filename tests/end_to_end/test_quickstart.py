@@ -1,5 +1,6 @@
 """The newcomer's path of README: `make quickstart` (here with a tiny model and a slice of
 Multi30k), then "Translate your own text" with fairseq-interactive and from_pretrained."""
+import shlex
 import subprocess
 import sys
 
@@ -15,7 +16,7 @@ TINY = {"LAYERS": "1", "EMBED_DIM": "16", "FFN_DIM": "32", "HEADS": "2", "MAX_UP
 
 @needs_multi30k
 def test_quickstart_then_translate_your_own_text(m30k_small, tmp_path):
-    data, save = tmp_path / "data-bin" / "m30k", tmp_path / "checkpoints" / "qs"
+    data, save = tmp_path / "data-bin" / "multi30k.en-de", tmp_path / "checkpoints" / "quickstart.en-de"
     env = {**TINY, "MULTI30K_FROM": str(m30k_small), "DATA_DIR": str(data), "SAVE_DIR": str(save)}
     res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra=env)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -27,6 +28,17 @@ def test_quickstart_then_translate_your_own_text(m30k_small, tmp_path):
     # a rerun with the same settings reuses data and checkpoint
     again = run(["bash", SCRIPTS / "quickstart.sh"], env_extra=env)
     assert again.returncode == 0 and "reusing" in again.stderr
+
+    # README's warm start, as written, in the folder quickstart ran in
+    with open(SCRIPTS.parent / "README.md", encoding="utf-8") as f:
+        readme = " ".join(f.read().split())
+    command = readme.split("After `make quickstart`, `", 1)[1].split("`", 1)[0]
+    assert command.startswith("fairseq-ext train ") and "--init-from" in command, command
+    res = run(shlex.split(command), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    log = res.stderr + res.stdout
+    assert "checkpoints/quickstart.en-de/checkpoint_best.pt: 41 tensors taken as they are, 6 moved" in log, log[-3000:]
+    assert (tmp_path / "checkpoints" / "m10-warm" / "checkpoint_last.pt").is_file()
 
     sentence = "A man in a red shirt is riding a bike.\n"
     res = run(["fairseq-interactive", data, "--user-dir", SCRIPTS.parent / "fairseq_ext", "--path",
@@ -50,7 +62,7 @@ def test_a_run_cut_by_the_time_cap_says_so_and_continues_and_a_users_file_surviv
     settings over a save dir that holds a user's averaged checkpoint refuses and keeps it."""
     import shlex
 
-    data, save = tmp_path / "data-bin" / "m30k", tmp_path / "checkpoints" / "qs"
+    data, save = tmp_path / "data-bin" / "multi30k.en-de", tmp_path / "checkpoints" / "quickstart.en-de"
     env = {**TINY, "MULTI30K_FROM": str(m30k_small), "DATA_DIR": str(data), "SAVE_DIR": str(save),
            "MAX_UPDATE": "150", "TRAIN_MINUTES": "0.01", "LOG_INTERVAL": "10", "THREADS": "1"}
     res = run(["bash", SCRIPTS / "quickstart.sh"], env_extra=env, cwd=SCRIPTS.parent)

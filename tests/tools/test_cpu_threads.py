@@ -33,3 +33,26 @@ def test_the_file_runs_without_the_package():
     res = subprocess.run([sys.executable, cpu.__file__, "threads", "1"], capture_output=True, text=True)
     threads, why = res.stdout.splitlines()
     assert res.returncode == 0 and int(threads) >= 1 and "cores idle" in why
+
+
+@pytest.mark.parametrize("command", ["translate", "score", "evaluate"])
+def test_decoding_commands_pick_their_threads_as_training_does(monkeypatch, capsys, command):
+    """translate, score and evaluate set OMP_NUM_THREADS from the idle cores before torch loads
+    (fairseq-generate inherits it); one the user set wins, and --help measures nothing."""
+    import types
+
+    from fairseq_ext import cli
+
+    seen = {}
+    fake = types.ModuleType("fake_decoding_command")
+    fake.main = lambda argv: seen.update(threads=cli.os.environ.get("OMP_NUM_THREADS"), argv=argv)
+    monkeypatch.setitem(sys.modules, fake.__name__, fake)
+    monkeypatch.setitem(cli.COMMANDS, command, fake.__name__)
+    monkeypatch.setattr(cpu, "idle_cores", lambda seconds=0.5: (1.0, 2))
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert cli.main([command, "--x"]) == 0 and seen == {"threads": "1", "argv": ["--x"]}
+    assert f"[fairseq-ext {command}] CPU: 1 thread(s) (1.0 of 2 cores idle, 1 busy" in capsys.readouterr().err
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert cli.main([command]) == 0 and seen["threads"] == "2" and "CPU:" not in capsys.readouterr().err
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert cli.main([command, "--help"]) == 0 and "OMP_NUM_THREADS" not in cli.os.environ
