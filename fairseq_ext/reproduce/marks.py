@@ -117,10 +117,10 @@ def pooled_ar(reference: Dict[int, RunPlan], system: Dict[int, RunPlan], shuffle
             files[who, s] = (ref_file, hyp_file)
     flavour = system[seeds[0]].bleu
     key = {"reference": reference[seeds[0]].row, "flavour": flavour, "shuffles": shuffles, "seed": seed,
-           "statistic": statistic, "seeds": seeds, "inputs": _digest([f for pair in files.values() for f in pair])}
+           "statistic": statistic, "shuffle": "multeval", "seeds": seeds,  # not the earlier shuffle's results
+           "inputs": _digest([f for pair in files.values() for f in pair])}
     cache = os.path.join(system[seeds[0]].run_dir, "significance-ar.json")
-    old = _cached(cache, key)
-    if old is not None:
+    if (old := _cached(cache, key)) is not None:
         return old
     stats = {who: {s: statistics.sentence_stats(read_lines(files[who, s][0]), read_lines(files[who, s][1]),
                                                       flavour) for s in seeds} for who in ("reference", "system")}
@@ -141,9 +141,11 @@ def test_text(test: str, several: bool, samples: int, shuffles: int, statistic: 
                 if statistic == "concatenated" else
                 "the difference of the mean over seeds of per-run corpus BLEU (--ar-statistic mean; not MultEval's)")
         return (f"stratified approximate randomization (Clark et al. 2011, as MultEval runs it; {shuffles} shuffles) "
-                "of the row against its reference row (column 'vs') over the seeds both ran: each shuffle swaps the "
-                "two rows' translations of every sentence with probability 0.5 within each seed's pair of runs; the "
-                f"statistic is {what} (same flavour), two-sided, p = (c + 1) / (shuffles + 1)")
+                "of the row against its reference row (column 'vs') over the seeds both ran: each shuffle, as "
+                "MultEval's, makes two pseudo-rows of the two rows' translations of every sentence of every seed, "
+                "exchanged with probability 0.5 and permuted at random across the seeds sentence by sentence (the "
+                f"second pseudo-row by the inverse permutation); the statistic is {what} (same flavour), two-sided, "
+                "p = (c + 1) / (shuffles + 1), c: the shuffles with a larger |difference| (p = 1 for no difference)")
     if test == "thesis":
         text = (f"compare-mt's paired bootstrap as the thesis ran it ({samples} subsamples of half the sentences, "
                 "one-sided: p = 1 - the share of subsamples in which the better row wins; sacreBLEU's BLEU in the "
@@ -201,12 +203,10 @@ def mark_pooled(table: Table, records: List[Record], by_seed: Dict[int, List[Run
                                               "system_mean", "s_dev_reference", "s_dev_system", "s_sel_reference",
                                               "s_sel_system")})
         if len(runs) > 1:  # JSON made the seeds strings
-            ref_bleu, sys_bleu = ({int(k): v for k, v in found[name].items()} for name in ("reference_bleu",
-                                                                                           "system_bleu"))
-            cell["p_t"] = paired_t([ref_bleu[s] for s in runs], [sys_bleu[s] for s in runs])
-        cell["rule"] = (f"{cell['mark'] or 'no mark'}: stratified approximate randomization over "
-                        f"{seeds_text(runs)} ({found['shuffles']} shuffles): Δ of the mean BLEU {found['delta']:+.2f}, "
-                        f"p = {p:.4g}.")
+            bleu = [{int(k): v for k, v in found[f"{who}_bleu"].items()} for who in ("reference", "system")]
+            cell["p_t"] = paired_t(*([b[s] for s in runs] for b in bleu))
+        cell["rule"] = (f"{cell['mark'] or 'no mark'}: stratified approximate randomization over {seeds_text(runs)} "
+                        f"({shuffles} shuffles): Δ of the {statistic} BLEU {found['delta']:+.2f}, p = {p:.4g}.")
         record["p_t"] = cell.get("p_t")
         record["mark"], record["p_value"], record["rule"] = cell["mark"], cell["p_value"], cell.get("rule")
 

@@ -189,51 +189,48 @@ def _paired(reference: Dict[int, np.ndarray], system: Dict[int, np.ndarray]) -> 
 
 def stratified_ar(reference: Dict[int, np.ndarray], system: Dict[int, np.ndarray], shuffles: int = 10000,
                   seed: int = 12345, statistic: str = "concatenated") -> dict:
-    """Stratified approximate randomization of ``system`` against ``reference`` over the runs
-    both have (run -> :func:`sentence_stats`), as MultEval implements it
-    (``StratifiedApproximateRandomizationTest.getTwoSidedP``; the test, ``statistic="mean"`` and
-    where it differs: docs/reproduction.md, "The stratified approximate randomization over seeds").
-    Shuffle r swaps sentence i of run pair k when ``default_rng(seed)``'s next double is below 0.5,
-    the doubles taken in the order (shuffle, run pair in increasing run number, sentence).
-    ``s_dev_*``: MultEval's s_dev (None for one run); ``delta``: system - reference; ``count``: c."""
+    """Stratified approximate randomization of ``system`` (B) against ``reference`` (A) over the K runs both have
+    (run -> :func:`sentence_stats`), as MultEval implements it (``StratifiedApproximateRandomizationTest``; the
+    test, ``statistic="mean"`` and where it differs: docs/reproduction.md, "The stratified approximate randomization
+    over seeds"). Shuffle by shuffle, ``default_rng(seed)`` draws K x n doubles (run, sentence; below 0.5: swap)
+    and, with K > 1, K x n more: sentence i's permutation takes run r to the rank of its double among the K
+    doubles of sentence i (0 = the smallest; :func:`_shuffled`'s perm).
+    ``count``: the shuffles whose |Δ| exceeds the observed one by over 1e-9 (MultEval's strict rule); all if Δ = 0."""
     if shuffles < 1:
         raise ValueError(f"--shuffles must be at least 1, not {shuffles}")
     if statistic not in STATISTICS:
         raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, not {statistic!r}")
     runs = _paired(reference, system)
-    ref = np.stack([np.asarray(reference[k], dtype=np.float64) for k in runs])  # runs x n x 10
-    sys_ = np.stack([np.asarray(system[k], dtype=np.float64) for k in runs])
-    ref_sum, sys_sum, gain = ref.sum(1), sys_.sum(1), sys_ - ref
-    ref_bleu, sys_bleu = corpus_bleu(ref_sum), corpus_bleu(sys_sum)
-    ref_all, sys_all = float(corpus_bleu(ref_sum.sum(0))), float(corpus_bleu(sys_sum.sum(0)))
-    observed = sys_all - ref_all if statistic == "concatenated" else sys_bleu.mean() - ref_bleu.mean()
-    rng = np.random.default_rng(seed)
-    n_runs, n = ref.shape[:2]
-    block = max(1, BLOCK // max(1, n_runs * n))
-    count, done = 0, 0
+    # A's and B's statistics, 2 x K x n x 10
+    ref, sys_ = both = np.stack([[np.asarray(d[k], dtype=np.float64) for k in runs] for d in (reference, system)])
+    (ref_bleu, sys_bleu), (ref_all, sys_all) = corpus_bleu(both.sum(2)), corpus_bleu(both.sum((1, 2))).tolist()
+    score = (lambda s: corpus_bleu(s.sum(1))) if statistic == "concatenated" else lambda s: corpus_bleu(s).mean(1)
+    observed = float(np.diff(score(both.sum(2)))[0])  # B - A
+    rng, (n_runs, n), count, done = np.random.default_rng(seed), ref.shape[:2], 0, 0
+    block = max(1, BLOCK // (2 * n_runs * n))  # shuffles drawn at once
     while done < shuffles:
-        size = min(block, shuffles - done)
-        swap = rng.random((size, n_runs, n)) < 0.5  # shuffles x run pairs x sentences
-        # A with B's translations of the swapped sentences, per run pair
-        shuffled_ref = ref_sum[None] + np.stack([swap[:, k].astype(np.float64) @ gain[k] for k in range(n_runs)], 1)
-        shuffled_sys = (ref_sum + sys_sum)[None] - shuffled_ref
-        if statistic == "concatenated":
-            delta = corpus_bleu(shuffled_sys.sum(1)) - corpus_bleu(shuffled_ref.sum(1))
-        else:
-            delta = corpus_bleu(shuffled_sys).mean(1) - corpus_bleu(shuffled_ref).mean(1)
-        count += int(np.sum(np.abs(delta) >= abs(observed) - 1e-9))  # float sums: a tie stays a tie
-        done += size
+        draws = rng.random((min(block, shuffles - done), n_runs * (1 + (n_runs > 1)), n))
+        keys = draws[:, -n_runs:]  # one run: its swaps' doubles, rank 0
+        x, y = _shuffled(ref, sys_, draws[:, :n_runs] < 0.5, (keys[:, :, None] > keys[:, None]).sum(2))
+        count += int(np.sum(np.abs(score(y) - score(x)) > abs(observed) + 1e-9))  # a tie in floats is no more
+        done += len(draws)
+    count = count if abs(observed) > 1e-9 else shuffles  # no difference is never significant
+    sd_ref, sd_sys = (float(np.std(b, ddof=1)) if len(runs) > 1 else None for b in (ref_bleu, sys_bleu))
     return {"test": "ar", "statistic": statistic, "runs": runs, "shuffles": shuffles, "seed": seed,
-            "reference_bleu": {k: float(b) for k, b in zip(runs, ref_bleu)},
-            "system_bleu": {k: float(b) for k, b in zip(runs, sys_bleu)},
+            "reference_bleu": dict(zip(runs, ref_bleu.tolist())), "system_bleu": dict(zip(runs, sys_bleu.tolist())),
             "reference_mean": float(ref_bleu.mean()), "system_mean": float(sys_bleu.mean()),
-            "reference_concatenated": ref_all, "system_concatenated": sys_all,
-            "s_dev_reference": _sd(ref_bleu), "s_dev_system": _sd(sys_bleu),
-            "delta": float(observed), "count": count, "p_value": (count + 1) / (shuffles + 1)}
+            "reference_concatenated": ref_all, "system_concatenated": sys_all, "s_dev_reference": sd_ref,
+            "s_dev_system": sd_sys, "delta": observed, "count": count, "p_value": (count + 1) / (shuffles + 1)}
 
 
-def _sd(values: np.ndarray):
-    return float(np.std(values, ddof=1)) if len(values) > 1 else None
+def _shuffled(ref: np.ndarray, sys_: np.ndarray, swap: np.ndarray, perm: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """MultEval's X and Y (``Shuffling.at``) of A = ``ref``, B = ``sys_`` (runs x n x 10), per run: R x runs x 10.
+    ``swap``, ``perm``: R x runs x n; X's run r takes sentence i from run perm[., r, i] (optRunPermutation), of B
+    where swap[., r, i], else of A; Y's from the inverse permutation's run, of A where swap, else of B."""
+    inv, both = np.empty_like(perm), np.concatenate([ref, sys_])  # run k of B is both[K + k]
+    np.put_along_axis(inv, perm, np.arange(len(ref))[:, None], 1)
+    return tuple(sum((c == k) @ both[k] for k in range(len(both)))
+                 for c in (perm + len(ref) * swap, inv + len(ref) * ~swap))
 
 
 def subsample_bootstrap(reference: np.ndarray, system: np.ndarray, samples: int = 1000, ratio: float = 0.5,

@@ -91,7 +91,8 @@ def test_several_seeds_are_marked_by_the_stratified_randomization_over_them(tmp_
         expected["system_concatenated"])
     for said in ("stratified approximate randomization (Clark et al. 2011, as MultEval runs it; 999 shuffles)",
                  "the corpus BLEU of each row's runs concatenated (MultEval's)",
-                 "within each seed's pair of runs", "Comparisons: 1 against Transformer (no option) (multi30k-en-de)",
+                 "permuted at random across the seeds sentence by sentence",
+                 "Comparisons: 1 against Transformer (no option) (multi30k-en-de)",
                  "not corrected for multiplicity"):
         assert said in out, said
     csv_text = (out_dir / "table.smoke.60.seeds-1-2.rows-mma.csv").read_text()

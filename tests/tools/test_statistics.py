@@ -1,16 +1,22 @@
 """fairseq_ext.tools.statistics: corpus BLEU from summed statistics against sacreBLEU's
-own, the stratified approximate randomization against a plain-Python recomputation of its
-definition on a hand-made example (2 runs x 5 sentences), its degenerate cases, compare-mt's
-subsample bootstrap recomputed the same way, Holm's adjustment by hand, and the paired bootstrap
-and approximate randomization against sacreBLEU's own (sacrebleu.significance), bit for bit."""
+own; the stratified approximate randomization against a plain-Python transcription of MultEval's
+code (Shuffling, sumStats, getTwoSidedP) fed the same draws (hand-made runs: 3 runs x 5 sentences,
+and 2), against the same code with its own draws on the stored 3-seed CPU runs, and its
+degenerate cases; compare-mt's subsample bootstrap recomputed the same way, Holm's adjustment by
+hand, and the paired bootstrap and approximate randomization against sacreBLEU's own
+(sacrebleu.significance), bit for bit."""
 import math
+import os
 import random
 
 import numpy as np
 import pytest
 from sacrebleu.metrics import BLEU
 
+from fairseq_ext.common.data_text import read_lines
 from fairseq_ext.tools import statistics
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def bleu_by_hand(stats):
@@ -64,26 +70,11 @@ B = {1: [[9, 9, 8, 6, 4, 2, 9, 8, 7, 6], [5, 5, 5, 3, 2, 1, 5, 4, 3, 2], [11, 11
          [8, 8, 6, 4, 2, 1, 8, 7, 6, 5], [10, 10, 8, 6, 4, 3, 10, 9, 8, 7]],
      2: [[9, 9, 7, 5, 3, 1, 9, 8, 7, 6], [5, 5, 4, 2, 1, 0, 5, 4, 3, 2], [12, 11, 9, 7, 4, 2, 12, 11, 10, 9],
          [8, 8, 7, 4, 2, 1, 8, 7, 6, 5], [10, 10, 7, 5, 3, 2, 10, 9, 8, 7]]}
-
-
-def multeval_ar(a, b, shuffles, seed):
-    """MultEval's StratifiedApproximateRandomizationTest.getTwoSidedP transcribed to plain
-    Python: each system's data points are its runs' sentences concatenated (run by run, runs
-    paired by position); overallDiff = |BLEU(sum of B's rows) - BLEU(sum of A's rows)|; each
-    shuffle draws one coin per data point and builds X from A's row where the coin says keep,
-    else B's, and Y from the other; c counts |BLEU(X) - BLEU(Y)| reaching overallDiff. The
-    coins: the doubles of default_rng(seed) in the order (shuffle, data point), below 0.5 = swap."""
-    runs = sorted(a)
-    rows_a = [row for k in runs for row in a[k]]
-    rows_b = [row for k in runs for row in b[k]]
-    observed = bleu_by_hand(add(rows_b)) - bleu_by_hand(add(rows_a))
-    doubles = np.random.default_rng(seed).random((shuffles, len(rows_a))).tolist()
-    c = 0
-    for r in range(shuffles):
-        x = [rb if doubles[r][i] < 0.5 else ra for i, (ra, rb) in enumerate(zip(rows_a, rows_b))]
-        y = [ra if doubles[r][i] < 0.5 else rb for i, (ra, rb) in enumerate(zip(rows_a, rows_b))]
-        c += abs(bleu_by_hand(add(y)) - bleu_by_hand(add(x))) >= abs(observed) - 1e-9
-    return observed, c, (c + 1) / (shuffles + 1)
+# a third run (seed 3) of each, where A is the better system: A3 and B3 are the case of 3 runs
+A3 = {**A, 3: [[10, 10, 8, 5, 3, 2, 10, 9, 8, 7], [5, 5, 4, 3, 2, 1, 5, 4, 3, 2], [12, 12, 9, 7, 5, 3, 12, 11, 10, 9],
+               [7, 7, 6, 4, 2, 1, 7, 6, 5, 4], [10, 10, 8, 5, 3, 2, 10, 9, 8, 7]]}
+B3 = {**B, 3: [[9, 10, 7, 4, 2, 1, 9, 8, 7, 6], [6, 5, 4, 3, 1, 0, 6, 5, 4, 3], [11, 12, 8, 6, 3, 2, 11, 10, 9, 8],
+               [7, 7, 5, 3, 2, 1, 7, 6, 5, 4], [9, 10, 6, 4, 3, 1, 9, 8, 7, 6]]}
 
 
 # two runs of 4 sentences where the two statistics disagree in sign: B is better by the mean of
@@ -98,66 +89,192 @@ FLIP_B = {1: [[5, 5, 2, 2, 1, 1, 5, 4, 3, 2], [1, 4, 0, 0, 0, 0, 1, 0, 0, 0], [1
               [5, 6, 4, 3, 2, 1, 5, 4, 3, 2]]}
 
 
-@pytest.mark.parametrize("case", ["hand", "flip"])
-def test_stratified_ar_is_multevals(case):
-    a, b = (A, B) if case == "hand" else (FLIP_A, FLIP_B)
-    observed, c, p = multeval_ar(a, b, 400, 7)
-    found = statistics.stratified_ar(arrays(a), arrays(b), shuffles=400, seed=7)
-    assert found["statistic"] == "concatenated" and found["delta"] == pytest.approx(observed, abs=1e-9)
-    assert (found["count"], found["p_value"]) == (c, p)
-    assert found["system_concatenated"] - found["reference_concatenated"] == pytest.approx(observed)
-    if case == "flip":  # the old statistic, still there by name, says the opposite
-        mean = statistics.stratified_ar(arrays(a), arrays(b), shuffles=400, seed=7, statistic="mean")
-        assert observed == pytest.approx(-2.248, abs=1e-3) and mean["delta"] == pytest.approx(6.484, abs=1e-3)
-        assert mean["delta"] == pytest.approx(found["system_mean"] - found["reference_mean"])
-        assert (mean["count"], mean["p_value"]) == ar_by_hand(a, b, 400, 7)[1:]
+class Shuffling:
+    """MultEval's StratifiedApproximateRandomizationTest.Shuffling, line by line (jhclark/multeval,
+    src/multeval/significance/StratifiedApproximateRandomizationTest.java): row iRow = iHyp + hyps * iRun
+    of the runs concatenated."""
+
+    def __init__(self, hyps, opt_runs):
+        self.swap = [False] * (hyps * opt_runs)
+        self.opt_run_permutation = [0] * (hyps * opt_runs)
+        self.opt_run_permutation_inv = [0] * (hyps * opt_runs)
+        self.hyps, self.opt_runs = hyps, opt_runs
+
+    def at(self, i_row, a, b, invert):
+        if invert:
+            idx, should_swap = self.opt_run_permutation_inv[i_row], not self.swap[i_row]
+        else:
+            idx, should_swap = self.opt_run_permutation[i_row], self.swap[i_row]
+        return (b if should_swap else a)[idx]
+
+    def shuffle(self, rnd):
+        """``rnd``: a random.Random in place of Java's two Random objects (the swaps' nextBoolean, the
+        permutations' nextInt(bound))."""
+        for i in range(len(self.swap)):
+            self.swap[i] = rnd.random() < 0.5
+        for i in range(len(self.opt_run_permutation)):
+            self.opt_run_permutation[i] = i
+        for i_hyp in range(self.hyps):  # Collections.shuffle's Fisher-Yates over the hypothesis' rows
+            for i_run in range(self.opt_runs, 1, -1):
+                swap_run1, swap_run2 = i_run - 1, rnd.randrange(i_run)
+                self.swap_rows(i_hyp + self.hyps * swap_run1, i_hyp + self.hyps * swap_run2)
+        self.save_inverse()
+
+    def swap_rows(self, i, j):
+        arr = self.opt_run_permutation
+        arr[i], arr[j] = arr[j], arr[i]
+
+    def save_inverse(self):
+        for orig_idx in range(len(self.opt_run_permutation)):
+            self.opt_run_permutation_inv[self.opt_run_permutation[orig_idx]] = orig_idx
+
+    def set(self, swap, perm):
+        """Not MultEval's: one shuffle of statistics._shuffled's ``swap`` and ``perm`` (runs x n) in
+        place of shuffle()'s own draws."""
+        for r in range(self.opt_runs):
+            for i in range(self.hyps):
+                self.swap[i + self.hyps * r] = bool(swap[r][i])
+                self.opt_run_permutation[i + self.hyps * r] = i + self.hyps * int(perm[r][i])
+        self.save_inverse()
 
 
-def ar_by_hand(a, b, shuffles, seed):
-    """statistic="mean": the statistic is mean over runs of BLEU(B) - mean of BLEU(A); each
-    shuffle swaps sentence i of run pair k when the next double of default_rng(seed) (order:
-    shuffle, run, sentence) is below 0.5; p = (c + 1) / (R + 1), c = #{|shuffled| >= |observed|}."""
-    runs = sorted(a)
-    observed = (sum(bleu_by_hand(add(b[k])) for k in runs) - sum(bleu_by_hand(add(a[k])) for k in runs)) / len(runs)
-    doubles = np.random.default_rng(seed).random((shuffles, len(runs), len(a[runs[0]]))).tolist()
-    c = 0
-    for r in range(shuffles):
-        total = 0.0
-        for j, k in enumerate(runs):
-            new_a = [b[k][i] if doubles[r][j][i] < 0.5 else a[k][i] for i in range(len(a[k]))]
-            new_b = [a[k][i] if doubles[r][j][i] < 0.5 else b[k][i] for i in range(len(a[k]))]
-            total += bleu_by_hand(add(new_b)) - bleu_by_hand(add(new_a))
-        c += abs(total / len(runs)) >= abs(observed) - 1e-9
-    return observed, c, (c + 1) / (shuffles + 1)
+def sum_stats(shuffling, a, b, invert, rows):
+    """MultEval's sumStats, over ``rows`` (every row: MultEval's; one run's rows: ours, statistic="mean")."""
+    return [sum(column) for column in zip(*(shuffling.at(i_row, a, b, invert) for i_row in rows))]
+
+
+def get_two_sided_p(a, b, runs, num_shuffles, shuffle, per_run=False):
+    """MultEval's getTwoSidedP for BLEU on the rows ``a``, ``b`` of ``runs`` runs concatenated;
+    ``shuffle(shuffling, i)`` makes shuffle i. ``per_run``: our statistic="mean" on the same
+    shuffles, the mean of the BLEU of each run's rows. (diffsByChance, p, [(scoreX, scoreY)])."""
+    hyps = len(a) // runs
+    groups = [range(hyps * r, hyps * (r + 1)) for r in range(runs)] if per_run else [range(len(a))]
+    overall_diff = abs(sum(bleu_by_hand(add([a[i] for i in g])) - bleu_by_hand(add([b[i] for i in g]))
+                           for g in groups) / len(groups))
+    shuffling, diffs_by_chance, scores = Shuffling(hyps, runs), 0, []
+    for i in range(num_shuffles):
+        shuffle(shuffling, i)
+        score_x = sum(bleu_by_hand(sum_stats(shuffling, a, b, False, g)) for g in groups) / len(groups)
+        score_y = sum(bleu_by_hand(sum_stats(shuffling, a, b, True, g)) for g in groups) / len(groups)
+        if abs(score_x - score_y) > overall_diff:
+            diffs_by_chance += 1
+        scores.append((score_x, score_y))
+    return diffs_by_chance, (diffs_by_chance + 1) / (num_shuffles + 1), scores
+
+
+def our_draws(seed, shuffles, runs, n):
+    """stratified_ar's draws as its docstring gives them: for each shuffle runs x n doubles of
+    default_rng(seed) (run, sentence; below 0.5: swap), then with 2 runs or more runs x n more,
+    sentence i's permutation taking run r to the rank of its double among sentence i's."""
+    doubles = np.random.default_rng(seed).random((shuffles, runs * (2 if runs > 1 else 1), n)).tolist()
+    swap = [[[d < 0.5 for d in row] for row in shuffle[:runs]] for shuffle in doubles]
+    keys = [[[shuffle[-runs + r][i] for r in range(runs)] for i in range(n)] for shuffle in doubles]
+    perm = [[[sorted(by_run[i]).index(by_run[i][r]) for i in range(n)] for r in range(runs)] for by_run in keys]
+    return np.array(swap), np.array(perm)
+
+
+def rows(runs):
+    return [row for k in sorted(runs) for row in runs[k]]
 
 
 def arrays(runs):
     return {k: np.array(v, dtype=float) for k, v in runs.items()}
 
 
-@pytest.mark.parametrize("seed", [1, 12345])
-def test_stratified_ar_mean_statistic_is_its_definition(seed):
-    observed, c, p = ar_by_hand(A, B, 500, seed)
-    found = statistics.stratified_ar(arrays(A), arrays(B), shuffles=500, seed=seed, statistic="mean")
-    assert found["delta"] == pytest.approx(observed, abs=1e-9) and observed > 0
-    assert (found["count"], found["p_value"]) == (c, p)
-    assert 0 < c < 500  # a case that is neither extreme
-    assert found["runs"] == [1, 2]
-    by_run = {k: bleu_by_hand(add(B[k])) for k in (1, 2)}
-    assert found["system_bleu"] == pytest.approx(by_run)
-    assert found["s_dev_system"] == pytest.approx(abs(by_run[1] - by_run[2]) / math.sqrt(2))
+def stacked(runs):
+    return np.stack([np.array(runs[k], dtype=float) for k in sorted(runs)])
+
+
+@pytest.mark.parametrize("statistic", ["concatenated", "mean"])
+@pytest.mark.parametrize("case", ["3 runs", "2 runs"])
+def test_stratified_ar_is_multevals_code_on_the_same_draws(case, statistic):
+    """Each shuffle's X and Y and the count of a plain transcription of MultEval's code, fed the
+    swaps and permutations that stratified_ar draws."""
+    a, b = {"3 runs": (A3, B3), "2 runs": (FLIP_A, FLIP_B)}[case]
+    swap, perm = our_draws(7, 400, len(a), len(a[1]))
+    count, p, scores = get_two_sided_p(rows(a), rows(b), len(a), 400, lambda s, i: s.set(swap[i], perm[i]),
+                                       per_run=statistic == "mean")
+    found = statistics.stratified_ar(arrays(a), arrays(b), shuffles=400, seed=7, statistic=statistic)
+    assert (found["count"], found["p_value"]) == (count, p) and 0 < count < 400
+    x, y = statistics._shuffled(stacked(a), stacked(b), swap, perm)
+    score = (lambda s: statistics.corpus_bleu(s.sum(1))) if statistic == "concatenated" else \
+        (lambda s: statistics.corpus_bleu(s).mean(1))
+    assert np.column_stack([score(x), score(y)]) == pytest.approx(np.array(scores), abs=1e-9)
+    by_run = {k: bleu_by_hand(add(v)) for k, v in b.items()}
+    assert found["system_bleu"] == pytest.approx(by_run) and found["runs"] == sorted(a)
+    concatenated = bleu_by_hand(add(rows(b))) - bleu_by_hand(add(rows(a)))
+    mean = found["system_mean"] - found["reference_mean"]
+    assert found["delta"] == pytest.approx(concatenated if statistic == "concatenated" else mean)
+    if case == "2 runs":  # B is better by the mean of per-run BLEU, worse by the BLEU of the concatenated runs
+        assert found["delta"] == pytest.approx(-2.248 if statistic == "concatenated" else 6.484, abs=1e-3)
+
+
+def plain_ar(a, b, swaps):
+    """Approximate randomization of one run (Riezler & Maxwell 2005): each shuffle exchanges the
+    two systems' translations of the sentences ``swaps`` names; c: #{|shuffled Δ| > |Δ|}."""
+    observed, c = abs(bleu_by_hand(add(b)) - bleu_by_hand(add(a))), 0
+    for swap in swaps:
+        x = [rb if s else ra for s, ra, rb in zip(swap, a, b)]
+        y = [ra if s else rb for s, ra, rb in zip(swap, a, b)]
+        c += abs(bleu_by_hand(add(y)) - bleu_by_hand(add(x))) > observed
+    return c
+
+
+def test_one_run_is_plain_ar_and_two_runs_share_out_the_pooled_translations():
+    counts = []
+    for a, b in [(A3[k], B3[k]) for k in (1, 2, 3)] + [(FLIP_A[k], FLIP_B[k]) for k in (1, 2)]:
+        found = statistics.stratified_ar({1: np.array(a, dtype=float)}, {1: np.array(b, dtype=float)}, 300, seed=2)
+        counts.append(found["count"])
+        assert counts[-1] == plain_ar(a, b, (np.random.default_rng(2).random((300, len(a))) < 0.5).tolist())
+    assert any(0 < c < 300 for c in counts), counts
+    # 2 runs: a permutation of 2 runs is its own inverse, so X and Y hold every translation of both once
+    x, y = statistics._shuffled(stacked(A), stacked(B), *our_draws(3, 200, 2, 5))
+    assert np.array_equal(x.sum(1) + y.sum(1), np.broadcast_to(stacked(A).sum((0, 1)) + stacked(B).sum((0, 1)),
+                                                              (200, 10)))
+    # 3 runs: not so (a sentence whose 3 runs' permutation is a cycle)
+    x, y = statistics._shuffled(stacked(A3), stacked(B3), *our_draws(3, 200, 3, 5))
+    pooled = stacked(A3).sum((0, 1)) + stacked(B3).sum((0, 1))
+    assert not all(np.array_equal(row, pooled) for row in x.sum(1) + y.sum(1))
+
+
+SEEDS = os.path.join(REPO, "docs", "benchmarks", "cpu-multi30k-seeds")
+MULTI30K_REFS = os.path.join(REPO, "docs", "benchmarks", "cpu-multi30k", "baseline", "multi30k-en-de.800",
+                             "eval-test", "ref.detok")
+
+
+def stored_seeds(row):
+    """Seed -> the sentence statistics of the row's stored run (docs/benchmarks/cpu-multi30k-seeds)."""
+    refs = read_lines(MULTI30K_REFS)
+    return {s: statistics.sentence_stats(refs, read_lines(os.path.join(
+        SEEDS, row, "multi30k-en-de.800" + ("" if s == 1 else f".seed{s}"), "eval-test", "hyp.detok")), "detok-cased")
+        for s in (1, 2, 3)}
+
+
+def test_stratified_ar_on_the_stored_seeds_is_multevals_p():
+    """The 3-seed CPU table's rows against the baseline: MultEval's code with its own draws
+    (Python's random, Fisher-Yates) gives the p of ours, within the shuffles' binomial noise."""
+    baseline = stored_seeds("baseline")
+    for row, theirs in (("m-00", 600), ("ms-1-plus-aif", 600)):
+        system = stored_seeds(row)
+        ours = statistics.stratified_ar(baseline, system, shuffles=4000)
+        rnd = random.Random(2011)
+        p = get_two_sided_p(rows({s: v.tolist() for s, v in baseline.items()}),
+                            rows({s: v.tolist() for s, v in system.items()}), 3, theirs,
+                            lambda shuffling, i: shuffling.shuffle(rnd))[1]
+        sd = math.sqrt(p * (1 - p) * (1 / theirs + 1 / 4000))
+        assert abs(ours["p_value"] - p) < 4 * sd, (row, ours["p_value"], p)
 
 
 def test_stratified_ar_blocks_do_not_change_the_draws(monkeypatch):
-    """The shuffles are drawn in blocks; blocks of 7 shuffles give the same p as one block."""
-    whole = statistics.stratified_ar(arrays(A), arrays(B), shuffles=100, seed=5)
-    monkeypatch.setattr(statistics, "BLOCK", 70)  # 70 doubles: 7 shuffles of 2 runs x 5 sentences
-    blocks = statistics.stratified_ar(arrays(A), arrays(B), shuffles=100, seed=5)
-    assert (blocks["count"], blocks["p_value"]) == (whole["count"], whole["p_value"]) == multeval_ar(A, B, 100, 5)[1:]
+    """The shuffles are drawn in blocks; blocks of 3 shuffles give the same p as one block."""
+    whole = statistics.stratified_ar(arrays(A3), arrays(B3), shuffles=100, seed=5)
+    monkeypatch.setattr(statistics, "BLOCK", 100)  # 100 doubles: 3 shuffles of 2 x 3 runs x 5 sentences
+    blocks = statistics.stratified_ar(arrays(A3), arrays(B3), shuffles=100, seed=5)
+    assert (blocks["count"], blocks["p_value"]) == (whole["count"], whole["p_value"])
 
 
 def test_identical_systems_give_p_1_and_a_sentence_better_everywhere_a_small_p():
-    same = statistics.stratified_ar(arrays(A), arrays(A), shuffles=200)
+    same = statistics.stratified_ar(arrays(A3), arrays(A3), shuffles=200)  # MultEval: 1 / 201
     assert same["delta"] == 0 and same["count"] == 200 and same["p_value"] == 1.0
     # B better than A on every sentence of 40, in both runs: no shuffle reaches the observed gap
     rng = random.Random(0)
@@ -171,7 +288,7 @@ def test_identical_systems_give_p_1_and_a_sentence_better_everywhere_a_small_p()
             better[k].append([n, n, *(t - 1 for t in total), *total])
     found = statistics.stratified_ar(arrays(worse), arrays(better), shuffles=999)
     assert found["delta"] > 20 and found["count"] == 0 and found["p_value"] == 1 / 1000
-    # one run: the plain approximate randomization, symmetric in the two systems
+    # one run: symmetric in the two systems
     one = statistics.stratified_ar({1: arrays(A)[1]}, {1: arrays(B)[1]}, shuffles=300, seed=2)
     back = statistics.stratified_ar({1: arrays(B)[1]}, {1: arrays(A)[1]}, shuffles=300, seed=2)
     assert one["p_value"] == back["p_value"] and one["delta"] == pytest.approx(-back["delta"])
