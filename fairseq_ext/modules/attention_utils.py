@@ -193,9 +193,27 @@ def reporting_weights(module: MultiheadAttention) -> MultiheadAttention:
     return module
 
 
-def reorder_buffer(buffer: Dict[str, Optional[Tensor]], new_order: Tensor) -> Dict[str, Optional[Tensor]]:
-    """Reorder every batch-first cached tensor (beam search also shrinks the batch)."""
-    return {k: (v.index_select(0, new_order) if v is not None else None) for k, v in buffer.items()}
+def defer_reorder(buffer: Dict[str, Optional[Tensor]], new_order: Tensor) -> None:
+    """Beam search's reorder of a self-attention cache, kept as an index (composed with one still
+    pending) until the next step extends the cache: the steps are then copied once, reordered,
+    instead of once by the reorder and again by the concatenation."""
+    pending = buffer.get("new_order")
+    buffer["new_order"] = new_order if pending is None else pending.index_select(0, new_order)
+
+
+def _joined(prev: Tensor, new: Tensor, dim: int, order: Optional[Tensor]) -> Tensor:
+    """torch.cat([prev.index_select(0, order), new], dim) with a single copy of ``prev`` (decoding)."""
+    if torch.is_grad_enabled() and (prev.requires_grad or new.requires_grad):
+        return torch.cat([prev if order is None else prev.index_select(0, order), new], dim)
+    sizes = list(new.shape)
+    sizes[dim] += prev.size(dim)
+    full = new.new_empty(sizes)
+    if order is None:
+        full.narrow(dim, 0, prev.size(dim)).copy_(prev)
+    else:
+        torch.index_select(prev, 0, order, out=full.narrow(dim, 0, prev.size(dim)))
+    full.narrow(dim, prev.size(dim), new.size(dim)).copy_(new)
+    return full
 
 
 def softmax_without_empty_rows(logits: Tensor) -> Tensor:
@@ -220,20 +238,20 @@ def additive_mask(attn_mask: Tensor) -> Tensor:
     return attn_mask
 
 
-def extend_cached_steps(saved: Dict[str, Optional[Tensor]], new: Dict[str, Tensor],
-                        key_padding_mask: Optional[Tensor]) -> Tuple[List[Tensor], Optional[Tensor]]:
+def extend_cached_steps(saved: Dict[str, Optional[Tensor]], new: Dict[str, Tensor], key_padding_mask: Optional[Tensor],
+                        order: Optional[Tensor] = None) -> Tuple[List[Tensor], Optional[Tensor]]:
     """Incremental self-attention: prepend the cached steps to the new ones and cache the
     result. ``new`` maps cache names to the new steps' tensors (B x H x T x D); each is
-    concatenated after ``saved[name]`` (B x H x S' x D) along the steps and stored back.
+    concatenated after ``saved[name]`` (B' x H x S' x D), reordered by ``order`` (a reorder
+    :func:`defer_reorder` kept; None = as they are), along the steps and stored back.
     The padding masks (B x S' cached, B x T new; None = no padding) are joined the same way
     under ``prev_key_padding_mask``. Returns the extended tensors, in ``new``'s order, and
-    the extended mask. Every tensor stays batch-first, so ``reorder_buffer`` applies."""
+    the extended mask."""
     extended = []
     for name, tensor in new.items():
         prev = saved.get(name)
-        full = tensor if prev is None else torch.cat([prev, tensor], dim=2)
-        saved[name] = full
-        extended.append(full)
+        saved[name] = tensor if prev is None else _joined(prev, tensor, 2, order)
+        extended.append(saved[name])
     reference = extended[0]
     bsz, total = reference.size(0), reference.size(2)
     new_len = next(iter(new.values())).size(2)
@@ -241,6 +259,8 @@ def extend_cached_steps(saved: Dict[str, Optional[Tensor]], new: Dict[str, Tenso
     if prev_mask is not None or key_padding_mask is not None:
         if prev_mask is None:
             prev_mask = torch.zeros(bsz, total - new_len, dtype=torch.bool, device=reference.device)
+        elif order is not None:
+            prev_mask = prev_mask.index_select(0, order)
         if key_padding_mask is None:
             key_padding_mask = torch.zeros(bsz, new_len, dtype=torch.bool, device=reference.device)
         key_padding_mask = torch.cat([prev_mask.to(torch.bool), key_padding_mask.to(torch.bool)], dim=1)

@@ -26,9 +26,10 @@ from fairseq_ext.modules.attention_utils import (
     ReportsAttentionWeights,
     additive_mask,
     attention_weights_for_output,
+    defer_reorder,
     extend_cached_steps,
+    made_while_unchanged,
     merge_heads,
-    reorder_buffer,
     softmax_without_empty_rows,
     split_heads,
     xavier_linear,
@@ -44,39 +45,17 @@ def _is_same_tensor(other: Optional[Tensor], query: Tensor) -> bool:
 
 class FeatureInteraction(nn.Module):
     """FI(A, B) of thesis Eq. 5.5: multi-head attention of queries A W^q over keys B W^k and
-    values B W^v, heads concatenated, without an output projection (3 d^2 weights)."""
+    values B W^v, heads concatenated, without an output projection (3 d^2 weights). The module
+    holds the weights; :class:`DualContextualAttention` runs its two FIs as one attention."""
 
     def __init__(self, embed_dim: int, num_heads: int):
         super().__init__()
         if embed_dim % num_heads != 0:
             raise ValueError(f"embed_dim ({embed_dim}) must be divisible by the attention heads ({num_heads})")
-        self.num_heads = num_heads
-        self.scaling = (embed_dim // num_heads) ** -0.5
         gain = 2**-0.5  # as fairseq's MultiheadAttention initialises q/k/v
         self.q_proj = xavier_linear(embed_dim, embed_dim, gain=gain)
         self.k_proj = xavier_linear(embed_dim, embed_dim, gain=gain)
         self.v_proj = xavier_linear(embed_dim, embed_dim, gain=gain)
-
-    def project_query(self, a: Tensor) -> Tensor:
-        """T x B x C -> B x H x T x D, pre-scaled by 1 / sqrt(d_k)."""
-        return split_heads(self.q_proj(a) * self.scaling, self.num_heads)
-
-    def project_key_value(self, b: Tensor) -> Tuple[Tensor, Tensor]:
-        """S x B x C -> keys and values, B x H x S x D each."""
-        return split_heads(self.k_proj(b), self.num_heads), split_heads(self.v_proj(b), self.num_heads)
-
-    @staticmethod
-    def attend(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], blocked: Optional[Tensor], dropout):
-        """Scaled dot-product attention: B x H x T x D queries over B x H x S x D keys/values;
-        ``bias`` (additive) and ``blocked`` (bool, True = masked) broadcast to B x H x T x S.
-        Returns the context (B x H x T x D) and the weights (B x H x T x S, before dropout)."""
-        logits = torch.matmul(q, k.transpose(-1, -2))
-        if bias is not None:
-            logits = logits + bias
-        if blocked is not None:
-            logits = logits.masked_fill(blocked, float("-inf"))
-        weights = softmax_without_empty_rows(logits)
-        return torch.matmul(dropout(weights.type_as(q)), v), weights
 
 
 @with_incremental_state
@@ -156,31 +135,55 @@ class DualContextualAttention(nn.Module, ReportsAttentionWeights):
         tgt_len = r.size(0)
         pad = key_padding_mask.to(torch.bool) if key_padding_mask is not None else None
         saved = self._get_input_buffer(incremental_state) if incremental_state is not None else None
+        order = saved.pop("new_order", None) if saved is not None else None  # beam search's, kept till now
 
-        lc = self._local_context(r, pad, saved)  # T x B x C
-        q_l, q_g = self.local_fi.project_query(r), self.global_fi.project_query(r)
-        k_l, v_l = self.local_fi.project_key_value(lc)
-        k_g, v_g = self.global_fi.project_key_value(r)
+        lc = self._local_context(r, pad, saved, order)  # T x B x C
+        # the two FIs as one attention of 2H heads (local, then global): one matmul projects
+        # [q_l; q_g; k_g; v_g] from r, one [k_l; v_l] from lc, and one cache holds both FIs' steps
+        heads = self.num_heads
+        w_r, b_r, w_lc, b_lc = self._projections()
+        from_r, from_lc = split_heads(F.linear(r, w_r, b_r), 4 * heads), split_heads(F.linear(lc, w_lc, b_lc), 2 * heads)
+        q = from_r[:, : 2 * heads]
+        k = torch.cat([from_lc[:, :heads], from_r[:, 2 * heads : 3 * heads]], dim=1)
+        v = torch.cat([from_lc[:, heads:], from_r[:, 3 * heads :]], dim=1)
         if saved is not None:
-            new = {"prev_key_local": k_l, "prev_value_local": v_l, "prev_key": k_g, "prev_value": v_g}
-            (k_l, v_l, k_g, v_g), pad = extend_cached_steps(saved, new, pad)
+            (k, v), pad = extend_cached_steps(saved, {"prev_key": k, "prev_value": v}, pad, order)
             self._set_input_buffer(incremental_state, saved)
-        src_len = k_g.size(2)
+        src_len = k.size(2)
 
         blocked = pad[:, None, None, :] if pad is not None else None  # B x 1 x 1 x S
-        if self.causal:
+        if self.causal and tgt_len > 1:  # (one new step sees every cached one)
             i = torch.arange(src_len - tgt_len, src_len, device=r.device).unsqueeze(1)
             future = torch.arange(src_len, device=r.device).unsqueeze(0) > i  # T x S
             blocked = future if blocked is None else blocked | future
-        bias = additive_mask(attn_mask) if attn_mask is not None else None
+        logits = torch.matmul(q, k.transpose(-1, -2))  # B x 2H x T x S
+        if attn_mask is not None:
+            logits = logits + additive_mask(attn_mask)
+        if blocked is not None:
+            weights = softmax_without_empty_rows(logits.masked_fill(blocked, float("-inf")))
+        else:  # nothing masked: no row can be empty
+            weights = torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+        h = torch.matmul(self.dropout_module(weights.type_as(q)), v)
+        self.report_weights(attention=weights[:, heads:], local=weights[:, :heads])
+        z_hat = self.out_proj(merge_heads(h))  # [h_l; h_g] W_z + b_z
+        return z_hat, attention_weights_for_output(weights[:, heads:], need_weights, need_head_weights)
 
-        h_l, local_weights = FeatureInteraction.attend(q_l, k_l, v_l, bias, blocked, self.dropout_module)
-        h_g, weights = FeatureInteraction.attend(q_g, k_g, v_g, bias, blocked, self.dropout_module)
-        self.report_weights(attention=weights, local=local_weights)
-        z_hat = self.out_proj(torch.cat([merge_heads(h_l), merge_heads(h_g)], dim=-1))
-        return z_hat, attention_weights_for_output(weights, need_weights, need_head_weights)
+    def _projections(self) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Weights and biases of [q_l; q_g; k_g; v_g] (queries pre-scaled by 1 / sqrt(d_k)) and of
+        [k_l; v_l], concatenated once while the weights do not change (decoding)."""
+        local, glob, scaling = self.local_fi, self.global_fi, self.head_dim**-0.5
+        parts = [local.q_proj, glob.q_proj, glob.k_proj, glob.v_proj, local.k_proj, local.v_proj]
+        scales = [scaling, scaling, 1.0, 1.0, 1.0, 1.0]
+        params = [t for m in parts for t in (m.weight, m.bias)]
 
-    def _local_context(self, r: Tensor, pad: Optional[Tensor], saved: Optional[Dict[str, Optional[Tensor]]]):
+        def fuse(ts):
+            w, b = [t * c for t, c in zip(ts[0::2], scales)], [t * c for t, c in zip(ts[1::2], scales)]
+            return torch.cat(w[:4]), torch.cat(b[:4]), torch.cat(w[4:]), torch.cat(b[4:])
+
+        return made_while_unchanged(self, "_fused_projections", params, fuse)
+
+    def _local_context(self, r: Tensor, pad: Optional[Tensor], saved: Optional[Dict[str, Optional[Tensor]]],
+                       order: Optional[Tensor] = None):
         """Eq. 5.4: lc = LayerNorm(GLU(conv(r)) + r), T x B x C. In incremental mode the
         convolution sees the cached last f-1 inputs (B x (f-1) x C) instead of zero padding."""
         conv_in = r if pad is None else r.masked_fill(pad.t().unsqueeze(-1), 0.0)
@@ -191,6 +194,8 @@ class DualContextualAttention(nn.Module, ReportsAttentionWeights):
             history = saved.get("prev_conv_input")  # B x C x (f-1)
             if history is None:
                 history = conv_in.new_zeros(conv_in.size(0), conv_in.size(1), self.kernel_size - 1)
+            elif order is not None:
+                history = history.index_select(0, order)
             conv_in = torch.cat([history, conv_in], dim=2)
             saved["prev_conv_input"] = conv_in[:, :, conv_in.size(2) - (self.kernel_size - 1) :]
         if conv_in.size(2) == self.kernel_size:  # one output step (decoding): the conv is one matmul
@@ -205,10 +210,12 @@ class DualContextualAttention(nn.Module, ReportsAttentionWeights):
     def reorder_incremental_state(
         self, incremental_state: Dict[str, Dict[str, Optional[Tensor]]], new_order: Tensor
     ):
-        """Beam search: select (and possibly shrink) the batch of every cached tensor."""
+        """Beam search: select (and possibly shrink) the batch of every cached tensor, when the
+        next step extends them (:func:`defer_reorder`)."""
         saved = self._get_input_buffer(incremental_state)
         if saved:
-            self._set_input_buffer(incremental_state, reorder_buffer(saved, new_order))
+            defer_reorder(saved, new_order)
+            self._set_input_buffer(incremental_state, saved)
         return incremental_state
 
     def _get_input_buffer(

@@ -92,6 +92,7 @@ def profile(model, batch, cli, device):
     out = {"params": sum(p.numel() for p in model.parameters()), "train_flops": flops(step)}
     # operators (kernels on a GPU) and host syncs of a training step and of one decoding step
     out["train_ops"], out["train_syncs"] = dispatch_counts(step)
+    decode_fn(model, batch, cli.beam, 1)()  # what decoding makes once (weights concatenated) is not a step's
     one, two = (dispatch_counts(decode_fn(model, batch, cli.beam, n)) for n in (1, 2))
     out["step_ops"], out["step_syncs"] = two[0] - one[0], two[1] - one[1]
 

@@ -199,10 +199,12 @@ def test_incremental_equals_full_with_reorder(kernel_size, new_order):
     full, _ = m(x, x, x, key_padding_mask=pad, attn_mask=future_mask(length))
     xo = x[:, order]
     full_reordered, _ = m(xo, xo, xo, key_padding_mask=pad[order], attn_mask=future_mask(length))
-    outs = run_incremental(m, x, pad, reorder_at=reorder_at, new_order=order)
-    for t, out in enumerate(outs):
-        expected = full[t : t + 1] if t < reorder_at else full_reordered[t : t + 1]
-        torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-10)
+    for grad in (True, False):  # decoding (no grad) joins each step to the cache reordered, in one copy
+        with torch.set_grad_enabled(grad):
+            outs = run_incremental(m, x, pad, reorder_at=reorder_at, new_order=order)
+        for t, out in enumerate(outs):
+            expected = full[t : t + 1] if t < reorder_at else full_reordered[t : t + 1]
+            torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-10)
 
 
 @pytest.mark.parametrize("kernel_size", [2, 3])
@@ -266,3 +268,22 @@ def test_attention_weights_and_interface():
         m(x, torch.randn(3, 2, D, dtype=torch.double), None)
     with pytest.raises(ValueError, match="causal"):
         make_dc(3, causal=False)(x, x, x, incremental_state={})
+
+
+def test_two_reorders_before_a_step_compose():
+    """Beam search may reorder twice before the next step; the kept reorders apply in turn."""
+    m = make_dc(2, causal=True)
+    x = torch.randn(4, 4, D, dtype=torch.double)
+    first, second = torch.tensor([3, 2, 1, 0]), torch.tensor([0, 0, 2])
+    with torch.no_grad():
+        state, once = {}, {}
+        for t in range(3):
+            m(x[t : t + 1], x[t : t + 1], x[t : t + 1], incremental_state=state)
+            m(x[t : t + 1], x[t : t + 1], x[t : t + 1], incremental_state=once)
+        m.reorder_incremental_state(state, first)
+        m.reorder_incremental_state(state, second)
+        m.reorder_incremental_state(once, first[second])
+        step, xo = x[3:4, first[second]], x[:, first[second]]
+        out = m(step, step, step, incremental_state=state)[0]
+        torch.testing.assert_close(out, m(step, step, step, incremental_state=once)[0], atol=0, rtol=0)
+        torch.testing.assert_close(out, m(xo, xo, xo)[0][3:4], atol=1e-10, rtol=1e-10)  # the full forward
