@@ -72,14 +72,8 @@ class DualContextualAttention(nn.Module, ReportsAttentionWeights):
     i.e. (4 + 2f) d^2 more than MultiheadAttention's 4 d^2.
     """
 
-    def __init__(
-        self,
-        embed_dim: int,
-        num_heads: int,
-        kernel_size: int = 3,
-        attention_dropout: float = 0.0,
-        causal: bool = False,
-    ):
+    def __init__(self, embed_dim: int, num_heads: int, kernel_size: int = 3, attention_dropout: float = 0.0,
+                 causal: bool = False):
         super().__init__()
         if kernel_size < 1:
             raise ValueError(f"--dc-kernel-size must be >= 1, got {kernel_size}")
@@ -103,19 +97,10 @@ class DualContextualAttention(nn.Module, ReportsAttentionWeights):
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, causal={self.causal}"
 
-    def forward(
-        self,
-        query: Tensor,
-        key: Optional[Tensor] = None,
-        value: Optional[Tensor] = None,
-        key_padding_mask: Optional[Tensor] = None,
-        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-        need_weights: bool = False,
-        static_kv: bool = False,
-        attn_mask: Optional[Tensor] = None,
-        before_softmax: bool = False,
-        need_head_weights: bool = False,
-    ) -> Tuple[Tensor, Optional[Tensor]]:
+    def forward(self, query: Tensor, key: Optional[Tensor] = None, value: Optional[Tensor] = None,
+                key_padding_mask: Optional[Tensor] = None, incremental_state: Optional[Dict[str, Dict]] = None,
+                need_weights: bool = False, static_kv: bool = False, attn_mask: Optional[Tensor] = None,
+                before_softmax: bool = False, need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
         """query: r, T x B x C (key/value must be r itself or None: DC is a self-attention);
         key_padding_mask: B x T bool, True = pad; attn_mask: T x S additive float (fairseq's
         future mask) or bool, added to both FIs' logits. With ``causal`` both FIs are also
@@ -207,26 +192,17 @@ class DualContextualAttention(nn.Module, ReportsAttentionWeights):
         r_hat = F.glu(conv_out, dim=1).permute(2, 0, 1)  # T x B x C
         return self.lc_layer_norm(r_hat + r)
 
-    def reorder_incremental_state(
-        self, incremental_state: Dict[str, Dict[str, Optional[Tensor]]], new_order: Tensor
-    ):
+    def reorder_incremental_state(self, incremental_state: Dict[str, Dict], new_order: Tensor):
         """Beam search: select (and possibly shrink) the batch of every cached tensor, when the
         next step extends them (:func:`defer_reorder`)."""
         saved = self._get_input_buffer(incremental_state)
         if saved:
-            defer_reorder(saved, new_order)
-            self._set_input_buffer(incremental_state, saved)
+            defer_reorder(saved, new_order)  # in place: the dict incremental_state holds
         return incremental_state
 
-    def _get_input_buffer(
-        self, incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]]
-    ) -> Dict[str, Optional[Tensor]]:
+    def _get_input_buffer(self, incremental_state: Optional[Dict[str, Dict]]) -> Dict[str, Optional[Tensor]]:
         result = self.get_incremental_state(incremental_state, "dc_state")
         return result if result is not None else {}
 
-    def _set_input_buffer(
-        self,
-        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]],
-        buffer: Dict[str, Optional[Tensor]],
-    ):
+    def _set_input_buffer(self, incremental_state: Optional[Dict[str, Dict]], buffer: Dict[str, Optional[Tensor]]):
         return self.set_incremental_state(incremental_state, "dc_state", buffer)

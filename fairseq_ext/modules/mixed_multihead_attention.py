@@ -130,15 +130,8 @@ class MixedMultiheadAttention(MultiheadAttention, ReportsAttentionWeights):
             xformers are not supported).
     """
 
-    def __init__(
-        self,
-        embed_dim: int,
-        num_heads: int,
-        head_spec: Union[None, str, Sequence[str]] = None,
-        window: int = 1,
-        causal: bool = False,
-        **kwargs,
-    ):
+    def __init__(self, embed_dim: int, num_heads: int, head_spec: Union[None, str, Sequence[str]] = None,
+                 window: int = 1, causal: bool = False, **kwargs):
         if kwargs.get("add_bias_kv") or kwargs.get("add_zero_attn"):
             raise ValueError("MixedMultiheadAttention does not support add_bias_kv / add_zero_attn")
         if kwargs.get("xformers_att_config") is not None:
@@ -158,19 +151,10 @@ class MixedMultiheadAttention(MultiheadAttention, ReportsAttentionWeights):
     def extra_repr(self) -> str:
         return f"heads={','.join(self.head_types)}, window={self.window}, causal={self.causal}"
 
-    def forward(
-        self,
-        query: Tensor,
-        key: Optional[Tensor],
-        value: Optional[Tensor],
-        key_padding_mask: Optional[Tensor] = None,
-        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-        need_weights: bool = True,
-        static_kv: bool = False,
-        attn_mask: Optional[Tensor] = None,
-        before_softmax: bool = False,
-        need_head_weights: bool = False,
-    ) -> Tuple[Tensor, Optional[Tensor]]:
+    def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
+                key_padding_mask: Optional[Tensor] = None, incremental_state: Optional[Dict[str, Dict]] = None,
+                need_weights: bool = True, static_kv: bool = False, attn_mask: Optional[Tensor] = None,
+                before_softmax: bool = False, need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
         """query/key/value: T x B x C (self-attention: key = value = query, or None);
         key_padding_mask: B x T bool, True = pad; attn_mask: T x S additive float (or bool,
         True = blocked), added on top of the head masks.
