@@ -313,11 +313,11 @@ class HierarchicalCrossAttention(nn.Module, ReportsAttentionWeights):
         reorder_static(self, incremental_state, new_order)
 
 
-def flat_attention(q: Tensor, k: Tensor, v: Tensor, num_sources: int, key_padding_mask, dropout):
+def flat_attention(q: Tensor, k: Tensor, v: Tensor, num_sources: int, key_padding_mask, dropout, every_weight=True):
     """Eq. 5-6 on head-split tensors: one softmax over all sources' positions.
     q: B x H x Z x D; k, v: the n sources side by side along the length axis, B x H x (n J) x D.
-    Returns the context B x H x Z x D, the weights summed over the sources per source
-    position (B x H x Z x J) and the weights themselves (B x H x Z x (n J))."""
+    Returns the context B x H x Z x D, the weights summed over the sources per source position
+    (B x H x Z x J) and, ``every_weight``, the weights themselves (B x H x Z x (n J))."""
     if key_padding_mask is None:
         mask = None
     elif key_padding_mask.dim() == 3:  # one row per source: B x n x J -> B x (n J)
@@ -325,8 +325,9 @@ def flat_attention(q: Tensor, k: Tensor, v: Tensor, num_sources: int, key_paddin
     else:
         mask = key_padding_mask.repeat(1, num_sources)
     weights = softmax_float(scaled_logits(q, k, mask))
+    context = torch.matmul(dropout(weights), v)
     per_position = weights.unflatten(-1, (num_sources, -1)).sum(dim=-2)
-    return torch.matmul(dropout(weights), v), per_position, weights
+    return (context, per_position, weights) if every_weight else (context, per_position)
 
 
 class FlatCrossAttention(StackedSourceAttention, ReportsAttentionWeights):
@@ -350,11 +351,11 @@ class FlatCrossAttention(StackedSourceAttention, ReportsAttentionWeights):
         if self.removed_source is not None:
             key_padding_mask = without_source(key_padding_mask, self.num_sources, self.removed_source, q.size(0),
                                               k.size(2) // self.num_sources, q.device)
-        context, weights, all_weights = attend_by_sentence(  # k: one row per sentence in decoding (see the base)
-            lambda queries, mask: flat_attention(queries, k, v, self.num_sources, mask, self.dropout_module),
-            q, k.size(0), key_padding_mask)
+        context, weights, *all_weights = attend_by_sentence(  # k: one row per sentence in decoding (see the base)
+            lambda queries, mask: flat_attention(queries, k, v, self.num_sources, mask, self.dropout_module,
+                                                 self.recording_weights), q, k.size(0), key_padding_mask)
         if self.recording_weights:  # the one softmax split per source: together they sum to 1
-            per_source = all_weights.unflatten(-1, (self.num_sources, -1)).unbind(-2)
+            per_source = all_weights[0].unflatten(-1, (self.num_sources, -1)).unbind(-2)
             self.report_weights(attention=weights, per_source=dict(enumerate(per_source)))
         return self.out_proj(merge_heads(context)), attention_weights_for_output(
             weights, need_weights, need_head_weights
