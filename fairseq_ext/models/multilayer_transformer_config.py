@@ -170,6 +170,7 @@ class MultilayerOptions:
     mask_source_mode: str = "zero"  # zero: f^I replaced by zeros; remove: f^I taken out of the combination
     collected_layer_norm: bool = False  # a LayerNorm per collected layer below the top (pre-norm encoders)
     merger_dropout: float = 0.0  # transparent attention's mixing weights, before their softmax
+    auxiliary: bool = False  # an auxiliary decoder's: it decodes with SentenceCachedAttention
 
     @property
     def removed_source(self) -> Optional[int]:
@@ -188,7 +189,8 @@ class MultilayerOptions:
         """An auxiliary decoder reads one encoder layer with the standard cross-attention and
         has no decoders of its own; its self-attention is the main decoder's."""
         return replace(self, strategy=STRATEGIES["none"], num_joint_layers=1, mask_source_layer=None,
-                       aux_layers=(), aux_fusion=False, decode_from=None, pre_classifier_projection=False)
+                       aux_layers=(), aux_fusion=False, decode_from=None, pre_classifier_projection=False,
+                       auxiliary=True)
 
 
 def parse_layer_list(value: Optional[str], flag: str) -> List[int]:

@@ -10,10 +10,11 @@ from fairseq_ext import keys
 from fairseq_ext.models.joint_attention_strategies import CrossAttentionSpec
 from fairseq_ext.models.multilayer_transformer_config import MultilayerOptions
 from fairseq_ext.models.multilayer_transformer_encoder import build_self_attention_variant, wrap_layer
-from fairseq_ext.modules.attention_utils import reporting_weights, xavier_linear
+from fairseq_ext.modules.attention_utils import RecordingMultiheadAttention, reporting_weights, xavier_linear
 from fairseq_ext.modules.auxiliary_information_fusion import AuxiliaryInformationFusion
 from fairseq_ext.modules.multi_source_attention import SerialCrossAttentionStack
 from fairseq_ext.modules.post_self_attention import DecoderStepContext, SublayersAfterSelfAttention
+from fairseq_ext.modules.stacked_source_attention import SentenceCachedAttention
 
 
 class MultilayerTransformerDecoderLayer(SublayersAfterSelfAttention, TransformerDecoderLayerBase):
@@ -44,12 +45,19 @@ class MultilayerTransformerDecoderLayer(SublayersAfterSelfAttention, Transformer
                                                cfg.attention_dropout, causal=True)
         if variant is not None:
             return variant
-        return reporting_weights(super().build_self_attention(embed_dim, cfg, add_bias_kv, add_zero_attn))
+        return self._decoding(super().build_self_attention(embed_dim, cfg, add_bias_kv, add_zero_attn))
+
+    def _decoding(self, attention):
+        """fairseq's attention, reporting its weights; an auxiliary decoder's decodes per sentence."""
+        attention = reporting_weights(attention)
+        if self.options.auxiliary and type(attention) is RecordingMultiheadAttention:
+            attention.__class__ = SentenceCachedAttention
+        return attention
 
     def build_encoder_attention(self, embed_dim, cfg):
         build = self.options.strategy.build_cross_attention
         if build is None:
-            return reporting_weights(super().build_encoder_attention(embed_dim, cfg))
+            return self._decoding(super().build_encoder_attention(embed_dim, cfg))
         return build(CrossAttentionSpec(
             embed_dim=embed_dim, num_heads=cfg.decoder.attention_heads, num_sources=self.options.num_joint_layers,
             dropout=cfg.attention_dropout, layer_number=self.layer_number, kdim=cfg.encoder.embed_dim,

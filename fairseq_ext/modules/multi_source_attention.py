@@ -44,7 +44,8 @@ from fairseq_ext.modules.attention_utils import (
     ungroup,
     xavier_linear,
 )
-from fairseq_ext.modules.stacked_source_attention import StackedSourceAttention, reorder_static, static_per_sentence
+from fairseq_ext.modules.stacked_source_attention import (SentenceCachedAttention, StackedSourceAttention, reorder_static,
+                                                         static_per_sentence)
 
 
 def without_source(key_padding_mask: Optional[Tensor], num_sources: int, removed: Optional[int],
@@ -68,8 +69,9 @@ def cross_attention(embed_dim: int, num_heads: int, dropout: float, cls=Recordin
     return cls(embed_dim, num_heads, dropout=dropout, encoder_decoder_attention=True, **kwargs)
 
 
-class SourceSelectAttention(RecordingMultiheadAttention):
-    """fairseq's cross-attention reading one slice of a stacked memory (J x B x n x C).
+class SourceSelectAttention(SentenceCachedAttention):
+    """fairseq's cross-attention reading one slice of a stacked memory (J x B x n x C), its keys
+    and values cached once per sentence in decoding.
 
     Used as the decoder layer's own cross-attention where the layer reads one of several
     memories: the last serial sublayer (f^n) and transparent attention (the memory of
@@ -107,7 +109,8 @@ class SerialCrossAttentionStack(nn.Module, ReportsAttentionWeights):
         super().__init__()
         self.removed_source = removed_source  # layer masking: that sublayer is skipped
         self.attentions = nn.ModuleList(
-            cross_attention(embed_dim, num_heads, attention_dropout) for _ in range(num_sources - 1)
+            cross_attention(embed_dim, num_heads, attention_dropout, cls=SentenceCachedAttention)
+            for _ in range(num_sources - 1)
         )
         self.layer_norms = nn.ModuleList(LayerNorm(embed_dim) for _ in range(num_sources - 1))
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
@@ -180,10 +183,11 @@ class HierarchicalCrossAttention(nn.Module, ReportsAttentionWeights):
     multi-head attention, with its own projections, in which each target position attends
     its own n contexts. One residual, applied by the decoder layer.
 
-    Incremental decoding computes the n first-level attentions together (:meth:`decode_sources`,
-    as fairseq's ``MultiheadAttention`` computes each), their static keys and values cached
-    once per sentence, and the second level as n-long sums (:meth:`decode_contexts`); while
-    the analyses record weights, a step takes the full forward's path."""
+    Training and incremental decoding compute the n first-level attentions together
+    (:meth:`decode_sources`, as fairseq's ``MultiheadAttention`` computes each), their static keys
+    and values cached once per sentence in decoding, and the second level as n-long sums
+    (:meth:`decode_contexts`); a full forward in evaluation (scoring, the analyses) runs the n
+    fairseq attentions one by one."""
 
     def __init__(self, embed_dim: int, num_heads: int, num_sources: int, dropout: float = 0.0,
                  kdim: Optional[int] = None, removed_source: Optional[int] = None):
@@ -205,7 +209,7 @@ class HierarchicalCrossAttention(nn.Module, ReportsAttentionWeights):
         asked_heads = need_head_weights
         need_head_weights = need_head_weights or recording  # recording: per head, averaged on return
         want_weights = need_weights or need_head_weights
-        fused = incremental_state is not None and not recording and not self.training
+        fused = not recording and (self.training or incremental_state is not None)
         if fused:
             contexts, weights = self.decode_sources(query, key, key_padding_mask, incremental_state, want_weights,
                                                     need_head_weights)
@@ -232,7 +236,7 @@ class HierarchicalCrossAttention(nn.Module, ReportsAttentionWeights):
         if not want_weights:
             return out, None
         beta = beta.view(tgt_len, bsz, len(contexts)).transpose(0, 1)  # B x Z x n, head-averaged
-        combined = sum(beta[..., i, None] * w for i, w in enumerate(weights))  # broadcasts over H
+        combined = (torch.stack(weights, dim=-1) * beta[..., None, :]).sum(-1)  # broadcasts over H
         if recording:
             self.report_weights(attention=combined.transpose(0, 1), beta=beta.unsqueeze(1),
                                 per_source={i: w.transpose(0, 1) for i, w in enumerate(weights)})
@@ -267,8 +271,8 @@ class HierarchicalCrossAttention(nn.Module, ReportsAttentionWeights):
             mask = mask.to(torch.bool)
             mask = mask[:, None, None, None, :] if mask.dim() == 2 else mask[:, :, None, None, :]
             logits = logits.masked_fill(mask, float("-inf"))
-        probs = torch.softmax(logits.float(), dim=-1)  # fp32, as fairseq's utils.softmax
-        context = ungroup(torch.matmul(probs.type_as(logits), v), bsz)  # B x n x H x Z x D
+        probs = softmax_float(logits)  # in fp32, as fairseq's utils.softmax
+        context = ungroup(torch.matmul(first.dropout_module(probs), v), bsz)  # B x n x H x Z x D
         context = context.permute(3, 0, 1, 2, 4).flatten(-2)  # Z x B x n x C
         contexts = torch.einsum("zbni,noi->zbno", context, stacked["out_proj_weight"]) + stacked["out_proj_bias"]
         contexts = contexts.unbind(2)
@@ -304,8 +308,8 @@ class HierarchicalCrossAttention(nn.Module, ReportsAttentionWeights):
         logits = (q * k).sum(-1)  # N x H x n
         if key_padding_mask is not None:
             logits = logits.masked_fill(key_padding_mask[:, None, :].to(torch.bool), float("-inf"))
-        probs = torch.softmax(logits.float(), dim=-1)  # fp32, as fairseq's utils.softmax
-        context = (probs.type_as(v).unsqueeze(-1) * v).sum(-2)  # N x H x D
+        probs = softmax_float(logits)  # in fp32, as fairseq's utils.softmax
+        context = (attn.dropout_module(probs).unsqueeze(-1) * v).sum(-2)  # N x H x D
         out = attn.out_proj(context.reshape(1, -1, heads * head_dim))
         return out, (probs.mean(dim=1).unsqueeze(1) if need_weights else None)
 

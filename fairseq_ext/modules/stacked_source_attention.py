@@ -9,7 +9,10 @@ from fairseq.incremental_decoding_utils import with_incremental_state
 from fairseq.modules.fairseq_dropout import FairseqDropout
 from torch import Tensor
 
-from fairseq_ext.modules.attention_utils import QKV_GAIN, identical_row_groups, xavier_linear
+from fairseq_ext.modules.attention_utils import (QKV_GAIN, RecordingMultiheadAttention, attend_by_sentence,
+                                                attention_weights_for_output, defer_reorder, extend_cached_steps,
+                                                identical_row_groups, merge_heads, scaled_logits, softmax_float,
+                                                split_heads, xavier_linear)
 
 
 @with_incremental_state
@@ -131,3 +134,46 @@ def reorder_static(module, incremental_state, new_order: Tensor) -> None:
     module.set_incremental_state(incremental_state, "attn_state", {"static_k": k.index_select(0, keep),
                                                                    "static_v": v.index_select(0, keep),
                                                                    "static_rows": rows})
+
+
+class SentenceCachedAttention(RecordingMultiheadAttention):
+    """fairseq's MultiheadAttention (the same parameters and outputs) decoding as the plugin's
+    attentions do: as a cross-attention it caches the static keys and values once per sentence
+    (:func:`static_per_sentence`), as a self-attention it joins beam search's reorder to the next
+    step's keys and values in one copy (``defer_reorder``). The auxiliary decoders use it; a full
+    forward, and a step while the analyses record weights, are fairseq's own."""
+
+    def forward(self, query, key, value, key_padding_mask=None, incremental_state=None, need_weights=True,
+                static_kv=False, attn_mask=None, before_softmax=False, need_head_weights=False):
+        if incremental_state is None or self.recording_weights or before_softmax or attn_mask is not None:
+            return super().forward(query, key, value, key_padding_mask, incremental_state, need_weights, static_kv,
+                                   attn_mask, before_softmax, need_head_weights)
+        heads, q = self.num_heads, split_heads(self.q_proj(query), self.num_heads)
+        if self.encoder_decoder_attention:  # J x B x C memory, as one stacked source
+            k, v = static_per_sentence(self, None if key is None else key.unsqueeze(2), incremental_state,
+                                       lambda rows: (split_heads(self.k_proj(rows[:, :, 0]), heads),
+                                                     split_heads(self.v_proj(rows[:, :, 0]), heads)))
+        else:
+            saved = self._get_input_buffer(incremental_state)
+            (k, v), key_padding_mask = extend_cached_steps(
+                saved, {"prev_key": split_heads(self.k_proj(query), heads),
+                        "prev_value": split_heads(self.v_proj(query), heads)},
+                key_padding_mask, saved.pop("new_order", None))
+            self._set_input_buffer(incremental_state, saved)
+
+        def attend(queries, mask):
+            weights = softmax_float(scaled_logits(queries, k, mask))
+            return torch.matmul(self.dropout_module(weights), v), weights
+
+        context, weights = attend_by_sentence(attend, q, k.size(0), key_padding_mask)
+        return self.out_proj(merge_heads(context)), attention_weights_for_output(
+            weights, need_weights, need_head_weights)
+
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor):
+        if self.recording_weights:  # fairseq's own steps (an analysis records the whole decoding)
+            return super().reorder_incremental_state(incremental_state, new_order)
+        if self.encoder_decoder_attention:
+            reorder_static(self, incremental_state, new_order)
+        elif self._get_input_buffer(incremental_state):
+            defer_reorder(self._get_input_buffer(incremental_state), new_order)  # in place
+        return incremental_state

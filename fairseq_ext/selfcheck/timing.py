@@ -124,16 +124,17 @@ SYNC_OPS = {"aten._local_scalar_dense", "aten.nonzero", "aten.masked_select", "a
 
 
 def dispatch_counts(fn) -> tuple:
-    """(operators dispatched, host syncs) of ``fn()``: every aten operator, forward and backward (a
-    kernel, or a view, on a GPU), and of them :data:`SYNC_OPS`, plus each ``.tolist()`` and ``.cpu()``
-    (no operator on a CPU tensor; a copy the host waits for on a GPU)."""
+    """(operators dispatched, host syncs) of ``fn()``: every aten operator, forward and backward, that
+    computes (a kernel on a GPU; views, which only describe memory, are not counted), and of all
+    operators :data:`SYNC_OPS`, plus each ``.tolist()`` and ``.cpu()`` (no operator on a CPU tensor;
+    a copy the host waits for on a GPU)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     counts = [0, 0]
 
     class Counting(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            counts[0] += 1
+            counts[0] += not (func.is_view or func.overloadpacket is torch.ops.aten._unsafe_view)
             counts[1] += str(func.overloadpacket) in SYNC_OPS
             return func(*args, **(kwargs or {}))
 

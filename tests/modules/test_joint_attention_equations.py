@@ -218,3 +218,25 @@ def test_identical_row_groups_divides_every_run_of_equal_rows():
     grouped = group_queries(q, 2)
     assert grouped.shape == (2, 4, 3, 8) and torch.equal(grouped[1, :, 2], q[5, :, 0])
     assert torch.equal(ungroup(grouped, 6), q)
+
+
+def test_hierarchical_trains_its_n_attentions_together():
+    """In training the n first-level attentions run as one batched computation (and the second
+    level as n-long sums): the output and every gradient are those of the n fairseq attentions
+    run one by one (the path of a full forward in evaluation)."""
+    torch.manual_seed(0)
+    attn = perturb(HierarchicalCrossAttention(16, 4, 3).double(), seed=1, scale=0.5)
+    sources, pad, query = random_sources(3)
+    memory = torch.stack(sources, dim=2)
+    results = []
+    for training in (False, True):
+        attn.train(training)
+        attn.zero_grad()
+        out, _ = attn(query, memory, key_padding_mask=pad)
+        out.pow(2).sum().backward()
+        results.append((out.detach(), {k: p.grad.clone() for k, p in attn.named_parameters()}))
+    (one_by_one, grads), (together, batched_grads) = results  # fairseq's softmax is fp32: 1e-5
+    torch.testing.assert_close(together, one_by_one, atol=1e-5, rtol=1e-5)
+    scale = max(float(g.abs().max()) for g in grads.values())  # fp32 softmax noise, against the largest
+    for name, grad in grads.items():
+        torch.testing.assert_close(batched_grads[name], grad, atol=1e-5 * scale, rtol=1e-5, msg=name)
