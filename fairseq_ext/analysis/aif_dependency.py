@@ -73,9 +73,8 @@ def check_aif(model, what: str = "the model") -> None:
         raise AnalysisError(f"{what} decodes from an auxiliary decoder (--decode-from); "
                             "the analysis needs the main decoder")
     if not getattr(model.decoder, "aux_fusion", False) or not aif_modules(model):
-        raise AnalysisError(
-            f"{what} has no Auxiliary Information Fusion: the AIF dependency needs a model trained with "
-            "--aux-decoder-layers L --aux-fusion")
+        raise AnalysisError(f"{what} has no Auxiliary Information Fusion: the AIF dependency needs a model trained "
+                            "with --aux-decoder-layers L --aux-fusion")
 
 
 def ind_decoder(model):
@@ -119,9 +118,8 @@ def compare(model, ind, sample, hypotheses: List[torch.Tensor], rows: str = "mea
     return out
 
 
-def analyse(model, task, split: str, max_sentences: Optional[int] = None, rows: str = "mean",
-            max_len_a: float = 0.0, max_len_b: int = 200, cpu: bool = False,
-            sentence: Optional[int] = None) -> List[dict]:
+def analyse(model, task, split: str, max_sentences: Optional[int] = None, rows: str = "mean", max_len_a: float = 0.0,
+            max_len_b: int = 200, cpu: bool = False, sentence: Optional[int] = None) -> List[dict]:
     """:func:`compare` over the sentences of ``split``, or over its sentence ``sentence`` alone."""
     ind, dev = ind_decoder(model), checkpoints.device(cpu)
     samples = command.batches(task, split, max_sentences=max_sentences, device=dev)
@@ -157,8 +155,7 @@ def plot_dependency(summary: List[dict], per_sentence: List[dict], per_head: Lis
     fig, (a, b) = pyplot().subplots(1, 2, figsize=(FIGURE_WIDTH, 3.8))
     a.boxplot([[r["D_Y"] for r in per_sentence if r["model"] == n] for n in names], showmeans=True)
     a.set_xticks(range(1, len(names) + 1), names)
-    a.set_ylabel("D_Y (KL, nats)")
-    a.set_title("(a) D_Y per sentence (Eq. 4.5; triangle: mean)")
+    a.set(ylabel="D_Y (KL, nats)", title="(a) D_Y per sentence (Eq. 4.5; triangle: mean)")
     for s in summary:
         layers = sorted(int(k[2:]) for k in s if k.startswith("D^") and k[2:].isdigit())
         b.plot(layers, [s[f"D^{l}"] for l in layers], marker="o", color=colours[s["model"]], label=s["model"])

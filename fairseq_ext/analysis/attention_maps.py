@@ -347,12 +347,10 @@ def run(args, context: Optional[FigureContext] = None) -> dict:
     os.makedirs(args.out, exist_ok=True)
     encoder_tokens = sources[0][-sample["net_input"]["src_tokens"].size(1):]
     figures = {"encoder": encoder_figures(maps, encoder_tokens, about, args.out, limit, scale, context),
-               "decoder": decoder_figures(maps, target_labels, sources, names, about, args.out, limit, scale,
-                                          context)}
+               "decoder": decoder_figures(maps, target_labels, sources, names, about, args.out, limit, scale, context)}
     if any(d["beta"] is not None for d in maps["decoder"]):
-        figures["context"] = context_figure(maps, target_labels, names, about,
-                                            os.path.join(args.out, f"{about['stem']}_context_weights.png"),
-                                            limit, scale, context)
+        path = os.path.join(args.out, f"{about['stem']}_context_weights.png")
+        figures["context"] = context_figure(maps, target_labels, names, about, path, limit, scale, context)
     meta = {"name": name, "checkpoint": args.checkpoint, "split": split, "sentence": None if args.source else sentence,
             "sentence_picked": args.source is None and args.sentence is None, "translation": how,
             "strategy": model.decoder.options.strategy.name,
@@ -361,8 +359,7 @@ def run(args, context: Optional[FigureContext] = None) -> dict:
         json.dump(to_json(maps, sources, target_labels, names, meta), f, ensure_ascii=False)
     print(f"{how}: {meta['translation_text']}")
     print(f"wrote {', '.join(sorted(os.listdir(args.out)))} to {args.out}")
-    return {"maps": maps, "figures": figures, "source": sources, "target": target_labels, "names": names,
-            "name": name}
+    return {"maps": maps, "figures": figures, "source": sources, "target": target_labels, "names": names, "name": name}
 
 
 def build_parser():

@@ -47,8 +47,7 @@ from fairseq_ext.common import checkpoints
 ANALYSIS = Analysis("attention_stats", "Encoder self-attention distance and entropy",
                     "thesis 3.5.3, MLMHA 7.3 (Eq. 13-16)", order=20)
 SPANS = ("all", "left")
-READING = {"all": "over all keys j, d = |i - j|",
-           "left": "over the keys j <= i, d = i - j (as printed)"}
+READING = {"all": "over all keys j, d = |i - j|", "left": "over the keys j <= i, d = i - j (as printed)"}
 UNITS = {"distance": "tokens", "entropy": "nats"}
 
 
@@ -144,12 +143,10 @@ def heatmaps(rows: List[dict], name: str, path: str, data: str = "", context: Op
             ax.set_xticks(range(heads), [f"{h}\n{letters[h]}" if letters.get(h) else str(h)
                                          for h in range(1, heads + 1)], fontsize=8)
             ax.set_yticks(range(layers), [str(l) for l in range(1, layers + 1)], fontsize=8)
-            ax.set_xlabel("head" + (" (number, type)" if any(letters.values()) else ""))
-            ax.set_ylabel("encoder layer")
+            ax.set(xlabel="head" + (" (number, type)" if any(letters.values()) else ""), ylabel="encoder layer")
             unit_name = f"{unit} FI unit: " if len(units) > 1 else ""  # a Dual Contextual encoder's two units
             ax.set_title(f"{unit_name}mean attention {metric}", fontsize=10)
-            bar = fig.colorbar(im, ax=ax)
-            bar.set_label(UNITS[metric])
+            fig.colorbar(im, ax=ax).set_label(UNITS[metric])
     add_title(fig, f"{name}: encoder self-attention per head" + (f", {data}" if data else ""))
     legend = mma_legend({r["type"] for r in rows if r["model"] == name and r.get("type")})
     add_caption(fig, f"Mean attention distance (Eq. 13, in source tokens) and entropy (Eq. 15, in nats) of "

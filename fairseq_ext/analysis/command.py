@@ -22,8 +22,7 @@ def doc_parser(doc: str) -> argparse.ArgumentParser:
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-def common_arguments(parser, several: bool = True, overrides: Optional[Dict[str, dict]] = None,
-                     checkpoint_group=None):
+def common_arguments(parser, several: bool = True, overrides: Optional[Dict[str, dict]] = None, checkpoint_group=None):
     """--checkpoint (one, or ``several``), --names, --data, --split, --out and --cpu; ``overrides``:
     option -> add_argument settings of this command; ``checkpoint_group``: where --checkpoint goes."""
     settings = {
@@ -32,10 +31,8 @@ def common_arguments(parser, several: bool = True, overrides: Optional[Dict[str,
         "--names": dict(nargs="+", help="a name per checkpoint (default: the checkpoint's directory)"),
         "--data": dict(required=True, help="binarized data directory (a fairseq-ext prepare output, or any "
                                            "fairseq-preprocess output)"),
-        "--split": dict(default="test"),
-        "--out": dict(required=True, help="output directory (tables, JSON, CSV, PNG)"),
-        "--cpu": dict(action="store_true", help="run on the CPU even when a GPU is there"),
-    }
+        "--split": dict(default="test"), "--out": dict(required=True, help="output directory (tables, JSON, CSV, PNG)"),
+        "--cpu": dict(action="store_true", help="run on the CPU even when a GPU is there")}
     for option, kwargs in settings.items():
         where = checkpoint_group if option == "--checkpoint" and checkpoint_group is not None else parser
         where.add_argument(option, **{**kwargs, **(overrides or {}).get(option, {})})

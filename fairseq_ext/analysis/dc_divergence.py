@@ -86,8 +86,7 @@ HEADS_READING = {"max": "the element-wise maximum over the heads, renormalized (
                  "each": "each head's JS, averaged over the heads (--heads each)"}
 
 
-def plot(rows, summary, names, path: str, context: Optional[FigureContext] = None, heads: str = "max",
-         data: str = ""):
+def plot(rows, summary, names, path: str, context: Optional[FigureContext] = None, heads: str = "max", data: str = ""):
     """Fig. 5.4: (a) JS per DC layer and model; (b) Ed per model; in nats, one y-axis from 0."""
     colours = system_colours(names)
     fig, (a, b) = pyplot().subplots(1, 2, figsize=(FIGURE_WIDTH, 3.6), sharey=True,
@@ -98,9 +97,8 @@ def plot(rows, summary, names, path: str, context: Optional[FigureContext] = Non
         a.plot(xs, ys, marker="o", color=colours[name], label=name)
         if len(names) == 1:  # several models' labels would cross where their lines do (the table has them)
             label_points(a, xs, ys, [f"{y:.3f}" for y in ys], colours[name])
-    a.set_xlabel("encoder layer l (Dual Contextual)")
+    a.set(xlabel="encoder layer l (Dual Contextual)", ylabel="JS divergence (nats)")
     integer_ticks(a.xaxis)
-    a.set_ylabel("JS divergence (nats)")
     a.set_title("(a) dv_l per layer", fontsize=10)
     bars = b.bar(range(len(summary)), [s["Ed"] for s in summary], 0.6,
                  color=[colours.get(s["model"], "grey") for s in summary])
@@ -111,13 +109,11 @@ def plot(rows, summary, names, path: str, context: Optional[FigureContext] = Non
     a.set_ylim(0, top * 1.2)  # from 0: the divergences compare by their size, not their differences alone
     if len(names) > 1:
         legend_outside(b, handles=a.get_legend_handles_labels()[0])
-    add_title(fig, "Jensen-Shannon divergence between the global and the local FI unit"
-              + (f": {data}" if data else ""))
-    add_caption(fig, "(a) dv_l = JS(α_g || α_l) of each Dual Contextual encoder layer l, in nats (natural log; "
-                     f"at most ln 2 = 0.693): α_g and α_l are a query token's attention over the sentence in the "
-                     f"global and the local FI unit, {HEADS_READING[heads]}, averaged over the query tokens of "
-                     "the split. (b) Ed, the mean of dv_l over the DC layers (thesis Fig. 5.4). The y-axis "
-                     "starts at 0.")
+    add_title(fig, "Jensen-Shannon divergence between the global and the local FI unit" + (f": {data}" if data else ""))
+    add_caption(fig, "(a) dv_l = JS(α_g || α_l) of each Dual Contextual encoder layer l, in nats (natural log; at most "
+                     "ln 2 = 0.693): α_g and α_l are a query token's attention over the sentence in the global and the "
+                     f"local FI unit, {HEADS_READING[heads]}, averaged over the query tokens of the split. (b) Ed, the "
+                     "mean of dv_l over the DC layers (thesis Fig. 5.4). The y-axis starts at 0.")
     return save_figure(fig, path, context)
 
 

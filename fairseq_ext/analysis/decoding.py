@@ -39,12 +39,11 @@ def lines(evaluation: dict, flavour: str, kind: str = "hyp") -> List[str]:
 def comparison_command(doc: str, runs_of: Callable[..., Dict[str, Tuple[Optional[dict], dict]]], table: str,
                        title: str, plot: Callable, add_arguments: Optional[Callable] = None,
                        options_of: Optional[Callable] = None) -> Tuple[Callable, Callable]:
-    """(build_parser, main) of an analysis that decodes each checkpoint once per run of
-    ``runs_of(name, checkpoint)`` (run -> (model overrides, the row's leading cells), the first the
-    baseline) into OUT/NAME/RUN, tests every other run against the baseline (paired bootstrap),
-    writes the table OUT/TABLE and draws ``plot(rows, OUT/TABLE.png, figures, marks)``.
-    ``add_arguments(parser)`` adds the analysis' own options; ``options_of(args)``: the keyword
-    arguments of runs_of and plot."""
+    """(build_parser, main) of an analysis that decodes each checkpoint once per run of ``runs_of(name, checkpoint)``
+    (run -> (model overrides, the row's leading cells), the first the baseline) into OUT/NAME/RUN, tests every other run
+    against the baseline (paired bootstrap), writes the table OUT/TABLE and draws
+    ``plot(rows, OUT/TABLE.png, figures, marks)``. ``add_arguments(parser)`` adds the analysis' own options;
+    ``options_of(args)``: the keyword arguments of runs_of and plot."""
     def build_parser():
         ap = command.parser(doc)
         command.evaluation_arguments(ap)

@@ -37,17 +37,15 @@ def integer_ticks(axis) -> None:
 
 def layer_axes(ax, xlabel: str, ylabel: str, legend: Optional[float] = None) -> None:
     """Whole-number layer ticks, both labels and the legend (font size ``legend``)."""
-    ax.set_xlabel(xlabel)
+    ax.set(xlabel=xlabel, ylabel=ylabel)
     integer_ticks(ax.xaxis)
-    ax.set_ylabel(ylabel)
     ax.legend(**({} if legend is None else {"fontsize": legend}))
 
 
 # matplotlib's ten default colours, then ten more: a model keeps its colour in every figure of a
 # report (each analysis runs as its own process, so the colour depends on the name alone).
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf", "#000080", "#808000", "#008080", "#800000", "#ff1493", "#4b0082", "#556b2f", "#b8860b",
-           "#00ced1", "#696969")
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+           "#000080", "#808000", "#008080", "#800000", "#ff1493", "#4b0082", "#556b2f", "#b8860b", "#00ced1", "#696969")
 # the project's systems (the CPU benchmark's rows) take the palette's colours in this order
 KNOWN_SYSTEMS = ("baseline", "m-00", "ms-1-plus-aif", "mma", "baseline-no-pos", "mma-no-pos", "m-10", "iter-c-agg",
                  "transparent", "ms-1", "enc-dc", "m-10-plus-ms-1-plus-aif")
@@ -168,8 +166,7 @@ class FigureContext:
         return cls(**{k: getattr(args, k, None) for k in fields}, data_text=data_text)
 
     def note(self) -> str:
-        """The models (name: size, updates), the data, the decoding and the BLEU flavour; "" without
-        checkpoints."""
+        """The models (name: size, updates), the data, the decoding and the BLEU flavour; "" without checkpoints."""
         if not self.checkpoint:
             return ""
         paths = [self.checkpoint] if isinstance(self.checkpoint, str) else list(self.checkpoint)
@@ -267,8 +264,7 @@ def grid_layout(panels: List[Panel]) -> dict:
 
 def map_figure(panels: List[Panel], title: str, caption: str, vmax: float = 1.0, xlabel: str = "", ylabel: str = "",
                quantity: str = "attention weight"):
-    """The panels on one colour scale (0 to ``vmax``, a colour bar of ``quantity``), laid out by
-    :func:`grid_layout`."""
+    """The panels on one colour scale (0 to ``vmax``, a colour bar of ``quantity``), laid out by :func:`grid_layout`."""
     layout = grid_layout(panels)
     cols, rows, font, cell = layout["cols"], layout["rows"], layout["font"], layout["cell"]
     n_x = max(len(p.xlabels) for p in panels)

@@ -63,9 +63,8 @@ def plot(rows, path, context: Optional[FigureContext] = None, marks: str = "thes
     add_title(fig, "BLEU lost with one collected encoder layer masked")
     add_caption(fig, f"ΔBLEU = the BLEU ({flavour_of(rows)}) of the model with the collected encoder layer f^i "
                      f"{MASK_MODES[mask_mode]} what its decoder reads (mask_source_layer i, mask_source_mode "
-                     f"{mask_mode}), minus the full model's BLEU "
-                     f"(full: {full}). Marks: sacreBLEU's paired bootstrap against the full model, "
-                     f"{marks_note(marks)}; no mark: not significant.")
+                     f"{mask_mode}), minus the full model's BLEU (full: {full}). Marks: sacreBLEU's paired bootstrap "
+                     f"against the full model, {marks_note(marks)}; no mark: not significant.")
     return save_figure(fig, path, context)
 
 

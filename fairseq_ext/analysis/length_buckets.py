@@ -113,9 +113,8 @@ def length_unit(eval_dir: str) -> str:
     return "tokens"
 
 
-def plot(rows: List[dict], systems: Sequence[str], flavour: str, path: str,
-         min_sentences: int = DEFAULT_MIN_SENTENCES, unit: str = "tokens", data: str = "",
-         context: Optional[FigureContext] = None):
+def plot(rows: List[dict], systems: Sequence[str], flavour: str, path: str, min_sentences: int = DEFAULT_MIN_SENTENCES,
+         unit: str = "tokens", data: str = "", context: Optional[FigureContext] = None):
     """BLEU per bucket and system (small buckets hatched and pale), and below the sentences per bucket."""
     from matplotlib.patches import Patch
 
@@ -134,8 +133,7 @@ def plot(rows: List[dict], systems: Sequence[str], flavour: str, path: str,
             if r[system] is None:
                 bar.set_linewidth(0)
             if pale:
-                bar.set_facecolor((*bar.get_facecolor()[:3], 0.25))
-                bar.set_hatch("///")
+                bar.set(facecolor=(*bar.get_facecolor()[:3], 0.25), hatch="///")
         # upright labels would overlap beside more than three bars a bucket
         ax.bar_label(bars, ["" if r[system] is None else f"{r[system]:.1f}" for r in rows], fontsize=label_size,
                      padding=1.5, rotation=90 if len(systems) > 3 else 0)
@@ -154,22 +152,18 @@ def plot(rows: List[dict], systems: Sequence[str], flavour: str, path: str,
     counts = hist.bar(x, [r["sentences"] for r in rows], color="grey")
     for bar, pale in zip(counts, small):
         if pale:
-            bar.set_facecolor((0.5, 0.5, 0.5, 0.25))
-            bar.set_edgecolor("grey")
-            bar.set_hatch("///")
+            bar.set(facecolor=(0.5, 0.5, 0.5, 0.25), edgecolor="grey", hatch="///")
     hist.bar_label(counts, [str(r["sentences"]) for r in rows], fontsize=8, padding=1.5)
-    hist.set_ylim(0, max(r["sentences"] for r in rows) * 1.25 + 1)
-    hist.set_ylabel("sentences")
+    hist.set(ylim=(0, max(r["sentences"] for r in rows) * 1.25 + 1), ylabel="sentences",
+             xlabel=f"source length ({unit})")
     hist.set_xticks(x, [r["bucket"] for r in rows])
-    hist.set_xlabel(f"source length ({unit})")
     counted = ("the subword tokens of the binarized source the models read, without end of sentence"
                if unit == "subword tokens" else
                f"the whitespace-separated units of the evaluated source (src.tok: {unit})")
-    add_caption(fig, f"Corpus BLEU (sacreBLEU, {flavour}) of the sentences of each source-length bucket, per "
-                     f"system ({', '.join(systems)}); below, the sentences in each bucket. Source length counts "
-                     f"{counted}; a-b holds a to b-1. Hatched, pale: buckets with "
-                     f"fewer than {min_sentences} sentences (--min-bucket-sentences), too few for their BLEU "
-                     "to be compared.")
+    add_caption(fig, f"Corpus BLEU (sacreBLEU, {flavour}) of the sentences of each source-length bucket, per system "
+                     f"({', '.join(systems)}); below, the sentences in each bucket. Source length counts {counted}; "
+                     f"a-b holds a to b-1. Hatched, pale: buckets with fewer than {min_sentences} sentences "
+                     "(--min-bucket-sentences), too few for their BLEU to be compared.")
     return save_figure(fig, path, context)
 
 

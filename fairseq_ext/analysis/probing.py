@@ -74,15 +74,11 @@ ANALYSIS = Analysis("probing", "Linguistic probing", "thesis Tables 4.8, 5.5", o
 
 # (thesis name, SentEval file, category), in the order of thesis Tables 4.8 / 5.5
 TASKS = [
-    ("SentLen", "sentence_length.txt", "Surface"),
-    ("WC", "word_content.txt", "Surface"),
-    ("TDep", "tree_depth.txt", "Syntactic"),
-    ("BShift", "bigram_shift.txt", "Syntactic"),
+    ("SentLen", "sentence_length.txt", "Surface"), ("WC", "word_content.txt", "Surface"),
+    ("TDep", "tree_depth.txt", "Syntactic"), ("BShift", "bigram_shift.txt", "Syntactic"),
     ("ToCo", "top_constituents.txt", "Syntactic"),
-    ("Tense", "past_present.txt", "Semantic"),
-    ("SubjN", "subj_number.txt", "Semantic"),
-    ("ObjN", "obj_number.txt", "Semantic"),
-    ("SoMo", "odd_man_out.txt", "Semantic"),
+    ("Tense", "past_present.txt", "Semantic"), ("SubjN", "subj_number.txt", "Semantic"),
+    ("ObjN", "obj_number.txt", "Semantic"), ("SoMo", "odd_man_out.txt", "Semantic"),
     ("CoIn", "coordination_inversion.txt", "Semantic"),
 ]
 CATEGORY = {name: cat for name, _, cat in TASKS}
@@ -273,9 +269,8 @@ def accuracy(probe: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
 def train_probe(x_tr, y_tr, x_va, y_va, num_labels: int, hidden: int = 200, dropout: float = 0.0,
                 l2: float = 1e-4, lr: float = 1e-3, batch_size: int = 512, max_epochs: int = 100,
                 patience: Optional[int] = None, seed: int = 1) -> Tuple[nn.Sequential, dict]:
-    """RMSprop on cross-entropy, L2 ``l2`` on the hidden layer's weights; the best validation
-    epoch's parameters are kept, and with ``patience`` training stops after that many epochs
-    without a better one."""
+    """RMSprop on cross-entropy, L2 ``l2`` on the hidden layer's weights; the best validation epoch's parameters are
+    kept, and with ``patience`` training stops after that many epochs without a better one."""
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     probe = mlp_probe(x_tr.size(1), num_labels, hidden, dropout)
@@ -355,9 +350,7 @@ def plot(rows: List[dict], columns: List[str], layer_columns: Dict[str, List[Tup
                 acc = [r[c] for _, c in cols]
                 ax.errorbar([l for l, _ in cols], acc, yerr=error_bars(acc, [r["test"]] * len(acc)), marker="o",
                             capsize=3, label=f"{r['task']} (n = {r['test']})")
-            ax.set_xlabel("encoder layer")
-            ax.set_ylabel("probing accuracy (%)")
-            ax.set_title(model)
+            ax.set(xlabel="encoder layer", ylabel="probing accuracy (%)", title=model)
         legend_outside(axes[0][-1], fontsize=7)
     else:
         fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(task_rows) * max(1, len(columns)) / 2 + 1.5), 3.8))
@@ -371,8 +364,7 @@ def plot(rows: List[dict], columns: List[str], layer_columns: Dict[str, List[Tup
         ax.scatter(centres, [r["majority"] for r in task_rows], marker="_", s=300, color="black",
                    label="majority label", zorder=3)
         ax.set_xticks(centres, [f"{r['task']}\n(n = {r['test']})" for r in task_rows])
-        ax.set_ylabel("probing accuracy (%)")
-        ax.set_ylim(0, 100)
+        ax.set(ylabel="probing accuracy (%)", ylim=(0, 100))
         legend_outside(ax, fontsize=7)
     add_title(fig, "Probing accuracy of the frozen encoder per task")
     sizes = ", ".join(f"{r['task']} {r['test']}" for r in task_rows)

@@ -142,8 +142,7 @@ def html_table(rows: List[dict]) -> str:
 
     columns = list(dict.fromkeys(c for row in rows for c in row))
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell(r.get(c)))}</td>" for c in columns) + "</tr>"
-                   for r in rows)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell(r.get(c)))}</td>" for c in columns) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -166,8 +165,7 @@ def collect(directory: str) -> dict:
                 except (OSError, ValueError):  # not a table an analysis wrote
                     continue
                 if isinstance(rows, list) and all(isinstance(r, dict) for r in rows):
-                    tables.append({"name": rel, "title": first[4:] if first.startswith("### ") else stem,
-                                   "rows": rows})
+                    tables.append({"name": rel, "title": first[4:] if first.startswith("### ") else stem, "rows": rows})
             elif ext == ".png":
                 with open(path, "rb") as f:
                     data = f.read()
@@ -201,8 +199,7 @@ def section_html(anchor: str, title: str, reference: str, directory: str, found:
     return "\n".join(parts)
 
 
-def write_page(sections: List[str], titles: List[Tuple[str, str]], path: str, heading: str,
-               models: str = "") -> str:
+def write_page(sections: List[str], titles: List[Tuple[str, str]], path: str, heading: str, models: str = "") -> str:
     """The page: the environment (date, versions, the command), the models, the sections."""
     try:
         version = importlib.metadata.version("fairseq_ext")
@@ -241,9 +238,8 @@ def models_html(paths: Sequence[str], names: Sequence[str], data: str, split: st
         said.append(f"{int(env['train_pairs']):,} training pairs")
     if env.get("src") and env.get("tgt"):
         said.append(f"{env['src']}→{env['tgt']}")
-    return ('<h2 id="models">The models</h2>\n'
-            f'<p>Data: {html.escape("; ".join(said))}. Each section shows the command that made it, with '
-            'its decoding settings and BLEU flavour.</p>\n' + html_table(rows))
+    return (f'<h2 id="models">The models</h2>\n<p>Data: {html.escape("; ".join(said))}. Each section shows the command '
+            'that made it, with its decoding settings and BLEU flavour.</p>\n' + html_table(rows))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -312,8 +308,7 @@ def main(argv=None):
                 error, note)
     for d in args.from_dirs:
         found = collect(d)
-        analysis = next((a for a in known.values() if any(f"{a.module} " in c + " " for c in found["commands"])),
-                        None)
+        analysis = next((a for a in known.values() if any(f"{a.module} " in c + " " for c in found["commands"])), None)
         title = os.path.basename(os.path.abspath(d)) if analysis is None else analysis.title
         if analysis is not None and analysis.single:  # one directory per model: the title names it, as for --run
             title += f": {os.path.basename(os.path.abspath(d))}"

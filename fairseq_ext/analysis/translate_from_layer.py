@@ -67,8 +67,7 @@ def layer_translations(model, task, split: str, probes, layers: Sequence[int], m
                        max_sentences=None) -> Dict[str, List[str]]:
     """``layer<l>`` -> hypotheses, ``ref`` -> references, in sentence-id order."""
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
-    out: Dict[str, Dict[int, str]] = {f"layer{l}": {} for l in layers}
-    out["ref"] = {}
+    out: Dict[str, Dict[int, str]] = {**{f"layer{l}": {} for l in layers}, "ref": {}}
     encoder = primary_encoder(model)
     special = [tgt_dict.pad(), tgt_dict.eos(), tgt_dict.bos()]
     for sample in command.batches(task, split, max_tokens, max_sentences, next(model.parameters()).device):
@@ -123,11 +122,10 @@ def plot(models: Dict[str, List[dict]], path: str, context: Optional[FigureConte
             for r in rows:
                 if r["layer"] == "FULL":
                     ax.axhline(r[key], color=colours[name], linestyle="--", label=f"{name}: FULL (beam search)")
-        ax.set_ylim(0, max(r[key] for rows in models.values() for r in rows) * 1.1)
+        ax.set(ylim=(0, max(r[key] for rows in models.values() for r in rows) * 1.1),
+               xlabel="encoder layer l (0 = embeddings)", ylabel=f"{key} (BPE, lowercased)")
         ax.set_title(key, fontsize=10)
-        ax.set_xlabel("encoder layer l (0 = embeddings)")
         integer_ticks(ax.xaxis)
-        ax.set_ylabel(f"{key} (BPE, lowercased)")
     legend_outside(axes[1])
     add_title(fig, "Translating straight from an encoder layer, without the decoder")
     add_caption(fig, "Each source token's output of encoder layer l, through that layer's trained projection and "

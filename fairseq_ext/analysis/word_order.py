@@ -277,8 +277,7 @@ def plot(rows: List[dict], path: str, context: Optional[FigureContext] = None, m
                       color=[colours[r["model"]] for _, r in drawn], edgecolor=[colours[r["model"]] for _, r in drawn])
         if not with_positions:
             for bar in bars:
-                bar.set_facecolor((*bar.get_facecolor()[:3], 0.4))
-                bar.set_hatch("..")
+                bar.set(facecolor=(*bar.get_facecolor()[:3], 0.4), hatch="..")
         ax.bar_label(bars, fmt="%.2f", fontsize=7)
         handles.append(Patch(facecolor="0.35", edgecolor="0.35", label=label) if with_positions else
                        Patch(facecolor=(0.35, 0.35, 0.35, 0.4), edgecolor="0.35", hatch="..", label=label))

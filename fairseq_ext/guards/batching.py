@@ -15,8 +15,7 @@ def _keep_final_batch(batch_by_size):
         if not isinstance(indices, np.ndarray):
             indices = np.fromiter(indices, dtype=np.int64, count=-1)
         batches = batch_by_size(indices, num_tokens_fn, num_tokens_vec=num_tokens_vec, max_tokens=max_tokens,
-                                max_sentences=max_sentences,
-                                required_batch_size_multiple=required_batch_size_multiple,
+                                max_sentences=max_sentences, required_batch_size_multiple=required_batch_size_multiple,
                                 fixed_shapes=fixed_shapes)
         if fixed_shapes is not None:
             return batches

@@ -35,10 +35,8 @@ def _numpy_globals():
         from numpy._core.multiarray import _reconstruct, scalar
     except ImportError:  # numpy 1.x
         from numpy.core.multiarray import _reconstruct, scalar
-    dtype_classes = {
-        type(np.dtype(t))
-        for t in (np.float16, np.float32, np.float64, np.int32, np.int64, np.bool_, np.uint8, np.int8, np.int16)
-    }
+    dtypes = (np.float16, np.float32, np.float64, np.int32, np.int64, np.bool_, np.uint8, np.int8, np.int16)
+    dtype_classes = {type(np.dtype(t)) for t in dtypes}
     return [_reconstruct, scalar, np.ndarray, np.dtype, *sorted(dtype_classes, key=lambda c: c.__name__)]
 
 
@@ -92,10 +90,8 @@ def _evaluate(node, source):
                 return _BINARY[type(node.op)](left, right)
             except TypeError:
                 pass
-    raise UnsafeConfigValue(
-        f"{source!r} is not a literal (numbers, strings, True/False/None, tuples, lists, dicts); "
-        f"refusing to evaluate {ast.dump(node)[:60]}"
-    )
+    raise UnsafeConfigValue(f"{source!r} is not a literal (numbers, strings, True/False/None, tuples, lists, dicts); "
+                            f"refusing to evaluate {ast.dump(node)[:60]}")
 
 
 # 2b. the grammar of every configuration field fairseq 0.12 evaluates
@@ -142,9 +138,8 @@ EVALUATED_FIELDS: Dict[str, str] = {
                      "conv_feature_layers", "conv_aggregator_layers", "feature_encoder_spec"), "literal"),
 }
 
-# fairseq modules that call eval() on configuration strings; their ``eval`` becomes
-# literal_eval (module globals shadow builtins). fairseq.utils holds eval_str_list,
-# eval_str_dict and eval_bool, which every other caller goes through.
+# fairseq modules that call eval() on configuration strings; their ``eval`` becomes literal_eval (module globals shadow
+# builtins). fairseq.utils holds eval_str_list, eval_str_dict and eval_bool, which every other caller goes through.
 EVAL_MODULES = (
     "fairseq.utils", "fairseq.optim.adam", "fairseq.optim.cpu_adam", "fairseq.optim.adamax",
     "fairseq.optim.adafactor", "fairseq.optim.fused_lamb", "fairseq.criterions.ctc", "fairseq.models.fconv",
@@ -273,11 +268,10 @@ def _allow_checkpoint_globals() -> None:
 
 
 def extract_archive(path: str) -> str:
-    """The model archive ``path`` extracted into a new temporary folder (removed when the process
-    ends) with Python's ``data`` filter, which refuses a member named ``/abs/...`` or ``../...``, a
-    link out of the folder and a device; the archive itself is kept (fairseq 0.12's
-    ``load_archive_file`` extracts without a filter, then deletes the archive and moves the
-    folder to its name). Returns the archive's one top folder, or the folder itself."""
+    """The model archive ``path`` extracted into a new temporary folder (removed when the process ends) with Python's
+    ``data`` filter, which refuses a member named ``/abs/...`` or ``../...``, a link out of the folder and a device; the
+    archive itself is kept (fairseq 0.12's ``load_archive_file`` extracts without a filter, then deletes the archive and
+    moves the folder to its name). Returns the archive's one top folder, or the folder itself."""
     if not hasattr(tarfile, "data_filter"):
         raise CheckpointError(f"cannot extract model archive {path} safely: this Python's tarfile has no data "
                               "filter (3.9.17, 3.10.12, 3.11.4 or later has it); extract it and pass the folder")

@@ -170,10 +170,9 @@ def hold_save_dir(cfg) -> None:
 
 
 def is_intact(path: str) -> bool:
-    """Whether ``path`` looks like a checkpoint that ``torch.save`` finished writing. torch's
-    format is a zip archive whose central directory is written last, so an empty,
-    truncated or zero-filled file fails; only the directory is read. A file in torch's
-    legacy (pre-1.6, plain pickle) format is not checked further."""
+    """Whether ``path`` looks like a checkpoint that ``torch.save`` finished writing. torch's format is a zip archive
+    whose central directory is written last, so an empty, truncated or zero-filled file fails; only the directory is
+    read. A file in torch's legacy (pre-1.6, plain pickle) format is not checked further."""
     try:
         with open(path, "rb") as f:
             head = f.read(4)
@@ -241,9 +240,8 @@ def _is_data_parallel_master(trainer) -> bool:
 
 
 def _check_explicit(option: str, path: str, save_dir: str, suffix: str = "", strict: bool = True) -> None:
-    """Refuse a checkpoint the user named (``--restore-file``, ``--continue-once``) that is
-    not a file, or that is unreadable (fairseq would fail with a bare ``EOFError`` /
-    ``RuntimeError`` from torch)."""
+    """Refuse a checkpoint the user named (``--restore-file``, ``--continue-once``) that is not a file, or that is
+    unreadable (fairseq would fail with a bare ``EOFError`` / ``RuntimeError`` from torch)."""
     from fairseq.file_io import PathManager
 
     if PathManager.isfile(path):
@@ -251,8 +249,7 @@ def _check_explicit(option: str, path: str, save_dir: str, suffix: str = "", str
             return
         newest = newest_intact_checkpoint(save_dir, suffix) if os.path.isdir(save_dir) else None
         instead = f"; the intact checkpoint of {save_dir} with the most updates is {newest}" if newest else ""
-        raise ResumeError(f"{option} {path} is unreadable (empty or truncated, e.g. by a crash during a save)"
-                          f"{instead}")
+        raise ResumeError(f"{option} {path} is unreadable (empty or truncated, e.g. by a crash during a save){instead}")
     what = "is a directory, not a checkpoint file" if os.path.isdir(path) else "does not exist"
     hint = ""
     beside = os.path.join(save_dir, path)

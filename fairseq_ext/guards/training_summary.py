@@ -50,9 +50,8 @@ def summary(cfg, trainer, epoch: int, should_stop: bool) -> str:
                 f"the model is undertrained and scores below a finished run. To continue it to {goal}, {resume}")
     patience = cfg.checkpoint.patience
     if should_stop and patience > 0:
-        return (f"{head}; stopped early: no better validation {cfg.checkpoint.best_checkpoint_metric} "
-                f"in {patience} validations (--patience {patience}); best model in "
-                f"{os.path.join(save_dir, 'checkpoint_best.pt')}")
+        return (f"{head}; stopped early: no better validation {cfg.checkpoint.best_checkpoint_metric} in {patience} "
+                f"validations (--patience {patience}); best model in {os.path.join(save_dir, 'checkpoint_best.pt')}")
     return f"{head}; checkpoints in {save_dir}"
 
 

@@ -29,9 +29,8 @@ def _digest(paths: List[str]) -> str:
 
 def per_run(table: Table, plans: List[RunPlan], test: str = "bootstrap", n_samples: int = 1000,
             seed: int = 12345, rows: Optional[List[Row]] = None) -> Dict[str, dict]:
-    """The ``test`` (``bootstrap`` or ``thesis``) of every row's BLEU against its reference row's,
-    per data set, into the row's ``significance.json`` (kept for the same test and hypotheses);
-    {run_dir: {...}}."""
+    """The ``test`` (``bootstrap`` or ``thesis``) of every row's BLEU against its reference row's, per data set, into
+    the row's ``significance.json`` (kept for the same test and hypotheses); {run_dir: {...}}."""
     if not any(c.source == "bleu" for c in table.columns):
         return {}
     by_key = {(p.dataset, p.row): p for p in plans}
@@ -256,7 +255,6 @@ def comparisons_text(table: Table, records: List[Record], correction: str) -> Op
         return None
     listed = "; ".join(f"{n} against {name}" for name, n in counts.items())
     if correction == "holm":
-        return (f"Comparisons: {listed}; marks Holm-corrected within each (p_holm: the adjusted p; "
-                "--correction holm).")
+        return f"Comparisons: {listed}; marks Holm-corrected within each (p_holm: the adjusted p; --correction holm)."
     return (f"Comparisons: {listed}; marks not corrected for multiplicity (--correction holm corrects them, "
             "Holm's step-down method within each).")

@@ -319,9 +319,7 @@ def _probing(table: Table, plan: RunPlan, setups: dict, opts: Options, samples: 
 
 # analysis -> (whether its command names the row, (table, plan, setups, opts, samples) -> its arguments or why not)
 ANALYSIS_COMMANDS = {
-    "layer_dependency": (True, _decodings),
-    "decoders": (True, _decodings),
-    "probing": (True, _probing),
+    "layer_dependency": (True, _decodings), "decoders": (True, _decodings), "probing": (True, _probing),
     "word_translation": (False, lambda *_: []),
     "translate_from_layer": (False, lambda table, plan, *_: [  # FULL with the row's own beam and length penalty
         "--beam", _option(plan.generate, "--beam", "4"), "--lenpen", _option(plan.generate, "--lenpen", "1.0")]),

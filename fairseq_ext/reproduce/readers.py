@@ -17,24 +17,21 @@ from fairseq_ext.reproduce.planning import ANALYSIS_DONE, AnalysisPlan, RunPlan,
 from fairseq_ext.reproduce.tables import Row, Table
 
 
-# Our number of one column of one row, as a reader of a run gives it. ours_text: a reader's text
-# in place of a number, else None (in a Cell: ours as shown); mark: of the test behind the number
-# ("" when none); missing: what did not run yet, for the table's "Incomplete" line; optional:
-# note (how the number was made, METEOR's implementation, said under the table) and tested_delta
-# (the difference an analysis' own test is of, tested against 0).
+# Our number of one column of one row, as a reader of a run gives it. ours_text: a reader's text in place of a number,
+# else None (in a Cell: ours as shown); mark: of the test behind the number ("" when none); missing: what did not run
+# yet, for the table's "Incomplete" line; optional: note (how the number was made, METEOR's implementation, said under
+# the table) and tested_delta (the difference an analysis' own test is of, tested against 0).
 Value = TypedDict("Value", {"ours": Optional[float], "ours_text": Optional[str], "mark": str,
                             "p_value": Optional[float], "missing": Optional[str], "note": str,
                             "tested_delta": Optional[float]}, total=False)
-# One column of one row: the paper's printed cell (as printed, its number, its marks) beside ours
-# (a Value's keys). paper_delta / delta: the row's printed number / our run's minus its reference
-# row's; paper_ratio / ratio: the same as ratios (speeds and times). Seeds: ours is the mean ± sd
-# over the seeds with a number (n; per_seed: seed -> number), delta_*/ratio_* the mean, sd and
-# count of the per-seed differences and ratios, p_t the paired t-test over seeds (shown beside the
-# mark, not as it), rule how the mark over seeds was decided (statistics.across_seeds), and
-# timing_noise a speed or time shown as — (sd in % of the mean, and whose); one seed's speeds and
-# times are not_comparable (shown as n.c., the number in the JSON). The test behind the
-# marks (fairseq_ext.reproduce.marks): its --test value and name, the stratified approximate
-# randomization's result (ar), the rows tested against the same reference row (comparisons) and
+# One column of one row: the paper's printed cell (as printed, its number, its marks) beside ours (a Value's keys).
+# paper_delta / delta: the row's printed number / our run's minus its reference row's; paper_ratio / ratio: the same as
+# ratios (speeds and times). Seeds: ours is the mean ± sd over the seeds with a number (n; per_seed: seed -> number),
+# delta_*/ratio_* the mean, sd and count of the per-seed differences and ratios, p_t the paired t-test over seeds (shown
+# beside the mark, not as it), rule how the mark over seeds was decided (statistics.across_seeds), and timing_noise a
+# speed or time shown as — (sd in % of the mean, and whose); one seed's speeds and times are not_comparable (shown as
+# n.c., the number in the JSON). The test behind the marks (fairseq_ext.reproduce.marks): its --test value and name, the
+# stratified approximate randomization's result (ar), the rows tested against the same reference row (comparisons) and
 # the Holm-adjusted p (--correction holm).
 Cell = TypedDict("Cell", {
     **Value.__annotations__, "source": str, "paper": Optional[str], "paper_value": Optional[float],
@@ -45,17 +42,15 @@ Cell = TypedDict("Cell", {
     "test": str, "test_name": str, "correction": str, "shuffles": int, "ar": dict, "comparisons": int,
     "p_holm": Optional[float], "timing_noise": Dict[str, object], "not_comparable": bool, "ar_statistic": str},
     total=False)
-# One row of the table on one data set (a cited row: the paper's numbers only). label: with the
-# row's id where another row of the table has the same label; cited: where a row quoted from
-# another paper comes from; reference: the row it is compared with (Δ, ratio, significance);
-# model_row: the row that trains the model it reports on; status: "done", "not run", "not
-# planned" or "cited"; missing: the numbers it lacks, "column: why"; bleu to paper_mark: the BLEU
-# column's numbers, repeated at the top for the CSV's readers; samples: of its bootstrap;
-# model_bleu: the BLEU of its model's own evaluation; adversarial: shuffled source -> BLEU.
-# Seeds: seeds (asked for), seeds_done (finished), seeds_counted (it and its reference row
-# finished: behind every number), the BLEU column's n, sd, Δ sd, p_t and rule, per_seed (each
-# seed's run_dir, status, bleu, delta, mark and p_value). The test behind the BLEU marks: test,
-# test_name, correction, shuffles.
+# One row of the table on one data set (a cited row: the paper's numbers only). label: with the row's id where another
+# row of the table has the same label; cited: where a row quoted from another paper comes from; reference: the row it is
+# compared with (Δ, ratio, significance); model_row: the row that trains the model it reports on; status: "done", "not
+# run", "not planned" or "cited"; missing: the numbers it lacks, "column: why"; bleu to paper_mark: the BLEU column's
+# numbers, repeated at the top for the CSV's readers; samples: of its bootstrap; model_bleu: the BLEU of its model's own
+# evaluation; adversarial: shuffled source -> BLEU. Seeds: seeds (asked for), seeds_done (finished), seeds_counted (it
+# and its reference row finished: behind every number), the BLEU column's n, sd, Δ sd, p_t and rule, per_seed (each
+# seed's run_dir, status, bleu, delta, mark and p_value). The test behind the BLEU marks: test, test_name, correction,
+# shuffles.
 Record = TypedDict("Record", {
     "table": str, "dataset": str, "row": str, "label": str, "group": str, "cited": Optional[str],
     "reference": Optional[str], "reference_label": Optional[str], "model_row": Optional[str],
@@ -253,16 +248,9 @@ READERS = {
     "decode_speed": lambda params, run, ref: make_value(run.result.get(
         "decode_tokens_per_s" if params.get("unit") == "tokens/s" else "decode_sents_per_s")),
     "decode_time": lambda params, run, ref: make_value(_decode_seconds(run.result)),
-    "decode_speedup": _decode_speedup,
-    "adversarial": _adversarial,
-    "meteor": _meteor,
-    "chrf": _chrf,
-    "comet": _comet,
-    "layer_dependency": _layer_dependency,
-    "decoders": _decoders,
-    "probing": _probing,
-    "word_translation": _word_translation,
-    "translate_from_layer": _translate_from_layer,
+    "decode_speedup": _decode_speedup, "adversarial": _adversarial, "meteor": _meteor, "chrf": _chrf, "comet": _comet,
+    "layer_dependency": _layer_dependency, "decoders": _decoders, "probing": _probing,
+    "word_translation": _word_translation, "translate_from_layer": _translate_from_layer,
 }
 # the sources read from files a run writes after its result.json: "not run" until it has one
 AFTER_RESULT = ("meteor", "chrf", "comet")
@@ -284,11 +272,10 @@ def run_values(table: Table, row: Row, run: Optional[RunData], ref: Optional[Run
     return out
 
 
-# The scale of one data set's runs (the first run's, where they differ: its data, budget, device
-# and decoding are the table's): the paper's task, the data used (substitute: why and what), the
-# test set, the models' shape in words -> the rows of that shape, the least and most parameters
-# (millions) and updates done, the budget in words, the seed as text (the table JSON's format),
-# sacreBLEU's signature, the scale ("smoke", "cpu" or "").
+# The scale of one data set's runs (the first run's, where they differ: its data, budget, device and decoding are the
+# table's): the paper's task, the data used (substitute: why and what), the test set, the models' shape in words -> the
+# rows of that shape, the least and most parameters (millions) and updates done, the budget in words, the seed as text
+# (the table JSON's format), sacreBLEU's signature, the scale ("smoke", "cpu" or "").
 Scale = TypedDict("Scale", {
     "paper": str, "data": str, "substitute": bool, "substitution": str, "test_set": str,
     "test_sentences": Optional[int], "train_pairs": Optional[int], "models": Dict[str, List[str]],

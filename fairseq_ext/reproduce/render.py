@@ -146,10 +146,9 @@ def legend(table: Table, records: List[Record], smoke: bool = False) -> List[str
     if any(r["reference"] for r in records) and not printed:
         lines.append("vs: the row's reference row; Δ ours and ratio ours are against that row's run.")
     elif any(r["reference"] for r in records):
-        lines.append("vs: the row's reference row (the paper's own comparison); Δ ours and ratio ours are "
-                     "against that row's run; Δ paper and ratio paper are computed from the paper's printed "
-                     "numbers; a difference column the paper prints is shown as printed, ours beside it against "
-                     "the same row.")
+        lines.append("vs: the row's reference row (the paper's own comparison); Δ ours and ratio ours are against that "
+                     "row's run; Δ paper and ratio paper are computed from the paper's printed numbers; a difference "
+                     "column the paper prints is shown as printed, ours beside it against the same row.")
     several = next((r["seeds"] for r in records if "seeds" in r), None)
     if several:
         lines.append(
@@ -207,8 +206,7 @@ def legend(table: Table, records: List[Record], smoke: bool = False) -> List[str
         lines.append("No sig. column: " + "; ".join(reasons) + ".")
     if any(shows_ratio(c) for c in table.columns):
         lines.append("ratio: the row's value / its reference row's (speeds: above 1 is faster; times: above 1 is "
-                     "slower). Our speeds and times are of this machine, the paper's of its GPUs: compare the "
-                     "ratios.")
+                     "slower). Our speeds and times are of this machine, the paper's of its GPUs: compare the ratios.")
     untrained = list(dict.fromkeys(r["label"] for r in records if r.get("model_bleu") is not None
                                    and r["model_bleu"] < 1.0))
     if untrained:

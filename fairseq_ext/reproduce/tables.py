@@ -175,8 +175,7 @@ def with_chrf(columns: List[Column]) -> List[Column]:
     bleu = next((c for c in columns if c.source == "bleu"), None)
     if bleu is None:
         return columns
-    at = max(i for i, c in enumerate(columns)
-             if c is bleu or (c.source == "delta" and c.params.get("of") == bleu.name))
+    at = max(i for i, c in enumerate(columns) if c is bleu or (c.source == "delta" and c.params.get("of") == bleu.name))
     return columns[: at + 1] + [Column(name="chrF", source="chrf", printed=False)] + columns[at + 1:]
 
 
@@ -310,8 +309,7 @@ class Table:
         for name in [s.strip() for s in spec.split(",") if s.strip()]:
             match = [r for r in self.rows if name in (r.id, r.label)]
             if not match:
-                raise TableConfigError(f"--rows: {self.id} has no row {name!r} "
-                                       f"(rows: {', '.join(r.id for r in own)})")
+                raise TableConfigError(f"--rows: {self.id} has no row {name!r} (rows: {', '.join(r.id for r in own)})")
             if not match[0].runnable:
                 raise TableConfigError(f"--rows: {name!r} of {self.id} is a number quoted from another paper")
             wanted.append(match[0])

@@ -15,9 +15,8 @@ INDEX_TITLE = "# fairseq_ext self-check"
 
 
 def check_out(out: str) -> None:
-    """Refuse an --out holding a file the self-check would replace but did not write: a README.md
-    that is not its index (``--out .`` in a checkout), a STAGE.json that is not its record of that
-    stage, a STAGE.md without that record."""
+    """Refuse an --out holding a file the self-check would replace but did not write: a README.md that is not its index
+    (``--out .`` in a checkout), a STAGE.json that is not its record of that stage, a STAGE.md without that record."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise CommandError(f"--out {out}: exists and is not a folder")
     index = os.path.join(out, "README.md")

@@ -212,8 +212,7 @@ def bench_table(runs: Dict[str, dict], dtypes: List[str], config: str, measure: 
     return [title, ""] + table(header, body)
 
 
-def run_bench(out: str, device, quick: bool, time_limit: float, dtypes: Optional[List[str]] = None,
-              **_) -> List[str]:
+def run_bench(out: str, device, quick: bool, time_limit: float, dtypes: Optional[List[str]] = None, **_) -> List[str]:
     dtypes = dtypes or (["fp16", "bf16"] if device.type == "cuda" else ["bf16"])
     plans = [("base", "tiny" if quick else "base", BASE_ROWS[:1] + BASE_ROWS[4:5] if quick else BASE_ROWS),
              ("small", "tiny" if quick else "small", SMALL_ROWS[:1] if quick else SMALL_ROWS)]

@@ -94,8 +94,7 @@ def previous_training_seconds(save: str) -> float:
 
 
 def finished(save: str, log: str, settings: str) -> bool:
-    """A run trained to its planned updates with these settings: kept (a resumed one would train
-    one more update)."""
+    """A run trained to its planned updates with these settings: kept (a resumed one would train one more update)."""
     path = os.path.join(save, "selfcheck.settings")
     if not os.path.exists(path) or not os.path.exists(os.path.join(save, "checkpoint_last.pt")):
         return False
@@ -220,8 +219,7 @@ def slugs() -> Dict[str, str]:
     found: Dict[str, str] = {}
     for table_id in TABLES:
         for row in (r for r in load_table(table_id).rows if r.runnable):
-            found.setdefault(row_flags(row), row.id if table_id == TABLES[0]
-                             else f"{table_id.split('-')[1]}-{row.id}")
+            found.setdefault(row_flags(row), row.id if table_id == TABLES[0] else f"{table_id.split('-')[1]}-{row.id}")
     return found
 
 

@@ -228,9 +228,8 @@ def run(cli, parser, device) -> int:
     if cli.profile:
         return profile_updates(cli, stock, sweep, common, dictionary, device, device_name, passes)
     decoding = decode_batches(stock, src_sizes, tgt_sizes, dictionary, cli, device) if cli.decode_sentences else []
-    settings = {"mode": "updates", "device": device_name, "dtype": cli.dtype, "config": cli.config,
-                "vocab": cli.vocab, "data": data_info["what"], "updates": blocks * cli.block, "warmup": cli.warmup,
-                "block": cli.block}
+    settings = {"mode": "updates", "device": device_name, "dtype": cli.dtype, "config": cli.config, "vocab": cli.vocab,
+                "data": data_info["what"], "updates": blocks * cli.block, "warmup": cli.warmup, "block": cli.block}
     results = {"mode": "updates", "settings": {**vars(cli), **settings}, "data": {**data_info,
                "sentences": len(src_sizes), "src_tokens_mean": float(src_sizes.mean()),
                "tgt_tokens_mean": float(tgt_sizes.mean())},
@@ -319,10 +318,9 @@ def profile_updates(cli, stock, sweep, common, dictionary, device, device_name: 
                "settle_passes_s": [round(p, 3) for p in passes], "rows": []}
     header = ["model", "max tokens", "tgt tokens/update", "updates/s", "tgt tokens/s", "TFLOP/s", "peak GiB",
               "host ms/update (profiled)", "device ms/update", "kernels/update", "host syncs/update"]
-    print(f"{results['device']}, {cli.dtype}, {cli.config} config, vocab {cli.vocab}: each model alone, "
-          f"{cli.warmup} warm-up updates (FLOPs counted), {len(next(iter(sweep.values()))[0]) - cli.warmup} timed, "
-          "the same again profiled; "
-          f"first the stock model ran every batch untimed {len(passes)} times (seconds a pass: "
+    print(f"{results['device']}, {cli.dtype}, {cli.config} config, vocab {cli.vocab}: each model alone, {cli.warmup} "
+          f"warm-up updates (FLOPs counted), {len(next(iter(sweep.values()))[0]) - cli.warmup} timed, the same again "
+          f"profiled; first the stock model ran every batch untimed {len(passes)} times (seconds a pass: "
           f"{', '.join(f'{p:.2f}' for p in passes) or 'none'})")
     print("| " + " | ".join(header) + " |\n|---|" + "---:|" * (len(header) - 1), flush=True)
     for name, trainer in models:

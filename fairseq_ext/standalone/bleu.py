@@ -31,11 +31,9 @@ def _scored(scorer, hyps, refs):
 
 def score(hyp_detok, ref_detok, hyp_tok=None, ref_tok=None):
     """sacreBLEU of the files in each flavour: {flavour: {score, signature, line, hyp, ref}}."""
-    jobs = [("detok-cased", hyp_detok, ref_detok, "13a", False),
-            ("detok-lc", hyp_detok, ref_detok, "13a", True)]
+    jobs = [("detok-cased", hyp_detok, ref_detok, "13a", False), ("detok-lc", hyp_detok, ref_detok, "13a", True)]
     if hyp_tok and ref_tok:
-        jobs += [("tok-cased", hyp_tok, ref_tok, "none", False),
-                 ("tok-lc", hyp_tok, ref_tok, "none", True)]
+        jobs += [("tok-cased", hyp_tok, ref_tok, "none", False), ("tok-lc", hyp_tok, ref_tok, "none", True)]
     results = {}
     for name, hyp_path, ref_path, tok, lc in jobs:
         hyps, refs = list(read_lines(hyp_path)), list(read_lines(ref_path))

@@ -61,8 +61,7 @@ def die(msg):
 def open_text(path, mode="w"):
     """A file to write text to (UTF-8, LF line ends; .gz compressed)."""
     if path.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, mode.replace("t", "") + "b"), encoding="utf-8",
-                                newline="\n")
+        return io.TextIOWrapper(gzip.open(path, mode.replace("t", "") + "b"), encoding="utf-8", newline="\n")
     return open(path, mode, encoding="utf-8", newline="\n")
 
 

@@ -36,12 +36,11 @@ import sys
 import tempfile
 from typing import Iterable, List, Optional, Sequence, Set, Tuple
 
-# Every directory a script of this package writes holds this file. Its first line says which
-# script wrote the directory; its second line, MANIFEST, that every other line is the exact
-# path (relative, with "/") of one file, symlink or empty directory that the script wrote
-# there, or, ending in "/", of a subdirectory that another script of the package wrote and
-# that holds its own marker (a nested output: quickstart's SAVE_DIR/eval-test/). A directory is
-# replaced only while it holds nothing but those entries, at any depth.
+# Every directory a script of this package writes holds this file. Its first line says which script wrote the directory;
+# its second line, MANIFEST, that every other line is the exact path (relative, with "/") of one file, symlink or empty
+# directory that the script wrote there, or, ending in "/", of a subdirectory that another script of the package wrote
+# and that holds its own marker (a nested output: quickstart's SAVE_DIR/eval-test/). A directory is replaced only while
+# it holds nothing but those entries, at any depth.
 MARKER = ".fairseq_ext-output"
 MANIFEST = "# manifest: exact paths"
 # the names evaluation and significance write under (markers, messages)
@@ -75,10 +74,9 @@ def _listing(path: str) -> List[str]:
 
 
 def manifest(directory: str) -> List[str]:
-    """The exact manifest of ``directory``: every file, symlink and empty directory beneath
-    it, as a relative path with "/", sorted; a subdirectory that holds its own marker (another
-    script's output) as "SUB/"; not the marker itself. A name with a newline cannot be listed:
-    it is left out, so that the directory is never replaced while it holds it."""
+    """The exact manifest of ``directory``: every file, symlink and empty directory beneath it, as a relative path with
+    "/", sorted; a subdirectory that holds its own marker (another script's output) as "SUB/"; not the marker itself. A
+    name with a newline cannot be listed: it is left out, so that the directory is never replaced while it holds it."""
     entries = []
 
     def walk(rel: str) -> None:
@@ -101,8 +99,7 @@ def manifest(directory: str) -> List[str]:
 
 
 def mark_output(directory: str, *, prog: str) -> None:
-    """Write the marker into ``directory``: ``prog`` wrote it, and the exact manifest of what
-    it holds now."""
+    """Write the marker into ``directory``: ``prog`` wrote it, and the exact manifest of what it holds now."""
     with open(os.path.join(directory, MARKER), "w", encoding="utf-8", errors="surrogateescape", newline="\n") as f:
         f.write(f"# written by {prog} (fairseq_ext); it may replace this directory while it holds only:\n")
         f.write(MANIFEST + "\n")
@@ -110,8 +107,7 @@ def mark_output(directory: str, *, prog: str) -> None:
 
 
 def _read_marker(directory: str) -> Optional[Tuple[str, List[str]]]:
-    """(the script that wrote ``directory``, the entries of its manifest); None without a
-    marker that is a manifest."""
+    """(the script that wrote ``directory``, the entries of its manifest); None without a marker that is a manifest."""
     try:
         with open(os.path.join(directory, MARKER), encoding="utf-8", errors="surrogateescape", newline="\n") as f:
             lines = f.read().split("\n")
@@ -144,9 +140,8 @@ def _unmarked(directory: str) -> str:
 
 
 def add_output_entries(directory: str, entries: Sequence[str]) -> None:
-    """Add ``entries`` to ``directory``'s marker (exact paths; "SUB/" for a nested output that
-    another script writes there, such as quickstart's SAVE_DIR/eval-test/). An entry need not
-    exist yet."""
+    """Add ``entries`` to ``directory``'s marker (exact paths; "SUB/" for a nested output that another script writes
+    there, such as quickstart's SAVE_DIR/eval-test/). An entry need not exist yet."""
     for entry in entries:
         path = entry[:-1] if entry.endswith("/") else entry
         if not path or "\n" in entry or path.startswith("/") or any(p in ("", ".", "..") for p in path.split("/")):
@@ -179,9 +174,8 @@ def _find_git(directory: str) -> Optional[str]:
 
 
 def _refusal(top: str, entry: str, writer: str) -> OutputError:
-    """Why ``top`` is not replaced while it holds ``entry`` (a path relative to it), which
-    ``writer`` did not write there: the temporary directory of an interrupted run, another
-    script's output, or a user's file."""
+    """Why ``top`` is not replaced while it holds ``entry`` (a path relative to it), which ``writer`` did not write
+    there: the temporary directory of an interrupted run, another script's output, or a user's file."""
     path = os.path.join(top, entry)
     if _is_dir(path):
         stale = STAGING.match(os.path.basename(entry))
@@ -244,13 +238,11 @@ def _check_nested(top: str, entry: str, owner: str) -> None:
 
 def check_replaceable(directory: str, inputs: Iterable[str] = (), *, prog: str,
                       install_dir: Optional[str] = None) -> None:
-    """Raise OutputError unless an existing ``directory`` may be deleted and replaced by
-    ``prog``. It must not be, or contain, /, $HOME, the working directory (no script changes
-    it, so it is the one the user started in), the directory holding the package or any of
-    ``inputs``; it must not contain a git repository (at any depth); and it
-    must be empty, or hold ``prog``'s marker and nothing but the entries of its manifest: every
-    file, symlink and empty directory, at any depth, and every nested output listed, itself
-    replaceable by the same rules."""
+    """Raise OutputError unless an existing ``directory`` may be deleted and replaced by ``prog``. It must not be, or
+    contain, /, $HOME, the working directory (no script changes it, so it is the one the user started in), the directory
+    holding the package or any of ``inputs``; it must not contain a git repository (at any depth); and it must be empty,
+    or hold ``prog``'s marker and nothing but the entries of its manifest: every file, symlink and empty directory, at
+    any depth, and every nested output listed, itself replaceable by the same rules."""
     d = os.path.realpath(directory)
     if not os.path.lexists(d):
         return
@@ -324,12 +316,11 @@ def _holder_line(pid: int) -> str:
 
 
 def lock_fd(fd: int, path: str, target: str, what: str = "output directory", pid: Optional[int] = None) -> str:
-    """Take the lock on the open file ``fd`` of ``path`` (``target``'s :func:`lock_path`) for the
-    process ``pid`` (default: this one) and write the holder line into it: :data:`TAKEN`. When
-    another process has it: :data:`PARENTS` if its holder line names ``pid`` or a parent of it on
-    this host, else :class:`OutputBusyError` naming the holder. :data:`UNSUPPORTED` when the file
-    system has no locks, :data:`REPLACED` when ``path`` was replaced meanwhile (a holder removing
-    it as it finished)."""
+    """Take the lock on the open file ``fd`` of ``path`` (``target``'s :func:`lock_path`) for the process ``pid``
+    (default: this one) and write the holder line into it: :data:`TAKEN`. When another process has it: :data:`PARENTS`
+    if its holder line names ``pid`` or a parent of it on this host, else :class:`OutputBusyError` naming the holder.
+    :data:`UNSUPPORTED` when the file system has no locks, :data:`REPLACED` when ``path`` was replaced meanwhile (a
+    holder removing it as it finished)."""
     pid = pid or os.getpid()
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -414,19 +405,17 @@ class OutputLock:
 
 
 def lock_inherited_fd(target: str, fd: int, what: str, pid: int) -> int:
-    """For bash (common.sh fsx_lock_output): lock the file descriptor ``fd`` that the script
-    ``pid`` opened on :func:`lock_path` and keeps open; the lock lives as long as the script
-    holds it. Returns 0: held (or the file system has no locks), 2: a parent of the script holds
-    it, 3: the file was replaced meanwhile (open it again); raises :class:`OutputBusyError` when
-    another command holds it."""
+    """For bash (common.sh fsx_lock_output): lock the file descriptor ``fd`` that the script ``pid`` opened on
+    :func:`lock_path` and keeps open; the lock lives as long as the script holds it. Returns 0: held (or the file system
+    has no locks), 2: a parent of the script holds it, 3: the file was replaced meanwhile (open it again); raises
+    :class:`OutputBusyError` when another command holds it."""
     outcome = lock_fd(fd, lock_path(target), os.path.realpath(target), what, pid=pid)
     return {TAKEN: 0, UNSUPPORTED: 0, PARENTS: 2, REPLACED: 3}[outcome]
 
 
 def stale_staging(target: str) -> List[str]:
-    """The temporary directories beside ``target`` of earlier runs that wrote it and were
-    killed before they finished. Only meaningful while holding its lock: then no live run owns
-    them."""
+    """The temporary directories beside ``target`` of earlier runs that wrote it and were killed before they finished.
+    Only meaningful while holding its lock: then no live run owns them."""
     parent, name = os.path.split(os.path.realpath(target))
     if not os.path.isdir(parent):
         return []

@@ -100,17 +100,15 @@ def from_args(args: argparse.Namespace) -> Optional[Comet]:
     flag = "--comet-python" if args.comet_python else "--comet-model (this Python)"
     python = (shutil.which(args.comet_python) or args.comet_python) if args.comet_python else sys.executable
     model = resolve_model(args.comet_model)
-    return Comet(python=python, version=comet_version(python, flag), model=model,
-                 name=model_name(args.comet_model), batch_size=args.comet_batch_size,
-                 gpus=0 if getattr(args, "cpu", False) else 1)
+    return Comet(python=python, version=comet_version(python, flag), model=model, name=model_name(args.comet_model),
+                 batch_size=args.comet_batch_size, gpus=0 if getattr(args, "cpu", False) else 1)
 
 
 def _run(comet: Comet, texts: Dict[str, Sequence[str]], command: Callable[[Dict[str, str], str], List[str]],
          what: str) -> dict:
-    """Write ``texts`` (name -> lines) to files in a folder of ours, run ``command(files,
-    result)`` there (with ``python -c`` the current folder comes first on the path: ours, not one
-    that would shadow COMET's ``comet``) and return the JSON it wrote to ``result``. Off a
-    terminal COMET's output is kept, and a failure is its last line."""
+    """Write ``texts`` (name -> lines) to files in a folder of ours, run ``command(files, result)`` there (with
+    ``python -c`` the current folder comes first on the path: ours, not one that would shadow COMET's ``comet``) and
+    return the JSON it wrote to ``result``. Off a terminal COMET's output is kept, and a failure is its last line."""
     with tempfile.TemporaryDirectory(prefix="fairseq-ext-comet.") as tmp:
         files = {name: os.path.join(tmp, f"{name}.txt") for name in texts}
         for name, lines in texts.items():
@@ -169,9 +167,8 @@ def score(comet: Comet, src: Sequence[str], hyp: Sequence[str], ref: Sequence[st
 
 def compare(comet: Comet, src: Sequence[str], baseline: Sequence[str], system: Sequence[str],
             ref: Sequence[str], num_splits: int = 300, sample_ratio: float = 0.4) -> dict:
-    """``comet-compare`` of ``system`` against ``baseline``: its paired t-test over the segment
-    scores and its bootstrap resampling ({p_value, baseline_mean, system_mean, wins, ties,
-    losses, signature})."""
+    """``comet-compare`` of ``system`` against ``baseline``: its paired t-test over the segment scores and its bootstrap
+    resampling ({p_value, baseline_mean, system_mean, wins, ties, losses, signature})."""
     found = _run(comet, {"src": src, "baseline": baseline, "system": system, "ref": ref}, lambda files, out: [
         comet.python, "-c", COMPARE, "-s", files["src"], "-t", files["baseline"], files["system"], "-r", files["ref"],
         "--model", comet.model, "--batch_size", str(comet.batch_size), "--gpus", str(comet.gpus),

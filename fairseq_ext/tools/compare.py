@@ -118,9 +118,8 @@ def check(opts: argparse.Namespace) -> argparse.Namespace:
 
 
 def comet_files(opts: argparse.Namespace) -> Optional[List[str]]:
-    """With --eval-*, the files COMET reads: the data's raw source (as the evaluation recorded
-    it), the evaluations' detokenized translations and reference. None with --sys-*: COMET reads
-    the compared files themselves, with --src."""
+    """With --eval-*, the files COMET reads: the data's raw source (as the evaluation recorded it), the evaluations'
+    detokenized translations and reference. None with --sys-*: COMET reads the compared files themselves, with --src."""
     if not opts.eval_a:
         if not opts.src:
             raise CompareError("--comet-model needs --src: COMET reads the source sentences")

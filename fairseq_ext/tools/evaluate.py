@@ -142,10 +142,9 @@ def plan(opts: argparse.Namespace) -> Plan:
         raise EvaluationError("--unshuffled is for the adversarial evaluation (--shuffle-source L)")
     out = out or check_default_out(default, data, opts.split)
     comet = comet_metric.from_args(argparse.Namespace(**vars(opts), cpu=has_option(args, "--cpu")))
-    return Plan(opts=opts, checkpoints=checkpoints, data=data, prep=prep, src=src, tgt=tgt,
-                remove_bpe=REMOVE_BPE[bpe], headline=headline, note=note, shuffle=shuffle,
-                shuffle_seed=generate_value(args, "--shuffle-seed") or "1", unshuffled=unshuffled, out=out,
-                comet=comet)
+    return Plan(opts=opts, checkpoints=checkpoints, data=data, prep=prep, src=src, tgt=tgt, remove_bpe=REMOVE_BPE[bpe],
+                headline=headline, note=note, shuffle=shuffle,
+                shuffle_seed=generate_value(args, "--shuffle-seed") or "1", unshuffled=unshuffled, out=out, comet=comet)
 
 
 def build_parser() -> CommandParser:
@@ -176,10 +175,9 @@ def build_parser() -> CommandParser:
         help=f"{' | '.join(FLAVOURS)}: the score to report (default: the one the papers report for the recipe "
              "in prep.env)")
     add("--unshuffled", default="", metavar="DIR",
-        help="the plain evaluation to report the BLEU drop against (default: CKPT_DIR/eval-SET when it "
-             "evaluated the same checkpoint); with --shuffle-source L, the adversarial evaluation of a "
-             "multi-source model (source L's sentences replaced by other sentences of the split, "
-             "--shuffle-seed N, default 1)")
+        help="the plain evaluation to report the BLEU drop against (default: CKPT_DIR/eval-SET when it evaluated the "
+             "same checkpoint); with --shuffle-source L, the adversarial evaluation of a multi-source model (source "
+             "L's sentences replaced by other sentences of the split, --shuffle-seed N, default 1)")
     comet_metric.add_arguments(parser)
     return parser
 
@@ -205,8 +203,7 @@ def comet_of(p: Plan, out: str, split: str, flavour: str) -> dict:
     if p.src and os.path.isfile(raw_src) and evaluations.count_lines(raw_src) == len(hyp):
         src = read_lines(raw_src)
     else:
-        _log(f"WARNING: no {raw_src} with {len(hyp)} lines: COMET reads the detokenized source of fairseq's "
-             "S- lines")
+        _log(f"WARNING: no {raw_src} with {len(hyp)} lines: COMET reads the detokenized source of fairseq's S- lines")
         detok = moses.moses_detokenizer(p.src or "en")
         src = [detok(line) for line in read_lines(os.path.join(out, "src.tok"))]
     return comet_metric.score(p.comet, src, hyp, ref, lowercase=flavour.endswith("-lc"))

@@ -79,9 +79,8 @@ def score_of(stats: Statistics, setup: "Language") -> float:
 
 def _language(language: str) -> Language:
     if language not in LANGUAGES:
-        raise MeteorUnavailable(
-            f"METEOR for language {language!r} is unavailable: METEOR 1.5 has tuned parameters "
-            f"only for {', '.join(sorted(LANGUAGES))}, and only those are scored here")
+        raise MeteorUnavailable(f"METEOR for language {language!r} is unavailable: METEOR 1.5 has tuned parameters "
+                                f"only for {', '.join(sorted(LANGUAGES))}, and only those are scored here")
     return LANGUAGES[language]
 
 

@@ -23,11 +23,10 @@ from fairseq_ext.tools.statistics import FLAVOURS, MARKS
 def paired_significance(refs: Sequence[str], baseline: Sequence[str], systems: Dict[str, Sequence[str]], *,
                         flavour: str = "detok-cased", method: str = "bs", n_samples: int = 1000,
                         seed: int = 12345, marks: str = "thesis", metrics: Sequence[str] = ("BLEU",)) -> dict:
-    """sacreBLEU's paired test (:func:`~fairseq_ext.tools.statistics.paired_bs`, ``paired_ar``) of
-    each system against the baseline: {"baseline": {...}, name: {...}}, each with ``bleu``,
-    ``mean`` and ``ci`` (bootstrap mean and 95% half-width; for ``ar`` from 1000 resamples),
-    ``p_value`` (None for the baseline), ``mark`` and ``signature``. ``metrics`` beyond BLEU
-    (``chrF2``, ``chrF2++``, ``TER``) are tested on the same resamples, under ``metrics``."""
+    """sacreBLEU's paired test (:func:`~fairseq_ext.tools.statistics.paired_bs`, ``paired_ar``) of each system against
+    the baseline: {"baseline": {...}, name: {...}}, each with ``bleu``, ``mean`` and ``ci`` (bootstrap mean and 95%
+    half-width; for ``ar`` from 1000 resamples), ``p_value`` (None for the baseline), ``mark`` and ``signature``.
+    ``metrics`` beyond BLEU (``chrF2``, ``chrF2++``, ``TER``) are tested on the same resamples, under ``metrics``."""
     if n_samples < 1:  # sacreBLEU would draw no sample and report p = 1 with a bs:1000 signature
         raise ValueError(f"--samples must be at least 1, not {n_samples}")
     if method not in ("bs", "ar"):

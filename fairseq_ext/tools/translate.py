@@ -60,9 +60,8 @@ class InputError(FairseqExtError):
 
 
 def read_input(stream, name: Optional[str] = None, strict: str = "") -> Iterator[Optional[str]]:
-    """The lines of a binary stream, cleaned by corpus.clean_line. A line that is not UTF-8 comes
-    out as None after one warning; with ``strict`` it is an InputError instead, ``strict`` the
-    message with {} for clean_line's words."""
+    """The lines of a binary stream, cleaned by corpus.clean_line. A line that is not UTF-8 comes out as None after one
+    warning; with ``strict`` it is an InputError instead, ``strict`` the message with {} for clean_line's words."""
     name = name or getattr(stream, "name", STDIN)
     for number, raw in enumerate(stream, start=1):  # binary: split on LF only, as wc -l
         try:
@@ -178,10 +177,9 @@ class Translator:
 
     def translate_tokenized(self, lines: Iterable[Optional[str]], batch_size: int, tally: Tally,
                             progress: Callable[[int], object], buffer_batches: int = 16) -> Iterator[str]:
-        """Tokenized translations in input order, one per line, ``buffer_batches`` batches of
-        lines read at a time and batched by length (less padding). An empty line, or one that
-        could not be read (None), gives an empty translation without asking the model.
-        ``progress(n)`` is called as n more lines are done."""
+        """Tokenized translations in input order, one per line, ``buffer_batches`` batches of lines read at a time and
+        batched by length (less padding). An empty line, or one that could not be read (None), gives an empty
+        translation without asking the model. ``progress(n)`` is called as n more lines are done."""
         tally.max_source = self.max_source
         buffer: List[tuple] = []
         for number, line in enumerate(lines, start=1):
@@ -292,8 +290,7 @@ def main(argv=None):
     try:
         with staged as out, progress_bar(args.progress, total) as update:
             lines = read_input(source, args.input or STDIN, strict="{} (--strict)" if args.strict else "")
-            for text in translator.translate_tokenized(lines, batch_size=args.batch_size, tally=tally,
-                                                       progress=update):
+            for text in translator.translate_tokenized(lines, batch_size=args.batch_size, tally=tally, progress=update):
                 out.write(translator.detokenize(text) + "\n")
                 out.flush()
     finally:
