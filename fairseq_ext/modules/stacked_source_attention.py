@@ -161,13 +161,14 @@ class SentenceCachedAttention(RecordingMultiheadAttention):
                 key_padding_mask, saved.pop("new_order", None))
             self._set_input_buffer(incremental_state, saved)
 
-        def attend(queries, mask):
+        def attend(queries, mask):  # the weights per hypothesis only when asked for
             weights = softmax_float(scaled_logits(queries, k, mask))
-            return torch.matmul(self.dropout_module(weights), v), weights
+            context = torch.matmul(self.dropout_module(weights), v)
+            return (context, weights) if need_weights or need_head_weights else (context,)
 
-        context, weights = attend_by_sentence(attend, q, k.size(0), key_padding_mask)
+        context, *weights = attend_by_sentence(attend, q, k.size(0), key_padding_mask)
         return self.out_proj(merge_heads(context)), attention_weights_for_output(
-            weights, need_weights, need_head_weights)
+            weights[0] if weights else None, need_weights, need_head_weights)
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
         if self.recording_weights:  # fairseq's own steps (an analysis records the whole decoding)
