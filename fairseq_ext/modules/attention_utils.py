@@ -202,8 +202,9 @@ def defer_reorder(buffer: Dict[str, Optional[Tensor]], new_order: Tensor) -> Non
 
 
 def _joined(prev: Tensor, new: Tensor, dim: int, order: Optional[Tensor]) -> Tensor:
-    """torch.cat([prev.index_select(0, order), new], dim) with a single copy of ``prev`` (decoding)."""
-    if torch.is_grad_enabled() and (prev.requires_grad or new.requires_grad):
+    """torch.cat([prev.index_select(0, order), new], dim) with a single copy of ``prev`` (decoding on a CPU,
+    where the copies' bytes are the cost; on a GPU both ways launch two kernels)."""
+    if prev.device.type != "cpu" or torch.is_grad_enabled() and (prev.requires_grad or new.requires_grad):
         return torch.cat([prev if order is None else prev.index_select(0, order), new], dim)
     sizes = list(new.shape)
     sizes[dim] += prev.size(dim)
