@@ -127,7 +127,8 @@ class DualContextualAttention(nn.Module, ReportsAttentionWeights):
         # [q_l; q_g; k_g; v_g] from r, one [k_l; v_l] from lc, and one cache holds both FIs' steps
         heads = self.num_heads
         w_r, b_r, w_lc, b_lc = self._projections()
-        from_r, from_lc = split_heads(F.linear(r, w_r, b_r), 4 * heads), split_heads(F.linear(lc, w_lc, b_lc), 2 * heads)
+        from_r = split_heads(F.linear(r, w_r, b_r), 4 * heads)
+        from_lc = split_heads(F.linear(lc, w_lc, b_lc), 2 * heads)
         q = from_r[:, : 2 * heads]
         k = torch.cat([from_lc[:, :heads], from_r[:, 2 * heads : 3 * heads]], dim=1)
         v = torch.cat([from_lc[:, heads:], from_r[:, 3 * heads :]], dim=1)
@@ -158,11 +159,11 @@ class DualContextualAttention(nn.Module, ReportsAttentionWeights):
         [k_l; v_l], concatenated once while the weights do not change (decoding)."""
         local, glob, scaling = self.local_fi, self.global_fi, self.head_dim**-0.5
         parts = [local.q_proj, glob.q_proj, glob.k_proj, glob.v_proj, local.k_proj, local.v_proj]
-        scales = [scaling, scaling, 1.0, 1.0, 1.0, 1.0]
         params = [t for m in parts for t in (m.weight, m.bias)]
 
         def fuse(ts):
-            w, b = [t * c for t, c in zip(ts[0::2], scales)], [t * c for t, c in zip(ts[1::2], scales)]
+            w, b = list(ts[0::2]), list(ts[1::2])
+            w[:2], b[:2] = [t * scaling for t in w[:2]], [t * scaling for t in b[:2]]  # the two queries
             return torch.cat(w[:4]), torch.cat(b[:4]), torch.cat(w[4:]), torch.cat(b[4:])
 
         return made_while_unchanged(self, "_fused_projections", params, fuse)

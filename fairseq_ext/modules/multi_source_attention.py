@@ -44,8 +44,8 @@ from fairseq_ext.modules.attention_utils import (
     ungroup,
     xavier_linear,
 )
-from fairseq_ext.modules.stacked_source_attention import (SentenceCachedAttention, StackedSourceAttention, reorder_static,
-                                                         static_per_sentence)
+from fairseq_ext.modules.stacked_source_attention import (SentenceCachedAttention, StackedSourceAttention,
+                                                         reorder_static, static_per_sentence)
 
 
 def without_source(key_padding_mask: Optional[Tensor], num_sources: int, removed: Optional[int],
@@ -245,7 +245,8 @@ class HierarchicalCrossAttention(nn.Module, ReportsAttentionWeights):
 
     def decode_sources(self, query: Tensor, key: Optional[Tensor], key_padding_mask: Optional[Tensor],
                        incremental_state, want_weights: bool, need_head_weights: bool):
-        """The n first-level attentions of one decoding step, together: each source's context
+        """The n first-level attentions together (a training step, or a decoding step with the
+        static keys and values of each sentence cached once): each source's context
         (Z x B x C) and, when asked, its weights as its ``MultiheadAttention`` returns them
         (H x B x Z x J per head, or B x Z x J averaged)."""
         attentions = self.source_attentions
@@ -295,7 +296,7 @@ class HierarchicalCrossAttention(nn.Module, ReportsAttentionWeights):
 
     def decode_contexts(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Optional[Tensor],
                         need_weights: bool):
-        """The second level in decoding, as ``self.context_attention`` (a fairseq
+        """The second level in training and decoding, as ``self.context_attention`` (a fairseq
         ``MultiheadAttention``) computes it, without its general path: each of the N = Z B
         positions attends its own n contexts, so the products are n-long sums, not matmuls.
         query: 1 x N x C; key = value: the contexts n x N x C. Returns 1 x N x C and, when

@@ -175,6 +175,6 @@ class SentenceCachedAttention(RecordingMultiheadAttention):
             return super().reorder_incremental_state(incremental_state, new_order)
         if self.encoder_decoder_attention:
             reorder_static(self, incremental_state, new_order)
-        elif self._get_input_buffer(incremental_state):
-            defer_reorder(self._get_input_buffer(incremental_state), new_order)  # in place
+        elif buffer := self._get_input_buffer(incremental_state):
+            defer_reorder(buffer, new_order)  # in place: the dict incremental_state holds
         return incremental_state
