@@ -29,10 +29,18 @@ def _arch(flags) -> Tuple[str, List[str]]:
 
 
 def count(flags: List[str], vocab: int = VOCAB) -> int:
-    arch, args = _arch(flags)
-    dictionary = make_dictionary(vocab - 4)
-    model, _ = build_model(arch, "--share-all-embeddings", *args, dictionary=dictionary, seed=None, device="meta")
+    return _count(tuple(flags), vocab)
+
+
+@functools.lru_cache(maxsize=None)  # rows repeat across a table's data sets and across tables
+def _count(flags: tuple, vocab: int) -> int:
+    arch, args = _arch(list(flags))
+    model, _ = build_model(arch, "--share-all-embeddings", *args, dictionary=_dictionary(vocab - 4), seed=None,
+                           device="meta")
     return sum(p.numel() for p in model.parameters())
+
+
+_dictionary = functools.lru_cache(maxsize=None)(make_dictionary)
 
 
 @functools.lru_cache(maxsize=None)
