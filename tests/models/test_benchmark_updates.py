@@ -112,7 +112,7 @@ def test_updates_mode_json_and_table(tmp_path, capsys):
     assert benchmark.main(["--mode", "updates", "--config", "tiny", "--configs", "no option", "M-10",
                            "--max-tokens", *map(str, SWEEP), "--updates", str(asked), "--block", str(block),
                            "--warmup", str(warmup), "--vocab", "300", "--decode-sentences", "5", "--decode-batch",
-                           "2", "--min-pairs", "2", "--max-pairs", "2", "--threads", "1", "--dtype", "bf16",
+                           "2", "--decode-len", "12", "--min-pairs", "2", "--max-pairs", "2", "--threads", "1", "--dtype", "bf16",
                            "--json", str(out)]) == 0
     stdout = capsys.readouterr().out
     data = json.loads(out.read_text())
@@ -143,7 +143,7 @@ def test_updates_mode_json_and_table(tmp_path, capsys):
                 assert r["seconds"] == pytest.approx(sum(r["block_seconds"]))
                 assert r["tflops"] * 1e12 == pytest.approx(r["flops_per_update"] * timed / r["seconds"])
         g = rec["generate"]
-        assert g["sentences"] == 5 and g["batches"] == 3 and g["settings"]["beam"] == 4
+        assert g["sentences"] == 5 and g["batches"] == 3 and g["settings"]["beam"] == 4 and g["steps"] == [12] * 3
         assert g["stock_tokens_per_s"] * g["stock_s"] == pytest.approx(g["tokens"])
     assert all(u["flops_ratio"] == 1.0 for u in plain["updates"])  # the stock model's arithmetic
     for u in m10["updates"]:  # M-10 attends every encoder layer: more FLOPs than stock
