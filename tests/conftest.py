@@ -159,7 +159,7 @@ def smoke_data_root(tmp_path_factory):
 
     def build(root):
         res = fairseq_ext("prepare", "multi30k", "--src", "en", "--tgt", "de", "--out",
-                          root / "reproduce" / "multi30k-en-de.smoke", "--max-lines", "3000")
+                          root / "reproduce" / "multi30k-en-de.smoke", "--max-lines", "3000", "--bpe-merges", "2000")
         assert res.returncode == 0, res.stderr[-3000:]
 
     return built_once(tmp_path_factory, "smoke_data_root", build)

@@ -185,9 +185,10 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options, 
         + (f".seed{seed}" if several_seeds and seed != 1 else "")  # seed 1 keeps the one-seed runs: reused
     run_dir = os.path.join(opts.work_dir, table.id, row.id, tag)
     cpu = (not torch.cuda.is_available()) if opts.cpu is None else opts.cpu
+    smoke = setups["smoke"]
     prepare = None if os.path.exists(os.path.join(data_dir, "prep.env")) else [
-        "fairseq-ext", "prepare", *shlex.split(data_cfg["recipe"]), "--out", data_dir,
-        *(["--from", local] if local else []), *(["--max-lines", str(setups["smoke"]["max_lines"])] * opts.smoke)]
+        "fairseq-ext", "prepare", *shlex.split(data_cfg["recipe"]), "--out", data_dir, *(["--from", local] if local else []),
+        *(["--max-lines", str(smoke["max_lines"]), "--bpe-merges", str(smoke["bpe_merges"])] * opts.smoke)]
 
     extra_data_flags = shlex.split(data_cfg.get("flags", "") or "")
     generate_task_flags = []

@@ -229,6 +229,7 @@ def test_a_finished_run_is_reused_and_other_settings_are_refused(tmp_path):
     setups = load_setups()
     opts = planning.Options(work_dir=str(tmp_path), data_root=str(tmp_path / "d"), smoke=True, budget="5")
     plan = planning.plan_table(table, table.select("ms-1"), setups, opts)[1]
+    assert " ".join(plan.prepare).endswith("--max-lines 3000 --bpe-merges 2000")  # the smoke cut of the data
     os.makedirs(plan.run_dir)
     with open(os.path.join(plan.run_dir, "result.json"), "w") as f:
         json.dump({"plan": plan.result_key(), "bleu": 1.0}, f)
