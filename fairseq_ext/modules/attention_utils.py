@@ -217,9 +217,10 @@ def _joined(prev: Tensor, new: Tensor, dim: int, order: Optional[Tensor]) -> Ten
     return full
 
 
-def softmax_without_empty_rows(logits: Tensor) -> Tensor:
+def softmax_without_empty_rows(logits: Tensor, may_be_empty: bool = True) -> Tensor:
     """Softmax over the last dim, in fp32 at least (as fairseq does under fp16/bf16); a row
-    whose logits are all -inf gets all-zero weights.
+    whose logits are all -inf gets all-zero weights (``may_be_empty=False``: the caller knows
+    there is none, and the plain softmax runs).
 
     Such rows occur when masking leaves a query nothing to attend to (a backward head on
     a left-padded position). Plain softmax gives NaN there, in the output and in the
@@ -227,6 +228,8 @@ def softmax_without_empty_rows(logits: Tensor) -> Tensor:
     """
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
+    if not may_be_empty:
+        return torch.softmax(logits, dim=-1)
     empty = torch.isneginf(logits).all(dim=-1, keepdim=True)
     probs = torch.softmax(logits.masked_fill(empty, 0.0), dim=-1)
     return probs.masked_fill(empty, 0.0)

@@ -147,6 +147,17 @@ class MixedMultiheadAttention(MultiheadAttention, ReportsAttentionWeights):
             self.head_types = check_head_types(head_spec, num_heads, causal)
         self.window = window
         self.causal = causal
+        self._blocked: Optional[Tensor] = None  # H x N x N, every head's blocked pairs (not a buffer: not saved)
+
+    def blocked_pairs(self, tgt_len: int, src_len: int, device) -> Tensor:
+        """H x T x S bool, True where a head may not attend: a view of one H x N x N table per module,
+        made again only for a longer sequence (N: the next power of two) or another device, so that
+        a step launches no operator for the masks (a mask depends on the positions alone)."""
+        table = self._blocked
+        if table is None or table.size(-1) < src_len or table.device != device:
+            n = max(64, 1 << (src_len - 1).bit_length())
+            table = self._blocked = ~mma_head_masks(self.head_types, n, n, self.window, self.causal, device)
+        return table[:, src_len - tgt_len:src_len, :src_len]
 
     def extra_repr(self) -> str:
         return f"heads={','.join(self.head_types)}, window={self.window}, causal={self.causal}"
@@ -183,11 +194,12 @@ class MixedMultiheadAttention(MultiheadAttention, ReportsAttentionWeights):
         logits = torch.matmul(q, k.transpose(-1, -2))  # B x H x T x S
         if attn_mask is not None:
             logits = logits + additive_mask(attn_mask)
-        blocked = ~mma_head_masks(self.head_types, tgt_len, src_len, self.window, self.causal, query.device)
-        blocked = blocked.unsqueeze(0)  # 1 x H x T x S
+        blocked = self.blocked_pairs(tgt_len, src_len, query.device).unsqueeze(0)  # 1 x H x T x S
         if key_padding_mask is not None:
             blocked = blocked | key_padding_mask.to(torch.bool)[:, None, None, :]
-        weights = softmax_without_empty_rows(logits.masked_fill(blocked, float("-inf")))
+        # every head lets a query attend to its own position: a row can be empty only under a mask from outside
+        may_be_empty = key_padding_mask is not None or attn_mask is not None
+        weights = softmax_without_empty_rows(logits.masked_fill(blocked, float("-inf")), may_be_empty)
         out = torch.matmul(self.dropout_module(weights.type_as(logits)), v)  # B x H x T x D
         out = self.out_proj(merge_heads(out))  # T x B x C
         self.report_weights(attention=weights)

@@ -53,6 +53,19 @@ def test_each_head_is_zero_outside_its_mask(window):
     torch.testing.assert_close(avg, w.mean(0))
 
 
+def test_one_module_masks_every_length_it_meets():
+    """A module's masks are views of one table it keeps (made again for a longer sequence): each
+    length, met in any order and beyond the first table's 64 positions, gets Eq. 8-11's masks."""
+    m = make_mma("G,L,F,B", window=2)
+    for length in (5, 70, 3, 130):
+        x = torch.randn(length, 1, D)
+        _, w = m(x, x, x, need_head_weights=True)
+        expected = torch.tensor([[[allowed(head, i, j, 2) for j in range(length)] for i in range(length)]
+                                 for head in m.head_types])
+        assert torch.equal(w[:, 0] > 0, expected), length
+    assert m.blocked_pairs(1, 130, x.device).shape == (4, 1, 130)  # a decoding step's query: the last row
+
+
 def test_default_split_masks_pairs_of_heads():
     m = make_mma(None, num_heads=8)
     assert m.head_types == ["G", "G", "L", "L", "F", "F", "B", "B"]
@@ -85,7 +98,8 @@ def test_all_global_equals_fairseq_multihead_attention(with_future_mask):
 
 @pytest.mark.parametrize("spec,window,causal", [("G,L,F,B", 1, False), ("L,F,B,G", 2, False), ("G,G,L,B", 3, False),
                                                 ("L,B,L,B", 1, True), ("L,L,B,B", 2, True)])
-def test_output_is_the_masked_attention_equation(spec, window, causal):
+@pytest.mark.parametrize("padded", [True, False])  # fairseq passes no padding mask to a batch without padding
+def test_output_is_the_masked_attention_equation(spec, window, causal, padded):
     """Eq. 7-11 recomputed in plain torch from the module's own projections: per head h,
     softmax(q_h k_h^T / sqrt(d_k) + M_h) v_h with M_h = 0 where the head may look and -inf
     elsewhere, the heads concatenated and projected. Padding keys masked in every head; the
@@ -99,7 +113,8 @@ def test_output_is_the_masked_attention_equation(spec, window, causal):
         pad[1, -1:] = True  # target side: the second sentence is right-padded by one
     else:
         pad[1, :1] = True  # source side: left-padded by one
-    out, w = m(x, x, x, key_padding_mask=pad, need_head_weights=True,
+    pad &= padded
+    out, w = m(x, x, x, key_padding_mask=pad if padded else None, need_head_weights=True,
                attn_mask=future_mask(length) if causal else None)
     q = m.q_proj(x).view(length, bsz, 4, dk).permute(1, 2, 0, 3)  # B x H x T x dk
     k = m.k_proj(x).view(length, bsz, 4, dk).permute(1, 2, 0, 3)
@@ -110,7 +125,7 @@ def test_output_is_the_masked_attention_equation(spec, window, causal):
     scores = scores.masked_fill(pad[:, None, None, :], float("-inf"))
     probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
     expected = m.out_proj((probs @ v).permute(2, 0, 1, 3).reshape(length, bsz, D))
-    rows = [(0, range(length)), (1, range(length - 1) if causal else range(1, length))]  # not the padded query
+    rows = [(0, range(length)), (1, range(length - padded) if causal else range(padded, length))]  # not a pad
     for b, keep in rows:
         torch.testing.assert_close(out[list(keep), b], expected[list(keep), b], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(w[:, b, list(keep)], probs[b][:, list(keep)], atol=1e-6, rtol=1e-5)
