@@ -27,7 +27,7 @@ TEST_WORKERS ?= 3
 # FAIRSEQ_EXT_PLUGIN=0 runs them stock, for comparison (docs/testing.md).
 FAIRSEQ_EXT_PLUGIN ?= 1
 
-.PHONY: setup quickstart test test-fast test-fairseq comet-env clean-venv FORCE
+.PHONY: setup quickstart test test-release test-fast test-fairseq comet-env clean-venv FORCE
 
 setup: $(STAMP)
 
@@ -61,8 +61,13 @@ $(STAMP): setup.py Makefile $(TORCH_RECORD)
 quickstart: setup
 	PATH=$(abspath $(VENV))/bin:$$PATH bash scripts/quickstart.sh
 
+# make test: every test but the whole-toolchain runs marked release (pytest.ini), which
+# make test-release runs; .ci/run runs both.
 test: setup
-	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests $(PYTEST_ARGS)
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not release" tests $(PYTEST_ARGS)
+
+test-release: setup
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q --durations=10 -n $(TEST_WORKERS) --dist loadfile -m release tests $(PYTEST_ARGS)
 
 test-fast: setup
 	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests $(PYTEST_ARGS)

@@ -180,6 +180,7 @@ def test_evaluate_and_adversarial_evaluation_of_a_multi_source_checkpoint(three_
 
 @needs_data
 @pytest.mark.slow
+@pytest.mark.release
 def test_reproduce_ms1_with_its_adversarial_column(smoke_data_root, tmp_path):
     """scripts/reproduce.sh ms-1 --smoke: the single-source baseline and serial over en+fr -> de
     (French text in place of the image), 20 updates; serial is also evaluated with the French

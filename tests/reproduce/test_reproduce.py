@@ -300,6 +300,7 @@ def test_the_cpu_scale_on_the_command_line(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.release
 def test_one_table_end_to_end_at_a_tiny_budget(smoke_data_root, tmp_path):
     """thesis-4.6 (#Params, training and decoding speed, BLEU) with the baseline and MS-1+AIF
     (part (b): the same model as (a)'s MS-i+AIF, compared with (b)'s baseline, the same model as

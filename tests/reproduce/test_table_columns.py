@@ -422,6 +422,7 @@ def test_the_analyses_a_table_reads_are_the_registered_ones():
 # ---- end to end ----------------------------------------------------------------------------
 
 @pytest.mark.slow
+@pytest.mark.release
 def test_an_analysis_table_end_to_end_at_a_tiny_budget(smoke_data_root, tmp_path):
     """thesis-4.7 with MS-1 on the smoke substitute of En->Vi, 30 updates: training, evaluation,
     then the decoders analysis (the command a user would type) in the run directory, and the

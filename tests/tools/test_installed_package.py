@@ -21,7 +21,7 @@ import pytest
 
 from model_utils import REPO, TINY_TRAIN_FLAGS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.release]
 
 
 def _fairseq_console_scripts():

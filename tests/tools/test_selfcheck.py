@@ -44,6 +44,7 @@ def small_corpora(tmp_path_factory):
 
 @needs_multi30k
 @pytest.mark.slow
+@pytest.mark.release
 def test_selfcheck_cpu_mode_runs_every_stage_and_resumes(small_corpora, tmp_path):
     packed = tmp_path / "pack"
     res = selfcheck("selfcheck-pack", "--out", str(packed), "--no-wheels", "--from", str(small_corpora))
