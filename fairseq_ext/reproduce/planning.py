@@ -187,7 +187,8 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options, 
     cpu = (not torch.cuda.is_available()) if opts.cpu is None else opts.cpu
     smoke = setups["smoke"]
     prepare = None if os.path.exists(os.path.join(data_dir, "prep.env")) else [
-        "fairseq-ext", "prepare", *shlex.split(data_cfg["recipe"]), "--out", data_dir, *(["--from", local] if local else []),
+        "fairseq-ext", "prepare", *shlex.split(data_cfg["recipe"]), "--out", data_dir,
+        *(["--from", local] if local else []),
         *(["--max-lines", str(smoke["max_lines"]), "--bpe-merges", str(smoke["bpe_merges"])] * opts.smoke)]
 
     extra_data_flags = shlex.split(data_cfg.get("flags", "") or "")

@@ -112,8 +112,8 @@ def test_updates_mode_json_and_table(tmp_path, capsys):
     assert benchmark.main(["--mode", "updates", "--config", "tiny", "--configs", "no option", "M-10",
                            "--max-tokens", *map(str, SWEEP), "--updates", str(asked), "--block", str(block),
                            "--warmup", str(warmup), "--vocab", "300", "--decode-sentences", "5", "--decode-batch",
-                           "2", "--decode-len", "12", "--min-pairs", "2", "--max-pairs", "2", "--threads", "1", "--dtype", "bf16",
-                           "--json", str(out)]) == 0
+                           "2", "--decode-len", "12", "--min-pairs", "2", "--max-pairs", "2", "--threads", "1",
+                           "--dtype", "bf16", "--json", str(out)]) == 0
     stdout = capsys.readouterr().out
     data = json.loads(out.read_text())
     timed = 4  # updates rounded up to a whole pair of blocks
