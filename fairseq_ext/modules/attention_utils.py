@@ -226,10 +226,10 @@ def softmax_without_empty_rows(logits: Tensor, may_be_empty: bool = True) -> Ten
     a left-padded position). Plain softmax gives NaN there, in the output and in the
     gradient; here the row is softmaxed as zeros and then zeroed, so both stay finite.
     """
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()
+    dtype = torch.promote_types(logits.dtype, torch.float32)
     if not may_be_empty:
-        return torch.softmax(logits, dim=-1)
+        return torch.softmax(logits, dim=-1, dtype=dtype)  # the cast inside the softmax
+    logits = logits.to(dtype)
     empty = torch.isneginf(logits).all(dim=-1, keepdim=True)
     probs = torch.softmax(logits.masked_fill(empty, 0.0), dim=-1)
     return probs.masked_fill(empty, 0.0)

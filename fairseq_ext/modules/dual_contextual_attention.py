@@ -146,9 +146,8 @@ class DualContextualAttention(nn.Module, ReportsAttentionWeights):
         if attn_mask is not None:
             logits = logits + additive_mask(attn_mask)
         if blocked is not None:
-            weights = softmax_without_empty_rows(logits.masked_fill(blocked, float("-inf")))
-        else:  # nothing masked: no row can be empty
-            weights = torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+            logits = logits.masked_fill(blocked, float("-inf"))
+        weights = softmax_without_empty_rows(logits, may_be_empty=blocked is not None)  # nothing masked: none empty
         h = torch.matmul(self.dropout_module(weights.type_as(q)), v)
         self.report_weights(attention=weights[:, heads:], local=weights[:, :heads])
         z_hat = self.out_proj(merge_heads(h))  # [h_l; h_g] W_z + b_z
