@@ -157,9 +157,14 @@ def smoke_data_root(tmp_path_factory):
     into their --data-root, where the runner finds it prepared."""
     skip_without_multi30k()
 
+    from fairseq_ext.reproduce.tables import load_setups
+
+    smoke = load_setups()["smoke"]  # the smoke cut the runner asks the recipe for
+
     def build(root):
         res = fairseq_ext("prepare", "multi30k", "--src", "en", "--tgt", "de", "--out",
-                          root / "reproduce" / "multi30k-en-de.smoke", "--max-lines", "3000", "--bpe-merges", "2000")
+                          root / "reproduce" / "multi30k-en-de.smoke", "--max-lines", smoke["max_lines"],
+                          "--bpe-merges", smoke["bpe_merges"])
         assert res.returncode == 0, res.stderr[-3000:]
 
     return built_once(tmp_path_factory, "smoke_data_root", build)

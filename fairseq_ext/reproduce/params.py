@@ -34,7 +34,7 @@ def count(flags: List[str], vocab: int = VOCAB) -> int:
 
 @functools.lru_cache(maxsize=None)  # rows repeat across a table's data sets and across tables
 def _count(flags: tuple, vocab: int) -> int:
-    arch, args = _arch(list(flags))
+    arch, args = _arch(flags)
     model, _ = build_model(arch, "--share-all-embeddings", *args, dictionary=_dictionary(vocab - 4), seed=None,
                            device="meta")
     return sum(p.numel() for p in model.parameters())
