@@ -13,8 +13,6 @@ The registration never meets one of its own modules half imported: no guard modu
 fairseq before its ``install`` runs, and the core's subpackages (models, modules, criterions,
 tasks) import fairseq in their ``__init__`` before any of their modules runs.
 """
-import importlib.abc
-import importlib.util
 import sys
 import warnings
 
@@ -40,44 +38,50 @@ one_line_errors.install_excepthook()  # the plugin's errors in one line, fairseq
 def register() -> None:
     """Install the guards (before anything registers or loads: every checkpoint load is checked),
     then register the models, presets, criterion and task; idempotent."""
+    global _REGISTERED
     from fairseq_ext import guards
 
     guards.install()
     from fairseq_ext import models  # noqa: F401
     from fairseq_ext import criterions  # noqa: F401
     from fairseq_ext import tasks  # noqa: F401
+    _REGISTERED = True
 
 
-class _RegisterAfterFairseq(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: every spec of fairseq looked up before fairseq's import (an import,
-    ``importlib.util.find_spec``, a submodule first) comes from the finders after it, with a loader
-    that runs :func:`register` right after fairseq's ``__init__``. It leaves ``sys.meta_path`` only
-    once that has run, so that no lookup in between can leave fairseq to load unguarded."""
+def _registering_when_done(spec):
+    """``spec`` (fairseq's, while its ``__init__`` runs) made to call :func:`register` when importlib marks it
+    initialised (``spec._initializing = False``, once ``__init__`` has ended and fairseq is in ``sys.modules``), before
+    the import that started it returns; whichever finder and loader made the spec, they stay as they are."""
+    base = type(spec)
 
-    def find_spec(self, name, path=None, target=None):
-        if name != "fairseq":
-            return None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None) if finder is not self else None
-            spec = find(name, path, target) if find is not None else None
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            exec_fairseq = spec.loader.exec_module
+    def __setattr__(self, name, value):
+        base.__setattr__(self, name, value)
+        if name == "_initializing" and not value:
+            self.__class__ = base
+            if sys.modules.get("fairseq") is not None:
+                try:
+                    register()
+                except BaseException:  # never a fairseq without its guards
+                    sys.modules.pop("fairseq", None)
+                    raise
 
-            def exec_then_register(module):
-                exec_fairseq(module)
-                if self in sys.meta_path:
-                    sys.meta_path.remove(self)
-                register()
-
-            spec.loader.exec_module = exec_then_register
-        return spec
+    spec.__class__ = type("RegisteringSpec", (base,), {"__setattr__": __setattr__})
 
 
+def _register_when_fairseq_is_imported(event, args):
+    """An audit hook (``sys.addaudithook``, for the life of the process): Python raises the ``import`` event at every
+    import statement that loads a module, before it asks any finder, so no import hook of another library, in front
+    of ours or behind, can pass it by. fairseq's ``__init__`` imports its submodules; the first of them finds fairseq
+    half imported, and its spec is made to register the plugin when fairseq's ``__init__`` ends."""
+    if event != "import" or _REGISTERED or not args[0].startswith("fairseq."):
+        return
+    spec = getattr(sys.modules.get("fairseq"), "__spec__", None)
+    if getattr(spec, "_initializing", False) and type(spec).__name__ != "RegisteringSpec":
+        _registering_when_done(spec)
+
+
+_REGISTERED = False
 if "fairseq" in sys.modules:
     register()
 else:
-    sys.meta_path.insert(0, _RegisterAfterFairseq())
+    sys.addaudithook(_register_when_fairseq_is_imported)

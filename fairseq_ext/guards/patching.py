@@ -1,8 +1,11 @@
 """How every guard replaces one attribute of fairseq (or of ``sys``) that fairseq looks up at
-call time with a wrapper built from the original: :func:`replace`.
+call time with a wrapper built from the original: :func:`replace`; and how a reloaded fairseq module gets its
+wrappers back (:class:`GuardedModule`).
 """
 import functools
-from typing import Any, Callable, List, Tuple
+import sys
+import types
+from typing import Any, Callable, Dict, List, Set, Tuple
 
 MARKER = "__fairseq_ext_guard__"
 
@@ -10,6 +13,33 @@ MARKER = "__fairseq_ext_guard__"
 REPLACED: List[Tuple[Any, str]] = []
 
 _MISSING = object()
+
+# fairseq module -> (class name or None, attribute) of what the guards replaced in it; and the spec it was imported with
+_IN_MODULE: Dict[types.ModuleType, Set[Tuple[Any, str]]] = {}
+_SPEC_SEEN: Dict[types.ModuleType, Any] = {}
+_reinstalling = False
+
+
+class GuardedModule(types.ModuleType):
+    """The class of a fairseq module whose attributes (or whose classes' attributes) a guard replaced.
+    ``importlib.reload`` gives the module a new ``__spec__`` and runs its code again, which binds fairseq's originals in
+    place of the wrappers; the next read of any of its attributes finds that and installs the guards again before it
+    returns, so that the module's own functions, which call each other through its namespace, meet the wrappers too."""
+
+    def __getattribute__(self, name):
+        global _reinstalling
+        namespace = types.ModuleType.__getattribute__(self, "__dict__")
+        if namespace.get("__spec__") is not _SPEC_SEEN.get(self) and not _reinstalling and not all(
+                is_guard(namespace.get(attribute) if owner is None else getattr(namespace.get(owner), attribute, None))
+                for owner, attribute in _IN_MODULE[self]):
+            from fairseq_ext import guards
+
+            _reinstalling = True
+            try:
+                guards.install()
+            finally:
+                _reinstalling = False
+        return types.ModuleType.__getattribute__(self, name)
 
 
 def is_guard(obj: Any) -> bool:
@@ -31,5 +61,11 @@ def replace(owner: Any, name: str, make_wrapper: Callable[[Any], Any], default: 
     functools.update_wrapper(wrapper, original, assigned=("__doc__", "__name__", "__qualname__"), updated=())
     setattr(wrapper, MARKER, True)
     setattr(owner, name, wrapper)
-    REPLACED.append((owner, name))
+    if (owner, name) not in REPLACED:
+        REPLACED.append((owner, name))
+    module = owner if isinstance(owner, types.ModuleType) else sys.modules.get(getattr(owner, "__module__", ""))
+    if getattr(module, "__name__", "").startswith(("fairseq.", "fairseq_cli.")):
+        module.__class__ = GuardedModule
+        _IN_MODULE.setdefault(module, set()).add((None if module is owner else owner.__name__, name))
+        _SPEC_SEEN.setdefault(module, vars(module).get("__spec__"))  # a reloaded module is checked at every read
     return wrapper

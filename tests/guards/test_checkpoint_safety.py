@@ -404,15 +404,26 @@ def test_from_pretrained_refuses_the_crafted_checkpoint(tiny_trained, tmp_path):
     assert isinstance(hub.translate("w1 w2 w3"), str)
 
 
-# --- the guards hold whatever the import order --------------------------------------------
+# --- the guards hold whatever the import order, import hooks and reloads ----------------------
 LOAD_CRAFTED = r"""
 import sys
 from fairseq import checkpoint_utils
-from fairseq_ext.errors import UnsafeCheckpointError
+from fairseq_ext.errors import UnsafeCheckpointError, UnsafePickleError
 try:
     checkpoint_utils.load_model_ensemble_and_task([sys.argv[1]], arg_overrides={"data": sys.argv[2]})
 except UnsafeCheckpointError as error:
     print("refused:", error)
+try:
+    checkpoint_utils.load_checkpoint_to_cpu(sys.argv[3])
+except UnsafePickleError as error:
+    print("refused pickle:", error)
+"""
+PASS_THROUGH_HOOK = """
+import importlib.abc, importlib.machinery, sys
+class PassThrough(importlib.abc.MetaPathFinder):  # as profilers and type checkers put in front
+    def find_spec(self, name, path=None, target=None):
+        return importlib.machinery.PathFinder.find_spec(name, path, target)
+sys.meta_path.insert(0, PassThrough())
 """
 IMPORT_ORDERS = {  # the plugin first, then whatever looks fairseq up before its import
     "find_spec": "import fairseq_ext, importlib.util\nimportlib.util.find_spec('fairseq')\n"
@@ -420,19 +431,31 @@ IMPORT_ORDERS = {  # the plugin first, then whatever looks fairseq up before its
     "import_module": "import fairseq_ext, importlib\nimportlib.import_module('fairseq.checkpoint_utils')\n",
     "a submodule first": "import fairseq_ext\nimport fairseq.checkpoint_utils\n",
     "reload": "import fairseq_ext, importlib\nimport fairseq\nimportlib.reload(fairseq)\n",
+    "an import hook in front": "import fairseq_ext\n" + PASS_THROUGH_HOOK + "import fairseq\n",
+    "an import hook, then import_module": "import fairseq_ext, importlib\n" + PASS_THROUGH_HOOK
+                                           + "importlib.import_module('fairseq')\n",
+    "checkpoint_utils reloaded": "import fairseq_ext, importlib\nimport fairseq.checkpoint_utils\n"
+                                 "importlib.reload(fairseq.checkpoint_utils)\n",
+    "hook, then reload": PASS_THROUGH_HOOK + "import fairseq, importlib, fairseq_ext\n"
+                         "importlib.reload(fairseq.checkpoint_utils)\n",
 }
 
 
 @pytest.mark.parametrize("order", sorted(IMPORT_ORDERS))
 def test_the_guards_hold_whatever_looks_fairseq_up_first(tiny_trained, tmp_path, order):
+    """A crafted configuration and a pickle that runs code, the latter with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 (which
+    makes fairseq's own torch.load unpickle everything): both refused in one line, nothing run."""
     bin_dir, checkpoint = tiny_trained
     marker = tmp_path / "pwned"
     evil = craft(checkpoint, tmp_path / "evil.pt", marker)
-    res = subprocess.run([sys.executable, "-c", IMPORT_ORDERS[order] + LOAD_CRAFTED, str(evil), bin_dir],
-                         capture_output=True, text=True, env=clean_env(), timeout=300)
+    torch.save({"model": _RunsCode(tmp_path / "pickled")}, tmp_path / "pickle.pt")
+    res = subprocess.run([sys.executable, "-c", IMPORT_ORDERS[order] + LOAD_CRAFTED, str(evil), bin_dir,
+                          str(tmp_path / "pickle.pt")], capture_output=True, text=True,
+                         env={**clean_env(), "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "refused:" in res.stdout and "cfg.model.adaptive_softmax_cutoff" in res.stdout, res.stdout[-2000:]
-    assert not marker.exists()
+    assert "refused pickle:" in res.stdout and "posix.system" in res.stdout, res.stdout[-2000:]
+    assert not marker.exists() and not (tmp_path / "pickled").exists()
 
 
 # --- model archives stay inside their folder ----------------------------------------------
