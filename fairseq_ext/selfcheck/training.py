@@ -52,6 +52,7 @@ SETTINGS = {"updates": 2600, "max_tokens": 32768, "lr": 1e-3, "warmup": 400}
 QUICK_SETTINGS = {"updates": 8, "max_tokens": 1000, "lr": 1e-3, "warmup": 4}
 SCHEDULE = ["--lr-scheduler", "cosine", "--warmup-init-lr", "1e-7", "--no-epoch-checkpoints", "--log-interval", "50"]
 START_SECONDS = 20  # python, fairseq, the data and the model before fairseq's training clock starts
+LEARNED_BLEU = 1.0  # a reference run under it did not learn (e.g. too high a learning rate): no Δ or p against it
 
 
 def fairseq_ext(command: str, *args: str) -> List[str]:
@@ -88,9 +89,8 @@ def data_dir(data: Optional[str], name: str, stage: str = "train", required: boo
 def previous_training_seconds(save: str) -> float:
     """The training time of earlier commands that fairseq's --stop-time-hours counts too."""
     last = os.path.join(save, "checkpoint_last.pt")
-    if not os.path.exists(last):
-        return 0.0
-    return float((checkpoints.load_state(last).get("extra_state") or {}).get("previous_training_time") or 0.0)
+    extra = (checkpoints.load_state(last).get("extra_state") or {}) if os.path.exists(last) else {}
+    return float(extra.get("previous_training_time") or 0.0)
 
 
 def finished(save: str, log: str, settings: str) -> bool:
@@ -99,9 +99,7 @@ def finished(save: str, log: str, settings: str) -> bool:
     if not os.path.exists(path) or not os.path.exists(os.path.join(save, "checkpoint_last.pt")):
         return False
     with open(path, encoding="utf-8") as f:
-        if f.read() != settings:
-            return False
-    progress = training_progress(log)
+        progress = training_progress(log) if f.read() == settings else {}  # other settings: not finished
     return "planned_updates" in progress and progress.get("updates", 0) >= progress["planned_updates"]
 
 
@@ -115,9 +113,7 @@ def train_and_evaluate(name: str, data: str, config: str, flags: List[str], out:
     cmd = fairseq_ext("train", data, save, "--config", config, "--", *flags, *precision(device),
                       "--no-epoch-checkpoints")
     settings = shlex.join(cmd[3:]) + "\n"
-    start = time.time()
-    kept = finished(save, log, settings)
-    trained = 0
+    start, kept, trained = time.time(), finished(save, log, settings), 0
     if not kept:
         limit_hours = (previous_training_seconds(save) + max(0.0, seconds - keep_back)) / 3600
         trained = run_logged({name: (cmd + ["--stop-time-hours", f"{limit_hours:.6f}"], log)},
@@ -328,10 +324,9 @@ def train_paper_runs(root: str, data: str, device, quick: bool, deadline: float,
                  for r in todo}
     commands = {r.name: fairseq_ext("train", data, os.path.join(folders[r.name], "checkpoints"), "--config", "iwslt",
                                     "--", *shlex.split(r.flags), *languages[r.name], "--seed", str(r.seed),
-                                    "--max-update", str(r.updates),
-                                    "--max-tokens", str(r.max_tokens), "--lr", f"{r.lr:g}", "--warmup-updates",
-                                    str(r.warmup), *SCHEDULE, *precision(device), *(QUICK_MODEL if quick else []),
-                                    *train_flags) for r in todo}
+                                    "--max-update", str(r.updates), "--max-tokens", str(r.max_tokens), "--lr",
+                                    f"{r.lr:g}", "--warmup-updates", str(r.warmup), *SCHEDULE, *precision(device),
+                                    *(QUICK_MODEL if quick else []), *train_flags) for r in todo}
     threads = max(1, (os.cpu_count() or 1) // len(todo))
     train_until = deadline - EVALUATE_SECONDS["paper"][device.type]
     hours = max(60.0, train_until - time.time() - START_SECONDS) / 3600
@@ -416,7 +411,7 @@ def write_table(out: str) -> List[str]:
     for r in records:
         groups.setdefault((r["dataset"], r["flags"]) + settings_of(r), {})[r["seed"]] = r
     first, quick = (records[0] if records else {}), any(r.get("quick") for r in found)
-    lines = ["# Thesis Tables 3.3, 4.1 and 5.3 on one device: IWSLT'15 En-Vi", ""]
+    lines = [""]
     if quick:
         lines += ["`--quick`: a tiny model for a few updates; the numbers mean nothing.", ""]
     lines += [
@@ -435,8 +430,8 @@ def write_table(out: str) -> List[str]:
         "the target tokens trained on. \"training s\": the wall time of the trainings, all at once on the device. "
         "Δ: the row's BLEU minus its reference row's (the thesis prints its gain against the same row: the "
         "baseline, MS-l for +AIF), over the seeds both trained to their updates with the same settings; p: the "
-        "multi-run approximate randomization test (fairseq_ext.tools.statistics.stratified_ar) over those seeds. "
-        "Several seeds: mean ± sd.", ""]
+        "multi-run approximate randomization test (fairseq_ext.tools.statistics.stratified_ar) over those seeds; "
+        f"none against a reference under BLEU {LEARNED_BLEU:g}, which did not learn. Several seeds: mean ± sd.", ""]
     json_rows, shown = [], set()
     for table_id in TABLES:
         table = load_table(table_id)
@@ -446,6 +441,9 @@ def write_table(out: str) -> List[str]:
                 lines += [f"## {table.id.replace('thesis-', 'Thesis Table ')}, IWSLT'15 "
                           f"{'→'.join(x.capitalize() for x in DIRECTIONS[dataset])}", ""] + body + [""]
                 json_rows += rows
+    numbers = list(dict.fromkeys(r["table"][7:] for r in json_rows)) or [t[7:] for t in TABLES]  # in TABLES' order
+    lines.insert(0, f"# Thesis Table{'s ' + ', '.join(numbers[:-1]) + ' and' if numbers[1:] else ''} {numbers[-1]} "
+                    "on one device: IWSLT'15 En-Vi")
     if not json_rows:
         lines += ["No finished run yet."]
     if failed:
@@ -475,17 +473,17 @@ def section(thesis: Table, dataset: str, groups: Dict[tuple, Dict[int, dict]], q
             if not by_seed or (row not in new and key(row, settings) not in needed):
                 continue
             shown.add(key(row, settings))
-            seeds = sorted(by_seed)
-            runs = [by_seed[s] for s in seeds]
+            seeds, runs = sorted(by_seed), [by_seed[s] for s in sorted(by_seed)]
             thesis_bleu, thesis_gain = thesis_number(row, dataset)
             bleu = [r["bleu"] for r in runs]
             chrf = [r["chrf"] for r in runs if r.get("chrf") is not None]
             reference = thesis.reference(row)
             base = groups.get(key(reference, settings), {}) if reference else {}
-            # compared over the seeds both trained to their planned updates (equal training)
+            # compared over the seeds both trained to their planned updates (equal training), a reference that learned
             paired = [s for s in seeds if s in base and complete(by_seed[s]) and complete(base[s])]
+            unlearned = not quick and any(base[s]["bleu"] < LEARNED_BLEU for s in paired)
             delta = p = None
-            if paired:
+            if paired and not unlearned:
                 delta = statistics.mean(by_seed[s]["bleu"] - base[s]["bleu"] for s in paired)
                 ours, theirs = ({s: sentence_stats(g[s]) for s in paired} for g in (by_seed, base))
                 if all(v is not None for v in list(ours.values()) + list(theirs.values())):
@@ -502,7 +500,8 @@ def section(thesis: Table, dataset: str, groups: Dict[tuple, Dict[int, dict]], q
             cells = [row.label, None if thesis_bleu is None else
                      f"{thesis_bleu:.2f}" + ("" if thesis_gain is None else f" ({thesis_gain:+.2f})"),
                      ", ".join(map(str, seeds)), spread(bleu), reference.label if reference else "–",
-                     None if delta is None else f"{delta:+.2f}",
+                     f"{delta:+.2f}" if delta is not None else (f"none: the reference did not learn (BLEU "
+                     f"{spread([base[s]['bleu'] for s in paired])})" if unlearned else None),
                      None if p is None else f"{p:.3f}" if p >= 0.01 else f"{p:.2g}",
                      spread(chrf) if chrf else None,
                      f"{statistics.mean(updates):,.0f}" + (f" (stopped by time: {'; '.join(short)})" if short else ""),
