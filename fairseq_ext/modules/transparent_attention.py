@@ -6,7 +6,7 @@ w in R^{(L+1) x M}; the embedding output H^0_e is included. In training, ``merge
 p drops the mixing weights before their softmax, softmax(Dropout_p(w_{:, j} + 1 / (L+1))) (each
 zeroed with probability p, the others scaled by 1 / (1 - p)), as Lingvo's ``WeightedSumLayer``
 (``transparent_merger_dropout_prob``) does: the constant cancels in the softmax, so without
-dropout it changes nothing, and at initialisation a dropped state keeps weight e^0 against e^(1/(L+1)).
+dropout it changes nothing; at initialisation a dropped state gets e^0, a kept one e^(1/((L+1)(1-p))).
 A fairseq ``FairseqDropout``, so ``--retain-dropout`` reaches it.
 """
 from typing import List
