@@ -31,6 +31,10 @@ class UnsafeConfigValue(FairseqExtError, ValueError):
     """A configuration string that is not a literal, passed to fairseq's ``eval()``."""
 
 
+class OutputFileError(FairseqExtError, ValueError):
+    """An output file that would replace an input, cannot be written where it is named, or did not fit on the disk."""
+
+
 class ResumeError(FairseqExtError):
     """A checkpoint to resume from is missing or unreadable."""
 

@@ -255,6 +255,13 @@ def clean_env():
     return env  # one OpenMP thread, as every test subprocess (conftest sets it for the whole run)
 
 
+def full_disk(directory):
+    """The environment variables under which every file written below ``directory`` meets a full
+    disk (tests/full_disk/sitecustomize.py), to add to clean_env()."""
+    path = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "full_disk"), os.environ.get("PYTHONPATH")]
+    return {"FULL_DISK": str(directory), "PYTHONPATH": os.pathsep.join(filter(None, path))}
+
+
 # a tiny model and optimiser for short training runs on the Multi30k slice (conftest.multi30k_bin)
 MULTI30K_TRAIN_FLAGS = (
     "--arch", "multilayer_transformer", "--encoder-layers", "2", "--decoder-layers", "2",

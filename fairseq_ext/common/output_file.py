@@ -5,16 +5,12 @@
 """
 import contextlib
 import os
-import tempfile
 import zlib
 from typing import Dict, Iterator, Optional, TextIO
 
-from fairseq_ext.errors import FairseqExtError
+from fairseq_ext.errors import OutputFileError
+from fairseq_ext.guards.checkpoint_safety import staged_file
 from fairseq_ext.standalone.corpus import open_text
-
-
-class OutputFileError(FairseqExtError, ValueError):
-    """An output file that would replace an input, or cannot be written where it is named."""
 
 
 def _same(a: str, b: str) -> bool:
@@ -75,7 +71,8 @@ def _binary(head: bytes) -> Optional[str]:
 @contextlib.contextmanager
 def staged_output_file(path: str) -> Iterator[TextIO]:
     """A text file (UTF-8, LF; gzip for .gz) written beside ``path`` and renamed onto it when
-    the block ends without an exception; on an exception it is removed and ``path`` untouched.
+    the block ends without an exception; on an exception it is removed and ``path`` untouched
+    (a full disk: an OutputFileError naming ``path``).
     A link's target is the file replaced; a path that exists and is not a regular file (a
     device, a FIFO) is written through as it is."""
     path = os.path.realpath(path)
@@ -83,22 +80,6 @@ def staged_output_file(path: str) -> Iterator[TextIO]:
         with open_text(path) as f:
             yield f
         return
-    folder = os.path.dirname(os.path.abspath(path))
-    suffix = ".tmp.gz" if path.endswith(".gz") else ".tmp"  # open_text compresses by the name
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=suffix, dir=folder)
-    os.close(fd)
-    try:
+    with staged_file(path, ".tmp.gz" if path.endswith(".gz") else ".tmp") as tmp:  # open_text compresses by the name
         with open_text(tmp) as f:
             yield f
-        mode = os.stat(path).st_mode & 0o777 if os.path.exists(path) else 0o666 & ~_umask()
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -9,6 +9,8 @@ its literal grammar on every load, and ``eval`` is :func:`literal_eval` in :data
 import argparse
 import ast
 import atexit
+import contextlib
+import errno
 import importlib
 import operator
 import os
@@ -24,8 +26,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from fairseq_ext.errors import (CheckpointError, UnsafeArchiveError, UnsafeCheckpointError, UnsafeConfigValue,
-                                 UnsafePickleError)
+from fairseq_ext.errors import (CheckpointError, OutputFileError, UnsafeArchiveError, UnsafeCheckpointError,
+                                 UnsafeConfigValue, UnsafePickleError)
 from fairseq_ext.guards.patching import replace
 
 
@@ -221,24 +223,37 @@ def load_checkpoint_state(path: str) -> dict:
     return _checked(path, lambda: torch.load(path, map_location="cpu", weights_only=True))
 
 
-def write_atomically(output: str, write: Callable[[str], None], prefix: str, suffix: str) -> None:
-    """``write(tmp)`` to a temporary file beside ``output``, renamed into place: a crash at any
-    moment leaves the old ``output`` or the complete new one, never a partial file."""
-    directory = os.path.dirname(os.path.abspath(output))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=directory)
+@contextlib.contextmanager
+def staged_file(path: str, suffix: str = ".tmp") -> Iterator[str]:
+    """A new file ``.NAME.XXXXXXXX{suffix}`` beside ``path`` with the mode of ``path`` (else a new file's), renamed onto
+    it when the block ends without an exception: a crash at any moment leaves the old ``path`` or the complete new one.
+    On an exception it is removed, and a full disk (errno ENOSPC or EDQUOT, also as the context of torch's
+    RuntimeError) is an OutputFileError naming ``path``."""
+    fd, tmp = tempfile.mkstemp(suffix, f".{os.path.basename(path)}.", os.path.dirname(os.path.abspath(path)))
+    os.umask(mask := os.umask(0))  # reads the umask
+    os.fchmod(fd, os.stat(path).st_mode & 0o777 if os.path.exists(path) else 0o666 & ~mask)  # not mkstemp's 0600
     os.close(fd)
     try:
-        write(tmp)
-        os.replace(tmp, output)
-    except BaseException:
+        yield tmp
+        os.replace(tmp, path)
+    except Exception as error:
+        cause = error
+        while cause is not None and getattr(cause, "errno", None) not in (errno.ENOSPC, errno.EDQUOT):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        raise OutputFileError(f"cannot write {path}: no space left on device (nothing partial left behind)") from error
+    finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-        raise
 
 
 def save_atomically(state: Dict, output: str) -> None:
-    write_atomically(output, lambda tmp: torch.save(state, tmp), ".average-", ".pt")
+    """``torch.save`` into a :func:`staged_file` through a Python file (torch writing a path itself reports a full disk
+    as "unexpected pos")."""
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with staged_file(output) as tmp, open(tmp, "wb") as f:
+        torch.save(state, f)
 
 
 # installation (by fairseq_ext.guards.install, when the plugin and fairseq are both imported)

@@ -7,9 +7,9 @@ save dir (docs/trust.md, "Resuming"). :func:`install`, run when the plugin is im
    ``omegaconf.DictConfig`` and fairseq's ``_TensorPlaceholder``. The sender encodes them as
    plain data (:func:`encode_for_broadcast`); the receivers, still loading with
    ``weights_only=True``, rebuild them as ``load_checkpoint_to_cpu`` builds a checkpoint's cfg.
-2. ``PathManager.copy`` as ``checkpoint_utils`` sees it: ``save_checkpoint`` copies its first
-   file to ``checkpoint_last.pt``, ``checkpoint_best.pt``, ... in place; local copies now go to
-   ``.NAME.XXXX.tmp`` beside the destination and are renamed into place (:func:`atomic_copy`).
+2. ``torch_persistent_save`` and ``PathManager.copy`` as ``checkpoint_utils`` sees them: ``save_checkpoint`` writes its
+   first file (``NAME.tmp`` left by a failed write) and copies it to ``checkpoint_last.pt``, ... in place; local files
+   now go to a :func:`~fairseq_ext.guards.checkpoint_safety.staged_file` (a full disk said in one line, no retries).
 3. ``checkpoint_utils.load_checkpoint`` (every rank): first the save dir's lock
    (:func:`hold_save_dir`), then :func:`check_restore`: an unreadable ``checkpoint_last.pt`` is
    replaced by the intact checkpoint with the most updates (a WARNING names both), or refused
@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from fairseq_ext.errors import ResumeError, SaveDirBusyError
-from fairseq_ext.guards.checkpoint_safety import write_atomically
+from fairseq_ext.guards.checkpoint_safety import save_atomically, staged_file
 from fairseq_ext.guards.patching import replace
 from fairseq_ext.standalone.outputs import OutputBusyError, OutputLock
 
@@ -109,13 +109,18 @@ def _broadcasting_plain_data(original):
 # 2. atomic copies of checkpoint files
 # ----------------------------------------------------------------------------------------
 def atomic_copy(src_path: str, dst_path: str) -> None:
-    """Copy through a temporary file beside ``dst_path``, renamed into place
-    (:func:`~fairseq_ext.guards.checkpoint_safety.write_atomically`), with the source's mode."""
-    def copy(tmp):
+    with staged_file(dst_path) as tmp:
         shutil.copyfile(src_path, tmp)
-        shutil.copymode(src_path, tmp)  # mkstemp makes it 0600; keep the checkpoint's mode
+        shutil.copymode(src_path, tmp)
 
-    write_atomically(dst_path, copy, prefix=f".{os.path.basename(dst_path)}.", suffix=".tmp")
+
+def _saving_atomically(original):
+    def torch_persistent_save(obj, filename, async_write: bool = False):
+        if async_write or "://" in str(filename):  # fairseq's own: --write-checkpoints-asynchronously, remote storage
+            return original(obj, filename, async_write)
+        save_atomically(obj, filename)
+
+    return torch_persistent_save
 
 
 class _AtomicCopyPathManager:
@@ -349,4 +354,5 @@ def install() -> None:
 
     replace(distributed_utils, "_broadcast_object_slow", _broadcasting_plain_data)
     replace(checkpoint_utils, "PathManager", _AtomicCopyPathManager)
+    replace(checkpoint_utils, "torch_persistent_save", _saving_atomically)
     replace(checkpoint_utils, "load_checkpoint", _resuming_from_what_is_there)

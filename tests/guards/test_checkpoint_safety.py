@@ -22,7 +22,8 @@ import fairseq_ext.guards.checkpoint_safety as safety
 from fairseq_ext.guards.checkpoint_safety import EVAL_MODULES, EVALUATED_FIELDS, check_field, literal_eval
 from fairseq_ext.errors import UnsafeCheckpointError, UnsafeConfigValue
 from fairseq_ext.models.joint_attention_strategies import STRATEGY_NAMES
-from model_utils import SMALL, TINY_TRAIN_FLAGS, USER_DIR, build, clean_env, make_dictionary, random_batch
+from model_utils import (SMALL, TINY_TRAIN_FLAGS, USER_DIR, build, clean_env, full_disk, make_dictionary,
+                         random_batch)
 
 FAIRSEQ_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(utils.__file__)))
 
@@ -402,6 +403,20 @@ def test_from_pretrained_refuses_the_crafted_checkpoint(tiny_trained, tmp_path):
     hub = MultilayerTransformerModel.from_pretrained(os.path.dirname(checkpoint), checkpoint_file="checkpoint_last.pt",
                                                      data_name_or_path=bin_dir)
     assert isinstance(hub.translate("w1 w2 w3"), str)
+
+
+def test_averaging_onto_a_full_disk_is_one_line_and_leaves_nothing(tiny_trained, tmp_path):
+    """torch writes the averaged checkpoint through a Python file, so that a full disk is said as such (torch's own
+    writer says "unexpected pos 64 vs 0"); the partial file is removed."""
+    _, checkpoint = tiny_trained
+    output = tmp_path / "full" / "averaged.pt"
+    output.parent.mkdir()
+    result = subprocess.run(["fairseq-ext-average-checkpoints", "--inputs", checkpoint, "--output", str(output)],
+                            capture_output=True, text=True, env={**clean_env(), **full_disk(output.parent)})
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.splitlines()[1:] == [f"fairseq-ext-average-checkpoints: error: cannot write {output}: no space "
+                                              "left on device (nothing partial left behind)"], result.stderr[-2000:]
+    assert list(output.parent.iterdir()) == []
 
 
 # --- the guards hold whatever the import order, import hooks and reloads ----------------------

@@ -17,7 +17,7 @@ from fairseq import checkpoint_utils
 from fairseq.distributed import utils as distributed_utils
 
 from fairseq_ext.guards import resume
-from model_utils import TINY_TRAIN_FLAGS, USER_DIR, clean_env
+from model_utils import TINY_TRAIN_FLAGS, USER_DIR, clean_env, full_disk
 
 
 # --- what rank 0 broadcasts to the other ranks ---------------------------------------------
@@ -136,6 +136,21 @@ def test_sigkill_during_the_copy_to_checkpoint_last_keeps_the_old_one(tmp_path, 
     # what the kill left is a hidden temporary file, which resuming ignores
     leftovers = [p.name for p in tmp_path.iterdir() if p.name not in ("checkpoint_last.pt", "checkpoint_1_4.pt")]
     assert len(leftovers) == 1 and leftovers[0].startswith(".checkpoint_last.pt.") and leftovers[0].endswith(".tmp")
+
+
+@pytest.mark.slow
+def test_a_save_onto_a_full_disk_is_one_line_and_leaves_no_partial_file(tiny_trained, tmp_path):
+    """fairseq's save tries three times, logs the traceback, raises it and leaves NAME.tmp behind."""
+    bin_dir, _ = tiny_trained
+    save_dir = tmp_path / "ckpt"
+    result = subprocess.run(["fairseq-train", bin_dir, "--user-dir", USER_DIR, "--arch", "multilayer_transformer",
+                             *TINY_TRAIN_FLAGS, "--max-update", "1", "--save-dir", str(save_dir)], capture_output=True,
+                            text=True, env={**clean_env(), **full_disk(save_dir)}, timeout=300)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and re.fullmatch(rf"fairseq-train: error: cannot write {save_dir}/checkpoint_\w+\.pt: no "
+                                             r"space left on device \(nothing partial left behind\)", errors[0]), errors
+    assert os.listdir(save_dir) == []
 
 
 def with_updates(checkpoint, path, updates):

@@ -15,9 +15,9 @@ import sys
 
 import pytest
 
-from model_utils import MULTI30K, clean_env
+from model_utils import MULTI30K, clean_env, full_disk
 from script_utils import RAW_TEXT_POSITIONS as MAX_POSITIONS
-from script_utils import SENTENCE, fairseq_ext, head_gz, needs_multi30k, write_lines
+from script_utils import SENTENCE, fairseq_ext, head_gz, needs_multi30k, run, write_lines
 
 WORDS = "a man woman in red blue shirt is riding bike down the street with two dogs playing park".split()
 
@@ -207,6 +207,20 @@ def test_data_without_dictionaries_or_of_another_preprocessing_is_one_line(tiny_
         errors = [line for line in res.stderr.splitlines() if "error" in line.lower()]
         assert res.returncode == 1 and errors == [f"fairseq-ext translate: error: {message}"], res.stderr[-2000:]
         assert "Traceback" not in res.stderr
+
+
+def test_an_output_on_a_full_disk_is_one_line_and_leaves_the_file_as_it_was(tiny_trained, tmp_path):
+    bin_dir, checkpoint = tiny_trained
+    output = tmp_path / "full" / "out.txt"
+    output.parent.mkdir()
+    output.write_text("an earlier translation\n")
+    (tmp_path / "in.txt").write_text("w1 w2 w3\n")
+    res = run([sys.executable, "-m", "fairseq_ext", "translate", "--checkpoint", checkpoint, "--data", bin_dir, "--cpu",
+               "--input", tmp_path / "in.txt", "--output", output], env_extra=full_disk(output.parent))
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert res.stderr.splitlines()[-1] == (f"fairseq-ext translate: error: cannot write {output}: no space left on "
+                                           "device (nothing partial left behind)"), res.stderr[-2000:]
+    assert os.listdir(output.parent) == ["out.txt"] and output.read_text() == "an earlier translation\n"
 
 
 def test_an_output_file_is_never_a_checkpoint_and_special_files_are_written_through(tmp_path):
