@@ -6,7 +6,7 @@ and prints its summary.
     fairseq-ext selfcheck --out selfcheck --stage tests            # the model tests on the GPU
     fairseq-ext selfcheck --out selfcheck --stage bench            # fp16 and bf16 against stock
     fairseq-ext selfcheck --out selfcheck --stage train --data PACK/data   # again: resumes IWSLT
-    fairseq-ext selfcheck --out selfcheck --stage paper --data PACK/data   # thesis Table 3.3 rows, ~6 min
+    fairseq-ext selfcheck --out selfcheck --stage paper --data PACK/data   # 2 of thesis Table 3.3's rows
     fairseq-ext selfcheck --out selfcheck --stage paper --data PACK/data --rows m-01,s-agg --seed 2
     fairseq-ext selfcheck --out selfcheck --stage paper --data PACK/data --table thesis-5.3 --datasets iwslt15-vi-en
     fairseq-ext selfcheck --out /tmp/sc --device cpu --quick --stage all --data PACK/data
@@ -17,7 +17,7 @@ Stages: env (device, driver, versions), tests (tests/models/test_on_device.py wi
 thesis Table 3.3, 4.1 or 5.3 on IWSLT'15 En-Vi, either way, trained at once for the stage's time,
 decoded on tst2013 with beam 6, scored beside the thesis' numbers; docs/selfcheck.md#the-paper-stage). Each stage
 stops within --time-limit seconds (default 540: one 9-minute command). ``--quick`` runs the
-same code at tiny sizes (what ``make test`` runs on the CPU; its numbers mean nothing).
+same code at tiny sizes (what ``make test-release`` runs on the CPU; its numbers mean nothing).
 ``fairseq-ext selfcheck-pack`` gathers the wheels and data for a machine without internet.
 """
 import os
