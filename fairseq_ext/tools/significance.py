@@ -15,6 +15,7 @@ from typing import Dict, List, Sequence
 
 from fairseq_ext.common.command_line import CommandParser
 from fairseq_ext.common.data_text import read_lines
+from fairseq_ext.errors import DataError
 from fairseq_ext.standalone.bleu import metric as more_metric
 from fairseq_ext.tools import statistics
 from fairseq_ext.tools.statistics import FLAVOURS, MARKS
@@ -31,8 +32,7 @@ def paired_significance(refs: Sequence[str], baseline: Sequence[str], systems: D
         raise ValueError(f"--samples must be at least 1, not {n_samples}")
     if method not in ("bs", "ar"):
         raise ValueError(f"--method: {method!r} is not bs (paired bootstrap) or ar (approximate randomization)")
-    if marks not in MARKS:
-        raise ValueError(f"--marks: {marks!r} is not one of {', '.join(MARKS)}")
+    statistics.mark(None, marks)  # refuses unknown marks
     n = len(refs)
     for name, hyps in [("baseline", baseline), *systems.items()]:
         if len(hyps) != n:
@@ -124,13 +124,18 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.samples < 1:
         ap.error(f"--samples must be at least 1, not {args.samples}")
-    systems = {}
+    refs, baseline = read_lines(args.ref), read_lines(args.baseline)
+    systems, read = {}, [(f"--ref {args.ref}", refs), (f"--baseline {args.baseline}", baseline)]
     for spec in args.system:
         name, sep, path = spec.partition("=")
         if not sep:
             ap.error(f"--system: expected NAME=FILE, not {spec!r}")
         systems[name] = read_lines(path)
-    result = paired_significance(read_lines(args.ref), read_lines(args.baseline), systems, flavour=args.flavour,
+        read.append((f"--system {spec}", systems[name]))
+    if len({len(lines) for _, lines in read}) > 1 or not refs:
+        raise DataError("the files must have as many lines as the reference, at least one: "
+                        + ", ".join(f"{option} has {len(lines)}" for option, lines in read))
+    result = paired_significance(refs, baseline, systems, flavour=args.flavour,
                                  method=args.method, n_samples=args.samples, seed=args.seed, marks=args.marks)
     for line in table_lines(result, method=args.method, n_samples=args.samples, flavour=args.flavour,
                             baseline_name=args.baseline_name):

@@ -15,6 +15,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from fairseq_ext.errors import FairseqExtError
+
 # BLEU flavours: name -> sacreBLEU settings. detok: detokenized text, 13a tokenization; tok:
 # Moses-tokenized text scored as is (multi-bleu.perl style)
 FLAVOURS = {
@@ -33,19 +35,22 @@ MARKS = {
     "wt": ((0.01, "†"), (0.05, "‡")),
 }
 
-ORDER = 4  # BLEU's n-gram orders; a row of statistics: hyp_len, ref_len, correct[4], total[4]
+ORDER = 4  # BLEU's n-gram orders
+ROW = ("hyp_len", "ref_len", *(f"correct[{o}]" for o in range(ORDER)), *(f"total[{o}]" for o in range(ORDER)))
 BLOCK = 4_000_000  # random doubles drawn at once (32 MB): the shuffles go in blocks of this size
 STATISTICS = ("concatenated", "mean")
 Score = Callable[[np.ndarray], np.ndarray]  # summed statistics (k, d) -> k scores
+
+
+class StatisticsError(FairseqExtError, ValueError):
+    """Statistics a test cannot use (no run of both systems, runs of other sentences, a NaN); the message names the run."""
 
 
 def mark(p_value: Optional[float], marks: str = "thesis") -> str:
     """The paper's mark of ``p_value`` in the convention ``marks`` (see MARKS); "" for None."""
     if marks not in MARKS:
         raise ValueError(f"--marks: {marks!r} is not one of {', '.join(MARKS)}")
-    if p_value is None:
-        return ""
-    return next((m for bound, m in MARKS[marks] if p_value < bound), "")
+    return "" if p_value is None else next((m for bound, m in MARKS[marks] if p_value < bound), "")
 
 
 def bleu_metric(flavour: str):
@@ -177,13 +182,23 @@ def paired_ar(baseline: np.ndarray, system: np.ndarray, score: Score = corpus_bl
 
 
 def _paired(reference: Dict[int, np.ndarray], system: Dict[int, np.ndarray]) -> List[int]:
+    """The runs of both systems (by seed), with finite statistics of the same sentences; else an error naming the run."""
     runs = sorted(set(reference) & set(system))
     if not runs:
-        raise ValueError("no run of both systems (runs are paired by their seed)")
+        raise StatisticsError("no run of both systems (runs are paired by their seed)")
+    first = np.shape(reference[runs[0]])
     for k in runs:
-        if np.shape(reference[k]) != np.shape(system[k]):
-            raise ValueError(f"run {k}: the systems' statistics differ in shape "
-                             f"({np.shape(reference[k])} and {np.shape(system[k])})")
+        for who, stats in (("reference", reference[k]), ("system", system[k])):
+            stats = np.asarray(stats, dtype=np.float64)
+            if stats.ndim != 2 or not len(stats):
+                raise StatisticsError(f"run {k} of the {who} has no sentence statistics (shape {stats.shape})")
+            if stats.shape != first:
+                raise StatisticsError(f"run {k} of the {who} and run {runs[0]} of the reference differ in shape "
+                                      f"({stats.shape} and {first}): every run must score the same sentences")
+            for i, j in np.argwhere(~np.isfinite(stats))[:1]:
+                name = ROW[j] if len(ROW) == stats.shape[1] else f"column {j}"
+                raise StatisticsError(f"run {k} of the {who}: the statistic {name} of sentence {i + 1} is "
+                                      f"{stats[i, j]}, not a count")
     return runs
 
 
@@ -244,12 +259,9 @@ def subsample_bootstrap(reference: np.ndarray, system: np.ndarray, samples: int 
         raise ValueError(f"--samples must be at least 1, not {samples}")
     reference, system = np.asarray(reference, dtype=np.float64), np.asarray(system, dtype=np.float64)
     _paired({0: reference}, {0: system})
-    n = len(reference)
-    size = max(1, int(n * ratio))
-    rng = np.random.default_rng(seed)
-    idxs = [rng.integers(0, n, size) for _ in range(samples)]
-    a = corpus_bleu(np.stack([reference[ids].sum(0) for ids in idxs]))
-    b = corpus_bleu(np.stack([system[ids].sum(0) for ids in idxs]))
+    n, rng = len(reference), np.random.default_rng(seed)
+    idxs = [rng.integers(0, n, max(1, int(n * ratio))) for _ in range(samples)]
+    a, b = (corpus_bleu(np.stack([stats[ids].sum(0) for ids in idxs])) for stats in (reference, system))
     wins_sys, wins_ref = int(np.sum(b > a)), int(np.sum(a > b))
     better = "system" if wins_sys >= wins_ref else "reference"
     share = max(wins_sys, wins_ref) / samples
@@ -306,9 +318,7 @@ def format_mean_sd(mean: Optional[float], sd: Optional[float], digits: int = 2) 
     """``"34.12 ± 0.31"``; ``"34.12"`` when sd is None (one seed); ``"–"`` when there is no mean."""
     if mean is None:
         return "–"
-    if sd is None:
-        return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} ± {sd:.{digits}f}"
+    return f"{mean:.{digits}f}" + ("" if sd is None else f" ± {sd:.{digits}f}")
 
 
 def paired_t(reference: Sequence[float], system: Sequence[float]) -> Optional[float]:
@@ -341,8 +351,7 @@ def across_seeds(reference: Dict[int, float], system: Dict[int, float], per_seed
     in the convention ``marks``), for every seed of both. Every mean and sd returned is over those
     paired seeds; ``left_out``: seeds of only one of the two; ``p_max``: the largest per-seed p
     (the IUT's p-value); ``p_t``: :func:`paired_t`; ``rule``: one sentence saying why the mark."""
-    if marks not in MARKS:
-        raise ValueError(f"--marks: {marks!r} is not one of {', '.join(MARKS)}")
+    mark(None, marks)  # refuses unknown marks
     reference = {int(k): float(v) for k, v in reference.items()}
     system = {int(k): float(v) for k, v in system.items()}
     per_seed = {int(k): v for k, v in per_seed.items()}
@@ -421,10 +430,7 @@ def _pairing(paired: List[int], left_out: List[int], reference: Dict[int, float]
         return "" if len(paired) < 2 else f"; {seeds_text(paired)}, paired by number"
     only_ref = [s for s in left_out if s in reference]
     only_sys = [s for s in left_out if s not in reference]
-    parts = []
-    if only_sys:
-        parts.append(f"{seeds_text(only_sys)} without a reference run")
-    if only_ref:
-        parts.append(f"{seeds_text(only_ref)} without a run of this row")
+    parts = [f"{seeds_text(seeds)} {why}" for seeds, why in ((only_sys, "without a reference run"),
+                                                            (only_ref, "without a run of this row")) if seeds]
     counted = seeds_text(paired) if paired else "no seed"
     return f"; seeds paired by number: {counted} counted, {' and '.join(parts)} left out"

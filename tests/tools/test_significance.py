@@ -115,6 +115,21 @@ def test_errors_name_the_problem():
         paired_significance(refs, base, {"x": better}, method="perm")
 
 
+def test_a_short_or_empty_file_is_one_line_naming_it(tmp_path):
+    refs, base, better, _ = corpus(n=9)
+    for name, lines in (("ref", refs), ("a", base), ("short", better[:-1]), ("empty", [])):
+        (tmp_path / name).write_text("".join(line + "\n" for line in lines))
+    for ref, system, count in (("ref", "short", 8), ("ref", "empty", 0), ("empty", "empty", 0)):
+        res = subprocess.run([sys.executable, "-m", "fairseq_ext.tools.significance", "--ref", tmp_path / ref,
+                              "--baseline", tmp_path / ref, "--system", f"x={tmp_path / system}"],
+                             capture_output=True, text=True)
+        n = 0 if ref == "empty" else 9
+        assert res.returncode == 1 and res.stderr.splitlines() == [
+            "significance.py: error: the files must have as many lines as the reference, at least one: "
+            f"--ref {tmp_path / ref} has {n}, --baseline {tmp_path / ref} has {n}, --system x={tmp_path / system} has "
+            f"{count}"], res.stderr
+
+
 def test_compare_mt_bleu_can_name_the_other_winner():
     """Why the marks come from sacreBLEU: compare-mt's BLEU treats a zero n-gram precision as 1.
     A has no matching 4-gram (as undertrained systems often do): compare-mt scores it 38.88 and

@@ -14,6 +14,7 @@ import pytest
 from sacrebleu.metrics import BLEU
 
 from fairseq_ext.common.data_text import read_lines
+from fairseq_ext.errors import FairseqExtError
 from fairseq_ext.tools import statistics
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -304,6 +305,26 @@ def test_stratified_ar_refuses_what_it_cannot_pair():
         statistics.stratified_ar({1: arrays(A)[1]}, {1: arrays(B)[1][:4]})
     with pytest.raises(ValueError, match="statistic must be one of concatenated, mean"):
         statistics.stratified_ar(arrays(A), arrays(B), statistic="median")
+
+
+def test_runs_of_other_lengths_empty_runs_and_a_nan_are_one_line_naming_the_run():
+    """Not numpy's inhomogeneous shape, an IndexError, or p = 1.0 said of a NaN statistic."""
+    a, b = arrays(A), arrays(B)
+    nan = b[2].copy()
+    nan[2, 5] = np.nan
+    cases = [({1: a[1], 2: a[2][:4]}, {1: b[1], 2: b[2][:4]},
+              "run 2 of the reference and run 1 of the reference differ in shape ((4, 10) and (5, 10)): every run "
+              "must score the same sentences"),
+             ({1: np.zeros((0, 10))}, {1: np.zeros((0, 10))}, "run 1 of the reference has no sentence statistics "
+                                                              "(shape (0, 10))"),
+             ({1: np.array([])}, {1: np.array([])}, "run 1 of the reference has no sentence statistics (shape (0,))"),
+             (a, {**b, 2: nan}, "run 2 of the system: the statistic correct[3] of sentence 3 is nan, not a count")]
+    for reference, system, message in cases:
+        with pytest.raises(ValueError) as error:
+            statistics.stratified_ar(reference, system, shuffles=10)
+        assert str(error.value) == message and isinstance(error.value, FairseqExtError)  # one line from a command
+    with pytest.raises(ValueError, match="run 0 of the system has no sentence statistics"):
+        statistics.subsample_bootstrap(a[1], np.array([]))
 
 
 def test_subsample_bootstrap_is_compare_mts_procedure():
