@@ -32,16 +32,17 @@ import re
 import shlex
 import sys
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 from fairseq_ext.errors import FairseqExtError
-from fairseq_ext.reproduce.planning import (AnalysisPlan, Options, ReproduceError, RunPlan, budget_flags, plan_analyses,
-                                            plan_seeds, scale_name, scale_settings, shell_line)
+from fairseq_ext.reproduce.planning import (SHARE_RULE, AnalysisPlan, Options, ReproduceError, RunPlan, budget_flags,
+                                            plan_analyses, plan_seeds, scale_name, scale_settings, shell_line)
 from fairseq_ext.reproduce.readers import scales as scales_of
 from fairseq_ext.reproduce.render import markdown, write_reports
 from fairseq_ext.reproduce.rows import build_rows, build_seed_rows, complete
 from fairseq_ext.reproduce.tables import Row, Table, load_setups, load_table, load_tables, with_comet
-from fairseq_ext.reproduce import execute, marks
+from fairseq_ext.reproduce import execute, marks, schedule
+from fairseq_ext import resources
 from fairseq_ext.tools import comet as comet_metric
 from fairseq_ext.tools import statistics
 
@@ -138,6 +139,22 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--train-args", default="",
                     help="more fairseq-train flags for every row, e.g. --train-args='--fp16'")
     ap.add_argument("--generate-args", default="", help="more fairseq-generate flags for every row")
+    ap.add_argument("--share", type=float, help="the thesis' schedule compressed to this share of its tokens, e.g. 0.21: "
+                                                "32,768 tokens a batch, lr 1e-3, warm-up 400, the updates that make "
+                                                "the share (the small config's rule: docs/reproduction.md)")
+    ap.add_argument("--devices", help="comma list of the GPUs to train on, e.g. 0,1,2,3 (default: every GPU torch "
+                                      "sees, else the CPU)")
+    ap.add_argument("--per-device", type=int, help="trainings at once on each device (default: the number measured "
+                                                   "to train the most updates a second there at the run's batch, "
+                                                   "configs/benchmarks/device-rates.yaml and finished runs; else 1)")
+    ap.add_argument("--plan", action="store_true", help="train nothing: every run with its device, slot and time "
+                                                        "from the measured rates, and the device-hours")
+    ap.add_argument("--plan-device", help="--plan for this device (a name in device-rates.yaml; default the first "
+                                          "GPU's, else NVIDIA H200, where the stored measurements were made)")
+    ap.add_argument("--slurm-array", metavar="DIR", help="write DIR/reproduce-array.sbatch, a Slurm job array of one "
+                                                         "run a task, and DIR/tasks.tsv; train nothing here")
+    ap.add_argument("--array-task", type=int, metavar="K", help="run only the K-th run of the plan (a task of "
+                                                                  "--slurm-array's job array); no table")
     ap.add_argument("--samples", type=int, default=1000, help="paired bootstrap samples (default 1000)")
     ap.add_argument("--test", choices=marks.TESTS,
                     help="the test behind the BLEU marks: bootstrap (sacreBLEU's paired bootstrap of each run; over "
@@ -164,6 +181,12 @@ def check_args(args) -> List[int]:
         raise FairseqExtError(f"--samples must be at least 1, not {args.samples}")
     if args.shuffles < 1:
         raise FairseqExtError(f"--shuffles must be at least 1, not {args.shuffles}")
+    if args.share is not None and not 0 < args.share <= 1:
+        raise FairseqExtError(f"--share must be in (0, 1], not {args.share}")
+    if args.share is not None and (args.budget or args.smoke or args.cpu_scale):
+        raise FairseqExtError("--share sets the updates itself: leave out --budget, --smoke and --cpu-scale")
+    if args.per_device is not None and args.per_device < 1:
+        raise FairseqExtError(f"--per-device must be at least 1, not {args.per_device}")
     text, seed = args.seeds, args.seed
     if text is None:
         return [1 if seed is None else seed]
@@ -244,22 +267,93 @@ def print_dry_run(todo: Reproduction, args) -> None:
     print(f"# table: {os.path.join(todo.opts.work_dir, todo.table.id, name)}.{{md,csv,json,tex}}")
 
 
-def run_all(todo: Reproduction) -> List[str]:
-    """Every run, then every analysis of a finished run; the failed steps (said, and the others go on)."""
-    def steps():  # (step, its plan, where the log says it, what the summary calls it)
-        yield from ((execute.run, p, p.where, f"{p.row}/{p.dataset}") for p in todo.plans)
-        for a in todo.analyses:  # of a run that finished (a failed training is said above)
-            if os.path.exists(os.path.join(a.run.run_dir, "result.json")):
-                yield execute.run_analysis, a, f"{a.run.where} {a.name}", f"{a.run.row}/{a.run.dataset} {a.name}"
+def slots(todo: Reproduction, args) -> Tuple[List[Optional[str]], int]:
+    """(devices, trainings at once on each): one at a time over all of them for a run of several processes."""
+    if todo.opts.nproc != 1 or todo.opts.nnodes != 1:
+        return [None], 1
+    devices = schedule.parse_devices(args.devices, todo.plans[0].cpu if todo.plans else True)
+    if args.per_device:
+        return devices, args.per_device
+    config, _, max_tokens = schedule.training_of(todo.plans[0]) if todo.plans else ("", None, 0)
+    return devices, schedule.default_per_device(schedule.rates(todo.opts.work_dir), schedule.device_name(devices[0]),
+                                                config, max_tokens)
 
-    failed = []
-    for step, planned, where, what in steps():
-        try:
-            step(planned)
-        except ReproduceError as e:
-            print(f"{where} FAILED: {e}", file=sys.stderr, flush=True)
-            failed.append(f"{what}: {e}")
+
+def run_all(todo: Reproduction, args) -> List[str]:
+    """The data of every run (once each), every run over the devices' slots, then every analysis of a finished run;
+    the failed steps (said, and the others go on)."""
+    failed, unprepared = [], set()
+    for p in todo.plans:  # several trainings at once must not prepare one data set together
+        if p.prepare and p.data_dir not in unprepared and not os.path.exists(os.path.join(p.data_dir, "prep.env")):
+            try:
+                execute.run_command(p.prepare, os.path.join(p.run_dir, "prepare.log"), resources.command_environment())
+            except ReproduceError as e:
+                print(f"{p.where} FAILED: {e}", file=sys.stderr, flush=True)
+                failed.append(f"data {p.data_key}: {e}")
+                unprepared.add(p.data_dir)
+    plans = [p for p in todo.plans if p.data_dir not in unprepared]
+    devices, at_once = slots(todo, args)
+    print(f"{len(plans)} run(s), {at_once} at once on each of: {', '.join(d or 'the --nproc processes' for d in devices)}",
+          flush=True)
+    failed += execute.on_slots(plans, devices, at_once)
+    for a in todo.analyses:  # of a run that finished (a failed training is said above)
+        if os.path.exists(os.path.join(a.run.run_dir, "result.json")):
+            try:
+                execute.run_analysis(a)
+            except ReproduceError as e:
+                print(f"{a.run.where} {a.name} FAILED: {e}", file=sys.stderr, flush=True)
+                failed.append(f"{a.run.row}/{a.run.dataset} {a.name}: {e}")
     return failed
+
+
+def timed(todo: Reproduction, args, device: str, measured: List[dict]):
+    """(trainings at once on each ``device``, each run's (seconds or None, where its rate comes from))."""
+    config, _, max_tokens = schedule.training_of(todo.plans[0])
+    at_once = args.per_device or schedule.default_per_device(measured, device, config, max_tokens)
+    return at_once, [schedule.estimate(p, measured, device, at_once) for p in todo.plans]
+
+
+def print_plan(todo: Reproduction, args, setups: dict) -> None:
+    """--plan: every run with its device, slot and time from the measured rates; the device-hours of the table at the
+    thesis' schedule and at a share of it, on one GPU and on several."""
+    measured = schedule.rates(todo.opts.work_dir)
+    devices, at_once = slots(todo, args)
+    here = schedule.device_name(devices[0] or "0")
+    gpu_here = devices[0] not in (None, "cpu")
+    name = args.plan_device or (here if gpu_here or todo.opts.cpu or scale_name(todo.opts) else "NVIDIA H200")
+    count = len(devices) if gpu_here or name != "NVIDIA H200" or args.devices else 1
+    names = [str(i) for i in range(count)] if count > 1 or name != here else devices
+    at_once, runs = timed(todo, args, name, measured)
+    sources = list(dict.fromkeys(source for _, source in runs))
+    placed, end = schedule.place([t or 0.0 for t, _ in runs], names, at_once)
+    print(f"# {todo.table.id}: {len(runs)} run(s) on {count} x {name}, at most {at_once} at once on each"
+          + ("" if name == here else f" (planned for the device of the stored measurements: {here} is this "
+                                      "machine's; --plan-device NAME for another)"))
+    print("\n| run | row | data set | seed | training | device | slot | starts (h) | hours | rate |")
+    print("|---:|---|---|---:|---|---:|---:|---:|---:|---|")
+    for i, (p, (seconds, source), (device, slot, start)) in enumerate(zip(todo.plans, runs, placed)):
+        _, updates, tokens = schedule.training_of(p)
+        print(f"| {i} | {p.label} | {p.dataset} | {p.seed} | {p.budget}: {updates or '?'} x {tokens:,} tokens "
+              f"| {device} | {slot} | {start / 3600:.2f} | {'–' if seconds is None else f'{seconds / 3600:.2f}'} "
+              f"| [{sources.index(source) + 1}] |")
+    print("\n" + "\n".join(f"[{i + 1}] {source}" for i, source in enumerate(sources)))
+    unknown = sum(t is None for t, _ in runs)
+    print(f"\nWall clock {end / 3600:.1f} h, {end * count / 3600:.1f} device-hours"
+          + (f"; {unknown} run(s) not measured, counted as 0" if unknown else "") + ".")
+    config = schedule.training_of(todo.plans[0])[0]
+    schedules = [args.share] + ([None if args.share else 0.21] if config == SHARE_RULE["config"] else [])
+    counts = sorted({1, count if count > 1 else 4})
+    print(f"\n| schedule | {' | '.join(f'{n} x {name}: wall h, device-h' for n in counts)} |")
+    print(f"|---|{'---:|' * len(counts)}")
+    for share in schedules:
+        other = todo if share == args.share else plan(todo.table, argparse.Namespace(**{**vars(args), "share": share}),
+                                                      setups, todo.seeds)
+        at, runs = timed(other, args, name, measured)
+        seconds = [t for t, _ in runs]
+        cells = [schedule.place([t or 0.0 for t in seconds], [str(i) for i in range(n)], at)[1] for n in counts]
+        what = ("the thesis' schedule" if share is None else f"{share:g} of the thesis' tokens") + f", {at} at once"
+        print(f"| {what}{' (not measured: ' + str(sum(t is None for t in seconds)) + ' runs)' if None in seconds else ''}"
+              f" | {' | '.join(f'{c / 3600:.1f}, {c * n / 3600:.1f}' for c, n in zip(cells, counts))} |")
 
 
 def report(todo: Reproduction, args, failed: List[str]) -> None:
@@ -313,17 +407,42 @@ def main(argv=None):
     if args.dry_run:
         print_dry_run(todo, args)
         return 0
+    if args.plan:
+        print_plan(todo, args, setups)
+        return 0
+    if args.slurm_array or args.array_task is not None:
+        return slurm(todo, args, argv if argv is not None else sys.argv[1:])
     if not args.report and args.node_rank > 0:
         for p in todo.plans:  # worker node of a multi-node run: train only
             execute.run_on_worker_node(p)
         return 0
     try:
-        failed = [] if args.report else run_all(todo)
+        failed = [] if args.report else run_all(todo, args)
     except KeyboardInterrupt:  # Ctrl-C: the children were stopped (execute.run_child); one line, no traceback
         print(f"\n{parser.prog}: interrupted: the running command was stopped; finished rows are kept and reused: "
               "run the same command again to go on", file=sys.stderr, flush=True)
         return 130
     report(todo, args, failed)
+    return 0
+
+
+def slurm(todo: Reproduction, args, argv: List[str]) -> int:
+    """--slurm-array: prepare the data here, write the job array; --array-task K: train and evaluate the K-th run."""
+    if args.array_task is not None:
+        if not 0 <= args.array_task < len(todo.plans):
+            raise FairseqExtError(f"--array-task {args.array_task}: the plan has {len(todo.plans)} runs "
+                                  f"(0-{len(todo.plans) - 1})")
+        execute.run(todo.plans[args.array_task])
+        return 0
+    for p in todo.plans:  # once, before the tasks that share it start
+        if p.prepare and not os.path.exists(os.path.join(p.data_dir, "prep.env")):
+            execute.run_command(p.prepare, os.path.join(p.run_dir, "prepare.log"), resources.command_environment())
+    keep = [a for i, a in enumerate(argv) if a != "--slurm-array" and (i == 0 or argv[i - 1] != "--slurm-array")
+            and not a.startswith("--slurm-array=")]
+    script = schedule.write_slurm_array(os.path.abspath(args.slurm_array), keep, todo.plans, max(1, todo.opts.nproc),
+                                        len(todo.plans))
+    print(f"written: {script} ({len(todo.plans)} tasks, one run each; tasks.tsv beside it). Submit it with "
+          f"`sbatch {script}`; when every task has ended, the table: fairseq-ext reproduce {shlex.join(keep)} --report")
     return 0
 
 

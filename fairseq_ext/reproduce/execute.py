@@ -21,6 +21,7 @@ from fairseq_ext.common.data_text import read_lines, read_prep_env
 from fairseq_ext.common import checkpoints
 from fairseq_ext.errors import CheckpointError
 from fairseq_ext.reproduce.planning import ANALYSIS_DONE, AnalysisPlan, ReproduceError, RunPlan, shell_line, write_json
+from fairseq_ext.reproduce import schedule
 from fairseq_ext.tools import comet, meteor
 from fairseq_ext import resources
 
@@ -28,6 +29,7 @@ from fairseq_ext import resources
 GRACE_SECONDS = 10.0
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _running: Dict[int, subprocess.Popen] = {}  # the child run_child waits for
+STOPPING = threading.Event()  # the runner stops its commands: their failures are not theirs to say
 
 
 class _Stopped(BaseException):
@@ -82,6 +84,41 @@ def run_child(cmd: List[str], **popen_kwargs) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         _running.pop(proc.pid, None)
+
+
+def stop_children() -> None:
+    """SIGTERM to the group of every running command, ``GRACE_SECONDS`` to end, then SIGKILL."""
+    STOPPING.set()
+    procs = list(_running.values())
+    for proc in procs:
+        _signal_group(proc, signal.SIGTERM)
+    deadline = time.time() + GRACE_SECONDS
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            pass
+        _signal_group(proc, signal.SIGKILL)
+
+
+def on_slots(plans: List[RunPlan], devices: List[Optional[str]], at_once: int) -> List[str]:
+    """:func:`run` of every plan over the devices' slots (:func:`schedule.run_on_slots`), the failures; a SIGTERM or
+    Ctrl-C of the runner stops every running command's tree, then ends the runner as the signal would."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    if previous not in (None, signal.SIG_IGN):
+        signal.signal(signal.SIGTERM, _stop)
+    try:
+        return schedule.run_on_slots(plans, devices, at_once, run)
+    except (KeyboardInterrupt, _Stopped) as stopped:
+        stop_children()
+        if isinstance(stopped, _Stopped):
+            signal.signal(signal.SIGTERM, previous if callable(previous) else signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+        raise
+    finally:
+        if previous not in (None, signal.SIG_IGN):
+            signal.signal(signal.SIGTERM, previous)
 
 
 def log_lines(path: str):
@@ -182,7 +219,7 @@ def run_command(cmd: List[str], log: str, env=None):
         out.write(f"$ {shell_line(cmd)}\n")
         out.flush()
         returncode = run_child(executable(cmd), stdout=out, stderr=subprocess.STDOUT, env=env)
-    if returncode != 0:
+    if returncode != 0 and not STOPPING.is_set():
         with open(log, encoding="utf-8", errors="replace") as f:
             sys.stderr.write("".join(f.readlines()[-15:]))
         raise ReproduceError(f"command failed ({returncode}); full log: {log}")
@@ -202,22 +239,28 @@ def run_on_worker_node(plan: RunPlan, wait_seconds: int = 6 * 3600) -> None:
     run_command(plan.train, os.path.join(plan.run_dir, f"train.node{node}.log"), resources.command_environment())
 
 
-def run(plan: RunPlan) -> dict:
-    """Data, train, average, evaluate, measure, unless it finished before."""
+def run(plan: RunPlan, device: Optional[str] = None, at_once: int = 1) -> dict:
+    """Data, train, average, evaluate, measure, unless it finished before; on GPU ``device`` alone (an index) when
+    given, as one of ``at_once`` trainings there (the CPU's threads shared among them)."""
     done = finished(plan)
     if done is not None:
         print(f"{plan.where} finished before: reused ({plan.run_dir})")
         return done
-    print(f"{plan.where} {plan.label}" + (f"  (data: {plan.substitution})" if plan.substitution else ""), flush=True)
+    print(f"{plan.where} {plan.label}" + (f"  (data: {plan.substitution})" if plan.substitution else "")
+          + (f"  [device {device}]" if device is not None else ""), flush=True)
     os.makedirs(plan.run_dir, exist_ok=True)
     write_json(os.path.join(plan.run_dir, "plan.json"), plan.as_json())
     env = resources.command_environment()
+    if device is not None and not plan.cpu:
+        env["CUDA_VISIBLE_DEVICES"] = device
+    elif at_once > 1:
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // at_once))
     if plan.prepare and not os.path.exists(os.path.join(plan.data_dir, "prep.env")):
         run_command(plan.prepare, os.path.join(plan.run_dir, "prepare.log"), env)
     train_log = os.path.join(plan.run_dir, "train.log")
-    started = time.time()
+    started, resumed = time.time(), os.path.exists(os.path.join(plan.run_dir, "checkpoints", "checkpoint_last.pt"))
     run_command(plan.train, train_log, env)
-    train_seconds = time.time() - started
+    train_seconds, started = time.time() - started, time.time()
     if plan.average:
         run_command(plan.average, os.path.join(plan.run_dir, "average.log"), env)
     run_command(plan.evaluate, os.path.join(plan.run_dir, "evaluate.log"), env)
@@ -227,6 +270,7 @@ def run(plan: RunPlan) -> dict:
         lang = cmd[-1]
         run_command(cmd, os.path.join(plan.run_dir, f"evaluate-shuffle-{lang}.log"), env)
         adversarial[lang] = read_bleu(cmd[cmd.index("--out") + 1], plan.bleu)
+    evaluate_seconds = time.time() - started
     state = checkpoints.load_state(plan.checkpoint)
     try:  # the model's layers, widths and heads ({} when the checkpoint records no configuration)
         size = checkpoints.shape(checkpoints.saved_config(state, plan.checkpoint))
@@ -237,10 +281,16 @@ def run(plan: RunPlan) -> dict:
               **training_progress(train_log), **training_speed(train_log), **decoding_speed(eval_dir)}
     if adversarial:
         result["adversarial"] = adversarial
+    config, _, max_tokens = schedule.training_of(plan)
+    if result.get("train_ups") and result.get("updates") and not resumed:  # a measurement for --plan
+        result["rate"] = {"device": schedule.device_name("cpu" if plan.cpu else device or "0"), "config": config,
+                          "max_tokens": max_tokens, "at_once": at_once, "updates_per_s": result["train_ups"],
+                          "start_s": max(0.0, train_seconds - result["updates"] / result["train_ups"]),
+                          "evaluate_s": round(evaluate_seconds, 1)}
     tmp = os.path.join(plan.run_dir, ".result.json.tmp")
     write_json(tmp, result)
     os.replace(tmp, os.path.join(plan.run_dir, "result.json"))
-    print(f"  BLEU ({plan.bleu}) {result['bleu']}, {result['params'] / 1e6:.2f}M parameters", flush=True)
+    print(f"{plan.where} BLEU ({plan.bleu}) {result['bleu']}, {result['params'] / 1e6:.2f}M parameters", flush=True)
     return result
 
 

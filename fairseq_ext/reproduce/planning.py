@@ -52,6 +52,7 @@ class Options:
     substitute: bool = False  # use every data set's substitute (also implied by --smoke)
     senteval: Optional[str] = None  # SentEval's data/probing directory, for the probing columns
     comet: Optional[object] = None  # fairseq_ext.tools.comet.Comet: --comet-model's settings, checked
+    share: Optional[float] = None  # the thesis' schedule compressed to this share of its tokens (SHARE_RULE)
 
 
 @dataclass
@@ -127,6 +128,34 @@ def budget_flags(budget: Optional[str]) -> List[str]:
     return ["--stop-time-hours", f"{hours:.4f}", "--max-epoch", "0", "--max-update", "0"]
 
 
+# The compressed schedule (--share): what trained the small config on one H200 (docs/selfcheck.md#the-paper-stage)
+SHARE_RULE = {"config": "iwslt", "max_tokens": 32768, "lr": "1e-3", "warmup": 400}
+
+
+def last_flag(flags: List[str], name: str) -> Optional[str]:
+    """The last value of ``name`` in ``flags`` (the one fairseq's parser keeps)."""
+    at = [i for i, f in enumerate(flags[:-1]) if f == name]
+    return flags[at[-1] + 1] if at else None
+
+
+def config_flags(config: str) -> List[str]:
+    with open(resources.config_path(config), encoding="utf-8") as f:
+        return shlex.split(f.read(), comments=True)
+
+
+def share_flags(config: str, share: float, where: str) -> List[str]:
+    """The thesis' schedule of ``config`` at ``share`` of its tokens: SHARE_RULE's batch, learning rate and warm-up,
+    and the updates that make the share (one cosine cycle after the warm-up, as the config's)."""
+    if config != SHARE_RULE["config"]:
+        raise ReproduceError(f"--share: the compressed schedule was measured for the small config (configs/"
+                             f"{SHARE_RULE['config']}.args) only; {where} trains with --config {config}")
+    flags = config_flags(config)
+    tokens = share * int(last_flag(flags, "--max-update")) * int(last_flag(flags, "--max-tokens"))
+    updates = max(1, round(tokens / SHARE_RULE["max_tokens"]))
+    return ["--max-tokens", str(SHARE_RULE["max_tokens"]), "--max-update", str(updates), "--lr", SHARE_RULE["lr"],
+            "--warmup-updates", str(min(SHARE_RULE["warmup"], updates // 4))]
+
+
 def describe_budget(budget: str) -> str:
     """"200 updates", "20 min of training", "2 h of training", or the paper's schedule."""
     m = re.fullmatch(r"(\d+)([mh]?)", budget or "")
@@ -181,7 +210,7 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options, 
     suffix = ".smoke" if opts.smoke else ""  # the smoke cut is its own data; the cpu scale reads all of it
     data_dir = os.path.join(opts.data_root, "reproduce", data_key + suffix)
     tag = dataset + (f".{data_key}" if data_key != dataset else "") + suffix + (".cpu" if opts.cpu_scale else "") \
-        + (f".{opts.budget}" if opts.budget else "") \
+        + (f".{opts.budget}" if opts.budget else "") + (f".share{opts.share:g}" if opts.share else "") \
         + (f".seed{seed}" if several_seeds and seed != 1 else "")  # seed 1 keeps the one-seed runs: reused
     run_dir = os.path.join(opts.work_dir, table.id, row.id, tag)
     cpu = (not torch.cuda.is_available()) if opts.cpu is None else opts.cpu
@@ -215,7 +244,8 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options, 
     if ds.get("arch"):  # the table's data set names the size preset (e.g. mma-3: small De-En, base Ja-En)
         flags[flags.index("--arch") + 1] = ds["arch"]
     training_flags = shlex.split(training.get("flags", "") or "")
-    train += ["--", *training_flags, *flags, *extra_data_flags, *scale_flags, *budget_flags(opts.budget),
+    share = share_flags(training["config"], opts.share, f"{table.id}/{dataset}") if opts.share else []
+    train += ["--", *training_flags, *flags, *extra_data_flags, *scale_flags, *budget_flags(opts.budget), *share,
               "--seed", str(seed), *opts.extra_train]
 
     average = None
@@ -237,7 +267,7 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options, 
             cmd = list(evaluate)
             cmd[cmd.index("--out") + 1] = os.path.join(run_dir, f"eval-test-shuffle-{lang}")
             adversarial.append(cmd + ["--shuffle-source", lang])
-    budget = opts.budget or (scale_name(opts) or "paper")
+    budget = opts.budget or (scale_name(opts) or (f"share {opts.share:g}" if opts.share else "paper"))
     return RunPlan(table=table.id, row=row.id, label=row.label, dataset=dataset, data_key=data_key,
                    substitution=reason, bleu=ds["bleu"], data_dir=data_dir, run_dir=run_dir, prepare=prepare,
                    train=train, average=average, evaluate=evaluate, checkpoint=checkpoint, budget=budget,

@@ -80,7 +80,7 @@ def test_a_command_that_ends_on_its_own_is_not_signalled(tmp_path):
 MAIN = textwrap.dedent("""
     import sys
     from fairseq_ext.reproduce import __main__ as reproduce, execute
-    execute.run = lambda plan: execute.run_command([sys.executable, "-c", sys.argv[1], sys.argv[2]], sys.argv[3])
+    execute.run = lambda plan, *_: execute.run_command([sys.executable, "-c", sys.argv[1], sys.argv[2]], sys.argv[3])
     sys.exit(reproduce.main(["thesis-3.3", "--smoke", "--rows", "transformer", "--datasets", "iwslt15-en-vi",
                              "--work-dir", sys.argv[4], "--data-root", sys.argv[4]]))
 """)

@@ -310,7 +310,7 @@ def test_only_a_complete_run_replaces_the_complete_table(tmp_path, monkeypatch, 
     assert whole.read_text() == first and "(not run)" in (out_dir / "table.smoke.60.partial.md").read_text()
     # a refused run (another run's settings in the directory) fails, and leaves the table as it was
 
-    def refuse_one(plan):
+    def refuse_one(plan, *_):
         if plan.row == "plus-local-attention":
             raise planning.ReproduceError(f"{plan.run_dir} holds a run with other settings")
         return execute.finished(plan)

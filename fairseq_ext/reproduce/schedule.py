@@ -1,0 +1,181 @@
+"""A table's runs over one machine's devices (``--devices``, at most ``--per-device`` trainings at once on each): the
+runs start in the planned order, each as soon as a slot is free; a failed run is said in one line and the others go on.
+``--plan`` simulates the same placement with the measured rates (:func:`rates`): the packaged measurements
+(configs/benchmarks/device-rates.yaml) and every finished run of the work dir (its result.json), so that a table's first
+runs time the rest. Beyond one machine, :func:`write_slurm_array` hands the same runs to Slurm, one a task."""
+import glob
+import heapq
+import json
+import os
+import shlex
+import statistics
+import sys
+import threading
+from typing import Callable, Dict, List, Optional, Tuple
+
+import yaml
+
+from fairseq_ext import resources
+from fairseq_ext.reproduce.planning import ReproduceError, RunPlan, config_flags, last_flag
+
+RATES = os.path.join(resources.CONFIG_DIR, "benchmarks", "device-rates.yaml")
+UNMEASURED_START_S, UNMEASURED_EVALUATE_S = 60.0, 60.0  # for a run whose budget is time, not updates
+
+
+def device_name(device: str) -> str:
+    """What a rate is measured on: the GPU's name (torch's), or "cpu (N cores)"."""
+    if device == "cpu":
+        return f"cpu ({os.cpu_count()} cores)"
+    import torch
+
+    return torch.cuda.get_device_name(int(device)) if torch.cuda.is_available() else f"GPU {device}"
+
+
+def parse_devices(text: Optional[str], cpu: bool) -> List[str]:
+    """``--devices``: GPU indices (names of the slots under ``--cpu``), default every GPU torch sees, else the CPU."""
+    if not text:
+        import torch
+
+        return ["cpu"] if cpu or not torch.cuda.is_available() else [str(i) for i in range(torch.cuda.device_count())]
+    found = [d.strip() for d in text.split(",") if d.strip()]
+    if not found or len(set(found)) < len(found) or any(d != "cpu" and not d.isdigit() for d in found):
+        raise ReproduceError(f"--devices {text!r}: expected a comma list of distinct GPU indices, e.g. 0,1,2,3, or cpu")
+    return found
+
+
+def training_of(plan: RunPlan) -> Tuple[str, Optional[int], int]:
+    """(what a rate is measured for: the training config and the scale, planned updates or None when the budget is
+    time, --max-tokens) of a run, from its command after its config file's flags."""
+    config = plan.train[plan.train.index("--config") + 1]
+    flags = config_flags(config) + plan.train
+    updates = last_flag(flags, "--max-update")
+    if last_flag(plan.train, "--stop-time-hours") is not None or updates in (None, "0"):
+        updates = None
+    return config + (f"/{plan.scale}" if plan.scale else ""), updates and int(updates), int(last_flag(flags, "--max-tokens"))
+
+
+def rates(work_dir: Optional[str] = None) -> List[dict]:
+    """The packaged measurements, then one per finished run under ``work_dir`` (result.json's ``rate``)."""
+    with open(RATES, encoding="utf-8") as f:
+        found = yaml.safe_load(f)
+    for path in sorted(glob.glob(os.path.join(work_dir or "", "*", "*", "*", "result.json"))) if work_dir else []:
+        try:
+            with open(path, encoding="utf-8") as f:
+                rate = json.load(f).get("rate")
+        except (OSError, ValueError):
+            continue
+        if isinstance(rate, dict) and rate.get("updates_per_s"):
+            found.append({**rate, "source": os.path.relpath(os.path.dirname(path), work_dir)})
+    return found
+
+
+def rate_for(measured: List[dict], device: str, config: str, max_tokens: int, at_once: int) -> Optional[dict]:
+    """The mean of the measurements of that device, training and batch with ``at_once`` runs at once; else one run alone
+    on another device (said in its ``source``); else None."""
+    for same_device in (True, False):
+        hits = [m for m in measured if m["config"] == config and m["max_tokens"] == max_tokens
+                and m["at_once"] == (at_once if same_device else 1) and (m["device"] == device) == same_device]
+        if hits and (same_device or at_once == 1):
+            mean = {k: statistics.mean(m[k] for m in hits) for k in ("updates_per_s", "start_s", "evaluate_s")}
+            where = "; ".join(dict.fromkeys(m["source"] for m in hits))
+            return {**mean, "source": where if same_device else f"{hits[0]['device']}, not {device}: {where}"}
+    return None
+
+
+def default_per_device(measured: List[dict], device: str, config: str, max_tokens: int) -> int:
+    """The trainings at once that trained the most updates a second on that device at that batch (1 unmeasured)."""
+    counts = {m["at_once"] for m in measured if (m["device"], m["config"], m["max_tokens"]) == (device, config,
+                                                                                                 max_tokens)}
+    best = max(counts, default=1, key=lambda n: n * rate_for(measured, device, config, max_tokens, n)["updates_per_s"])
+    return best
+
+
+def estimate(plan: RunPlan, measured: List[dict], device: str, at_once: int) -> Tuple[Optional[float], str]:
+    """(seconds a run holds its slot, where the rate comes from), (None, why) where nothing measured applies."""
+    config, updates, max_tokens = training_of(plan)
+    budget = last_flag(plan.train, "--stop-time-hours")
+    rate = rate_for(measured, device, config, max_tokens, at_once)
+    if budget is not None:
+        start, evaluate = (rate["start_s"], rate["evaluate_s"]) if rate else (UNMEASURED_START_S, UNMEASURED_EVALUATE_S)
+        return start + float(budget) * 3600 + evaluate, "its time budget" + (f"; {rate['source']}" if rate else "")
+    if rate is None:
+        return None, f"not measured: {device} at {config}, {max_tokens} tokens, {at_once} at once"
+    return rate["start_s"] + updates / rate["updates_per_s"] + rate["evaluate_s"], rate["source"]
+
+
+def place(durations: List[float], devices: List[str], per_device: int) -> Tuple[List[Tuple[str, int, float]], float]:
+    """The runs in order, each on the slot that frees first ((device, slot, start s) per run), and when the last ends."""
+    free = [(0.0, i, device, slot) for i, (slot, device) in enumerate((s, d) for s in range(per_device)
+                                                                     for d in devices)]
+    heapq.heapify(free)
+    placed, end = [], 0.0
+    for seconds in durations:
+        start, order, device, slot = heapq.heappop(free)
+        placed.append((device, slot, start))
+        end = max(end, start + seconds)
+        heapq.heappush(free, (start + seconds, order, device, slot))
+    return placed, end
+
+
+def run_on_slots(plans: List[RunPlan], devices: List[str], per_device: int,
+                 work: Callable[[RunPlan, str, int], None]) -> List[str]:
+    """``work(plan, device, at_once)`` of every plan, in order, each as soon as a slot is free; the failures, each said
+    in one line as it happens (:class:`ReproduceError`; anything else stops the table)."""
+    pending, failed, lock = list(plans), [], threading.Lock()
+    stop: List[BaseException] = []
+
+    def slot_worker(device: str):
+        while not stop:
+            with lock:
+                if not pending:
+                    return
+                plan = pending.pop(0)
+            try:
+                work(plan, device, per_device)
+            except ReproduceError as e:
+                if not stop:  # (a command the runner stopped fails too)
+                    print(f"{plan.where} FAILED: {e}", file=sys.stderr, flush=True)
+                    failed.append(f"{plan.row}/{plan.dataset} (seed {plan.seed}): {e}")
+            except BaseException as e:  # noqa: B036  a bug: the other slots start nothing more
+                stop.append(e)
+
+    workers = [threading.Thread(target=slot_worker, args=(device,), daemon=True)
+               for _ in range(per_device) for device in devices]
+    try:
+        for w in workers:
+            w.start()
+        for w in workers:
+            while w.is_alive():
+                w.join(0.2)
+    except BaseException as e:  # an interrupt of the runner: the slots start nothing more
+        stop.append(e)
+        raise
+    if stop:
+        raise stop[0]
+    return failed
+
+
+def write_slurm_array(directory: str, argv: List[str], plans: List[RunPlan], gpus: int, parallel: int) -> str:
+    """An sbatch script of a job array over ``plans`` (one run a task: ``fairseq-ext reproduce ARGV --array-task
+    $SLURM_ARRAY_TASK_ID`` on ``gpus`` GPUs) and ``tasks.tsv`` (task, row, data set, seed, run directory)."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "tasks.tsv"), "w", encoding="utf-8") as f:
+        f.write("task\trow\tdataset\tseed\trun_dir\n")
+        f.writelines(f"{i}\t{p.row}\t{p.dataset}\t{p.seed}\t{p.run_dir}\n" for i, p in enumerate(plans))
+    command = shlex.join([sys.executable, "-m", "fairseq_ext", "reproduce", *argv])
+    script = os.path.join(directory, "reproduce-array.sbatch")
+    with open(script, "w", encoding="utf-8") as f:
+        f.write(f"""#!/usr/bin/env bash
+# One training of the table a task (tasks.tsv beside this file), then, once all are done, the table:
+#   sbatch {script}
+#   {command} --report
+#SBATCH --job-name=fairseq_ext-reproduce
+#SBATCH --array=0-{len(plans) - 1}%{parallel}
+#SBATCH --ntasks=1
+#SBATCH --gpus-per-task={gpus}
+#SBATCH --output={directory}/task-%a.out
+set -euo pipefail
+exec {command} --array-task "${{SLURM_ARRAY_TASK_ID:?run with sbatch, or set SLURM_ARRAY_TASK_ID}}"
+""")
+    os.chmod(script, 0o755)
+    return script
