@@ -198,8 +198,9 @@ def main(argv=None):
             parse_model_args(SIZES[cli.config][1], *size_flags(cli.config), *shlex.split(entry.partition(":")[2]))
         except FlagError as error:
             raise OptionError(f"--configs {entry}: {error}") from None
-        except OptionError:  # a row the size cannot build (MS-4 below 5 layers): said in its row
-            pass
+        except OptionError as error:  # a row the size cannot build (MS-4 below 5 layers): --mode updates says it in its row
+            if cli.mode == "steps":
+                raise OptionError(f"--configs {entry}: {error} (at --config {cli.config})") from None
     if cli.threads:
         torch.set_num_threads(cli.threads)
     device = torch.device(cli.device)

@@ -233,3 +233,17 @@ def test_a_bad_vocab_or_row_flag_is_one_line_before_anything_runs(capsys):
             benchmark.main(["--config", "tiny", "--device", "cpu", *argv])
         assert "\n" not in str(refused.value)
     assert capsys.readouterr().out == ""  # no table started
+
+
+
+def test_a_default_row_the_size_cannot_build_is_named_with_configs(capsys):
+    """The default rows at --config tiny: MS-12+AIF's second auxiliary decoder needs 3 encoder layers."""
+    from fairseq_ext.errors import OptionError
+
+    for argv in (["--profile", "train"], []):
+        with pytest.raises(OptionError) as refused:
+            benchmark.main(["--config", "tiny", "--device", "cpu", *argv])
+        assert str(refused.value) == ("--configs MS-12+AIF:--aux-decoder-layers 1,2 --aux-fusion: --aux-decoder-layers: "
+                                      "layer 2 must be within 1..1 (below --encoder-layers 2; the main decoder reads "
+                                      "layer 2) (at --config tiny)")
+    assert capsys.readouterr().out == ""  # nothing ran
