@@ -13,7 +13,7 @@ PACK/data     multi30k.en-de/ and iwslt15.en-vi/, prepared by the recipes (binar
               their BPE codes, dictionaries and reference texts); --from takes local copies
               of the corpora ($FAIRSEQ_EXT_DATA by default), else they are downloaded
 PACK/install.sh   `source PACK/install.sh` in the checkout on that machine: installs the wheels
-              into /tmp/fairseq_ext-site without the registry and sets PYTHONPATH
+              into /tmp/fairseq_ext-site without the registry (none with --no-wheels), sets PYTHONPATH
 PACK/README.md    what is in the folder, with sizes
 
 The total size is printed; over --max-mib (default 60) the command fails.
@@ -40,12 +40,15 @@ DATASETS = {  # folder -> (recipe, its flags, the corpus folder under --from)
     "iwslt15.en-vi": ("iwslt15-en-vi", ["--src", "en", "--tgt", "vi"], "iwslt15-en-vi"),
 }
 SITE = "/tmp/fairseq_ext-site"
+say = lambda message: print(f"{PROG}: {message}", file=sys.stderr, flush=True)  # noqa: E731  a line of progress
+mib = lambda n: f"{n / 2 ** 20:.1f} MiB"  # noqa: E731
 
 
 def download_wheels(target: str, python_version: str) -> None:
     os.makedirs(target, exist_ok=True)
     platforms = [a for p in PLATFORMS for a in ("--platform", p)]
-    for spec in WHEELS:
+    for i, spec in enumerate(WHEELS, 1):
+        say(f"wheel {i} of {len(WHEELS)}: {spec} for Python {python_version}")
         base = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-build-isolation", "-d", target]
         binary = base + ["--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
                          *platforms, spec]
@@ -57,7 +60,7 @@ def download_wheels(target: str, python_version: str) -> None:
 
 def prepare_data(target: str, corpora: Optional[str], max_lines: int, workers: int, names: List[str]) -> None:
     os.makedirs(target, exist_ok=True)
-    for folder in names:
+    for i, folder in enumerate(names, 1):
         recipe, flags, corpus = DATASETS[folder]
         cmd = [sys.executable, "-m", "fairseq_ext", "prepare", recipe, "--out", os.path.join(target, folder), "--force",
                *flags, "--workers", str(workers)]
@@ -65,17 +68,13 @@ def prepare_data(target: str, corpora: Optional[str], max_lines: int, workers: i
             cmd += ["--from", os.path.join(corpora, corpus)]
         if max_lines:
             cmd += ["--max-lines", str(max_lines)]
-        print(f"{PROG}: preparing {folder}: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise CommandError(f"preparing {folder} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+        say(f"data set {i} of {len(names)}: preparing {folder} (the recipe's steps follow): {shlex.join(cmd)}")
+        code = subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode  # its steps, a line each, on stderr
+        if code != 0:
+            raise CommandError(f"preparing {folder} failed (exit {code}): the recipe's last lines above say why")
 
 
-def mib(n: int) -> str:
-    return f"{n / 2 ** 20:.1f} MiB"
-
-
-def write_install(out: str, python_version: str) -> None:
+def write_install(out: str, python_version: str, wheels: bool) -> None:
     with open(os.path.join(out, "install.sh"), "w", encoding="utf-8") as f:
         f.write(f"""# source PACK/install.sh, from the root of the fairseq_ext checkout, on a machine without a
 # package registry whose Python {python_version} has torch: installs PACK/wheels there (no
@@ -84,6 +83,8 @@ _pack="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target {SITE} "$_pack"/wheels/* \\
   && export PYTHONPATH={SITE}:$PWD${{PYTHONPATH:+:$PYTHONPATH}} && export PATH={SITE}/bin:$PATH
 # then: python3 -m fairseq_ext selfcheck --out selfcheck --stage env   (tests, bench, train --data "$_pack"/data)
+""" if wheels else """# source PACK/install.sh in the checkout. No wheels (--no-wheels): Python needs its own fairseq.
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 """)
 
 
@@ -117,17 +118,18 @@ def main(argv: Optional[List[str]] = None) -> int:
             download_wheels(os.path.join(args.out, "wheels"), args.python_version)
         if not args.no_data:
             prepare_data(os.path.join(args.out, "data"), args.corpora, args.max_lines, args.workers, datasets)
-        write_install(args.out, args.python_version)
+        wheels = bool(glob.glob(os.path.join(args.out, "wheels", "*")))  # this run's, or an earlier one's
+        write_install(args.out, args.python_version, wheels)
     except CommandError as e:
         return fail(PROG, e, p.format_usage())
-    rows, total = [], 0
-    for path in [p for folder in ("wheels", "data") for p in sorted(glob.glob(os.path.join(args.out, folder, "*")))]:
-        n = os.path.getsize(path) if os.path.isfile(path) else sum(
-            os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
-        total += n
-        rows.append(f"| {os.path.relpath(path, args.out)} | {mib(n)} |")
+    paths = [p for folder in ("wheels", "data") for p in sorted(glob.glob(os.path.join(args.out, folder, "*")))]
+    sizes = [os.path.getsize(p) if os.path.isfile(p) else sum(os.path.getsize(os.path.join(d, f)) for d, _, files
+                                                              in os.walk(p) for f in files) for p in paths]
+    total, rows = sum(sizes), [f"| {os.path.relpath(p, args.out)} | {mib(n)} |" for p, n in zip(paths, sizes)]
     readme = ["# The self-check's pack", "", f"Made by `{PROG}` for Python {args.python_version}. On the machine "
-              "without a registry, from the checkout's root:", "", "```bash", "source PACK/install.sh",
+              "without a registry, from the checkout's root:" if wheels else f"Made by `{PROG} --no-wheels`: data "
+              "only, for a Python with fairseq and its dependencies (e.g. the checkout's `.venv`), from the checkout's "
+              "root:", "", "```bash", "source PACK/install.sh",
               "python3 -m fairseq_ext selfcheck --out selfcheck --stage env,tests,bench",
               "python3 -m fairseq_ext selfcheck --out selfcheck --stage train --data PACK/data", "```", "",
               "| file | size |", "|---|---:|", *rows, f"| **total** | **{mib(total)}** |"]

@@ -6,6 +6,7 @@ trains a finished run of ``OUT/paper/runs/NAME/`` again, and builds ``OUT/paper.
 run there."""
 import functools
 import json
+import math
 import os
 import re
 import shlex
@@ -53,6 +54,11 @@ QUICK_SETTINGS = {"updates": 8, "max_tokens": 1000, "lr": 1e-3, "warmup": 4}
 SCHEDULE = ["--lr-scheduler", "cosine", "--warmup-init-lr", "1e-7", "--no-epoch-checkpoints", "--log-interval", "50"]
 START_SECONDS = 20  # python, fairseq, the data and the model before fairseq's training clock starts
 LEARNED_BLEU = 1.0  # a reference run under it did not learn (e.g. too high a learning rate): no Δ or p against it
+# the fields of a run.json the table reads, and their types (None: not measured)
+MEASURED = (int, float, type(None))
+RUN_FIELDS = {"dataset": str, "flags": str, "seed": int, "updates_planned": int, "max_tokens": int, "lr": (int, float),
+              "warmup": int, **dict.fromkeys(("bleu", "chrf", "updates", "target_tokens", "train_wall_s", "train_ups",
+                                              "valid_loss"), MEASURED)}
 
 
 def fairseq_ext(command: str, *args: str) -> List[str]:
@@ -77,11 +83,9 @@ def data_dir(data: Optional[str], name: str, stage: str = "train", required: boo
         raise CommandError(f"--data: the {stage} stage needs the folder of prepared data ({pack} writes it: "
                            f"PACK/data, with {needed})")
     path = os.path.join(data, name)
-    if os.path.exists(os.path.join(path, "prep.env")):
-        return path
-    if required:
+    if required and not os.path.exists(os.path.join(path, "prep.env")):
         raise CommandError(f"--data: no {name}/prep.env under {data} ({pack} prepares it)")
-    return None
+    return path if os.path.exists(os.path.join(path, "prep.env")) else None
 
 
 # ---- the train stage ----------------------------------------------------------------------
@@ -142,8 +146,7 @@ def run_train(out: str, device, data: Optional[str], quick: bool, time_limit: fl
     deadline = time.time() + time_limit
     multi30k, iwslt = data_dir(data, MULTI30K, required=True), data_dir(data, IWSLT)
     setup = load_setups()["trainings"]["cpu-quickstart"]
-    quick_flags = QUICK_MODEL + QUICK_TRAIN if quick else []
-    generate = QUICK_GENERATE["train"] if quick else GENERATE
+    quick_flags, generate = (QUICK_MODEL + QUICK_TRAIN, QUICK_GENERATE["train"]) if quick else ([], GENERATE)
     records = []
     runs = MULTI30K_RUNS[:1] if quick else MULTI30K_RUNS  # --quick: the baseline's code path is M-10's
     for i, (name, flags) in enumerate(runs):
@@ -403,10 +406,21 @@ def load_records(out: str) -> List[dict]:
     return found
 
 
+def unscored(record: dict) -> Optional[str]:
+    """Why a run has no row in the table (None: it has one): a malformed run.json, no score, a score that is NaN."""
+    for field, kind in RUN_FIELDS.items():
+        if not isinstance(record.get(field), kind) or isinstance(record.get(field), bool):
+            return f"malformed run.json: {'invalid' if field in record else 'missing'} field {field}"
+    if record["bleu"] is None:
+        return (f"no score: train exit {record.get('train_returncode')}, evaluate exit "
+                f"{record.get('eval_returncode')} (see its train.log and evaluate.log)")
+    return None if math.isfinite(record["bleu"]) else f"its BLEU is {record['bleu']}: a failed run"
+
+
 def write_table(out: str) -> List[str]:
     found = load_records(out)
-    records = [r for r in found if r.get("bleu") is not None]
-    failed = [r for r in found if r.get("bleu") is None]
+    records = [r for r in found if unscored(r) is None]
+    failed = {os.path.basename(r["folder"]): unscored(r) for r in found if unscored(r) is not None}
     groups: Dict[tuple, Dict[int, dict]] = {}  # (direction, flags, settings) -> seed -> record
     for r in records:
         groups.setdefault((r["dataset"], r["flags"]) + settings_of(r), {})[r["seed"]] = r
@@ -447,11 +461,11 @@ def write_table(out: str) -> List[str]:
     if not json_rows:
         lines += ["No finished run yet."]
     if failed:
-        lines += ["", "Runs without a score (see their train.log and evaluate.log):", ""]
-        lines += [f"- {r['name']}: train exit {r.get('train_returncode')}, evaluate exit "
-                  f"{r.get('eval_returncode')}" for r in failed]
-    result = "ok" if records and not failed else ("no finished run" if not records else f"{len(failed)} runs failed")
-    runs = [{k: v for k, v in r.items() if k != "folder"} for r in records + failed]
+        lines += ["", "Runs left out of the table (failed):", ""]
+        lines += [f"- {name}: {why}" for name, why in failed.items()]
+    result = (f"{len(failed)} runs failed: " + "; ".join(f"{name} ({why})" for name, why in failed.items()) if failed
+              else "ok" if records else "no finished run")
+    runs = [{k: v for k, v in r.items() if k != "folder"} for r in found]
     return write_stage(out, "paper", {"result": result, "quick": quick, "rows": json_rows, "runs": runs}, lines)
 
 

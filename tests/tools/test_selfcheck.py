@@ -51,7 +51,7 @@ def test_selfcheck_cpu_mode_runs_every_stage_and_resumes(small_corpora, tmp_path
     assert res.returncode == 0, res.stderr[-3000:]
     assert sorted(os.listdir(packed / "data")) == ["iwslt15.en-vi", "multi30k.en-de"]
     assert "source PACK/install.sh" in read(str(packed / "README.md"))
-    assert "--no-index" in read(str(packed / "install.sh"))
+    assert "pip" not in read(str(packed / "install.sh"))  # --no-wheels: nothing to install
 
     out = tmp_path / "check"
     res = selfcheck("selfcheck", "--out", str(out), "--device", "cpu", "--quick", "--stage", "all",
@@ -175,6 +175,28 @@ def test_selfcheck_says_what_is_missing(tmp_path, capsys):
         (run / "run.json").write_text(text)
         code, err = error(command.main, "--out", str(tmp_path / "t"), "--stage", "paper", "--table-only")
         assert code == 1 and f"{run / 'run.json'}: " in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_table_only_fails_a_nan_bleu_and_names_a_malformed_run_json(tmp_path, capsys):
+    from fairseq_ext.selfcheck import main as command
+
+    record = {"row": "transformer", "dataset": "iwslt15-en-vi", "seed": 1, "updates_planned": 8, "max_tokens": 1000,
+              "lr": 0.001, "warmup": 4, "updates": 8, "quick": True, "bleu": 3.5}
+    for name, changed in (("transformer-s1-u8-mt1000-lr0.001-wu4", {"bleu": float("nan")}),
+                          ("m-10-s1-u8-mt1000-lr0.001-wu4", {"row": "m-10", "seed": "one"}),
+                          ("m-11-s1-u8-mt1000-lr0.001-wu4", {"row": "m-11", "warmup": None})):
+        fields = {k: v for k, v in {"name": name, **record, **changed}.items() if v is not None}
+        (tmp_path / "paper" / "runs" / name).mkdir(parents=True)
+        (tmp_path / "paper" / "runs" / name / "run.json").write_text(json.dumps(fields))
+    assert command.main(["--out", str(tmp_path), "--stage", "paper", "--table-only", "--device", "cpu"]) == 1
+    out, err = capsys.readouterr()
+    failed = ["m-10-s1-u8-mt1000-lr0.001-wu4 (malformed run.json: invalid field seed)",
+              "m-11-s1-u8-mt1000-lr0.001-wu4 (malformed run.json: missing field warmup)",
+              "transformer-s1-u8-mt1000-lr0.001-wu4 (its BLEU is nan: a failed run)"]
+    assert err.splitlines() == ["fairseq-ext selfcheck: stage paper: 3 runs failed: " + "; ".join(failed)]
+    assert "nan |" not in out and "No finished run yet." in out
+    assert [line for line in out.splitlines() if line.startswith("- ")] == [
+        "- " + line.replace(" (", ": ", 1)[:-1] for line in failed]
 
 
 def test_pack_takes_a_wheel_and_else_the_source(monkeypatch, tmp_path):
