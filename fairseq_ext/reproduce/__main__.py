@@ -31,6 +31,7 @@ import os
 import re
 import shlex
 import sys
+import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -295,7 +296,9 @@ def run_all(todo: Reproduction, args) -> List[str]:
     devices, at_once = slots(todo, args)
     print(f"{len(plans)} run(s), {at_once} at once on each of: {', '.join(d or 'the --nproc processes' for d in devices)}",
           flush=True)
+    started = time.time()
     failed += execute.on_slots(plans, devices, at_once)
+    print(f"{len(plans)} run(s) ended in {time.time() - started:.0f} s", flush=True)
     for a in todo.analyses:  # of a run that finished (a failed training is said above)
         if os.path.exists(os.path.join(a.run.run_dir, "result.json")):
             try:
@@ -306,11 +309,13 @@ def run_all(todo: Reproduction, args) -> List[str]:
     return failed
 
 
-def timed(todo: Reproduction, args, device: str, measured: List[dict]):
-    """(trainings at once on each ``device``, each run's (seconds or None, where its rate comes from))."""
+def timed(todo: Reproduction, args, device: str, measured: List[dict], count: int):
+    """(trainings at once on each of ``count`` ``device``s, each run's (seconds or None, where its rate comes from));
+    on the CPU every slot of every device shares the one CPU."""
     config, _, max_tokens = schedule.training_of(todo.plans[0])
     at_once = args.per_device or schedule.default_per_device(measured, device, config, max_tokens)
-    return at_once, [schedule.estimate(p, measured, device, at_once) for p in todo.plans]
+    load = at_once * count if device.startswith("cpu") else at_once
+    return at_once, [schedule.estimate(p, measured, device, load) for p in todo.plans]
 
 
 def print_plan(todo: Reproduction, args, setups: dict) -> None:
@@ -318,12 +323,12 @@ def print_plan(todo: Reproduction, args, setups: dict) -> None:
     thesis' schedule and at a share of it, on one GPU and on several."""
     measured = schedule.rates(todo.opts.work_dir)
     devices, at_once = slots(todo, args)
-    here = schedule.device_name(devices[0] or "0")
-    gpu_here = devices[0] not in (None, "cpu")
+    here = schedule.device_name("cpu" if todo.plans[0].cpu else devices[0] or "0")
+    gpu_here = not todo.plans[0].cpu
     name = args.plan_device or (here if gpu_here or todo.opts.cpu or scale_name(todo.opts) else "NVIDIA H200")
     count = len(devices) if gpu_here or name != "NVIDIA H200" or args.devices else 1
     names = [str(i) for i in range(count)] if count > 1 or name != here else devices
-    at_once, runs = timed(todo, args, name, measured)
+    at_once, runs = timed(todo, args, name, measured, count)
     sources = list(dict.fromkeys(source for _, source in runs))
     placed, end = schedule.place([t or 0.0 for t, _ in runs], names, at_once)
     print(f"# {todo.table.id}: {len(runs)} run(s) on {count} x {name}, at most {at_once} at once on each"
@@ -333,25 +338,30 @@ def print_plan(todo: Reproduction, args, setups: dict) -> None:
     print("|---:|---|---|---:|---|---:|---:|---:|---:|---|")
     for i, (p, (seconds, source), (device, slot, start)) in enumerate(zip(todo.plans, runs, placed)):
         _, updates, tokens = schedule.training_of(p)
-        print(f"| {i} | {p.label} | {p.dataset} | {p.seed} | {p.budget}: {updates or '?'} x {tokens:,} tokens "
+        print(f"| {i} | {p.label} | {p.dataset} | {p.seed} | {updates or '?'} x {tokens:,} tokens "
               f"| {device} | {slot} | {start / 3600:.2f} | {'–' if seconds is None else f'{seconds / 3600:.2f}'} "
               f"| [{sources.index(source) + 1}] |")
     print("\n" + "\n".join(f"[{i + 1}] {source}" for i, source in enumerate(sources)))
     unknown = sum(t is None for t, _ in runs)
-    print(f"\nWall clock {end / 3600:.1f} h, {end * count / 3600:.1f} device-hours"
+    print(f"\nWall clock {end / 3600:.1f} h ({end:.0f} s), {end * count / 3600:.1f} device-hours"
           + (f"; {unknown} run(s) not measured, counted as 0" if unknown else "") + ".")
     config = schedule.training_of(todo.plans[0])[0]
-    schedules = [args.share] + ([None if args.share else 0.21] if config == SHARE_RULE["config"] else [])
+    alternative = config == SHARE_RULE["config"] and not (todo.opts.budget or scale_name(todo.opts))
+    schedules = [args.share] + ([None if args.share else 0.21] if alternative else [])
     counts = sorted({1, count if count > 1 else 4})
     print(f"\n| schedule | {' | '.join(f'{n} x {name}: wall h, device-h' for n in counts)} |")
     print(f"|---|{'---:|' * len(counts)}")
     for share in schedules:
         other = todo if share == args.share else plan(todo.table, argparse.Namespace(**{**vars(args), "share": share}),
                                                       setups, todo.seeds)
-        at, runs = timed(other, args, name, measured)
+        cells = []
+        for n in counts:
+            at, runs = timed(other, args, name, measured, n)
+            cells.append(schedule.place([t or 0.0 for t, _ in runs], [str(i) for i in range(n)], at)[1])
         seconds = [t for t, _ in runs]
-        cells = [schedule.place([t or 0.0 for t in seconds], [str(i) for i in range(n)], at)[1] for n in counts]
-        what = ("the thesis' schedule" if share is None else f"{share:g} of the thesis' tokens") + f", {at} at once"
+        label = other.plans[0].budget
+        what = {"paper": "the paper's schedule"}.get(label, f"budget {label}" if label[:1].isdigit() and " " not in label
+                                                     else label) + f", {at} at once"
         print(f"| {what}{' (not measured: ' + str(sum(t is None for t in seconds)) + ' runs)' if None in seconds else ''}"
               f" | {' | '.join(f'{c / 3600:.1f}, {c * n / 3600:.1f}' for c, n in zip(cells, counts))} |")
 

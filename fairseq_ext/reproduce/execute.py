@@ -109,7 +109,8 @@ def on_slots(plans: List[RunPlan], devices: List[Optional[str]], at_once: int) -
     if previous not in (None, signal.SIG_IGN):
         signal.signal(signal.SIGTERM, _stop)
     try:
-        return schedule.run_on_slots(plans, devices, at_once, run)
+        return schedule.run_on_slots(plans, devices, at_once,  # on the CPU, every device's slots share it
+                                     lambda plan, device, n: run(plan, device, n * len(devices) if plan.cpu else n))
     except (KeyboardInterrupt, _Stopped) as stopped:
         stop_children()
         if isinstance(stopped, _Stopped):

@@ -85,7 +85,7 @@ class RunPlan:
 
     @property
     def where(self) -> str:
-        return f"[{self.table}/{self.row}/{self.dataset}]"
+        return f"[{self.table}/{self.row}/{self.dataset}" + (f" seed {self.seed}]" if self.seed != 1 else "]")
 
     def commands(self) -> List[List[str]]:
         return [c for c in (self.prepare, self.train, self.average, self.evaluate) if c] + self.adversarial
@@ -160,7 +160,7 @@ def describe_budget(budget: str) -> str:
     """"200 updates", "20 min of training", "2 h of training", or the paper's schedule."""
     m = re.fullmatch(r"(\d+)([mh]?)", budget or "")
     if not m:
-        return "the paper's schedule (the training config's --max-update / --max-epoch)"
+        return budget or "the paper's schedule (the training config's --max-update / --max-epoch)"
     value, unit = int(m.group(1)), m.group(2)
     return {"": f"{value} updates", "m": f"{value} min of training", "h": f"{value} h of training"}[unit]
 
@@ -267,7 +267,10 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options, 
             cmd = list(evaluate)
             cmd[cmd.index("--out") + 1] = os.path.join(run_dir, f"eval-test-shuffle-{lang}")
             adversarial.append(cmd + ["--shuffle-source", lang])
-    budget = opts.budget or (scale_name(opts) or (f"share {opts.share:g}" if opts.share else "paper"))
+    budget = opts.budget or scale_name(opts) or "paper"
+    if share:  # the settings beside every number of the table
+        budget = (f"{opts.share:g} of the thesis' tokens ({int(share[3]):,} updates of {int(share[1]):,} tokens, lr "
+                  f"{share[5]}, warm-up {share[7]})")
     return RunPlan(table=table.id, row=row.id, label=row.label, dataset=dataset, data_key=data_key,
                    substitution=reason, bleu=ds["bleu"], data_dir=data_dir, run_dir=run_dir, prepare=prepare,
                    train=train, average=average, evaluate=evaluate, checkpoint=checkpoint, budget=budget,

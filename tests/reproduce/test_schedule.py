@@ -1,0 +1,120 @@
+"""The reproduction runner over one machine's devices (fairseq_ext/reproduce/schedule.py): every run once, in the
+planned order, never more at once on a device than its slots; a failing run said in one line while the others go on;
+--plan's device-hours recomputed from the stored measurements; the Slurm job array, one run a task."""
+import shlex
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from fairseq_ext.reproduce import __main__ as cli
+from fairseq_ext.reproduce import execute, schedule
+from fairseq_ext.errors import FairseqExtError
+from fairseq_ext.reproduce.planning import ReproduceError
+
+
+def fake_plans(n):
+    return [SimpleNamespace(where=f"[t/r{i}/d]", row=f"r{i}", dataset="d", seed=1, index=i) for i in range(n)]
+
+
+def test_runs_fill_every_slot_in_the_planned_order_each_once():
+    plans, started, running, peak, lock = fake_plans(9), [], {}, {}, threading.Lock()
+
+    def work(plan, device, at_once):
+        with lock:
+            started.append((plan.index, device))
+            running[device] = running.get(device, 0) + 1
+            peak[device] = max(peak.get(device, 0), running[device])
+        time.sleep(0.05 + 0.03 * (plan.index % 3))  # runs of different lengths
+        with lock:
+            running[device] -= 1
+
+    assert schedule.run_on_slots(plans, ["0", "1"], 2, work) == []
+    assert [i for i, _ in started] == list(range(9))  # each once, started in the planned order
+    assert peak == {"0": 2, "1": 2}  # two at once on each device, never more
+    # the simulated placement puts runs of equal length the same way: round the slots, device by device
+    placed, end = schedule.place([1.0] * 5, ["0", "1"], 2)
+    assert [(d, s) for d, s, _ in placed] == [("0", 0), ("1", 0), ("0", 1), ("1", 1), ("0", 0)] and end == 2.0
+
+
+def test_a_failing_run_does_not_stop_the_others(capsys):
+    done = []
+
+    def work(plan, device, at_once):
+        if plan.index == 1:
+            raise ReproduceError("command failed (1); full log: r1/train.log")
+        done.append(plan.index)
+
+    failed = schedule.run_on_slots(fake_plans(4), ["0"], 2, work)
+    assert sorted(done) == [0, 2, 3]
+    assert failed == ["r1/d (seed 1): command failed (1); full log: r1/train.log"]
+    assert capsys.readouterr().err.strip().splitlines() == ["[t/r1/d] FAILED: command failed (1); full log: r1/train.log"]
+
+
+def test_a_bug_in_a_run_stops_the_table():
+    def work(plan, device, at_once):
+        if plan.index == 0:
+            raise KeyError("bug")
+        time.sleep(0.1)
+
+    with pytest.raises(KeyError):
+        schedule.run_on_slots(fake_plans(6), ["0"], 1, work)
+
+
+def test_devices_are_checked():
+    assert schedule.parse_devices("0, 1,2", cpu=False) == ["0", "1", "2"]
+    assert schedule.parse_devices(None, cpu=True) == ["cpu"]
+    for bad in ("0,0", "gpu0", ","):
+        with pytest.raises(ReproduceError, match="--devices"):
+            schedule.parse_devices(bad, cpu=False)
+
+
+def _stored(device, max_tokens, at_once):
+    with open(schedule.RATES, encoding="utf-8") as f:
+        return next(m for m in yaml.safe_load(f) if (m["device"], m["max_tokens"], m["at_once"]) ==
+                    (device, max_tokens, at_once))
+
+
+def test_the_plan_of_a_thesis_column_with_three_seeds(capsys, tmp_path):
+    """27 runs (9 rows x 3 seeds), timed from device-rates.yaml: the thesis' 200,000 updates of 2,048 tokens (one
+    run alone, the H100's rate: no H200 measurement at that batch) and 0.21 of its tokens (2,625 updates of 32,768
+    tokens, two runs at once on the H200), on one GPU and on four."""
+    assert cli.main(["thesis-3.3", "--datasets", "iwslt15-en-vi", "--seeds", "1,2,3", "--plan", "--work-dir",
+                     str(tmp_path), "--plan-device", "NVIDIA H200"]) == 0
+    out = capsys.readouterr().out
+    runs = [line for line in out.splitlines() if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
+    assert len(runs) == 27 and {line.split("|")[4].strip() for line in runs} == {"1", "2", "3"}
+    alone = _stored("NVIDIA H100 80GB HBM3", 2048, 1)
+    run_s = alone["start_s"] + 200_000 / alone["updates_per_s"] + alone["evaluate_s"]
+    two = _stored("NVIDIA H200", 32768, 2)
+    share_s = two["start_s"] + 2625 / two["updates_per_s"] + two["evaluate_s"]
+    one_gpu, four = 27 * run_s, 7 * run_s  # four GPUs: 7 rounds of the 27 runs
+    share_one, share_four = 14 * share_s, 4 * share_s  # two at once: 14 rounds on one GPU, 4 on four (8 slots)
+    assert (f"| the paper's schedule, 1 at once | {one_gpu / 3600:.1f}, {one_gpu / 3600:.1f} | {four / 3600:.1f}, "
+            f"{4 * four / 3600:.1f} |") in out
+    assert (f"| 0.21 of the thesis' tokens (2,625 updates of 32,768 tokens, lr 1e-3, warm-up 400), 2 at once | {share_one / 3600:.1f}, {share_one / 3600:.1f} | "
+            f"{share_four / 3600:.1f}, {4 * share_four / 3600:.1f} |") in out
+    assert "NVIDIA H100 80GB HBM3, not NVIDIA H200" in out  # the rate's source is said
+
+
+def test_the_slurm_array_is_one_run_a_task(tmp_path, monkeypatch, capsys):
+    argv = ["thesis-3.3", "--rows", "iter-c-agg", "--datasets", "iwslt15-en-vi", "--seeds", "1,2", "--smoke",
+            "--work-dir", str(tmp_path / "runs"), "--data-root", str(tmp_path / "data")]
+    monkeypatch.setattr(execute, "run_command", lambda *a, **k: None)  # the data preparation
+    assert cli.main([*argv, "--slurm-array", str(tmp_path / "array")]) == 0
+    script = (tmp_path / "array" / "reproduce-array.sbatch").read_text()
+    tasks = (tmp_path / "array" / "tasks.tsv").read_text().splitlines()
+    assert tasks[0].split("\t") == ["task", "row", "dataset", "seed", "run_dir"] and len(tasks) == 5  # 2 rows x 2
+    assert "#SBATCH --array=0-3%4" in script
+    command = shlex.split(script.rstrip().splitlines()[-1])
+    assert command[:2] == ["exec", command[1]] and command[2:5] == ["-m", "fairseq_ext", "reproduce"]
+    assert command[5:-2] == argv and command[-2:] == ["--array-task", "${SLURM_ARRAY_TASK_ID:?run with sbatch, or set SLURM_ARRAY_TASK_ID}"]
+    ran = []
+    monkeypatch.setattr(execute, "run", lambda plan, *_: ran.append(plan.run_dir))
+    for task in range(4):  # each task through the same entry point
+        assert cli.main([*argv, "--array-task", str(task)]) == 0
+    assert ran == [line.split("\t")[4] for line in tasks[1:]]
+    with pytest.raises(FairseqExtError, match="--array-task 4: the plan has 4 runs"):
+        cli.main([*argv, "--array-task", "4"])
