@@ -101,7 +101,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         runs = training.plan(args.table, args.rows, args.datasets, args.seed, args.updates, args.max_tokens, args.lr,
                              args.warmup, args.quick)
         if args.plan:
-            print("\n".join(training.plan_lines(args.table, runs)))
+            print("\n".join(training.plan_lines(args.table, runs, args.quick)))
             return 0
         if "paper" in names and not args.table_only:
             training.data_dir(args.data, training.IWSLT, "paper", required=True)

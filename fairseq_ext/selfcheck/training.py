@@ -55,10 +55,9 @@ SCHEDULE = ["--lr-scheduler", "cosine", "--warmup-init-lr", "1e-7", "--no-epoch-
 START_SECONDS = 20  # python, fairseq, the data and the model before fairseq's training clock starts
 LEARNED_BLEU = 1.0  # a reference run under it did not learn (e.g. too high a learning rate): no Δ or p against it
 # the fields of a run.json the table reads, and their types (None: not measured)
-MEASURED = (int, float, type(None))
 RUN_FIELDS = {"dataset": str, "flags": str, "seed": int, "updates_planned": int, "max_tokens": int, "lr": (int, float),
               "warmup": int, **dict.fromkeys(("bleu", "chrf", "updates", "target_tokens", "train_wall_s", "train_ups",
-                                              "valid_loss"), MEASURED)}
+                                              "valid_loss"), (int, float, type(None)))}
 
 
 def fairseq_ext(command: str, *args: str) -> List[str]:
@@ -272,14 +271,19 @@ def plan(table_id: str, rows: Optional[str], datasets: str, seeds: str, updates:
 MEASURED = {"max_tokens": 32768, "at_once": 2, "updates_per_s": 12.4, "start_s": 20, "evaluate_s": 50}
 
 
-def plan_lines(table_id: str, runs: List[Run]) -> List[str]:
+def plan_lines(table_id: str, runs: List[Run], quick: bool = False) -> List[str]:
     """``--plan``: the runs with the thesis' numbers, the share of its tokens, and the device minutes
-    at the measured speed (commands of two runs at once)."""
+    at the measured speed (commands of two runs at once); with ``quick``, what it trains and its time."""
     thesis, m = load_table(table_id), MEASURED
     rows = {row_flags(r): r for d in DIRECTIONS if d in thesis.datasets for r in table_rows(thesis, d)}
     lines = table(["run", "row", "thesis BLEU", "settings", "of the thesis' tokens"], [
         [r.name, rows[r.flags].label, rows[r.flags].paper.get(r.dataset, {}).get("BLEU", "–"), r.settings,
          f"{100 * r.updates * r.max_tokens / (THESIS_UPDATES * THESIS_MAX_TOKENS):.2g}%"] for r in runs])
+    if quick:  # run_paper trains them all at once; the GPU's speed says nothing of a tiny model
+        return lines + ["", f"Device time: --quick trains these {len(runs)} runs at once in one command, a 2+2-layer "
+                            f"model of width 32 for {QUICK_SETTINGS['updates']} updates each, then decodes 5 tokens a "
+                            "sentence: the code path, its numbers mean nothing. 2 runs took 24 s on a 2-core CPU "
+                            "(measured), more take longer."]
     timed = [r for r in runs if r.max_tokens == m["max_tokens"]]
     batches = [timed[i:i + m["at_once"]] for i in range(0, len(timed), m["at_once"])]
     seconds = sum(m["start_s"] + m["evaluate_s"] + max(r.updates for r in b) / m["updates_per_s"] for b in batches)
