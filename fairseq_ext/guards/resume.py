@@ -174,6 +174,19 @@ def hold_save_dir(cfg) -> None:
     atexit.register(lock.release)
 
 
+def _leaving_no_empty_save_dir(original):
+    """fairseq-train makes --save-dir (and its missing parents) before anything can refuse the run (a warm start of
+    another width): at exit, the folders it made are removed again while they hold nothing."""
+    def verify_checkpoint_directory(save_dir):
+        made, path = [], os.path.abspath(save_dir)
+        while not os.path.exists(path):
+            made, path = made + [path], os.path.dirname(path)
+        original(save_dir)
+        atexit.register(lambda: all(os.path.isdir(p) and not os.listdir(p) and not os.rmdir(p) for p in made))
+
+    return verify_checkpoint_directory
+
+
 def is_intact(path: str) -> bool:
     """Whether ``path`` looks like a checkpoint that ``torch.save`` finished writing. torch's format is a zip archive
     whose central directory is written last, so an empty, truncated or zero-filled file fails; only the directory is
@@ -356,3 +369,4 @@ def install() -> None:
     replace(checkpoint_utils, "PathManager", _AtomicCopyPathManager)
     replace(checkpoint_utils, "torch_persistent_save", _saving_atomically)
     replace(checkpoint_utils, "load_checkpoint", _resuming_from_what_is_there)
+    replace(checkpoint_utils, "verify_checkpoint_directory", _leaving_no_empty_save_dir)

@@ -87,6 +87,21 @@ def test_fairseq_trains_on_from_a_checkpoint_of_other_options(tiny_trained, tmp_
     assert not os.path.exists(tmp_path / "wide" / "checkpoint_last.pt")
 
 
+@pytest.mark.slow
+def test_a_refused_warm_start_leaves_no_save_dir(tiny_trained, tmp_path):
+    """fairseq-train makes --save-dir and its missing parents before it loads the checkpoint: a warm start refused
+    there leaves none of them behind."""
+    bin_dir, checkpoint = tiny_trained
+    flags = ["--arch", "multilayer_transformer", *TINY_TRAIN_FLAGS, "--max-update", "2", "--encoder-embed-dim", "64",
+             "--decoder-embed-dim", "64", "--save-dir", str(tmp_path / "new" / "ckpt")]
+    for warm in (["--finetune-from-model", checkpoint], ["--restore-file", checkpoint, "--reset-optimizer"]):
+        res = subprocess.run(["fairseq-train", bin_dir, "--user-dir", USER_DIR, *flags, *warm], capture_output=True,
+                             text=True, env=clean_env(), timeout=600)
+        errors = [line for line in res.stderr.splitlines() if "error" in line.lower()]
+        assert res.returncode == 1 and len(errors) == 1 and f"warm start from {checkpoint}: " in errors[0], errors
+        assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("flags", [[], ["--joint-attention", "m-10"], ["--encoder-self-attention", "dc"]])
 def test_a_checkpoint_of_another_width_or_dictionary_is_refused_naming_the_tensor(flags):
     """Stock --finetune-from-model refuses both; a warm start that took the few tensors whose
