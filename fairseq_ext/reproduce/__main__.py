@@ -93,13 +93,13 @@ def list_rows(table, setups):
             print(f"    note: {row.note}")
 
 
-def parse_from(values):
+def parse_from(values, option="--from"):
     out = {}
     for v in values or []:
         key, sep, path = v.partition("=")
         if not sep or not key or not path:
             raise FairseqExtError(
-                f"--from: expected DATASET=DIR (e.g. iwslt15-en-vi=/data/mt/iwslt15-en-vi), not {v!r}")
+                f"{option}: expected DATASET=DIR (e.g. iwslt15-en-vi=/data/mt/iwslt15-en-vi), not {v!r}")
         out[key] = os.path.abspath(path)
     return out
 
@@ -128,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                              "(default data-bin)")
     ap.add_argument("--from", dest="data_from", action="append", metavar="DATASET=DIR",
                     help="local copy of a data set's release files (repeatable)")
+    ap.add_argument("--prepared", action="append", metavar="DATASET=DIR",
+                    help="a data set binarized elsewhere (a directory with prep.env, e.g. a self-check pack's; one "
+                         "language pair's serves either direction): used as it is, never prepared (repeatable)")
     ap.add_argument("--nproc", type=int, default=1, help="processes (GPUs) per node, through fairseq-ext train")
     ap.add_argument("--nnodes", type=int, default=1)
     ap.add_argument("--node-rank", type=int, default=0)
@@ -152,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "from the measured rates, and the device-hours")
     ap.add_argument("--plan-device", help="--plan for this device (a name in device-rates.yaml; default the first "
                                           "GPU's, else NVIDIA H200, where the stored measurements were made)")
+    ap.add_argument("--time-limit", type=float, metavar="SECONDS", help="start only the runs that end within this "
+                                                                       "many seconds by their planned times; the "
+                                                                       "others are left for the next command")
     ap.add_argument("--slurm-array", metavar="DIR", help="write DIR/reproduce-array.sbatch, a Slurm job array of one "
                                                          "run a task, and DIR/tasks.tsv; train nothing here")
     ap.add_argument("--array-task", type=int, metavar="K", help="run only the K-th run of the plan (a task of "
@@ -221,13 +227,15 @@ class Reproduction:
 def plan(table: Table, args, setups: dict, seeds: List[int]) -> Reproduction:
     same = {f.name: getattr(args, f.name) for f in dataclasses.fields(Options) if f.name in vars(args)}
     opts = Options(**{**same, "work_dir": os.path.abspath(args.work_dir), "data_root": os.path.abspath(args.data_root),
-                      "data_from": parse_from(args.data_from), "extra_train": shlex.split(args.train_args),
+                      "data_from": parse_from(args.data_from), "prepared": parse_from(args.prepared, "--prepared"),
+                      "extra_train": shlex.split(args.train_args),
                       "extra_generate": shlex.split(args.generate_args), "comet": comet_metric.from_args(args),
                       "senteval": os.path.abspath(args.senteval) if args.senteval else None})
-    unknown = sorted(set(opts.data_from) - set(setups["datasets"]))
-    if unknown:
-        raise FairseqExtError(f"--from {unknown[0]}=...: unknown data set {unknown[0]} (choose from "
-                              f"{', '.join(sorted(setups['datasets']))})")
+    for option, given in (("--from", opts.data_from), ("--prepared", opts.prepared)):
+        unknown = sorted(set(given) - set(setups["datasets"]))
+        if unknown:
+            raise FairseqExtError(f"{option} {unknown[0]}=...: unknown data set {unknown[0]} (choose from "
+                                  f"{', '.join(sorted(setups['datasets']))})")
     if scale_name(opts) and not opts.budget:
         opts.budget = str(scale_settings(setups, opts).get("budget", "200"))
     budget_flags(opts.budget)  # check it before anything runs
@@ -294,6 +302,13 @@ def run_all(todo: Reproduction, args) -> List[str]:
                 unprepared.add(p.data_dir)
     plans = [p for p in todo.plans if p.data_dir not in unprepared]
     devices, at_once = slots(todo, args)
+    if args.time_limit is not None:
+        todo_now = [p for p in plans if not os.path.exists(os.path.join(p.run_dir, "result.json"))]
+        fit = schedule.fitting(todo_now, devices, at_once, args.time_limit, schedule.rates(todo.opts.work_dir))
+        if len(fit) < len(todo_now):
+            print(f"{len(todo_now) - len(fit)} run(s) left for the next command: by their planned times they would "
+                  f"not end within --time-limit {args.time_limit:g} s (fairseq-ext reproduce ... --plan)", flush=True)
+        plans = [p for p in plans if p in fit or p not in todo_now]
     print(f"{len(plans)} run(s), {at_once} at once on each of: {', '.join(d or 'the --nproc processes' for d in devices)}",
           flush=True)
     started = time.time()

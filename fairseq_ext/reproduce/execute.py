@@ -193,11 +193,21 @@ def read_record(path: str, where: str) -> Optional[dict]:
     return record if isinstance(record, dict) else None
 
 
+def portable(key: dict) -> dict:
+    """A run's result key with its run and data directories as placeholders: a run made on another machine, or in
+    another work dir, with the same settings, compares equal (copied into the work dir, it joins the table)."""
+    text = json.dumps(key)
+    for name in ("run_dir", "data_dir"):
+        if key.get(name):
+            text = text.replace(json.dumps(key[name])[1:-1], "{" + name + "}")
+    return json.loads(text)
+
+
 def finished(plan: RunPlan) -> Optional[dict]:
     result = read_record(os.path.join(plan.run_dir, "result.json"), plan.where)
     if result is None:
         return None
-    recorded, current = result.get("plan", {}), plan.result_key()
+    recorded, current = portable(result.get("plan", {})), portable(plan.result_key())
     # what makes a result: the commands that trained and evaluated it (not the labels around them)
     if any(recorded.get(k, [] if k == "adversarial" else None) != current[k]
            for k in ("train", "average", "evaluate", "checkpoint", "adversarial")):

@@ -53,6 +53,7 @@ class Options:
     senteval: Optional[str] = None  # SentEval's data/probing directory, for the probing columns
     comet: Optional[object] = None  # fairseq_ext.tools.comet.Comet: --comet-model's settings, checked
     share: Optional[float] = None  # the thesis' schedule compressed to this share of its tokens (SHARE_RULE)
+    prepared: Dict[str, str] = field(default_factory=dict)  # data set -> its binarized directory, prepared elsewhere
 
 
 @dataclass
@@ -208,13 +209,16 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options, 
         reason = f"{data_key} for {dataset}" + (f" ({ds['data_note']})" if ds.get("data_note") else "")
     data_cfg = setups["datasets"][data_key]
     suffix = ".smoke" if opts.smoke else ""  # the smoke cut is its own data; the cpu scale reads all of it
-    data_dir = os.path.join(opts.data_root, "reproduce", data_key + suffix)
+    data_dir = opts.prepared.get(data_key) or os.path.join(opts.data_root, "reproduce", data_key + suffix)
     tag = dataset + (f".{data_key}" if data_key != dataset else "") + suffix + (".cpu" if opts.cpu_scale else "") \
         + (f".{opts.budget}" if opts.budget else "") + (f".share{opts.share:g}" if opts.share else "") \
         + (f".seed{seed}" if several_seeds and seed != 1 else "")  # seed 1 keeps the one-seed runs: reused
     run_dir = os.path.join(opts.work_dir, table.id, row.id, tag)
     cpu = (not torch.cuda.is_available()) if opts.cpu is None else opts.cpu
     smoke = setups["smoke"]
+    if data_key in opts.prepared and not os.path.exists(os.path.join(data_dir, "prep.env")):
+        raise ReproduceError(f"--prepared {data_key}={data_dir}: no prep.env there (a directory fairseq-ext prepare "
+                             "wrote)")
     prepare = None if os.path.exists(os.path.join(data_dir, "prep.env")) else [
         "fairseq-ext", "prepare", *shlex.split(data_cfg["recipe"]), "--out", data_dir,
         *(["--from", local] if local else []),
@@ -223,6 +227,10 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options, 
     extra_data_flags = shlex.split(data_cfg.get("flags", "") or "")
     generate_task_flags = []
     sources = data_cfg.get("sources") or []
+    recipe = shlex.split(data_cfg.get("recipe") or "")
+    if data_key in opts.prepared and "--src" in recipe:  # (one pair's directory serves either direction)
+        extra_data_flags += ["--source-lang", last_flag(recipe, "--src"), "--target-lang", last_flag(recipe, "--tgt")]
+        generate_task_flags = ["--src", last_flag(recipe, "--src"), "--tgt", last_flag(recipe, "--tgt")]
     if sources:  # a multi-source data set: the languages are explicit (two pairs in one directory)
         extra_data_flags += ["-s", sources[0], "-t", data_cfg["target"]]
         if row.multi_source:

@@ -117,6 +117,18 @@ def place(durations: List[float], devices: List[str], per_device: int) -> Tuple[
     return placed, end
 
 
+def fitting(plans: List[RunPlan], devices: List[str], per_device: int, seconds: float,
+            measured: List[dict]) -> List[RunPlan]:
+    """The runs, in order, up to the first that would not end within ``seconds`` on the slots by its estimate (a
+    run without one fits: nothing says otherwise)."""
+    name = device_name("cpu" if plans and plans[0].cpu else devices[0] or "0")
+    load = per_device * len(devices) if name.startswith("cpu") else per_device
+    times = [estimate(p, measured, name, load)[0] or 0.0 for p in plans]
+    placed, _ = place(times, [d or "0" for d in devices], per_device)
+    ends = [start + t for t, (_, _, start) in zip(times, placed)]
+    return plans[:next((i for i, end in enumerate(ends) if end > seconds), len(plans))]
+
+
 def run_on_slots(plans: List[RunPlan], devices: List[str], per_device: int,
                  work: Callable[[RunPlan, str, int], None]) -> List[str]:
     """``work(plan, device, at_once)`` of every plan, in order, each as soon as a slot is free; the failures, each said

@@ -1,7 +1,9 @@
 """The reproduction runner over one machine's devices (fairseq_ext/reproduce/schedule.py): every run once, in the
 planned order, never more at once on a device than its slots; a failing run said in one line while the others go on;
 --plan's device-hours recomputed from the stored measurements; the Slurm job array, one run a task."""
+import os
 import shlex
+import shutil
 import threading
 import time
 from types import SimpleNamespace
@@ -118,3 +120,25 @@ def test_the_slurm_array_is_one_run_a_task(tmp_path, monkeypatch, capsys):
     assert ran == [line.split("\t")[4] for line in tasks[1:]]
     with pytest.raises(FairseqExtError, match="--array-task 4: the plan has 4 runs"):
         cli.main([*argv, "--array-task", "4"])
+
+
+def test_a_run_made_elsewhere_with_the_same_settings_joins_the_table(tmp_path):
+    """A finished run copied from another machine's work dir (other paths, same commands) is reused; one with other
+    settings is still refused."""
+    from reproduce_utils import options, write_seed_runs
+    from fairseq_ext.reproduce import planning
+    from fairseq_ext.reproduce.tables import load_setups, load_table
+
+    table, setups = load_table("thesis-3.3"), load_setups()
+    there = planning.plan_seeds(table, table.select("iter-c-agg"), setups, options(tmp_path / "there"), [1])
+    write_seed_runs(there, lambda row, seed: 20.0)
+    here_opts = options(tmp_path / "here")
+    for p in there[1]:
+        shutil.copytree(os.path.dirname(p.run_dir), os.path.join(here_opts.work_dir, table.id, p.row), dirs_exist_ok=True)
+    here = planning.plan_seeds(table, table.select("iter-c-agg"), setups, here_opts, [1])[1]
+    assert here[0].run_dir != there[1][0].run_dir
+    assert all(execute.finished(p)["bleu"] == 20.0 for p in here)
+    here_opts.extra_train = ["--dropout", "0.3"]
+    other = planning.plan_seeds(table, table.select("iter-c-agg"), setups, here_opts, [1])[1]
+    with pytest.raises(ReproduceError, match="holds a run with other settings"):
+        execute.finished(other[0])
