@@ -363,7 +363,7 @@ def print_plan(todo: Reproduction, args, setups: dict) -> None:
     config = schedule.training_of(todo.plans[0])[0]
     alternative = config == SHARE_RULE["config"] and not (todo.opts.budget or scale_name(todo.opts))
     schedules = [args.share] + ([None if args.share else 0.21] if alternative else [])
-    counts = sorted({1, count if count > 1 else 4})
+    counts = [1] if name.startswith("cpu") else sorted({1, count if count > 1 else 4})
     print(f"\n| schedule | {' | '.join(f'{n} x {name}: wall h, device-h' for n in counts)} |")
     print(f"|---|{'---:|' * len(counts)}")
     for share in schedules:
@@ -381,8 +381,8 @@ def print_plan(todo: Reproduction, args, setups: dict) -> None:
               f" | {' | '.join(f'{c / 3600:.1f}, {c * n / 3600:.1f}' for c, n in zip(cells, counts))} |")
 
 
-def report(todo: Reproduction, args, failed: List[str]) -> None:
-    """The side-by-side table of what finished, printed and written under WORK/TABLE/."""
+def report(todo: Reproduction, args, failed: List[str]) -> str:
+    """The side-by-side table of what finished, printed and written under WORK/TABLE/; its markdown file."""
     table, opts, seeds = todo.table, todo.opts, todo.seeds
     test = args.test or ("ar" if len(seeds) > 1 else "bootstrap")
     for ps in todo.by_seed.values():  # each seed's runs against the reference rows' runs of the same seed
@@ -408,11 +408,11 @@ def report(todo: Reproduction, args, failed: List[str]) -> None:
         print(f"  ({' and '.join(why)}: {whole}.md, the complete table at this scale, is written only by a "
               "complete run of every row and data set"
               + (", and was left as it was" if os.path.exists(os.path.join(out_dir, whole + ".md")) else "") + ")")
-    if failed:
-        raise ReproduceError(f"{len(failed)} step(s) failed:\n  " + "\n  ".join(failed))
+    return paths["md"]
 
 
-def main(argv=None):
+def main(argv=None, written: Optional[List[str]] = None):
+    """``written``: the table's markdown file is appended to it (even when a step failed)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     seeds = check_args(args)
@@ -435,19 +435,24 @@ def main(argv=None):
     if args.plan:
         print_plan(todo, args, setups)
         return 0
-    if args.slurm_array or args.array_task is not None:
-        return slurm(todo, args, argv if argv is not None else sys.argv[1:])
-    if not args.report and args.node_rank > 0:
-        for p in todo.plans:  # worker node of a multi-node run: train only
-            execute.run_on_worker_node(p)
-        return 0
     try:
-        failed = [] if args.report else run_all(todo, args)
-    except KeyboardInterrupt:  # Ctrl-C: the children were stopped (execute.run_child); one line, no traceback
+        with execute.children_die_with_the_runner():
+            if args.slurm_array or args.array_task is not None:
+                return slurm(todo, args, argv if argv is not None else sys.argv[1:])
+            if not args.report and args.node_rank > 0:
+                for p in todo.plans:  # worker node of a multi-node run: train only
+                    execute.run_on_worker_node(p)
+                return 0
+            failed = [] if args.report else run_all(todo, args)
+    except KeyboardInterrupt:  # Ctrl-C: the children were stopped; one line, no traceback
         print(f"\n{parser.prog}: interrupted: the running command was stopped; finished rows are kept and reused: "
               "run the same command again to go on", file=sys.stderr, flush=True)
         return 130
-    report(todo, args, failed)
+    md = report(todo, args, failed)
+    if written is not None:
+        written.append(md)
+    if failed:
+        raise ReproduceError(f"{len(failed)} step(s) failed:\n  " + "\n  ".join(failed))
     return 0
 
 

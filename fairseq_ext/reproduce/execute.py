@@ -2,10 +2,11 @@
 measurements in result.json, then each analysis of a finished run; what finished with the same
 commands is reused), and what a finished run measured, read from what it left.
 
-The child commands die with the runner (:func:`run_child`): each runs in its own process group,
-so that a SIGTERM or SIGINT of the runner reaches the whole tree (data-loader workers,
-torch.distributed processes); the group gets SIGTERM, ``GRACE_SECONDS`` to end, then SIGKILL,
-and the runner ends the way the signal would have ended it."""
+The child commands die with the runner (:func:`children_die_with_the_runner`): each runs in its own process group
+(:func:`run_child`), so that a SIGTERM or SIGINT of the runner reaches the whole tree (data-loader workers,
+torch.distributed processes); the group gets SIGTERM, ``GRACE_SECONDS`` to end, then SIGKILL, and the runner ends the
+way the signal would have ended it."""
+import contextlib
 import glob
 import json
 import os
@@ -33,7 +34,7 @@ STOPPING = threading.Event()  # the runner stops its commands: their failures ar
 
 
 class _Stopped(BaseException):
-    """Raised by the signal handler out of the waiting ``Popen.wait`` of :func:`run_child`."""
+    """Raised by the signal handler in the main thread, out of whatever it waits for."""
 
     def __init__(self, signum):
         super().__init__(signum)
@@ -52,38 +53,12 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def run_child(cmd: List[str], **popen_kwargs) -> int:
-    """``subprocess.run(cmd, ...).returncode``, the child stopped with the runner (module docstring)."""
-    # only the main thread sets handlers; an ignored signal (nohup) stays ignored, a non-Python one (None) alone
-    previous = {}
-    for sig in SIGNALS if threading.current_thread() is threading.main_thread() else ():
-        if signal.getsignal(sig) not in (None, signal.SIG_IGN):
-            previous[sig] = signal.getsignal(sig)
+    """``subprocess.run(cmd, ...).returncode`` in a process group of its own, which :func:`stop_children` stops."""
     proc = subprocess.Popen(cmd, start_new_session=True, **popen_kwargs)
     _running[proc.pid] = proc
-    try:
-        for sig in previous:
-            signal.signal(sig, _stop)
-        return proc.wait()
-    except _Stopped as stopped:
-        _signal_group(proc, signal.SIGTERM)
-        try:
-            proc.wait(timeout=GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            _signal_group(proc, signal.SIGKILL)
-            proc.wait()
-        _signal_group(proc, signal.SIGKILL)  # the child ended: end what it left in its group
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        handler = previous[stopped.signum]  # end the way the signal would have ended the runner
-        if callable(handler):
-            handler(stopped.signum, None)  # e.g. Python's SIGINT handler: KeyboardInterrupt
-        else:
-            os.kill(os.getpid(), stopped.signum)
-        raise
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        _running.pop(proc.pid, None)
+    code = proc.wait()  # (interrupted, it stays listed for stop_children)
+    del _running[proc.pid]
+    return code
 
 
 def stop_children() -> None:
@@ -101,25 +76,36 @@ def stop_children() -> None:
         _signal_group(proc, signal.SIGKILL)
 
 
-def on_slots(plans: List[RunPlan], devices: List[Optional[str]], at_once: int) -> List[str]:
-    """:func:`run` of every plan over the devices' slots (:func:`schedule.run_on_slots`), the failures; a SIGTERM or
-    Ctrl-C of the runner stops every running command's tree, then ends the runner as the signal would."""
+@contextlib.contextmanager
+def children_die_with_the_runner():
+    """While the runner's main thread is inside: a SIGTERM or SIGINT stops every running command (module docstring),
+    then ends the runner the way the signal would have (SIGINT: KeyboardInterrupt). An ignored signal (nohup) stays
+    ignored, a handler not set from Python alone."""
     main = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGTERM) if main else None
-    if previous not in (None, signal.SIG_IGN):
-        signal.signal(signal.SIGTERM, _stop)
+    handled = {sig: signal.getsignal(sig) for sig in SIGNALS if main and signal.getsignal(sig) not in
+               (None, signal.SIG_IGN)}
+    for sig in handled:
+        signal.signal(sig, _stop)
     try:
-        return schedule.run_on_slots(plans, devices, at_once,  # on the CPU, every device's slots share it
-                                     lambda plan, device, n: run(plan, device, n * len(devices) if plan.cpu else n))
-    except (KeyboardInterrupt, _Stopped) as stopped:
+        yield
+    except _Stopped as stopped:
         stop_children()
-        if isinstance(stopped, _Stopped):
-            signal.signal(signal.SIGTERM, previous if callable(previous) else signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
+        for sig, handler in handled.items():
+            signal.signal(sig, handler)
+        handler = handled[stopped.signum]
+        if callable(handler):
+            handler(stopped.signum, None)  # e.g. Python's SIGINT handler: KeyboardInterrupt
+        os.kill(os.getpid(), stopped.signum)
         raise
     finally:
-        if previous not in (None, signal.SIG_IGN):
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in handled.items():
+            signal.signal(sig, handler)
+
+
+def on_slots(plans: List[RunPlan], devices: List[Optional[str]], at_once: int) -> List[str]:
+    """:func:`run` of every plan over the devices' slots (:func:`schedule.run_on_slots`), the failures."""
+    return schedule.run_on_slots(plans, devices, at_once,  # on the CPU, every device's slots share the one CPU
+                                 lambda plan, device, n: run(plan, device, n * len(devices) if plan.cpu else n))
 
 
 def log_lines(path: str):

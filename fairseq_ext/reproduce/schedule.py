@@ -11,7 +11,7 @@ import shlex
 import statistics
 import sys
 import threading
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import yaml
 

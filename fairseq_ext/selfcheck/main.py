@@ -14,8 +14,8 @@ and prints its summary.
 Stages: env (device, driver, versions), tests (tests/models/test_on_device.py with
 ``pytest --device``), bench (the benchmark's rows beside the thesis' overheads), train
 (quickstart on Multi30k, baseline and M-10, then IWSLT'15 En-Vi while time lasts), paper (rows of
-thesis Table 3.3, 4.1 or 5.3 on IWSLT'15 En-Vi, either way, trained at once for the stage's time,
-decoded on tst2013 with beam 6, scored beside the thesis' numbers; docs/selfcheck.md#the-paper-stage). Each stage
+thesis Table 3.3, 4.1 or 5.3 on IWSLT'15 En-Vi, either way: fairseq-ext reproduce of the runs that fit the stage's
+time, beside the thesis' numbers; docs/selfcheck.md#the-paper-stage). Each stage
 stops within --time-limit seconds (default 540: one 9-minute command). ``--quick`` runs the
 same code at tiny sizes (what ``make test-release`` runs on the CPU; its numbers mean nothing).
 ``fairseq-ext selfcheck-pack`` gathers the wheels and data for a machine without internet.
@@ -61,23 +61,17 @@ def parser() -> CommandParser:
     g.add_argument("--datasets", default="iwslt15-en-vi", metavar="LIST",
                    help="directions: iwslt15-en-vi (default), iwslt15-vi-en (thesis-5.3 has both), a comma list")
     g.add_argument("--seed", default="1", metavar="LIST", help="training seeds, a comma list (default 1): every "
-                   "row trains once per seed, all at once")
-    g.add_argument("--updates", metavar="LIST",
-                   help=f"updates every run trains (default {training.SETTINGS['updates']}; a run too slow for "
-                        "them stops before the evaluations' time and is marked); a comma list trains every value")
-    g.add_argument("--max-tokens", metavar="LIST", help=f"tokens a batch (default {training.SETTINGS['max_tokens']}); "
-                   "a list as --updates (a calibration grid)")
-    g.add_argument("--lr", metavar="LIST", help=f"peak learning rate (default {training.SETTINGS['lr']:g}); a list "
-                   "as --updates")
-    g.add_argument("--warmup", metavar="LIST", help=f"warm-up updates (default {training.SETTINGS['warmup']}); a "
-                   "list as --max-tokens")
+                   "row trains once per seed")
+    g.add_argument("--share", type=float, default=training.SHARE, metavar="FRACTION",
+                   help=f"of the thesis' 200,000 x 2,048 tokens (default {training.SHARE:g}: 2,600 updates of 32,768 "
+                        "tokens, lr 1e-3, warm-up 400; fairseq-ext reproduce --share)")
     g.add_argument("--train-flags", default="", metavar="FLAGS",
                    help="more fairseq-train flags for every run, after the stage's own (so they win)")
-    g.add_argument("--plan", action="store_true", help="train nothing: list the runs of --table/--rows/--seed "
-                   "with the thesis' numbers, the share of its tokens and the device minutes at the measured speed")
+    g.add_argument("--plan", action="store_true", help="train nothing: the runs of --table/--rows/--seed with "
+                   "their device, slot and time from the measured rates (fairseq-ext reproduce --plan)")
     g.add_argument("--table-only", action="store_true",
-                   help="train nothing: rebuild OUT/paper.md from the runs under OUT/paper/runs (e.g. copied there "
-                        "from other machines)")
+                   help="train nothing: rebuild OUT/paper.md from the finished runs under OUT/paper/ (e.g. copied "
+                        "there from other machines; fairseq-ext reproduce --report)")
     return p
 
 
@@ -98,19 +92,24 @@ def main(argv: Optional[List[str]] = None) -> int:
             training.data_dir(args.data, training.MULTI30K)  # --data missing: said before any stage runs
         if "tests" in names:
             stages.find_tests(args.tests)
-        runs = training.plan(args.table, args.rows, args.datasets, args.seed, args.updates, args.max_tokens, args.lr,
-                             args.warmup, args.quick)
+        if args.table not in training.TABLES:
+            raise CommandError(f"--table {args.table}: the paper stage runs {', '.join(training.TABLES)} (their "
+                               "IWSLT'15 En-Vi columns)")
+        reproduce = training.reproduce_args(args.out, device, args.data, args.quick, args.time_limit, args.table,
+                                            args.rows, args.datasets, args.seed, args.share,
+                                            shlex.split(args.train_flags))
         if args.plan:
-            print("\n".join(training.plan_lines(args.table, runs, args.quick)))
-            return 0
+            from fairseq_ext.reproduce import __main__ as reproduce_cli
+
+            return reproduce_cli.main(reproduce + ["--plan"])
         if "paper" in names and not args.table_only:
             training.data_dir(args.data, training.IWSLT, "paper", required=True)
         results = {}
         for name in names:
             start = time.time()
             lines = RUNNERS[name](out=args.out, device=device, data=args.data, tests=args.tests, quick=args.quick,
-                                  time_limit=args.time_limit, dtypes=dtypes, runs=runs,
-                                  train_flags=shlex.split(args.train_flags), table_only=args.table_only)
+                                  time_limit=args.time_limit, dtypes=dtypes, reproduce=reproduce,
+                                  table_only=args.table_only)
             print("\n".join(lines) + f"\n\n({name}: {time.time() - start:.0f} s; {args.out}/{name}.md)\n", flush=True)
             results[name] = read_json(os.path.join(args.out, f"{name}.json")).get("result", "")
     except CommandError as e:

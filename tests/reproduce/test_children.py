@@ -20,11 +20,13 @@ CHILD = textwrap.dedent("""
     worker.wait()
 """)
 
-# The runner: fairseq_ext.reproduce.execute.run_command, the one place it starts a planned command.
+# The runner: fairseq_ext.reproduce.execute.run_command, the one place it starts a planned command, where the
+# runner's children die with it.
 RUNNER = textwrap.dedent("""
     import sys
     from fairseq_ext.reproduce import execute
-    execute.run_command([sys.executable, "-c", sys.argv[1], sys.argv[2]], sys.argv[3])
+    with execute.children_die_with_the_runner():
+        execute.run_command([sys.executable, "-c", sys.argv[1], sys.argv[2]], sys.argv[3])
 """)
 
 

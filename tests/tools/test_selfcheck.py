@@ -77,14 +77,13 @@ def test_selfcheck_cpu_mode_runs_every_stage_and_resumes(small_corpora, tmp_path
     for run in train["runs"]:
         assert run["train_returncode"] == 0 and run["eval_returncode"] == 0, run
         assert run["updates"] == 8 and run["bleu"] is not None
-    paper = read(str(out / "paper.json"))
-    assert paper["result"] == "ok" and [r["row"] for r in paper["rows"]] == ["transformer", "iter-c-agg"]
-    for run in paper["runs"]:  # the two rows trained at once, decoded on the thesis' test set
-        assert run["train_returncode"] == 0 and run["eval_returncode"] == 0 and run["concurrent_runs"] == 2, run
-        assert run["test_set"] == "tst2013" and run["bleu_flavour"] == "detok-cased" and run["updates"] == 8
-        assert run["chrf"] is not None and run["target_tokens"] > 0 and run["valid_loss"] > 0
-    assert paper["rows"][1]["paired_seeds"] == [1] and 0 < paper["rows"][1]["p_value"] <= 1
-    assert "| Iter-C-Agg | 31.13 (+0.55) | 1 |" in read(str(out / "paper.md"))
+    paper = read(str(out / "paper.json"))  # fairseq-ext reproduce thesis-3.3 on the pack's data, its table
+    assert paper["result"] == "ok" and "--prepared=iwslt15-en-vi=" + str(packed / "data" / "iwslt15.en-vi") in \
+        paper["reproduce"]
+    rows = {r["row"]: r for r in read(paper["table"][:-3] + ".json")["rows"]}
+    assert rows["iter-c-agg"]["reference"] == "transformer" and rows["iter-c-agg"]["status"] == "done"
+    assert "| Iter-C-Agg | Transformer | 31.13 (+0.55) |" in read(str(out / "paper.md"))
+    assert "test set tst2013, 11 test sentences" in read(str(out / "paper.md"))
     index = read(str(out / "README.md"))
     assert all(f"[{stage}.md]({stage}.md)" in index for stage in ("env", "tests", "bench", "train", "paper"))
 
@@ -99,33 +98,21 @@ def test_selfcheck_cpu_mode_runs_every_stage_and_resumes(small_corpora, tmp_path
     assert [r["updates"] for r in again["runs"]] == [8, 8] and all(r["kept"] for r in again["runs"])
     assert [r["bleu"] for r in again["runs"]] == [r["bleu"] for r in train["runs"]]
     assert checkpoint.stat().st_mtime_ns == stamp and "(kept)" in read(str(out / "train.md"))
-    run_json = out / "paper" / "runs" / "iter-c-agg-s1-u8-mt1000-lr0.001-wu4" / "run.json"
-    stamp = run_json.stat().st_mtime_ns
+    result = out / "paper" / "thesis-3.3" / "iter-c-agg" / "iwslt15-en-vi.8" / "result.json"
+    stamp = result.stat().st_mtime_ns
     res = selfcheck("selfcheck", "--out", str(out), "--device", "cpu", "--quick", "--stage", "paper",
                     "--rows", "iter-c-agg", "--data", str(packed / "data"))
-    assert res.returncode == 0 and run_json.stat().st_mtime_ns == stamp  # a finished run is kept
-    assert read(str(out / "paper.json"))["rows"] == paper["rows"]
+    assert res.returncode == 0 and result.stat().st_mtime_ns == stamp  # a finished run is kept
+    assert res.stdout.count("finished before: reused") == 2
 
-    # the other tables of the En-Vi column, a row each, both at once: MS-1+AIF (Table 4.1), Enc-DC Vi->En (5.3)
-    outs = {"4.1": tmp_path / "t41", "5.3": tmp_path / "t53"}
-    procs = [subprocess.Popen([sys.executable, "-m", "fairseq_ext", "selfcheck", "--out", str(outs[table[7:]]),
-                               "--device", "cpu", "--quick", "--stage", "paper", "--table", table, *args, "--data",
-                               str(packed / "data")], cwd=REPO, env=clean_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
-             for table, args in (("thesis-4.1", ["--rows", "ms-1-plus-aif"]),
-                                 ("thesis-5.3", ["--rows", "enc-dc", "--datasets", "iwslt15-vi-en"]))]
-    for proc in procs:
-        output = proc.communicate(timeout=600)[0]
-        assert proc.returncode == 0, output[-3000:]
-    (aif,), (dc,) = (read(str(outs[t] / "paper.json"))["rows"] for t in ("4.1", "5.3"))
-    assert (aif["table"], aif["row"], aif["reference"]) == ("thesis-4.1", "ms-1-plus-aif", "ms-1")  # the thesis' MS-l
-    assert (dc["table"], dc["dataset"], dc["row"]) == ("thesis-5.3", "iwslt15-vi-en", "enc-dc")
-    assert dc["thesis_bleu"] == 29.42
-    vi_en = read(str(outs["5.3"] / "paper" / "runs" / "vi-en-5.3-enc-dc-s1-u8-mt1000-lr0.001-wu4" / "run.json"))
-    assert vi_en["eval_returncode"] == 0 and "--source-lang vi --target-lang en" in " ".join(vi_en["train_command"])
-    assert "## Thesis Table 4.1, IWSLT'15 En→Vi" in read(str(outs["4.1"] / "paper.md"))
-    assert "| Enc-DC | 29.42 | 1 |" in read(str(outs["5.3"] / "paper.md"))
-
+    # Enc-DC Vi->En (Table 5.3) on the same pair's data, the other way
+    res = selfcheck("selfcheck", "--out", str(tmp_path / "t53"), "--device", "cpu", "--quick", "--stage", "paper",
+                    "--table", "thesis-5.3", "--rows", "enc-dc", "--datasets", "iwslt15-vi-en", "--data",
+                    str(packed / "data"))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    run = tmp_path / "t53" / "paper" / "thesis-5.3" / "enc-dc" / "iwslt15-vi-en.8"
+    assert "--source-lang vi --target-lang en" in (run / "train.log").read_text()
+    assert "| Enc-DC | Transformer (d_ff 512) | 29.42 |" in read(str(tmp_path / "t53" / "paper.md"))
 
 def test_selfcheck_says_what_is_missing(tmp_path, capsys):
     from fairseq_ext.selfcheck import main as command
@@ -168,35 +155,6 @@ def test_selfcheck_says_what_is_missing(tmp_path, capsys):
         code, err = error(command.main, "--out", str(folder), "--device", "cpu", "--stage", "env")
         assert code == 1 and f"its {name} was not written by the self-check" in err
         assert os.listdir(folder) == [name] and (folder / name).read_text() == text
-    # a run.json that is empty, cut short or not an object: one line, no traceback
-    for text in ("", '{"bleu": 2', "[1]"):
-        run = tmp_path / "t" / "paper" / "runs" / "transformer-s1-u8-mt1000-lr0.001-wu4"
-        run.mkdir(parents=True, exist_ok=True)
-        (run / "run.json").write_text(text)
-        code, err = error(command.main, "--out", str(tmp_path / "t"), "--stage", "paper", "--table-only")
-        assert code == 1 and f"{run / 'run.json'}: " in err and len(err.strip().splitlines()) == 1, err
-
-
-def test_table_only_fails_a_nan_bleu_and_names_a_malformed_run_json(tmp_path, capsys):
-    from fairseq_ext.selfcheck import main as command
-
-    record = {"row": "transformer", "dataset": "iwslt15-en-vi", "seed": 1, "updates_planned": 8, "max_tokens": 1000,
-              "lr": 0.001, "warmup": 4, "updates": 8, "quick": True, "bleu": 3.5}
-    for name, changed in (("transformer-s1-u8-mt1000-lr0.001-wu4", {"bleu": float("nan")}),
-                          ("m-10-s1-u8-mt1000-lr0.001-wu4", {"row": "m-10", "seed": "one"}),
-                          ("m-11-s1-u8-mt1000-lr0.001-wu4", {"row": "m-11", "warmup": None})):
-        fields = {k: v for k, v in {"name": name, **record, **changed}.items() if v is not None}
-        (tmp_path / "paper" / "runs" / name).mkdir(parents=True)
-        (tmp_path / "paper" / "runs" / name / "run.json").write_text(json.dumps(fields))
-    assert command.main(["--out", str(tmp_path), "--stage", "paper", "--table-only", "--device", "cpu"]) == 1
-    out, err = capsys.readouterr()
-    failed = ["m-10-s1-u8-mt1000-lr0.001-wu4 (malformed run.json: invalid field seed)",
-              "m-11-s1-u8-mt1000-lr0.001-wu4 (malformed run.json: missing field warmup)",
-              "transformer-s1-u8-mt1000-lr0.001-wu4 (its BLEU is nan: a failed run)"]
-    assert err.splitlines() == ["fairseq-ext selfcheck: stage paper: 3 runs failed: " + "; ".join(failed)]
-    assert "nan |" not in out and "No finished run yet." in out
-    assert [line for line in out.splitlines() if line.startswith("- ")] == [
-        "- " + line.replace(" (", ": ", 1)[:-1] for line in failed]
 
 
 def test_pack_takes_a_wheel_and_else_the_source(monkeypatch, tmp_path):
@@ -278,69 +236,30 @@ def test_a_benchmark_stopped_by_the_time_limit_keeps_its_finished_rows(monkeypat
     assert "batch 16 x 30/30, decoding 30 steps at beam 4" in page
 
 
-def test_paper_stage_plan_and_logs(tmp_path):
-    """The paper stage's rows, grid and what it reads from fairseq's log, without training."""
-    from fairseq_ext.errors import CommandError
+def test_the_paper_stage_is_a_preset_of_reproduce(tmp_path, capsys):
+    """The stage's runs are fairseq-ext reproduce's at 0.208 of the thesis' tokens: 2,600 updates of 32,768 tokens,
+    lr 1e-3, warm-up 400, as the stored H200 runs trained; --plan is reproduce's; nothing is written."""
+    import torch
+
+    from fairseq_ext.reproduce import __main__ as reproduce
+    from fairseq_ext.selfcheck import main as command
     from fairseq_ext.selfcheck import training
 
-    from fairseq_ext.reproduce.tables import load_table
-
-    plan = lambda table, rows, seeds="1", *grid, datasets="iwslt15-en-vi": training.plan(  # noqa: E731
-        table, rows, datasets, seeds, *(list(grid) + [None] * 4)[:4], quick=False)
-    en_vi = {t: [r.id for r in training.table_rows(load_table(t), "iwslt15-en-vi")] for t in training.TABLES}
-    assert en_vi["thesis-3.3"] == ["transformer", "s-agg", "iter-s-agg", "c-agg", "iter-c-agg", "m-00", "m-01",
-                                   "m-10", "m-11"]  # the table's rows, from configs/tables/thesis-3.3.yaml
-    assert en_vi["thesis-5.3"] == ["transformer", "transformer-dff1024", "enc-dc", "dec-dc", "full-dc"]
-    assert {"ms-1", "ms-1-plus-aif", "ms-3-plus-aif"} <= set(en_vi["thesis-4.1"])
-    m10 = load_table("thesis-3.3").row("m-10")
-    assert training.thesis_number(m10, "iwslt15-en-vi") == (30.71, 0.13)
-    runs = plan("thesis-3.3", "transformer,m-01", "1,2", None, "4096,8192")
-    assert len(runs) == 8 and {r.lr for r in runs} == {training.SETTINGS["lr"]}
-    assert "m-01-s2-u2600-mt4096-lr0.001-wu400" in {r.name for r in runs}
-    # a row two tables share (the same flags) is one run; the d_ff-512 baseline of 5.3 is its own
-    assert {r.name for r in plan("thesis-4.1", "transformer,layer-aggregation-iter-c-agg,ms-1-plus-aif")} == {
-        f"{n}-s1-u2600-mt32768-lr0.001-wu400" for n in ("transformer", "iter-c-agg", "4.1-ms-1-plus-aif")}
-    vi_en = plan("thesis-5.3", None, datasets="iwslt15-en-vi,iwslt15-vi-en")
-    assert [r.name.split("-s1-")[0] for r in vi_en] == ["5.3-transformer", "5.3-enc-dc", "vi-en-5.3-transformer",
-                                                        "vi-en-5.3-enc-dc"]
-    for args, kwargs, message in ((("thesis-3.3", "transformer,luong"), {}, "--rows: unknown row luong"),
-                                  (("thesis-3.2", None), {}, "--table thesis-3.2: the paper stage runs"),
-                                  (("thesis-3.3", None), {"datasets": "iwslt15-vi-en"}, "--datasets iwslt15-vi-en: "),
-                                  (("thesis-3.3", "transformer", "1", "300"), {}, r"--warmup \(400\) must be below "
-                                                                                   r"--updates \(300\)")):
-        with pytest.raises(CommandError, match=message):
-            plan(*args, **kwargs)
-    for bad in ("0,1e-3", "nan", "inf"):
-        with pytest.raises(CommandError, match=f"--lr: '{bad}'"):
-            plan("thesis-3.3", "transformer", "1", None, None, bad)
-    log = tmp_path / "train.log"
-    log.write_text("epoch 001 | valid on 'valid' subset | loss 9.5 | nll_loss 9 | num_updates 100\n"
-                   "2026 | INFO | train | epoch 001 | loss 10 | wpb 6000.5 | bsz 200 | num_updates 100\n"
-                   "epoch 002 | valid on 'valid' subset | loss 8.25 | nll_loss 8 | num_updates 130\n"
-                   "2026 | INFO | train | epoch 002 | loss 9 | wpb 5000 | bsz 150 | num_updates 130\n")
-    assert training.target_tokens(str(log)) == round(6000.5 * 100 + 5000 * 30)
-    assert training.valid_loss(str(log)) == 8.25
-
-
-def test_paper_plan_lists_the_runs_with_the_thesis_numbers_and_device_minutes(tmp_path, capsys):
-    from fairseq_ext.selfcheck import main as command
-
-    assert command.main(["--out", str(tmp_path / "p"), "--stage", "paper", "--plan", "--table", "thesis-4.1",
-                         "--rows", "ms-1,ms-1-plus-aif", "--seed", "1,2", "--device", "cpu"]) == 0
+    (tmp_path / "data" / "iwslt15.en-vi").mkdir(parents=True)
+    (tmp_path / "data" / "iwslt15.en-vi" / "prep.env").write_text("src=en\ntgt=vi\ntest_set=tst2013\n")
+    argv = training.reproduce_args(str(tmp_path / "out"), torch.device("cuda"), str(tmp_path / "data"), False, 540,
+                                   "thesis-5.3", None, "iwslt15-vi-en", "1,2", training.SHARE, ["--dropout", "0.2"])
+    assert reproduce.main([*argv, "--dry-run"]) == 0
+    trains = [line for line in capsys.readouterr().out.splitlines() if line.startswith("fairseq-ext train")]
+    assert len(trains) == 4 and all(line.endswith("--fp16 --dropout 0.2") for line in trains)  # 2 rows x 2 seeds
+    assert all("--source-lang vi --target-lang en --max-tokens 32768 --max-update 2600 --lr 1e-3 --warmup-updates "
+               "400 --seed" in line for line in trains)
+    assert "--devices" in argv and argv[argv.index("--devices") + 1] == "0" and "--time-limit" in argv
+    assert command.main(["--out", str(tmp_path / "p"), "--stage", "paper", "--plan", "--table", "thesis-4.1", "--rows",
+                         "ms-1,ms-1-plus-aif", "--seed", "1,2", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
-    assert "| 4.1-ms-1-plus-aif-s2-u2600-mt32768-lr0.001-wu400 | MS-1+AIF | 31.29 (−0.03) |" in out
-    assert out.count("| 21% |") == 4 and not (tmp_path / "p").exists()  # nothing trained, nothing written
-    # 2 commands of 2 runs: 2 x (20 s + 2,600 / 12.4 s + 50 s)
-    assert f"about {2 * (20 + 50 + 2600 / 12.4) / 60:.1f} minutes in 2 command(s)" in out
-
-
-def test_the_quick_plan_says_what_it_trains_and_its_time(tmp_path, capsys):
-    from fairseq_ext.selfcheck import main as command
-
-    assert command.main(["--out", str(tmp_path / "p"), "--stage", "paper", "--plan", "--quick", "--device", "cpu"]) == 0
-    out = capsys.readouterr().out
-    assert "0.0 minutes" not in out and "0 command(s)" not in out and not (tmp_path / "p").exists()
-    assert out.strip().splitlines()[-1] == (
-        "Device time: --quick trains these 2 runs at once in one command, a 2+2-layer model of width 32 for 8 updates "
-        "each, then decodes 5 tokens a sentence: the code path, its numbers mean nothing. 2 runs took 24 s on a 2-core "
-        "CPU (measured), more take longer.")
+    assert "# thesis-4.1: 6 run(s)" in out and out.count("| 2600 x 32,768 tokens |") == 6  # and the baseline
+    assert not (tmp_path / "p").exists()  # nothing trained, nothing written
+    assert command.main(["--out", str(tmp_path / "p"), "--stage", "paper", "--table", "thesis-3.2", "--device",
+                         "cpu"]) == 1
+    assert "--table thesis-3.2: the paper stage runs" in capsys.readouterr().err
