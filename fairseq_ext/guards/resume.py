@@ -16,7 +16,7 @@ save dir (docs/trust.md, "Resuming"). :func:`install`, run when the plugin is im
    when there is none; an explicit ``--restore-file`` / ``--continue-once`` that is missing,
    a directory or unreadable is refused with :class:`ResumeError` (plain ``fairseq-train``
    keeps fairseq's meaning of a missing ``--restore-file``, with a warning).
-   ``recipes/train.sh`` runs the check once before it starts several processes
+   ``recipes/train.sh`` runs the lock and the check once before it starts several processes
    (:func:`preflight`), so that the error is one line rather than one per rank.
 
 Remote storage paths (``s3://``, ...) keep fairseq's behaviour.
@@ -349,13 +349,14 @@ def _resuming_from_what_is_there(original):
 
 
 def preflight(argv: List[str]) -> None:
-    """``recipes/train.sh``'s :func:`check_restore` before torchrun starts several processes, on
-    fairseq-train's arguments ``argv``. Sharded (FSDP) checkpoints are per rank: left to the ranks."""
+    """``recipes/train.sh``'s :func:`hold_save_dir` (let go as it exits) and :func:`check_restore` before torchrun
+    starts several processes, on fairseq-train's arguments ``argv``. Sharded (FSDP) checkpoints: left to the ranks."""
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     args = options.parse_args_and_arch(options.get_training_parser(), input_args=argv)
     cfg = convert_namespace_to_omegaconf(args)
+    hold_save_dir(cfg.checkpoint)
     if cfg.distributed_training.ddp_backend == "fully_sharded" and cfg.distributed_training.use_sharded_state:
         return
     check_restore(cfg.checkpoint, cfg.checkpoint.checkpoint_suffix or "", strict=True)

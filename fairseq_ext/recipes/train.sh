@@ -139,8 +139,9 @@ if [[ $WORLD -eq 1 ]]; then
     exec fairseq-train "${ARGS[@]}" "${DEVICE_ARGS[@]}"
 fi
 fsx_require_cmd torchrun
-# A --restore-file typo, or an unreadable checkpoint_last.pt with no intact checkpoint beside
-# it, is said once here (fairseq_ext.guards.resume.preflight, the plugin's own check), not by every
+# A --restore-file typo, an unreadable checkpoint_last.pt with no intact checkpoint beside it, or
+# a save dir another run writes (the workers of a killed one), is said once here
+# (fairseq_ext.guards.resume.preflight, the plugin's own check), not by every
 # rank followed by torchrun's traceback. fairseq-train's own argument errors likewise.
 PY="$(dirname "$(command -v fairseq-train)")/python"
 [[ -x $PY ]] || PY=python3

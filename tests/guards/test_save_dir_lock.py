@@ -2,6 +2,7 @@
 started while another run writes its save dir stops with one line naming that run, before it
 writes anything; a lock file left by a killed run blocks nobody."""
 import os
+import signal
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ from fairseq.distributed import utils as distributed_utils
 from fairseq_ext.errors import SaveDirBusyError
 from fairseq_ext.guards import resume
 from fairseq_ext.standalone.outputs import lock_path
-from model_utils import TINY_TRAIN_FLAGS, USER_DIR, clean_env
+from model_utils import REPO, TINY_TRAIN_FLAGS, USER_DIR, clean_env
 
 
 def checkpoint_cfg(save_dir, **overrides):
@@ -84,3 +85,35 @@ def test_a_second_fairseq_train_into_one_save_dir_is_refused(tiny_trained, tmp_p
     result = train(bin_dir, save_dir, "--max-update", "2")
     assert result.returncode == 0, result.stderr[-2000:]
     assert (save_dir / "checkpoint_last.pt").exists() and not os.path.exists(lock_path(save_dir))
+
+
+@pytest.mark.slow
+def test_the_rerun_of_a_killed_two_process_run_is_refused_in_one_line(tiny_trained, tmp_path):
+    """A SIGKILL of torchrun leaves its two fairseq-train processes training, rank 0 holding the save dir: the rerun
+    says so in one line before it starts a process, not among rank 1's and torchrun's tracebacks."""
+    bin_dir, _ = tiny_trained
+    save_dir = tmp_path / "ckpt"
+    command = ["bash", os.path.join(REPO, "scripts", "train.sh"), bin_dir, str(save_dir), "--nproc", "2", "--",
+               "--arch", "multilayer_transformer", *[f for f in TINY_TRAIN_FLAGS if f != "--cpu"], "--max-update",
+               "100000"]
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=clean_env(),
+                             start_new_session=True)
+    workers = []
+    try:
+        assert any("begin training epoch 1" in line for line in first.stdout)  # rank 0 holds the save dir
+        workers = subprocess.run(["pgrep", "-P", str(first.pid)], capture_output=True, text=True).stdout.split()
+        os.kill(first.pid, signal.SIGKILL)  # torchrun (train.sh execs it): its workers, each in its own session, go on
+        first.wait()
+        for worker in workers:  # stopped, still holding the lock, so that the rerun has the cores
+            os.killpg(int(worker), signal.SIGSTOP)
+        rerun = subprocess.run(command, capture_output=True, text=True, env=clean_env(), timeout=300)
+    finally:
+        for group in [first.pid] + [int(w) for w in workers]:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    said = [line for line in rerun.stderr.splitlines() if not line.startswith("[train.sh] ")]
+    assert rerun.returncode == 1 and len(said) == 1 and rerun.stdout == "", rerun.stderr[-3000:]
+    assert said[0].startswith(f"fairseq-train: error: --save-dir {save_dir} is being written by another command "
+                              "(pid ") and said[0].endswith("; two training runs need two save dirs"), said
