@@ -336,49 +336,43 @@ def timed(todo: Reproduction, args, device: str, measured: List[dict], count: in
 def print_plan(todo: Reproduction, args, setups: dict) -> None:
     """--plan: every run with its device, slot and time from the measured rates; the device-hours of the table at the
     thesis' schedule and at a share of it, on one GPU and on several."""
-    measured = schedule.rates(todo.opts.work_dir)
-    devices, at_once = slots(todo, args)
+    measured, (devices, _) = schedule.rates(todo.opts.work_dir), slots(todo, args)
     here = schedule.device_name("cpu" if todo.plans[0].cpu else devices[0] or "0")
-    gpu_here = not todo.plans[0].cpu
-    name = args.plan_device or (here if gpu_here or todo.opts.cpu or scale_name(todo.opts) else "NVIDIA H200")
-    count = len(devices) if gpu_here or name != "NVIDIA H200" or args.devices else 1
-    names = [str(i) for i in range(count)] if count > 1 or name != here else devices
-    at_once, runs = timed(todo, args, name, measured, count)
+    stored = todo.plans[0].cpu and not (todo.opts.cpu or scale_name(todo.opts))  # no GPU here: plan for the H200
+    name = args.plan_device or ("NVIDIA H200" if stored else here)
+    names = devices if name == here else [str(i) for i in range(len(devices) if args.devices else 1)]
+    at_once, runs = timed(todo, args, name, measured, len(names))
     sources = list(dict.fromkeys(source for _, source in runs))
     placed, end = schedule.place([t or 0.0 for t, _ in runs], names, at_once)
-    print(f"# {todo.table.id}: {len(runs)} run(s) on {count} x {name}, at most {at_once} at once on each"
-          + ("" if name == here else f" (planned for the device of the stored measurements: {here} is this "
-                                      "machine's; --plan-device NAME for another)"))
-    print("\n| run | row | data set | seed | training | device | slot | starts (h) | hours | rate |")
-    print("|---:|---|---|---:|---|---:|---:|---:|---:|---|")
+    print(f"# {todo.table.id}: {len(runs)} run(s) on {len(names)} x {name}, at most {at_once} at once on each"
+          + ("" if name == here else f" (this machine's: {here}; --plan-device NAME for another)")
+          + "\n\n| run | row | data set | seed | training | device | slot | starts (h) | hours | rate |\n"
+          + "|---:|---|---|---:|---|---:|---:|---:|---:|---|")
     for i, (p, (seconds, source), (device, slot, start)) in enumerate(zip(todo.plans, runs, placed)):
         _, updates, tokens = schedule.training_of(p)
-        print(f"| {i} | {p.label} | {p.dataset} | {p.seed} | {updates or '?'} x {tokens:,} tokens "
-              f"| {device} | {slot} | {start / 3600:.2f} | {'–' if seconds is None else f'{seconds / 3600:.2f}'} "
+        print(f"| {i} | {p.label} | {p.dataset} | {p.seed} | {updates or '?'} x {tokens:,} tokens | {device} | {slot} "
+              f"| {start / 3600:.2f} | {'–' if seconds is None else f'{seconds / 3600:.2f}'} "
               f"| [{sources.index(source) + 1}] |")
-    print("\n" + "\n".join(f"[{i + 1}] {source}" for i, source in enumerate(sources)))
     unknown = sum(t is None for t, _ in runs)
-    print(f"\nWall clock {end / 3600:.1f} h ({end:.0f} s), {end * count / 3600:.1f} device-hours"
+    print("\n" + "\n".join(f"[{i + 1}] {source}" for i, source in enumerate(sources))
+          + f"\n\nWall clock {end / 3600:.1f} h ({end:.0f} s), {end * len(names) / 3600:.1f} device-hours"
           + (f"; {unknown} run(s) not measured, counted as 0" if unknown else "") + ".")
-    config = schedule.training_of(todo.plans[0])[0]
-    alternative = config == SHARE_RULE["config"] and not (todo.opts.budget or scale_name(todo.opts))
-    schedules = [args.share] + ([None if args.share else 0.21] if alternative else [])
-    counts = [1] if name.startswith("cpu") else sorted({1, count if count > 1 else 4})
-    print(f"\n| schedule | {' | '.join(f'{n} x {name}: wall h, device-h' for n in counts)} |")
-    print(f"|---|{'---:|' * len(counts)}")
-    for share in schedules:
+    alternative = schedule.training_of(todo.plans[0])[0] == SHARE_RULE["config"] and not (todo.opts.budget or
+                                                                                         scale_name(todo.opts))
+    counts = [1] if name.startswith("cpu") else sorted({1, len(names) if len(names) > 1 else 4})
+    print(f"\n| schedule | {' | '.join(f'{n} x {name}: wall h, device-h' for n in counts)} |\n|---|{'---:|' * len(counts)}")
+    for share in [args.share] + ([None if args.share else 0.21] if alternative else []):
         other = todo if share == args.share else plan(todo.table, argparse.Namespace(**{**vars(args), "share": share}),
                                                       setups, todo.seeds)
         cells = []
         for n in counts:
             at, runs = timed(other, args, name, measured, n)
-            cells.append(schedule.place([t or 0.0 for t, _ in runs], [str(i) for i in range(n)], at)[1])
-        seconds = [t for t, _ in runs]
-        label = other.plans[0].budget
+            end = schedule.place([t or 0.0 for t, _ in runs], [str(i) for i in range(n)], at)[1]
+            cells.append(f"{end / 3600:.1f}, {end * n / 3600:.1f}")
+        label, unknown = other.plans[0].budget, sum(t is None for t, _ in runs)
         what = {"paper": "the paper's schedule"}.get(label, f"budget {label}" if label[:1].isdigit() and " " not in label
-                                                     else label) + f", {at} at once"
-        print(f"| {what}{' (not measured: ' + str(sum(t is None for t in seconds)) + ' runs)' if None in seconds else ''}"
-              f" | {' | '.join(f'{c / 3600:.1f}, {c * n / 3600:.1f}' for c, n in zip(cells, counts))} |")
+                                                     else label)
+        print(f"| {what}, {at} at once{f' (not measured: {unknown} runs)' if unknown else ''} | {' | '.join(cells)} |")
 
 
 def report(todo: Reproduction, args, failed: List[str]) -> str:

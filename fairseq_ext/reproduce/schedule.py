@@ -48,10 +48,8 @@ def training_of(plan: RunPlan) -> Tuple[str, Optional[int], int]:
     time, --max-tokens) of a run, from its command after its config file's flags."""
     config = plan.train[plan.train.index("--config") + 1]
     flags = config_flags(config) + plan.train
-    updates = last_flag(flags, "--max-update")
-    if last_flag(plan.train, "--stop-time-hours") is not None or updates in (None, "0"):
-        updates = None
-    return config + (f"/{plan.scale}" if plan.scale else ""), updates and int(updates), int(last_flag(flags, "--max-tokens"))
+    updates = None if last_flag(plan.train, "--stop-time-hours") else int(last_flag(flags, "--max-update") or 0)
+    return config + (f"/{plan.scale}" if plan.scale else ""), updates or None, int(last_flag(flags, "--max-tokens"))
 
 
 def rates(work_dir: Optional[str] = None) -> List[dict]:
@@ -84,10 +82,8 @@ def rate_for(measured: List[dict], device: str, config: str, max_tokens: int, at
 
 def default_per_device(measured: List[dict], device: str, config: str, max_tokens: int) -> int:
     """The trainings at once that trained the most updates a second on that device at that batch (1 unmeasured)."""
-    counts = {m["at_once"] for m in measured if (m["device"], m["config"], m["max_tokens"]) == (device, config,
-                                                                                                 max_tokens)}
-    best = max(counts, default=1, key=lambda n: n * rate_for(measured, device, config, max_tokens, n)["updates_per_s"])
-    return best
+    counts = {m["at_once"] for m in measured if (m["device"], m["config"], m["max_tokens"]) == (device, config, max_tokens)}
+    return max(counts, default=1, key=lambda n: n * rate_for(measured, device, config, max_tokens, n)["updates_per_s"])
 
 
 def estimate(plan: RunPlan, measured: List[dict], device: str, at_once: int) -> Tuple[Optional[float], str]:
@@ -105,9 +101,7 @@ def estimate(plan: RunPlan, measured: List[dict], device: str, at_once: int) -> 
 
 def place(durations: List[float], devices: List[str], per_device: int) -> Tuple[List[Tuple[str, int, float]], float]:
     """The runs in order, each on the slot that frees first ((device, slot, start s) per run), and when the last ends."""
-    free = [(0.0, i, device, slot) for i, (slot, device) in enumerate((s, d) for s in range(per_device)
-                                                                     for d in devices)]
-    heapq.heapify(free)
+    free = [(0.0, i, d, s) for i, (s, d) in enumerate((s, d) for s in range(per_device) for d in devices)]
     placed, end = [], 0.0
     for seconds in durations:
         start, order, device, slot = heapq.heappop(free)
@@ -133,8 +127,7 @@ def run_on_slots(plans: List[RunPlan], devices: List[str], per_device: int,
                  work: Callable[[RunPlan, str, int], None]) -> List[str]:
     """``work(plan, device, at_once)`` of every plan, in order, each as soon as a slot is free; the failures, each said
     in one line as it happens (:class:`ReproduceError`; anything else stops the table)."""
-    pending, failed, lock = list(plans), [], threading.Lock()
-    stop: List[BaseException] = []
+    pending, failed, lock, stop = list(plans), [], threading.Lock(), []
 
     def slot_worker(device: str):
         while not stop:
