@@ -1,9 +1,14 @@
 """The reproduction runner over one machine's devices (fairseq_ext/reproduce/schedule.py): every run once, in the
 planned order, never more at once on a device than its slots; a failing run said in one line while the others go on;
 --plan's device-hours recomputed from the stored measurements; the Slurm job array, one run a task."""
+import json
 import os
+import re
 import shlex
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from types import SimpleNamespace
@@ -15,6 +20,7 @@ from fairseq_ext.reproduce import __main__ as cli
 from fairseq_ext.reproduce import execute, schedule
 from fairseq_ext.errors import FairseqExtError
 from fairseq_ext.reproduce.planning import ReproduceError
+from model_utils import clean_env
 
 
 def fake_plans(n):
@@ -142,3 +148,72 @@ def test_a_run_made_elsewhere_with_the_same_settings_joins_the_table(tmp_path):
     other = planning.plan_seeds(table, table.select("iter-c-agg"), setups, here_opts, [1])[1]
     with pytest.raises(ReproduceError, match="holds a run with other settings"):
         execute.finished(other[0])
+
+
+def _tree(pid):
+    """``pid`` and every process below it (the runner's commands lead process groups of their own)."""
+    parents = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ValueError, ProcessLookupError):
+            continue
+    found, todo = [pid], [pid]
+    while todo:
+        children = [p for p, parent in parents.items() if parent == todo.pop()]
+        found += children
+        todo += children
+    return found
+
+
+def _files(folder):
+    return {os.path.relpath(os.path.join(d, f), folder): open(os.path.join(d, f), "rb").read()
+            for d, _, names in os.walk(folder) for f in names}
+
+
+@pytest.mark.slow
+@pytest.mark.release
+def test_runs_on_slots_are_timed_by_the_plan_and_resume_after_a_kill(smoke_data_root, tmp_path):
+    """Smoke-scale runs on two CPU slots: the plan of the next seeds, timed by the finished runs' rates, is within 30%
+    of their measured time; a SIGKILL of the runner and everything it started, mid-run, then the same command: the
+    finished run's files are unchanged and the killed run resumes from its checkpoint."""
+    shutil.copytree(smoke_data_root, tmp_path / "data", symlinks=True)
+
+    def reproduce(seeds, *more, devices="0,1"):
+        return [sys.executable, "-m", "fairseq_ext", "reproduce", "thesis-3.3", "--rows", "transformer", "--datasets",
+                "iwslt15-en-vi", "--smoke", "--budget", "60", "--seeds", seeds, "--devices", devices, "--per-device",
+                "1", "--cpu", "--samples", "10", "--work-dir", str(tmp_path / "runs"), "--data-root",
+                str(tmp_path / "data"), "--train-args=--save-interval-updates 20", *more]
+
+    def run(cmd):
+        res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=clean_env(), timeout=900)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        return res.stdout
+
+    assert "2 run(s) ended in" in run(reproduce("1,2"))  # the rates of the next runs
+    planned = float(re.search(r"Wall clock [0-9.]+ h \((\d+) s\)", run(reproduce("3,4", "--plan"))).group(1))
+    measured = float(re.search(r"2 run\(s\) ended in (\d+) s", run(reproduce("3,4"))).group(1))
+    assert abs(planned - measured) <= 0.3 * measured, (planned, measured)
+
+    runs = tmp_path / "runs" / "thesis-3.3" / "transformer"
+    first, second = (runs / f"iwslt15-en-vi.multi30k-en-de.smoke.60.seed{s}" for s in (5, 6))
+    proc = subprocess.Popen(reproduce("5,6", devices="0"), cwd=tmp_path, env=clean_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while not (second / "checkpoints" / "checkpoint_last.pt").exists():  # the first finished, the second saved
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.1)
+    for pid in _tree(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+    assert (first / "result.json").exists() and not (second / "result.json").exists()
+    kept = _files(first)
+    out = run(reproduce("5,6", devices="0"))
+    assert _files(first) == kept and "finished before: reused" in out
+    log = (second / "train.log").read_text()
+    assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ [1-9]\d* updates\)", log), log[-3000:]
+    assert json.loads((second / "result.json").read_text())["updates"] == 60
