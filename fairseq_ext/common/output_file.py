@@ -70,11 +70,10 @@ def _binary(head: bytes) -> Optional[str]:
 
 @contextlib.contextmanager
 def staged_output_file(path: str) -> Iterator[TextIO]:
-    """A text file (UTF-8, LF; gzip for .gz) written beside ``path`` and renamed onto it when
-    the block ends without an exception; on an exception it is removed and ``path`` untouched
-    (a full disk: an OutputFileError naming ``path``).
-    A link's target is the file replaced; a path that exists and is not a regular file (a
-    device, a FIFO) is written through as it is."""
+    """A text file (UTF-8, LF; gzip for .gz) written beside ``path`` and renamed onto it when the block ends without an
+    exception; on an exception it is removed and ``path`` untouched (a full disk: an OutputFileError naming ``path``).
+    A link's target is the file replaced; a path that exists and is not a regular file (a device, a FIFO) is written
+    through as it is."""
     path = os.path.realpath(path)
     if os.path.exists(path) and not os.path.isfile(path):
         with open_text(path) as f:

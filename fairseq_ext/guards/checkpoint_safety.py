@@ -225,10 +225,9 @@ def load_checkpoint_state(path: str) -> dict:
 
 @contextlib.contextmanager
 def staged_file(path: str, suffix: str = ".tmp") -> Iterator[str]:
-    """A new file ``.NAME.XXXXXXXX{suffix}`` beside ``path`` with the mode of ``path`` (else a new file's), renamed onto
-    it when the block ends without an exception: a crash at any moment leaves the old ``path`` or the complete new one.
-    On an exception it is removed, and a full disk (errno ENOSPC or EDQUOT, also as the context of torch's
-    RuntimeError) is an OutputFileError naming ``path``."""
+    """A new file ``.NAME.XXXXXXXX{suffix}`` beside ``path`` with its mode (else a new file's), renamed onto it when the
+    block ends without an exception: a crash leaves the old ``path`` or the complete new one. On an exception it is
+    removed, and a full disk (ENOSPC, EDQUOT; also as the context of torch's error) is an OutputFileError naming it."""
     fd, tmp = tempfile.mkstemp(suffix, f".{os.path.basename(path)}.", os.path.dirname(os.path.abspath(path)))
     os.umask(mask := os.umask(0))  # reads the umask
     os.fchmod(fd, os.stat(path).st_mode & 0o777 if os.path.exists(path) else 0o666 & ~mask)  # not mkstemp's 0600
@@ -249,8 +248,7 @@ def staged_file(path: str, suffix: str = ".tmp") -> Iterator[str]:
 
 
 def save_atomically(state: Dict, output: str) -> None:
-    """``torch.save`` into a :func:`staged_file` through a Python file (torch writing a path itself reports a full disk
-    as "unexpected pos")."""
+    """``torch.save`` into a :func:`staged_file` through a Python file, whose full disk torch's error keeps as context."""
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     with staged_file(output) as tmp, open(tmp, "wb") as f:
         torch.save(state, f)

@@ -108,12 +108,6 @@ def _broadcasting_plain_data(original):
 # ----------------------------------------------------------------------------------------
 # 2. atomic copies of checkpoint files
 # ----------------------------------------------------------------------------------------
-def atomic_copy(src_path: str, dst_path: str) -> None:
-    with staged_file(dst_path) as tmp:
-        shutil.copyfile(src_path, tmp)
-        shutil.copymode(src_path, tmp)
-
-
 def _saving_atomically(original):
     def torch_persistent_save(obj, filename, async_write: bool = False):
         if async_write or "://" in str(filename):  # fairseq's own: --write-checkpoints-asynchronously, remote storage
@@ -140,7 +134,9 @@ class _AtomicCopyPathManager:
             return self._path_manager.copy(src_path, dst_path, overwrite)
         if os.path.exists(dst_path) and not overwrite:
             return False
-        atomic_copy(src_path, dst_path)
+        with staged_file(dst_path) as tmp:
+            shutil.copyfile(src_path, tmp)
+            shutil.copymode(src_path, tmp)  # not mkstemp's 0600
         return True
 
 
@@ -175,8 +171,8 @@ def hold_save_dir(cfg) -> None:
 
 
 def _leaving_no_empty_save_dir(original):
-    """fairseq-train makes --save-dir (and its missing parents) before anything can refuse the run (a warm start of
-    another width): at exit, the folders it made are removed again while they hold nothing."""
+    """fairseq-train makes --save-dir and its missing parents before anything can refuse the run: those still empty
+    at exit are removed (a warm start of another width leaves no folder)."""
     def verify_checkpoint_directory(save_dir):
         made, path = [], os.path.abspath(save_dir)
         while not os.path.exists(path):
@@ -240,12 +236,8 @@ def newest_intact_checkpoint(save_dir: str, suffix: str = "") -> Optional[str]:
         if updates is None:
             logger.debug(f"not resuming from {path}: it does not load")
             continue
-        if match.group(1) is not None:
-            by_name = (int(match.group(1)), float("inf"))
-        elif match.group(2) is not None:
-            by_name = (int(match.group(2)), float(match.group(3)))
-        else:  # best checkpoints: copies of one of the others
-            by_name = (-1, -1.0)
+        epoch, update = match.group(1) or match.group(2), match.group(3)  # neither: a best checkpoint, a copy
+        by_name = (-1, -1.0) if epoch is None else (int(epoch), float(update) if update else float("inf"))
         candidates.append((updates, by_name, path))
     return max(candidates)[2] if candidates else None
 
@@ -269,10 +261,9 @@ def _check_explicit(option: str, path: str, save_dir: str, suffix: str = "", str
         instead = f"; the intact checkpoint of {save_dir} with the most updates is {newest}" if newest else ""
         raise ResumeError(f"{option} {path} is unreadable (empty or truncated, e.g. by a crash during a save){instead}")
     what = "is a directory, not a checkpoint file" if os.path.isdir(path) else "does not exist"
-    hint = ""
     beside = os.path.join(save_dir, path)
-    if not os.path.isabs(path) and PathManager.isfile(beside):
-        hint = f" (did you mean {beside}? the path is relative to the working directory, not --save-dir)"
+    hint = (f" (did you mean {beside}? the path is relative to the working directory, not --save-dir)"
+            if not os.path.isabs(path) and PathManager.isfile(beside) else "")
     if not strict and option == "--restore-file" and what == "does not exist":
         logger.warning(f"--restore-file {path} does not exist: training starts from scratch, as fairseq does{hint} "
                        f"(fairseq-ext train refuses a missing --restore-file)")
@@ -290,11 +281,9 @@ def check_restore(cfg, suffix: str = "", strict: Optional[bool] = None) -> Optio
     ``1``), a missing ``--restore-file`` means training from scratch, with a warning."""
     from fairseq.file_io import PathManager
 
-    if strict is None:
-        strict = os.environ.get(STRICT_ENV) == "1"
-    if cfg.save_dir is None:  # no save dir (the mocked configs of fairseq's own tests): nothing to check
-        return None
-    if "://" in str(cfg.save_dir) or "://" in str(cfg.restore_file):  # remote storage: unchanged
+    strict = os.environ.get(STRICT_ENV) == "1" if strict is None else strict
+    # no save dir (the mocked configs of fairseq's own tests): nothing to check; remote storage: unchanged
+    if cfg.save_dir is None or "://" in str(cfg.save_dir) or "://" in str(cfg.restore_file):
         return None
     if cfg.restore_file != "checkpoint_last.pt":  # given explicitly (fairseq's own test)
         if not cfg.finetune_from_model:  # fairseq refuses that combination itself

@@ -15,7 +15,7 @@ from typing import Dict, List, Sequence
 
 from fairseq_ext.common.command_line import CommandParser
 from fairseq_ext.common.data_text import read_lines
-from fairseq_ext.errors import DataError
+from fairseq_ext.errors import DataError, OptionError
 from fairseq_ext.standalone.bleu import metric as more_metric
 from fairseq_ext.tools import statistics
 from fairseq_ext.tools.statistics import FLAVOURS, MARKS
@@ -29,9 +29,9 @@ def paired_significance(refs: Sequence[str], baseline: Sequence[str], systems: D
     half-width; for ``ar`` from 1000 resamples), ``p_value`` (None for the baseline), ``mark`` and ``signature``.
     ``metrics`` beyond BLEU (``chrF2``, ``chrF2++``, ``TER``) are tested on the same resamples, under ``metrics``."""
     if n_samples < 1:  # sacreBLEU would draw no sample and report p = 1 with a bs:1000 signature
-        raise ValueError(f"--samples must be at least 1, not {n_samples}")
+        raise OptionError(f"--samples must be at least 1, not {n_samples}")
     if method not in ("bs", "ar"):
-        raise ValueError(f"--method: {method!r} is not bs (paired bootstrap) or ar (approximate randomization)")
+        raise OptionError(f"--method: {method!r} is not bs (paired bootstrap) or ar (approximate randomization)")
     statistics.mark(None, marks)  # refuses unknown marks
     n = len(refs)
     for name, hyps in [("baseline", baseline), *systems.items()]:
@@ -122,8 +122,6 @@ def main(argv=None):
     ap.add_argument("--marks", default="thesis", choices=sorted(MARKS))
     ap.add_argument("--json")
     args = ap.parse_args(argv)
-    if args.samples < 1:
-        ap.error(f"--samples must be at least 1, not {args.samples}")
     refs, baseline = read_lines(args.ref), read_lines(args.baseline)
     systems, read = {}, [(f"--ref {args.ref}", refs), (f"--baseline {args.baseline}", baseline)]
     for spec in args.system:

@@ -18,22 +18,14 @@ import numpy as np
 from fairseq_ext.errors import FairseqExtError
 
 # BLEU flavours: name -> sacreBLEU settings. detok: detokenized text, 13a tokenization; tok:
-# Moses-tokenized text scored as is (multi-bleu.perl style)
-FLAVOURS = {
-    "detok-cased": {"tokenize": "13a", "lowercase": False, "force": False},
-    "detok-lc": {"tokenize": "13a", "lowercase": True, "force": False},
-    "tok-cased": {"tokenize": "none", "lowercase": False, "force": True},
-    "tok-lc": {"tokenize": "none", "lowercase": True, "force": True},
-}
+# Moses-tokenized text scored as is (multi-bleu.perl style); lc: lower-cased
+FLAVOURS = {f"{level}-{case}": {"tokenize": "13a" if level == "detok" else "none", "lowercase": case == "lc",
+                                "force": level == "tok"} for level in ("detok", "tok") for case in ("cased", "lc")}
 
 # The papers' marks, strongest first: (p below, mark); the word-translation paper (Table 6)
 # reverses † and ‡
-MARKS = {
-    "thesis": ((0.01, "‡"), (0.05, "†")),
-    "mlmha": ((0.01, "‡"), (0.05, "†")),
-    "mma": ((0.01, "††"), (0.05, "†")),
-    "wt": ((0.01, "†"), (0.05, "‡")),
-}
+MARKS = {"thesis": ((0.01, "‡"), (0.05, "†")), "mlmha": ((0.01, "‡"), (0.05, "†")),
+         "mma": ((0.01, "††"), (0.05, "†")), "wt": ((0.01, "†"), (0.05, "‡"))}
 
 ORDER = 4  # BLEU's n-gram orders
 ROW = ("hyp_len", "ref_len", *(f"correct[{o}]" for o in range(ORDER)), *(f"total[{o}]" for o in range(ORDER)))
@@ -96,9 +88,7 @@ def corpus_bleu(sums: np.ndarray) -> np.ndarray:
 
 
 def _brevity(hyp_len: int, ref_len: int) -> float:
-    if hyp_len >= ref_len:
-        return 1.0
-    return math.exp(1 - ref_len / hyp_len) if hyp_len > 0 else 0.0
+    return 1.0 if hyp_len >= ref_len else math.exp(1 - ref_len / hyp_len) if hyp_len > 0 else 0.0
 
 
 def scorer(metric) -> Score:
@@ -156,8 +146,7 @@ def paired_bs(baseline: np.ndarray, system: np.ndarray, score: Score = corpus_bl
     diffs = np.abs(scores_sys - scores_base)
     mean, ci = _confidence(scores_sys)
     observed = abs(_total(baseline, score) - system_score)
-    return {"score": system_score, "p_value": _p_value(diffs - diffs.mean(), observed),
-            "mean": mean, "ci": ci}
+    return {"score": system_score, "p_value": _p_value(diffs - diffs.mean(), observed), "mean": mean, "ci": ci}
 
 
 def paired_ar(baseline: np.ndarray, system: np.ndarray, score: Score = corpus_bleu, samples: int = 10000,
@@ -196,9 +185,8 @@ def _paired(reference: Dict[int, np.ndarray], system: Dict[int, np.ndarray]) -> 
                 raise StatisticsError(f"run {k} of the {who} and run {runs[0]} of the reference differ in shape "
                                       f"({stats.shape} and {first}): every run must score the same sentences")
             for i, j in np.argwhere(~np.isfinite(stats))[:1]:
-                name = ROW[j] if len(ROW) == stats.shape[1] else f"column {j}"
-                raise StatisticsError(f"run {k} of the {who}: the statistic {name} of sentence {i + 1} is "
-                                      f"{stats[i, j]}, not a count")
+                raise StatisticsError(f"run {k} of the {who}: the statistic {ROW[j] if j < len(ROW) else j} of "
+                                      f"sentence {i + 1} is {stats[i, j]}, not a count")
     return runs
 
 
@@ -390,14 +378,12 @@ def across_seeds(reference: Dict[int, float], system: Dict[int, float], per_seed
     p_max = max(p_values.values())
 
     weakest = MARKS[marks][-1][0]
-    not_significant = [s for s in paired if reached[s] is None]
+    not_significant, chosen = [s for s in paired if reached[s] is None], ""
     if not_significant:
-        chosen = ""
         shown = ", ".join(f"{s} (p = {p_values[s]:.4g})" for s in not_significant)
         noun = "seed" if len(not_significant) == 1 else "seeds"
         why = f"no mark: the paired bootstrap is not significant (p < {weakest}) at {noun} {shown}"
     elif not same_sign:
-        chosen = ""
         signs = {"up": [s for s, d in deltas.items() if d > 0], "down": [s for s, d in deltas.items() if d < 0],
                  "equal": [s for s, d in deltas.items() if d == 0]}
         why = "no mark: Δ is not of one sign across seeds (" + "; ".join(

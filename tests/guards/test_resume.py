@@ -150,7 +150,7 @@ def test_a_save_onto_a_full_disk_is_one_line_and_leaves_no_partial_file(tiny_tra
     errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
     assert len(errors) == 1 and re.fullmatch(rf"fairseq-train: error: cannot write {save_dir}/checkpoint_\w+\.pt: no "
                                              r"space left on device \(nothing partial left behind\)", errors[0]), errors
-    assert os.listdir(save_dir) == []
+    assert os.listdir(tmp_path) == []  # the save dir it made is gone too
 
 
 def with_updates(checkpoint, path, updates):
