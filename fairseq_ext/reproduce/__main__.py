@@ -27,6 +27,7 @@ corrects the marks for the number of rows tested against one reference row.
 import argparse
 import dataclasses
 import hashlib
+import math
 import os
 import re
 import shlex
@@ -387,6 +388,8 @@ def report(todo: Reproduction, args, failed: List[str]) -> str:
     if test == "ar":
         marks.mark_pooled(table, records, todo.by_seed, args.shuffles, statistic=args.ar_statistic)
     marks.label(table, records, test, len(seeds) > 1, args.shuffles, args.correction, args.ar_statistic)
+    failed += [f"{r['label']} ({r['dataset']}): its BLEU is {r['model_bleu']}, a failed evaluation ({r['run_dir']})"
+               for r in records if isinstance(r.get("model_bleu"), float) and not math.isfinite(r["model_bleu"])]
     scales = scales_of(table, todo.plans)
     print(markdown(table, records, scales))
     partial = bool(failed) or not complete(records)

@@ -276,9 +276,11 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options, 
             cmd[cmd.index("--out") + 1] = os.path.join(run_dir, f"eval-test-shuffle-{lang}")
             adversarial.append(cmd + ["--shuffle-source", lang])
     budget = opts.budget or scale_name(opts) or "paper"
-    if share:  # the settings beside every number of the table
-        budget = (f"{opts.share:g} of the thesis' tokens ({int(share[3]):,} updates of {int(share[1]):,} tokens, lr "
-                  f"{share[5]}, warm-up {share[7]})")
+    if share:  # the settings beside every number of the table (--train-args may change them)
+        updates, tokens, lr, warmup = (last_flag(train, f) for f in ("--max-update", "--max-tokens", "--lr",
+                                                                     "--warmup-updates"))
+        budget = f"{opts.share:g} of the thesis' tokens ({int(updates):,} updates of {int(tokens):,} tokens, lr {lr}, " \
+                 f"warm-up {warmup})"
     return RunPlan(table=table.id, row=row.id, label=row.label, dataset=dataset, data_key=data_key,
                    substitution=reason, bleu=ds["bleu"], data_dir=data_dir, run_dir=run_dir, prepare=prepare,
                    train=train, average=average, evaluate=evaluate, checkpoint=checkpoint, budget=budget,

@@ -316,6 +316,7 @@ def scales(table: Table, plans: List[RunPlan]) -> Dict[str, Scale]:
         planned = sorted({r["planned_updates"] for r in done if r.get("planned_updates")})
         signature = (RunData(first).json("eval-test", "bleu.json") or {}).get(first.bleu, {}).get("signature", "")
         sentences = sorted({r["decode_sentences"] for r in done if r.get("decode_sentences")})
+        trained_on = sorted({(r.get("rate") or r.get("converted_from") or {}).get("device") for r in done} - {None})
         out[dataset] = Scale(
             paper=table.datasets[dataset].get("task", dataset), data=first.data_key,
             substitute="in place of" in first.substitution, substitution=first.substitution,
@@ -326,7 +327,8 @@ def scales(table: Table, plans: List[RunPlan]) -> Dict[str, Scale]:
             models=shapes, params_m=[round(params[0], 2), round(params[-1], 2)] if params else None,
             budget=describe_budget(first.budget if first.budget not in ("smoke", "paper") else ""),
             updates=[updates[0], updates[-1]] if updates else None,
-            planned_updates=planned[-1] if len(planned) == 1 else None, device="CPU" if first.cpu else "GPU",
+            planned_updates=planned[-1] if len(planned) == 1 else None,
+            device=", ".join(trained_on) or ("CPU" if first.cpu else "GPU"),
             seed=str(first.seed), seeds=sorted({p.seed for p in group}), decoding=" ".join(first.generate),
             bleu=first.bleu, signature=signature, smoke=first.smoke, scale=first.scale)
     return out

@@ -209,9 +209,13 @@ def legend(table: Table, records: List[Record], smoke: bool = False) -> List[str
                      "slower). Our speeds and times are of this machine, the paper's of its GPUs: compare the ratios.")
     untrained = list(dict.fromkeys(r["label"] for r in records if r.get("model_bleu") is not None
                                    and r["model_bleu"] < 1.0))
+    against = list(dict.fromkeys(f"{r['label']} against {r['reference_label']}" for r in records
+                                 if r.get("reference_label") in untrained and r["label"] not in untrained))
     if untrained:
         lines.append(f"Our models of {', '.join(untrained)} score BLEU < 1 in their own evaluation: they do not "
-                     "translate yet at this budget, and no difference between their numbers means anything.")
+                     "translate yet at this budget, and no difference between their numbers means anything"
+                     + (f"; nor does a Δ or sig. against one that did not learn ({'; '.join(against)}): it says "
+                        "nothing about the technique." if against else "."))
     incomplete = [r for r in records if r["missing"] or r["status"] not in ("done", "cited")]
     if incomplete:
         lines.append("Incomplete: " + "; ".join(

@@ -1,0 +1,1 @@
+fairseq-generate /work/main/pack/data/iwslt15.en-vi --user-dir /work/main/fairseq_ext --path sc2/paper/runs/transformer-s1-u2600-mt32768-lr0.001-wu400/checkpoints/checkpoint_last.pt --gen-subset test --source-lang en --target-lang vi --remove-bpe --batch-size 128 --beam 6 --lenpen 1.1 --model-overrides \{\'max_source_positions\':\ 1024\,\ \'max_target_positions\':\ 1024\} --fp16 
