@@ -202,19 +202,19 @@ def defer_reorder(buffer: Dict[str, Optional[Tensor]], new_order: Tensor) -> Non
 
 
 def _joined(prev: Tensor, new: Tensor, dim: int, order: Optional[Tensor]) -> Tensor:
-    """torch.cat([prev.index_select(0, order), new], dim) with a single copy of ``prev`` (decoding on a CPU,
-    where the copies' bytes are the cost; on a GPU both ways launch two kernels)."""
+    """torch.cat([prev.index_select(0, order), new], dim) for a cache on a CPU, where the copies' bytes are the
+    cost: a reorder copies ``prev`` once, reordered; without one, ``prev`` is copied once into a tensor with
+    room for as many steps again (``prev._base`` from then on), and each next step copies only itself there."""
     if prev.device.type != "cpu" or torch.is_grad_enabled() and (prev.requires_grad or new.requires_grad):
         return torch.cat([prev if order is None else prev.index_select(0, order), new], dim)
-    sizes = list(new.shape)
-    sizes[dim] += prev.size(dim)
-    full = new.new_empty(sizes)
-    if order is None:
-        full.narrow(dim, 0, prev.size(dim)).copy_(prev)
-    else:
-        torch.index_select(prev, 0, order, out=full.narrow(dim, 0, prev.size(dim)))
-    full.narrow(dim, prev.size(dim), new.size(dim)).copy_(new)
-    return full
+    length, total, room = prev.size(dim), prev.size(dim) + new.size(dim), prev._base
+    if (order is not None or room is None or room.dim() != prev.dim() or room.size(dim) < total or room.data_ptr()
+            != prev.data_ptr() or room.stride() != prev.stride() or room.narrow(dim, 0, length).shape != prev.shape):
+        room = new.new_empty(new.shape[:dim] + (total if order is not None else 2 * total,) + new.shape[dim + 1:])
+        start = room.narrow(dim, 0, length)
+        start.copy_(prev) if order is None else torch.index_select(prev, 0, order, out=start)
+    room.narrow(dim, length, new.size(dim)).copy_(new)
+    return room.narrow(dim, 0, total)
 
 
 def softmax_without_empty_rows(logits: Tensor, may_be_empty: bool = True) -> Tensor:
