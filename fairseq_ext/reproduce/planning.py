@@ -333,10 +333,6 @@ def plan_seeds(table: Table, rows: List[Row], setups: dict, opts: Options, seeds
 shell_line = shlex.join  # a planned command as a user would type it
 
 
-def _option(flags: List[str], name: str, default: str) -> str:
-    return flags[flags.index(name) + 1] if name in flags and flags.index(name) + 1 < len(flags) else default
-
-
 def _decodings(table: Table, plan: RunPlan, setups: dict, opts: Options, samples: int):
     """layer_dependency, decoders: test-set decodings with their paired bootstrap."""
     return [f"--generate-args={' '.join(plan.generate)}", "--flavour", plan.bleu, "--samples", str(samples),
@@ -353,7 +349,7 @@ def _probing(table: Table, plan: RunPlan, setups: dict, opts: Options, samples: 
     if not cfg.get("train_text") or not local:
         why = f"no local copy of {plan.data_key}'s training text"
     else:
-        src = (cfg.get("sources") or [None])[0] or _option(shlex.split(cfg.get("recipe") or ""), "--src", "")
+        src = (cfg.get("sources") or [None])[0] or (last_flag(shlex.split(cfg.get("recipe") or ""), "--src") or "")
         corpus = os.path.join(local, cfg["train_text"].format(src=src))
         if os.path.exists(corpus):
             return ["--corpus", corpus] + (["--corpus-tokenized"] if cfg.get("train_text_tokenized") else [])
@@ -367,7 +363,7 @@ ANALYSIS_COMMANDS = {
     "layer_dependency": (True, _decodings), "decoders": (True, _decodings), "probing": (True, _probing),
     "word_translation": (False, lambda *_: []),
     "translate_from_layer": (False, lambda table, plan, *_: [  # FULL with the row's own beam and length penalty
-        "--beam", _option(plan.generate, "--beam", "4"), "--lenpen", _option(plan.generate, "--lenpen", "1.0")]),
+        "--beam", last_flag(plan.generate, "--beam") or "4", "--lenpen", last_flag(plan.generate, "--lenpen") or "1.0"]),
 }
 
 

@@ -6,7 +6,7 @@ import os
 import shlex
 import subprocess
 import time
-from typing import Dict, List, Optional, Tuple, Union
+from typing import List, Optional, Union
 
 from fairseq_ext.errors import CommandError
 
@@ -88,32 +88,26 @@ def read_json(path: str) -> dict:
     return found
 
 
-def run_logged(commands: Dict[str, Tuple[List[str], str]], until: float, threads: Optional[int] = None,
-               cwd: Optional[str] = None, append: bool = True) -> Dict[str, Union[int, str]]:
-    """Start every ``NAME: (CMD, LOG)`` at once, output in LOG after a ``$ CMD`` line (``threads``:
-    OpenMP/MKL threads of each); each exit status, or ``"timeout"`` (stopped at ``until``, said in the log)."""
-    env = None if threads is None else dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    procs, started = {}, time.time()
-    for name, (cmd, log) in commands.items():
-        with open(log, "a" if append else "w", encoding="utf-8") as f:  # the child keeps the file open
-            f.write("$ " + shlex.join(cmd) + "\n")
-            f.flush()
-            procs[name] = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=cwd, env=env)
-    codes: Dict[str, Union[int, str]] = {}
-    for name, proc in procs.items():
+def run_logged(cmd: List[str], log: str, until: float, cwd: Optional[str] = None,
+               append: bool = True) -> Union[int, str]:
+    """``cmd`` with its output in ``log`` after a ``$ CMD`` line; its exit status, or ``"timeout"`` (stopped at
+    ``until``, said in the log)."""
+    with open(log, "a" if append else "w", encoding="utf-8") as f:  # the child keeps the file open
+        f.write("$ " + shlex.join(cmd) + "\n")
+        f.flush()
+        started, proc = time.time(), subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=cwd)
+    try:
+        return proc.wait(timeout=max(1.0, until - time.time()))
+    except subprocess.TimeoutExpired:
+        proc.terminate()
         try:
-            codes[name] = proc.wait(timeout=max(1.0, until - time.time()))
+            proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            with open(commands[name][1], "a", encoding="utf-8") as f:
-                f.write(f"\nstopped after {max(1.0, until - started):.0f} s\n")
-            codes[name] = "timeout"
-    return codes
+            proc.kill()
+            proc.wait()
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"\nstopped after {max(1.0, until - started):.0f} s\n")
+        return "timeout"
 
 
 def last_line(log: str) -> str:

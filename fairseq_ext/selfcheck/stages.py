@@ -167,8 +167,8 @@ def run_tests(out: str, device, tests: Optional[str], quick: bool, time_limit: f
            "--junitxml", junit, *(os.path.join(tests, f) for f in TEST_FILES)]
     cmd += ["-k", " or ".join(QUICK_OPTION_SETS)] if quick else []
     os.makedirs(out, exist_ok=True)
-    returncode = run_logged({"tests": (cmd, os.path.join(out, "tests.log"))}, time.time() + time_limit,
-                            cwd=os.path.dirname(tests), append=False)["tests"]
+    returncode = run_logged(cmd, os.path.join(out, "tests.log"), time.time() + time_limit, cwd=os.path.dirname(tests),
+                            append=False)
     cases = read_junit(junit) if os.path.exists(junit) else []
     counts = {k: sum(c["outcome"] == k for c in cases) for k in MARKS}
     result = ("ok" if returncode == 0 else f"pytest exit {returncode}") + ": " + ", ".join(
@@ -228,7 +228,7 @@ def run_bench(out: str, device, quick: bool, time_limit: float, dtypes: Optional
                    *(QUICK_BENCH if quick else ["--seconds", "2"]), "--json", json_path]
             share = (time_limit - (time.time() - start)) * len(rows) / total_rows  # time by rows
             total_rows -= len(rows)
-            code = run_logged({name: (cmd, log)}, time.time() + max(1.0, share), append=False)[name]
+            code = run_logged(cmd, log, time.time() + max(1.0, share), append=False)
             # the rows of a run stopped by the time limit are in its JSON all the same
             runs[name] = {"returncode": code, "command": cmd, **({"error": last_line(log)} if code else {}),
                           **read_json(json_path)}

@@ -100,8 +100,7 @@ def train_and_evaluate(name: str, data: str, config: str, flags: List[str], out:
     start, kept, trained = time.time(), finished(save, log, settings), 0
     if not kept:
         limit_hours = (previous_training_seconds(save) + max(0.0, seconds - keep_back)) / 3600
-        trained = run_logged({name: (cmd + ["--stop-time-hours", f"{limit_hours:.6f}"], log)},
-                             time.time() + seconds)[name]
+        trained = run_logged(cmd + ["--stop-time-hours", f"{limit_hours:.6f}"], log, time.time() + seconds)
         with open(os.path.join(save, "selfcheck.settings"), "w", encoding="utf-8") as f:
             f.write(settings)
     train_seconds = time.time() - start
@@ -115,8 +114,7 @@ def train_and_evaluate(name: str, data: str, config: str, flags: List[str], out:
     elif trained == 0 and os.path.exists(checkpoint):
         start = time.time()
         evaluate = evaluate_command(checkpoint, data, eval_dir, generate, device, "--model-overrides", POSITIONS)
-        record["eval_returncode"] = run_logged({name: (evaluate, log)},
-                                               start + max(keep_back, seconds - train_seconds))[name]
+        record["eval_returncode"] = run_logged(evaluate, log, start + max(keep_back, seconds - train_seconds))
         record["eval_wall_s"] = round(time.time() - start, 1)
         record.update(bleu=read_bleu(eval_dir, flavour), bleu_flavour=flavour)
     return record

@@ -161,7 +161,8 @@ def _tree(pid):
             continue
     found, todo = [pid], [pid]
     while todo:
-        children = [p for p, parent in parents.items() if parent == todo.pop()]
+        current = todo.pop()
+        children = [p for p, parent in parents.items() if parent == current]
         found += children
         todo += children
     return found
