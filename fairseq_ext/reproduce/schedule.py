@@ -7,10 +7,12 @@ import glob
 import heapq
 import json
 import os
+import queue
 import shlex
 import statistics
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, List, Optional, Tuple
 
 import yaml
@@ -126,37 +128,32 @@ def fitting(plans: List[RunPlan], devices: List[str], per_device: int, seconds: 
 def run_on_slots(plans: List[RunPlan], devices: List[str], per_device: int,
                  work: Callable[[RunPlan, str, int], None]) -> List[str]:
     """``work(plan, device, at_once)`` of every plan, in order, each as soon as a slot is free; the failures, each said
-    in one line as it happens (:class:`ReproduceError`; anything else stops the table)."""
-    pending, failed, lock, stop = list(plans), [], threading.Lock(), []
+    in one line as it happens (:class:`ReproduceError`; anything else, or an interrupt, stops the table)."""
+    slots, failed, stop = queue.SimpleQueue(), [], threading.Event()
+    for device in [d for _ in range(per_device) for d in devices]:
+        slots.put(device)
 
-    def slot_worker(device: str):
-        while not stop:
-            with lock:
-                if not pending:
-                    return
-                plan = pending.pop(0)
-            try:
+    def run(plan):
+        device = None if stop.is_set() else slots.get()
+        try:
+            if device is not None:
                 work(plan, device, per_device)
-            except ReproduceError as e:
-                if not stop:  # (a command the runner stopped fails too)
-                    print(f"{plan.where} FAILED: {e}", file=sys.stderr, flush=True)
-                    failed.append(f"{plan.row}/{plan.dataset} (seed {plan.seed}): {e}")
-            except BaseException as e:  # noqa: B036  a bug: the other slots start nothing more
-                stop.append(e)
+        except ReproduceError as e:
+            if not stop.is_set():  # (a command the runner stopped fails too)
+                print(f"{plan.where} FAILED: {e}", file=sys.stderr, flush=True)
+                failed.append(f"{plan.row}/{plan.dataset} (seed {plan.seed}): {e}")
+        finally:
+            slots.put(device)
 
-    workers = [threading.Thread(target=slot_worker, args=(device,), daemon=True)
-               for _ in range(per_device) for device in devices]
+    pool = ThreadPoolExecutor(len(devices) * per_device)
     try:
-        for w in workers:
-            w.start()
-        for w in workers:
-            while w.is_alive():
-                w.join(0.2)
-    except BaseException as e:  # an interrupt of the runner: the slots start nothing more
-        stop.append(e)
+        for future in [pool.submit(run, plan) for plan in plans]:
+            future.result()
+    except BaseException:
+        stop.set()
+        pool.shutdown(wait=False, cancel_futures=True)
         raise
-    if stop:
-        raise stop[0]
+    pool.shutdown()
     return failed
 
 
