@@ -109,76 +109,52 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fairseq-ext reproduce", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("table", nargs="?", help="table id, e.g. thesis-3.2, mlmha-6, mma-2, ms-1, wt-4 (see --list)")
-    ap.add_argument("--list", action="store_true", help="list every table, or the rows of TABLE")
-    ap.add_argument("--dry-run", action="store_true", help="print the commands of every row; run nothing")
-    ap.add_argument("--report", action="store_true", help="only build the side-by-side table from finished runs")
-    ap.add_argument("--rows", help="comma list of row ids or labels (default: all the paper's own rows; "
-                                   "the baseline is always added)")
-    ap.add_argument("--datasets", help="comma list of the table's data sets (default: all)")
+    add = ap.add_argument  # every option: docs/reproduction.md
+    add("table", nargs="?", help="table id, e.g. thesis-3.2, mlmha-6, mma-2, ms-1, wt-4 (see --list)")
+    add("--list", action="store_true", help="list every table, or the rows of TABLE")
+    add("--dry-run", action="store_true", help="print the commands of every row; run nothing")
+    add("--report", action="store_true", help="only build the side-by-side table from finished runs")
+    add("--rows", help="comma list of row ids or labels (default: the paper's own rows; the baseline is always added)")
+    add("--datasets", help="comma list of the table's data sets (default: all)")
     scale = ap.add_mutually_exclusive_group()
-    scale.add_argument("--smoke", action="store_true", help="CPU smoke scale: substitute data (3000 pairs), "
-                                                             "narrow models of the same depth and technique")
-    scale.add_argument("--cpu-scale", action="store_true",
-                       help="CPU scale: the substitute data in full, models of the paper's depth and technique "
-                            "at the quickstart's width (d 128), the quickstart's schedule, 1600 updates a row")
-    ap.add_argument("--substitute", action="store_true", help="use each data set's substitute (setups.yaml)")
-    ap.add_argument("--budget", help="training budget per row: updates (300) or time (20m, 2h)")
-    ap.add_argument("--work-dir", default="runs", help="where runs and tables go (default runs/)")
-    ap.add_argument("--data-root", default="data-bin", help="binarized data sets go to DATA_ROOT/reproduce/ "
-                                                             "(default data-bin)")
-    ap.add_argument("--from", dest="data_from", action="append", metavar="DATASET=DIR",
-                    help="local copy of a data set's release files (repeatable)")
-    ap.add_argument("--prepared", action="append", metavar="DATASET=DIR",
-                    help="a data set binarized elsewhere (a directory with prep.env, e.g. a self-check pack's; one "
-                         "language pair's serves either direction): used as it is, never prepared (repeatable)")
-    ap.add_argument("--nproc", type=int, default=1, help="processes (GPUs) per node, through fairseq-ext train")
-    ap.add_argument("--nnodes", type=int, default=1)
-    ap.add_argument("--node-rank", type=int, default=0)
-    ap.add_argument("--master-addr", default="127.0.0.1")
-    ap.add_argument("--master-port", type=int, default=29500)
-    ap.add_argument("--seed", type=int, help="the training seed of every row (default 1)")
-    ap.add_argument("--seeds", help="comma list of seeds, e.g. 1,2,3: every row once per seed, the table "
-                                    "with mean ± sd and marks that hold at every seed")
-    ap.add_argument("--cpu", action="store_true", default=None, help="decode on the CPU (default: when no GPU)")
-    ap.add_argument("--train-args", default="",
-                    help="more fairseq-train flags for every row, e.g. --train-args='--fp16'")
-    ap.add_argument("--generate-args", default="", help="more fairseq-generate flags for every row")
-    ap.add_argument("--share", type=float, help="the thesis' schedule compressed to this share of its tokens, e.g. 0.21: "
-                                                "32,768 tokens a batch, lr 1e-3, warm-up 400, the updates that make "
-                                                "the share (the small config's rule: docs/reproduction.md)")
-    ap.add_argument("--devices", help="comma list of the GPUs to train on, e.g. 0,1,2,3 (default: every GPU torch "
-                                      "sees, else the CPU)")
-    ap.add_argument("--per-device", type=int, help="trainings at once on each device (default: the number measured "
-                                                   "to train the most updates a second there at the run's batch, "
-                                                   "configs/benchmarks/device-rates.yaml and finished runs; else 1)")
-    ap.add_argument("--plan", action="store_true", help="train nothing: every run with its device, slot and time "
-                                                        "from the measured rates, and the device-hours")
-    ap.add_argument("--plan-device", help="--plan for this device (a name in device-rates.yaml; default the first "
-                                          "GPU's, else NVIDIA H200, where the stored measurements were made)")
-    ap.add_argument("--time-limit", type=float, metavar="SECONDS", help="start only the runs that end within this "
-                                                                       "many seconds by their planned times; the "
-                                                                       "others are left for the next command")
-    ap.add_argument("--slurm-array", metavar="DIR", help="write DIR/reproduce-array.sbatch, a Slurm job array of one "
-                                                         "run a task, and DIR/tasks.tsv; train nothing here")
-    ap.add_argument("--array-task", type=int, metavar="K", help="run only the K-th run of the plan (a task of "
-                                                                  "--slurm-array's job array); no table")
-    ap.add_argument("--samples", type=int, default=1000, help="paired bootstrap samples (default 1000)")
-    ap.add_argument("--test", choices=marks.TESTS,
-                    help="the test behind the BLEU marks: bootstrap (sacreBLEU's paired bootstrap of each run; over "
-                         "seeds, every seed's must agree), thesis (compare-mt's one-sided bootstrap on half-size "
-                         "subsamples, as the thesis ran it; over seeds as bootstrap) or ar (stratified approximate "
-                         "randomization over the seeds, Clark et al. 2011). Default: bootstrap with one seed, ar "
-                         "with several")
-    ap.add_argument("--shuffles", type=int, default=10000, help="--test ar: shuffles (default 10000, MultEval's)")
-    ap.add_argument("--ar-statistic", choices=statistics.STATISTICS, default="concatenated",
-                    help="--test ar: the statistic, concatenated (MultEval's: BLEU of each row's runs concatenated, "
-                         "the default) or mean (the mean over seeds of per-run BLEU)")
-    ap.add_argument("--correction", choices=marks.CORRECTIONS, default="none",
-                    help="multiplicity: holm corrects the marks of the rows tested against one reference row "
-                         "(default none; the legend always says how many there are)")
-    ap.add_argument("--senteval", help="SentEval's data/probing directory: the probing columns' ten tasks "
-                                       "(default: SentLen, WC and BShift generated from the training text)")
+    scale.add_argument("--smoke", action="store_true", help="CPU smoke scale: substitute data (3000 pairs), narrow "
+                                                             "models of the same depth and technique")
+    scale.add_argument("--cpu-scale", action="store_true", help="CPU scale: the substitute data in full, the paper's "
+                                                                 "depth and technique at d 128, 1600 updates a row")
+    add("--substitute", action="store_true", help="use each data set's substitute (setups.yaml)")
+    add("--budget", help="training budget per row: updates (300) or time (20m, 2h)")
+    add("--share", type=float, help="the thesis' schedule at this share of its tokens (e.g. 0.21; the small config)")
+    add("--work-dir", default="runs", help="where runs and tables go (default runs/)")
+    add("--data-root", default="data-bin", help="binarized data sets go to DATA_ROOT/reproduce/ (default data-bin)")
+    add("--from", dest="data_from", action="append", metavar="DATASET=DIR", help="a data set's release files")
+    add("--prepared", action="append", metavar="DATASET=DIR", help="a data set binarized elsewhere (with prep.env)")
+    add("--nproc", type=int, default=1, help="processes (GPUs) per node, through fairseq-ext train")
+    add("--nnodes", type=int, default=1)
+    add("--node-rank", type=int, default=0)
+    add("--master-addr", default="127.0.0.1")
+    add("--master-port", type=int, default=29500)
+    add("--seed", type=int, help="the training seed of every row (default 1)")
+    add("--seeds", help="comma list of seeds, e.g. 1,2,3: every row once per seed, mean ± sd, marks over the seeds")
+    add("--cpu", action="store_true", default=None, help="decode on the CPU (default: when no GPU)")
+    add("--train-args", default="", help="more fairseq-train flags for every row, e.g. --train-args='--fp16'")
+    add("--generate-args", default="", help="more fairseq-generate flags for every row")
+    add("--devices", help="comma list of GPUs, e.g. 0,1,2,3 (default: every GPU torch sees, else the CPU)")
+    add("--per-device", type=int, help="trainings at once on each device (default: the best measured, else 1)")
+    add("--plan", action="store_true", help="train nothing: each run's device, slot and time, and the device-hours")
+    add("--plan-device", help="--plan for this device (default the first GPU's, else NVIDIA H200)")
+    add("--time-limit", type=float, metavar="SECONDS", help="start only the runs that end within it by their plan")
+    add("--slurm-array", metavar="DIR", help="write a Slurm job array of one run a task into DIR; train nothing")
+    add("--array-task", type=int, metavar="K", help="run only the K-th run of the plan (a --slurm-array task)")
+    add("--samples", type=int, default=1000, help="paired bootstrap samples (default 1000)")
+    add("--test", choices=marks.TESTS, help="the test behind the BLEU marks: sacreBLEU's paired bootstrap, compare-mt's"
+                                            " as the thesis ran it, or the stratified approximate randomization over "
+                                            "the seeds (default: bootstrap with one seed, ar with several)")
+    add("--shuffles", type=int, default=10000, help="--test ar: shuffles (default 10000, MultEval's)")
+    add("--ar-statistic", choices=statistics.STATISTICS, default="concatenated",
+        help="--test ar: BLEU of each row's runs concatenated (MultEval's, the default) or the mean of per-run BLEU")
+    add("--correction", choices=marks.CORRECTIONS, default="none",
+        help="holm: corrects the marks of the rows tested against one reference row (default none)")
+    add("--senteval", help="SentEval's data/probing directory (default: SentLen, WC, BShift from the training text)")
     comet_metric.add_arguments(ap)  # a COMET column after chrF (docs/evaluation.md)
     return ap
 
@@ -310,8 +286,8 @@ def run_all(todo: Reproduction, args) -> List[str]:
             print(f"{len(todo_now) - len(fit)} run(s) left for the next command: by their planned times they would "
                   f"not end within --time-limit {args.time_limit:g} s (fairseq-ext reproduce ... --plan)", flush=True)
         plans = [p for p in plans if p in fit or p not in todo_now]
-    print(f"{len(plans)} run(s), {at_once} at once on each of: {', '.join(d or 'the --nproc processes' for d in devices)}",
-          flush=True)
+    where = ", ".join(d or "the --nproc processes" for d in devices)
+    print(f"{len(plans)} run(s), {at_once} at once on each of: {where}", flush=True)
     started = time.time()
     failed += execute.on_slots(plans, devices, at_once)
     print(f"{len(plans)} run(s) ended in {time.time() - started:.0f} s", flush=True)
@@ -361,7 +337,8 @@ def print_plan(todo: Reproduction, args, setups: dict) -> None:
     alternative = schedule.training_of(todo.plans[0])[0] == SHARE_RULE["config"] and not (todo.opts.budget or
                                                                                          scale_name(todo.opts))
     counts = [1] if name.startswith("cpu") else sorted({1, len(names) if len(names) > 1 else 4})
-    print(f"\n| schedule | {' | '.join(f'{n} x {name}: wall h, device-h' for n in counts)} |\n|---|{'---:|' * len(counts)}")
+    print(f"\n| schedule | {' | '.join(f'{n} x {name}: wall h, device-h' for n in counts)} |\n|---|"
+          + "---:|" * len(counts))
     for share in [args.share] + ([None if args.share else 0.21] if alternative else []):
         other = todo if share == args.share else plan(todo.table, argparse.Namespace(**{**vars(args), "share": share}),
                                                       setups, todo.seeds)
@@ -371,8 +348,8 @@ def print_plan(todo: Reproduction, args, setups: dict) -> None:
             end = schedule.place([t or 0.0 for t, _ in runs], [str(i) for i in range(n)], at)[1]
             cells.append(f"{end / 3600:.1f}, {end * n / 3600:.1f}")
         label, unknown = other.plans[0].budget, sum(t is None for t, _ in runs)
-        what = {"paper": "the paper's schedule"}.get(label, f"budget {label}" if label[:1].isdigit() and " " not in label
-                                                     else label)
+        what = "the paper's schedule" if label == "paper" else f"budget {label}" if label[:1].isdigit() \
+            and " " not in label else label
         print(f"| {what}, {at} at once{f' (not measured: {unknown} runs)' if unknown else ''} | {' | '.join(cells)} |")
 
 

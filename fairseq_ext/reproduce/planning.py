@@ -279,7 +279,7 @@ def plan_run(table: Table, row: Row, dataset: str, setups: dict, opts: Options, 
     if share:  # the settings beside every number of the table (--train-args may change them)
         updates, tokens, lr, warmup = (last_flag(train, f) for f in ("--max-update", "--max-tokens", "--lr",
                                                                      "--warmup-updates"))
-        budget = f"{opts.share:g} of the thesis' tokens ({int(updates):,} updates of {int(tokens):,} tokens, lr {lr}, " \
+        budget = f"{opts.share:g} of the thesis' tokens ({int(updates):,} updates of {int(tokens):,} tokens, lr {lr}, "\
                  f"warm-up {warmup})"
     return RunPlan(table=table.id, row=row.id, label=row.label, dataset=dataset, data_key=data_key,
                    substitution=reason, bleu=ds["bleu"], data_dir=data_dir, run_dir=run_dir, prepare=prepare,
@@ -363,7 +363,8 @@ ANALYSIS_COMMANDS = {
     "layer_dependency": (True, _decodings), "decoders": (True, _decodings), "probing": (True, _probing),
     "word_translation": (False, lambda *_: []),
     "translate_from_layer": (False, lambda table, plan, *_: [  # FULL with the row's own beam and length penalty
-        "--beam", last_flag(plan.generate, "--beam") or "4", "--lenpen", last_flag(plan.generate, "--lenpen") or "1.0"]),
+        "--beam", last_flag(plan.generate, "--beam") or "4",
+        "--lenpen", last_flag(plan.generate, "--lenpen") or "1.0"]),
 }
 
 

@@ -84,7 +84,8 @@ def rate_for(measured: List[dict], device: str, config: str, max_tokens: int, at
 
 def default_per_device(measured: List[dict], device: str, config: str, max_tokens: int) -> int:
     """The trainings at once that trained the most updates a second on that device at that batch (1 unmeasured)."""
-    counts = {m["at_once"] for m in measured if (m["device"], m["config"], m["max_tokens"]) == (device, config, max_tokens)}
+    counts = {m["at_once"] for m in measured if (m["device"], m["config"], m["max_tokens"]) == (device, config,
+                                                                                                 max_tokens)}
     return max(counts, default=1, key=lambda n: n * rate_for(measured, device, config, max_tokens, n)["updates_per_s"])
 
 
@@ -102,7 +103,7 @@ def estimate(plan: RunPlan, measured: List[dict], device: str, at_once: int) -> 
 
 
 def place(durations: List[float], devices: List[str], per_device: int) -> Tuple[List[Tuple[str, int, float]], float]:
-    """The runs in order, each on the slot that frees first ((device, slot, start s) per run), and when the last ends."""
+    """The runs in order, each on the slot that frees first ((device, slot, start s) a run), and when the last ends."""
     free = [(0.0, i, d, s) for i, (s, d) in enumerate((s, d) for s in range(per_device) for d in devices)]
     placed, end = [], 0.0
     for seconds in durations:

@@ -182,7 +182,7 @@ def reproduce_args(out: str, device, data: Optional[str], quick: bool, time_limi
 
 def run_paper(out: str, device, data: Optional[str], quick: bool, time_limit: float, reproduce: List[str],
               table_only: bool = False, **_) -> List[str]:
-    """``fairseq-ext reproduce`` of the stage's table (``--table-only``: its ``--report``); OUT/paper.md is the table."""
+    """``fairseq-ext reproduce`` of the stage's table (``--table-only``: ``--report``); OUT/paper.md is the table."""
     from fairseq_ext.reproduce import __main__ as reproduce_cli
 
     written: List[str] = []
