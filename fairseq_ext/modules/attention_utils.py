@@ -286,7 +286,7 @@ def identical_row_groups(memory: Tensor) -> int:
     sentence into its hypotheses, 1 otherwise. Equal neighbouring sentences only merge
     runs, and g divides every run, so each block is always made of identical rows."""
     rows = memory.size(1)
-    if rows < 2:
+    if rows < 2 or not torch.equal(memory[:, 0], memory[:, 1]):  # a first run of one row (greedy decoding)
         return 1
     same = (memory[:, 1:] == memory[:, :-1]).flatten(2).all(dim=2).all(dim=0)  # row i == row i + 1
     starts = torch.cat([torch.zeros(1, dtype=torch.long, device=memory.device),

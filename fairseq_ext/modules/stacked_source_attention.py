@@ -55,15 +55,15 @@ class StackedSourceAttention(nn.Module):
         in decoding, one row per group of hypotheses with identical encoder states (a
         sentence's beam): the caller attends with ``group_queries(q, R)``."""
 
-        def project(rows: Tensor) -> Tuple[Tensor, Tensor]:
+        def project(rows: Tensor) -> Tuple[Tensor, Tensor]:  # contiguous: each step's matmul reads them as they are
             k, v = self._project_sources(rows, self.k_proj), self._project_sources(rows, self.v_proj)
-            return (key_layout(k) if key_layout is not None else k), (value_layout(v) if value_layout is not None else v)
+            return tuple((t if f is None else f(t)).contiguous() for t, f in ((k, key_layout), (v, value_layout)))
 
         return static_per_sentence(self, memory, incremental_state, project)
 
     def _project_sources(self, memory: Tensor, projections: nn.ModuleList) -> Tensor:
-        """J x B x n x C -> B x n x H x J x D: source i through ``projections[i]`` (or the one
-        shared projection), all sources in one batched matmul."""
+        """J x B x n x C -> B x n x H x J x D (a view, copied once into the layout that is cached):
+        source i through ``projections[i]`` (or the one shared projection), all in one batched matmul."""
         length, bsz, n, _ = memory.shape
         if len(projections) == 1:
             out = projections[0](memory)  # J x B x n x C
@@ -71,9 +71,7 @@ class StackedSourceAttention(nn.Module):
             weight = torch.stack([p.weight for p in projections])  # n x C_out x C_in
             bias = torch.stack([p.bias for p in projections])  # n x C_out
             out = torch.einsum("jbni,noi->jbno", memory, weight) + bias
-        # contiguous once per sentence: every step's batched matmul then reads it as it is
-        # (a permuted view would be copied by torch.matmul at every step)
-        return out.reshape(length, bsz, n, self.num_heads, self.head_dim).permute(1, 2, 3, 0, 4).contiguous()
+        return out.reshape(length, bsz, n, self.num_heads, self.head_dim).permute(1, 2, 3, 0, 4)
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
         reorder_static(self, incremental_state, new_order)
