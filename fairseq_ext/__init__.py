@@ -1,13 +1,12 @@
 """fairseq_ext: multi-layer Transformer architectures for NMT, as a fairseq user dir.
 
-With fairseq imported (``--user-dir fairseq_ext``, or fairseq imported first), importing this
-package installs the plugin's guards on fairseq 0.12 (docs/trust.md), then registers the models,
-their presets, the criterion and the task. Imported before fairseq, it does the same the moment
-fairseq's own import ends, so that the commands which never build a model (``fairseq-ext
-user-dir``, ``config-dir``, ``significance``; ``prepare``, ``train`` and ``evaluate``, which start
-fairseq's own commands as processes) load neither fairseq nor torch themselves. It also silences
-the deprecation warnings that fairseq 0.12's own code draws from hydra and torch at every start
-(none a user can act on); every other warning is shown as before.
+With fairseq imported (``--user-dir fairseq_ext``, or fairseq imported first), importing this package installs the
+plugin's guards on fairseq 0.12 (docs/trust.md), then registers the models, their presets, the criterion and the task.
+Imported before fairseq, it does the same the moment fairseq's own import ends, so that the commands which never build a
+model (``fairseq-ext user-dir``, ``config-dir``, ``significance``; ``prepare``, ``train`` and ``evaluate``, which start
+fairseq's own commands as processes) load neither fairseq nor torch themselves. It also silences the deprecation
+warnings that fairseq 0.12's own code draws from hydra and torch at every start (none a user can act on); every other
+warning is shown as before.
 
 The registration never meets one of its own modules half imported: no guard module imports
 fairseq before its ``install`` runs, and the core's subpackages (models, modules, criterions,
@@ -49,9 +48,8 @@ def register() -> None:
 
 
 def _registering_when_done(spec):
-    """``spec`` (fairseq's, while its ``__init__`` runs) made to call :func:`register` when importlib marks it
-    initialised (``spec._initializing = False``, once ``__init__`` has ended and fairseq is in ``sys.modules``), before
-    the import that started it returns; whichever finder and loader made the spec, they stay as they are."""
+    """``spec`` (fairseq's, half imported) made to :func:`register` when importlib sets ``spec._initializing = False``
+    (fairseq's ``__init__`` has ended), before the import returns; its finder and loader stay as they are."""
     base = type(spec)
 
     def __setattr__(self, name, value):
@@ -69,10 +67,9 @@ def _registering_when_done(spec):
 
 
 def _register_when_fairseq_is_imported(event, args):
-    """An audit hook (``sys.addaudithook``, for the life of the process): Python raises the ``import`` event at every
-    import statement that loads a module, before it asks any finder, so no import hook of another library, in front
-    of ours or behind, can pass it by. fairseq's ``__init__`` imports its submodules; the first of them finds fairseq
-    half imported, and its spec is made to register the plugin when fairseq's ``__init__`` ends."""
+    """An audit hook (for the life of the process): Python raises ``import`` at every import statement that loads a
+    module, before any finder, so no other library's import hook can pass it by. The first submodule fairseq's
+    ``__init__`` imports finds fairseq half imported: :func:`_registering_when_done`."""
     if event != "import" or _REGISTERED or not args[0].startswith("fairseq."):
         return
     spec = getattr(sys.modules.get("fairseq"), "__spec__", None)

@@ -74,8 +74,7 @@ def cli_main(argv=None):
     count = parser.add_mutually_exclusive_group()
     count.add_argument("--num-epoch-checkpoints", type=int, help="average the last N checkpointE.pt")
     count.add_argument("--num-update-checkpoints", type=int, help="average the last N checkpoint_E_U.pt")
-    parser.add_argument("--checkpoint-upper-bound", type=int,
-                        help="ignore checkpoints past this epoch / update number")
+    parser.add_argument("--checkpoint-upper-bound", type=int, help="ignore checkpoints past this epoch / update number")
     args = parser.parse_args(argv)
 
     n = args.num_epoch_checkpoints or args.num_update_checkpoints

@@ -1,6 +1,5 @@
-"""Build a model as ``fairseq-train`` would, from an ``--arch`` and command-line flags,
-without data: the one implementation used by the tests, ``scripts/param_table.py`` and
-``scripts/benchmark.py``."""
+"""Build a model as ``fairseq-train`` would, from an ``--arch`` and command-line flags, without data: the one
+implementation used by the tests, ``scripts/param_table.py`` and ``scripts/benchmark.py``."""
 import contextlib
 import os
 from argparse import Namespace

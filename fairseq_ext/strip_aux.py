@@ -1,8 +1,7 @@
 """Strip the auxiliary decoders from a multi-level supervision (MS) checkpoint.
 
-Without AIF the auxiliary decoders only shape training (thesis 4.2): the stripped
-checkpoint loads as a plain main-decoder model and translates identically, at the
-baseline's speed and size.
+Without AIF the auxiliary decoders only shape training (thesis 4.2): the stripped checkpoint loads as a plain
+main-decoder model and translates identically, at the baseline's speed and size.
 
     fairseq-ext-strip-aux checkpoints/checkpoint_best.pt checkpoints/checkpoint_best.stripped.pt
     (or: python -m fairseq_ext.strip_aux IN OUT)

@@ -1,10 +1,9 @@
-"""Auxiliary Information Fusion: how much the main decoder depends on its auxiliary decoders
-(thesis Sec. 4.5.5, Eq. 4.4-4.7, Figs. 4.7-4.8).
+"""Auxiliary Information Fusion: how much the main decoder depends on its auxiliary decoders (thesis Sec. 4.5.5, Eq.
+4.4-4.7, Figs. 4.7-4.8).
 
-The "ind-decoder" is the same model with every AIF weight W^{a,i}_l set to zero, so that the
-AIF sublayer (Eq. 4.3, h_l <- h_l + sum_i W^{a,i}_l f^i) passes h_l through unchanged. The
-main decoder translates each sentence greedily (y^m); the ind-decoder reads the same
-previous tokens y^m_<t (teacher forcing), and per target token, per sentence Y and per
+The "ind-decoder" is the same model with every AIF weight W^{a,i}_l set to zero, so that the AIF sublayer (Eq. 4.3, h_l
+<- h_l + sum_i W^{a,i}_l f^i) passes h_l through unchanged. The main decoder translates each sentence greedily (y^m);
+the ind-decoder reads the same previous tokens y^m_<t (teacher forcing), and per target token, per sentence Y and per
 decoder layer l and cross-attention head h (natural log):
 
     D_yt  = KL(P_m(y_t) || P_ind(y_t))                                   (Eq. 4.4)

@@ -1,5 +1,5 @@
-"""Attention maps of one sentence (MMA paper Sec. 5.4, Fig. 3; multi-source paper Fig. 2 and
-App. A): what the model's own forward computes, captured by forward hooks.
+"""Attention maps of one sentence (MMA paper Sec. 5.4, Fig. 3; multi-source paper Fig. 2 and App. A): what the model's
+own forward computes, captured by forward hooks.
 
 (a) Encoder self-attention: every head of every layer (the primary source's encoder in
     multi-source translation), titled with its type: G/L/F/B (global, local, forward,
@@ -26,12 +26,11 @@ App. A): what the model's own forward computes, captured by forward hooks.
     python -m fairseq_ext.analysis.attention_maps --checkpoint mma/checkpoint_best.pt \\
         --data data-bin/iwslt14.de-en --split test --sentence 17 --out analysis/maps/mma
 
-Figures, named after the checkpoint (``--names NAME``, default: the checkpoint's file stem,
-or its directory's name for fairseq's checkpoint_best.pt and the like), each sized to be
-read at the HTML report's width (about 1100 px: token labels of 6.5 to 9 points, as many
-panels a row as keep them so), every map on one colour scale (0 to 1, ``--scale max``: 0 to
-the largest weight drawn) with a colour bar, a title naming the model, the data and the
-layer, and a caption saying what the rows, columns and colours are:
+Figures, named after the checkpoint (``--names NAME``, default: the checkpoint's file stem, or its directory's name for
+fairseq's checkpoint_best.pt and the like), each sized to be read at the HTML report's width (about 1100 px: token
+labels of 6.5 to 9 points, as many panels a row as keep them so), every map on one colour scale (0 to 1, ``--scale
+max``: 0 to the largest weight drawn) with a colour bar, a title naming the model, the data and the layer, and a caption
+saying what the rows, columns and colours are:
 
 - ``NAME_encoder_self_attention_L<l>.png``: one per encoder layer, every head of it;
   MMA heads titled with their type from the model's own ``--mma-heads`` (G global, L

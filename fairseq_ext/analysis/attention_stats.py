@@ -1,27 +1,23 @@
-"""Encoder self-attention: mean attention distance and entropy per head and layer
-(thesis 3.5.3, MLMHA paper Sec. 7.3, Eq. 13-16; Figs. 3.8-3.12 / 5-9).
+"""Encoder self-attention: mean attention distance and entropy per head and layer (thesis 3.5.3, MLMHA paper Sec. 7.3,
+Eq. 13-16; Figs. 3.8-3.12 / 5-9).
 
-For head h of encoder layer l, with w^h_ij the weight of token i on token j of a sentence x
-(padding excluded), over the sentences X of the split:
+For head h of encoder layer l, with w^h_ij the weight of token i on token j of a sentence x (padding excluded), over the
+sentences X of the split:
 
-    D^l_h = sum_x sum_i sum_j w^h_ij d(i, j) / sum_x sum_i sum_j w^h_ij        (Eq. 13)
-    D^l   = mean_h D^l_h                                                        (Eq. 14)
-    E^l_h(x_i) = - sum_j w^h_ij log w^h_ij,  averaged over the tokens of X      (Eq. 15)
-    E^l   = mean_h E^l_h                                                        (Eq. 16)
+D^l_h = sum_x sum_i sum_j w^h_ij d(i, j) / sum_x sum_i sum_j w^h_ij        (Eq. 13) D^l   = mean_h D^l_h
+(Eq. 14) E^l_h(x_i) = - sum_j w^h_ij log w^h_ij,  averaged over the tokens of X      (Eq. 15) E^l   = mean_h E^l_h
+(Eq. 16)
 
-``--span all`` (default) sums over every key with d = |i - j|: the encoder attends both
-ways, and a head's distance is then how far its weight lies from the query, whichever
-side. ``--span left`` sums over j <= i with d = i - j, the equations as printed (they come
-from Vig & Belinkov's analysis of a left-to-right model); it ignores the weight on later
-tokens, so a head that reads only them (MMA's forward head) has distance 0 and nearly no
-weight by construction, and heads compare by how much weight they put on the left. The
-span applies to the entropy too (as printed: the sum over j <= i). Distances are in tokens
-of the binarized source (subword units, end of sentence included), entropies in nats.
+``--span all`` (default) sums over every key with d = |i - j|: the encoder attends both ways, and a head's distance is
+then how far its weight lies from the query, whichever side. ``--span left`` sums over j <= i with d = i - j, the
+equations as printed (they come from Vig & Belinkov's analysis of a left-to-right model); it ignores the weight on later
+tokens, so a head that reads only them (MMA's forward head) has distance 0 and nearly no weight by construction, and
+heads compare by how much weight they put on the left. The span applies to the entropy too (as printed: the sum over j
+<= i). Distances are in tokens of the binarized source (subword units, end of sentence included), entropies in nats.
 
-Dual Contextual layers report their global FI unit and, as ``local``, the local FI unit
-(keys = the local context of each position); MMA layers report each head as it is masked,
-and the tables and figures give each head's type (G, L, F, B) from the model's own
-``--mma-heads`` assignment.
+Dual Contextual layers report their global FI unit and, as ``local``, the local FI unit (keys = the local context of
+each position); MMA layers report each head as it is masked, and the tables and figures give each head's type (G, L, F,
+B) from the model's own ``--mma-heads`` assignment.
 
     python -m fairseq_ext.analysis.attention_stats --checkpoint base/checkpoint_best.pt m10/checkpoint_best.pt \\
         --names baseline M-10 --data data-bin/wmt14.en-de --split test --max-sentences 1500 --out analysis/attn

@@ -1,6 +1,5 @@
-"""What every analysis command is built on: its parser and ``main``, the batches of a split it
-reads, and its tables (written as Markdown, CSV and JSON, with the command that made them, and
-read back)."""
+"""What every analysis command is built on: its parser and ``main``, the batches of a split it reads, and its tables
+(written as Markdown, CSV and JSON, with the command that made them, and read back)."""
 import argparse
 import csv
 import json

@@ -1,16 +1,15 @@
-"""Dual Contextual layers: how far the local and the global Feature Interaction units attend
-differently (thesis Sec. 5.6.2, Fig. 5.4). Per encoder layer l with DC:
+"""Dual Contextual layers: how far the local and the global Feature Interaction units attend differently (thesis Sec.
+5.6.2, Fig. 5.4). Per encoder layer l with DC:
 
-    dv_l = JS(alpha_g || alpha_l) = 0.5 KL(alpha_g || m) + 0.5 KL(alpha_l || m),  m = (alpha_g + alpha_l) / 2
-    Ed   = (1 / L) sum_l dv_l
+dv_l = JS(alpha_g || alpha_l) = 0.5 KL(alpha_g || m) + 0.5 KL(alpha_l || m),  m = (alpha_g + alpha_l) / 2 Ed   = (1 / L)
+sum_l dv_l
 
-with alpha_g / alpha_l the attention distributions of each query token over the sentence in
-the global unit (keys r) and the local unit (keys = the local context l_c of each position),
-averaged over the query tokens of the split (natural log). The thesis takes "the head with
-the maximum weight distribution among all the heads"; ``--heads max`` (default) reads that
-as the element-wise maximum over heads, renormalized to a distribution; ``mean`` averages the
-heads; ``each`` computes JS per head and averages. Several checkpoints (e.g. kernel sizes
-f = 2..8) give Fig. 5.4a (dv_l per layer, one series each) and 5.4b (Ed per model).
+with alpha_g / alpha_l the attention distributions of each query token over the sentence in the global unit (keys r) and
+the local unit (keys = the local context l_c of each position), averaged over the query tokens of the split (natural
+log). The thesis takes "the head with the maximum weight distribution among all the heads"; ``--heads max`` (default)
+reads that as the element-wise maximum over heads, renormalized to a distribution; ``mean`` averages the heads; ``each``
+computes JS per head and averages. Several checkpoints (e.g. kernel sizes f = 2..8) give Fig. 5.4a (dv_l per layer, one
+series each) and 5.4b (Ed per model).
 
     python -m fairseq_ext.analysis.dc_divergence --checkpoint dc-f2/checkpoint_best.pt dc-f3/checkpoint_best.pt \\
         --names f=2 f=3 --data data-bin/wmt14.en-de --out analysis/dc --max-sentences 1500

@@ -1,7 +1,6 @@
-"""Main vs auxiliary decoders (thesis Sec. 4.5.2, Table 4.7): the BLEU of every decoder of a
-multi-level supervision model, each decoding alone (``decode_from``: the main decoder, or
-the auxiliary decoder on encoder layer l), with paired-bootstrap significance against the
-main decoder.
+"""Main vs auxiliary decoders (thesis Sec. 4.5.2, Table 4.7): the BLEU of every decoder of a multi-level supervision
+model, each decoding alone (``decode_from``: the main decoder, or the auxiliary decoder on encoder layer l), with
+paired-bootstrap significance against the main decoder.
 
     python -m fairseq_ext.analysis.decoders --checkpoint ms13/checkpoint_best.pt --data data-bin/iwslt15.en-vi \\
         --out analysis/decoders --generate-args "--beam 6 --lenpen 1.1"

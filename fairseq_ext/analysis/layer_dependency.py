@@ -1,10 +1,9 @@
-"""Encoder-layer dependency (thesis Sec. 3.5.4, Table 3.5; MLMHA paper Sec. 7.4, Table 7):
-BLEU with each collected encoder layer f^i masked in what the decoder reads
-(``--mask-source-layer i``), the difference to the full model, and its paired-bootstrap
-significance (sacreBLEU, same flavour), for one or several models. ``--mask-mode zero`` (the
-default) is the thesis' masking, "replacing the corresponding f^i with zeros" (Table 3.5's
-caption): the zeros still pass through the biased key/value projections; ``--mask-mode
-remove`` takes f^i out of the combination (docs/architectures.md, "Layer masking").
+"""Encoder-layer dependency (thesis Sec. 3.5.4, Table 3.5; MLMHA paper Sec. 7.4, Table 7): BLEU with each collected
+encoder layer f^i masked in what the decoder reads (``--mask-source-layer i``), the difference to the full model, and
+its paired-bootstrap significance (sacreBLEU, same flavour), for one or several models. ``--mask-mode zero`` (the
+default) is the thesis' masking, "replacing the corresponding f^i with zeros" (Table 3.5's caption): the zeros still
+pass through the biased key/value projections; ``--mask-mode remove`` takes f^i out of the combination
+(docs/architectures.md, "Layer masking").
 
     python -m fairseq_ext.analysis.layer_dependency --checkpoint m00/checkpoint_best.pt m10/checkpoint_best.pt \\
         --names M-00 M-10 --data data-bin/wmt14.en-de --out analysis/masking --generate-args "--beam 4 --lenpen 0.6"

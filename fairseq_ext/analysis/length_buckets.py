@@ -1,22 +1,20 @@
-"""BLEU by source sentence length (thesis Sec. 3.5.1 / 4.5.1 / 5.6.4, Figs. 3.5-3.6; MLMHA
-paper Sec. 7.1; MMA paper Sec. 5.2, Fig. 2): the test sentences grouped by the length of
-their source into buckets <10, 10-20, ..., 40-50, >=50 (``--edges`` changes them), corpus
-BLEU per bucket and system (sacreBLEU, one flavour for all), and how many sentences each
-bucket holds. The length counts subword tokens, as the thesis and the MLMHA paper bucket
-("source subword tokens"): the tokens of the binarized source the model read, without its
-end-of-sentence token (``--length-unit word``: the whitespace-separated units of
-``fairseq-ext evaluate``'s src.tok, the tokenized source with subwords merged). A bucket
-a-b holds lengths a to b-1 and the last one lengths of 50 and more, as compare-mt's
-cut-offs, which the thesis used, make them; the papers print the last one as ">50".
+"""BLEU by source sentence length (thesis Sec. 3.5.1 / 4.5.1 / 5.6.4, Figs. 3.5-3.6; MLMHA paper Sec. 7.1; MMA paper
+Sec. 5.2, Fig. 2): the test sentences grouped by the length of their source into buckets <10, 10-20, ..., 40-50, >=50
+(``--edges`` changes them), corpus BLEU per bucket and system (sacreBLEU, one flavour for all), and how many sentences
+each bucket holds. The length counts subword tokens, as the thesis and the MLMHA paper bucket ("source subword tokens"):
+the tokens of the binarized source the model read, without its end-of-sentence token (``--length-unit word``: the
+whitespace-separated units of ``fairseq-ext evaluate``'s src.tok, the tokenized source with subwords merged). A bucket
+a-b holds lengths a to b-1 and the last one lengths of 50 and more, as compare-mt's cut-offs, which the thesis used,
+make them; the papers print the last one as ">50".
 
     python -m fairseq_ext.analysis.length_buckets --eval results/base-test results/m10-test --names base M-10 --out analysis/len
     python -m fairseq_ext.analysis.length_buckets --checkpoint base/checkpoint_best.pt m10/checkpoint_best.pt \\
         --data data-bin/wmt14.en-de --out analysis/len --generate-args "--beam 4 --lenpen 0.6"
 
-``--eval`` reads fairseq-ext evaluate directories (src.tok, hyp.*, ref.*) of the same data and split;
-``--checkpoint`` runs fairseq-ext evaluate first. Writes buckets.{md,csv,json} (bucket, sentences, BLEU of
-each system, a note on buckets with fewer than ``--min-bucket-sentences``) and buckets.png
-(BLEU per bucket and system above, the sentences per bucket below, every count written).
+``--eval`` reads fairseq-ext evaluate directories (src.tok, hyp.*, ref.*) of the same data and split; ``--checkpoint``
+runs fairseq-ext evaluate first. Writes buckets.{md,csv,json} (bucket, sentences, BLEU of each system, a note on buckets
+with fewer than ``--min-bucket-sentences``) and buckets.png (BLEU per bucket and system above, the sentences per bucket
+below, every count written).
 
 A bucket with fewer than ``--min-bucket-sentences`` sentences (default 30) is kept, so the
 buckets stay the papers', but noted in the table and drawn hatched and pale: the corpus BLEU

@@ -1,15 +1,13 @@
-"""Linguistic probing of the encoder (thesis Sec. 4.5.4 / 5.6.1, Tables 4.8 and 5.5; the ten
-probing tasks of Conneau et al. 2018, SentEval).
+"""Linguistic probing of the encoder (thesis Sec. 4.5.4 / 5.6.1, Tables 4.8 and 5.5; the ten probing tasks of Conneau et
+al. 2018, SentEval).
 
-The model is frozen. Each sentence is encoded with the model's own pipeline (the recipe's
-Moses tokenization and BPE / SentencePiece model from DATA/prep.env, then the model's
-dictionary); its representation is the mean over its positions (every source token and the
-end-of-sentence token the encoder always sees, padding excluded) of one encoder layer
-(``--layer``: 0 = embeddings, L = top, -1 = top; the top layer is the encoder's output, and in
-a pre-norm model every layer goes through the encoder's final LayerNorm as the top one does).
-A two-layer MLP (SentEval's: Linear, dropout, sigmoid, Linear; L2 ``--l2`` on the hidden
-layer, as the thesis) is trained on the task's ``tr`` split with RMSprop, early-stopped on
-``va`` accuracy; the table gives the accuracy on ``te`` (``--split valid``: on ``va``).
+The model is frozen. Each sentence is encoded with the model's own pipeline (the recipe's Moses tokenization and BPE /
+SentencePiece model from DATA/prep.env, then the model's dictionary); its representation is the mean over its positions
+(every source token and the end-of-sentence token the encoder always sees, padding excluded) of one encoder layer
+(``--layer``: 0 = embeddings, L = top, -1 = top; the top layer is the encoder's output, and in a pre-norm model every
+layer goes through the encoder's final LayerNorm as the top one does). A two-layer MLP (SentEval's: Linear, dropout,
+sigmoid, Linear; L2 ``--l2`` on the hidden layer, as the thesis) is trained on the task's ``tr`` split with RMSprop,
+early-stopped on ``va`` accuracy; the table gives the accuracy on ``te`` (``--split valid``: on ``va``).
 
 Tasks come from two places:
 
@@ -29,14 +27,12 @@ Tasks come from two places:
            each; never the first token or a punctuation token, never two equal tokens,
            and sentences with double quotes are left out.
 
-  The other seven tasks need a constituency parser (TreeDepth, TopConst, Tense, SubjNum,
-  ObjNum, CoordInv: depth, top constituents, the main verb's tense, the main clause's
-  subject / object and its top-level coordination) or a language model and POS tagger
-  (SOMO's frequency-matched noun/verb replacements); no rule on raw text reproduces them, so
-  they are only read from SentEval's files. Generated tasks are balanced over their labels
-  (every label cut to the rarest one's count, labels with fewer than ``--min-per-class``
-  sentences dropped), split 10:1:1 per label (``--sizes``, SentEval: 100k/10k/10k), and
-  written in SentEval's format to OUT/tasks/ so that they can be inspected and reused.
+The other seven tasks need a constituency parser (TreeDepth, TopConst, Tense, SubjNum, ObjNum, CoordInv: depth, top
+constituents, the main verb's tense, the main clause's subject / object and its top-level coordination) or a language
+model and POS tagger (SOMO's frequency-matched noun/verb replacements); no rule on raw text reproduces them, so they are
+only read from SentEval's files. Generated tasks are balanced over their labels (every label cut to the rarest one's
+count, labels with fewer than ``--min-per-class`` sentences dropped), split 10:1:1 per label (``--sizes``, SentEval:
+100k/10k/10k), and written in SentEval's format to OUT/tasks/ so that they can be inspected and reused.
 
     python -m fairseq_ext.analysis.probing --checkpoint base/checkpoint_best.pt ms1/checkpoint_best.pt \\
         --names Transformer MS-1 --data data-bin/wmt14.en-de --senteval SentEval/data/probing --out analysis/probing

@@ -1,20 +1,17 @@
-"""Translating from an encoder layer (Xu et al. 2020, "Analyzing Word Translation of
-Transformer Layers", Sec. 3.3, Table 2).
+"""Translating from an encoder layer (Xu et al. 2020, "Analyzing Word Translation of Transformer Layers", Sec. 3.3,
+Table 2).
 
-What the paper did: the output of encoder layer l at every source position goes through that
-layer's trained projection (``word_translation``; the alignment weights w are not used) and
-the model's classifier, and the most probable token at each position is the "translation":
-one target token per source token, in the source order, with no decoder. Here every source
-token of a sentence is translated (its end-of-sentence position is not a source token and is
-left out), and the argmax runs over the vocabulary without the padding, beginning- and
-end-of-sentence symbols, so that each source token gives exactly one target token as in the
-paper (a predicted end-of-sentence would otherwise shorten the hypothesis).
-The hypotheses are scored against the binarized references as they are, on BPE units and
-lowercased (sacreBLEU, ``--tokenize none --lowercase``), as the paper's "BPEized
-case-insensitive BLEU": BLEU-1 (brevity penalty x unigram precision: sacreBLEU with
-``max_ngram_order=1``) and BLEU. FULL is the whole model, beam search (``--beam``, default
-4 as the paper) through fairseq's generator, scored the same way. Delta is the gain over the
-layer below (FULL: over the top layer).
+What the paper did: the output of encoder layer l at every source position goes through that layer's trained projection
+(``word_translation``; the alignment weights w are not used) and the model's classifier, and the most probable token at
+each position is the "translation": one target token per source token, in the source order, with no decoder. Here every
+source token of a sentence is translated (its end-of-sentence position is not a source token and is left out), and the
+argmax runs over the vocabulary without the padding, beginning- and end-of-sentence symbols, so that each source token
+gives exactly one target token as in the paper (a predicted end-of-sentence would otherwise shorten the hypothesis). The
+hypotheses are scored against the binarized references as they are, on BPE units and lowercased (sacreBLEU, ``--tokenize
+none --lowercase``), as the paper's "BPEized case-insensitive BLEU": BLEU-1 (brevity penalty x unigram precision:
+sacreBLEU with ``max_ngram_order=1``) and BLEU. FULL is the whole model, beam search (``--beam``, default 4 as the
+paper) through fairseq's generator, scored the same way. Delta is the gain over the layer below (FULL: over the top
+layer).
 
     python -m fairseq_ext.analysis.translate_from_layer --checkpoint base/checkpoint_best.pt \\
         --data data-bin/wmt14.en-de --split test --projections analysis/wt/projections.pt --out analysis/wt-enc

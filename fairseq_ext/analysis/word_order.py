@@ -1,15 +1,12 @@
-"""Word-order sensitivity (MMA paper Sec. 5.1, Table 3): BLEU of each system trained with
-and without the encoder's positional embedding (``--no-encoder-positional-embeddings``),
-the drop without positions and its paired-bootstrap significance (sacreBLEU, same
-flavour), and, with several systems, each row's difference to the first system's row with
-the same positions setting (the paper's Δ: "relative improvement over the counterpart of
-the Transformer baseline").
+"""Word-order sensitivity (MMA paper Sec. 5.1, Table 3): BLEU of each system trained with and without the encoder's
+positional embedding (``--no-encoder-positional-embeddings``), the drop without positions and its paired-bootstrap
+significance (sacreBLEU, same flavour), and, with several systems, each row's difference to the first system's row with
+the same positions setting (the paper's Δ: "relative improvement over the counterpart of the Transformer baseline").
 
-Whether a checkpoint has encoder positions is read from its own configuration
-(``--no-encoder-positional-embeddings``, fairseq's ``--no-token-positional-embeddings``,
-which also drops the decoder's, ``--encoder-learned-pos``) and written in the table; the
-checkpoints may be given in any order. A system is a pair (model, the same model without
-encoder positions), formed
+Whether a checkpoint has encoder positions is read from its own configuration (``--no-encoder-positional-embeddings``,
+fairseq's ``--no-token-positional-embeddings``, which also drops the decoder's, ``--encoder-learned-pos``) and written
+in the table; the checkpoints may be given in any order. A system is a pair (model, the same model without encoder
+positions), formed
 
 - by ``--pairs WITH:WITHOUT ...``: checkpoint names (``--names``, default: each checkpoint's
   directory), the model with encoder positions first;
@@ -19,10 +16,9 @@ encoder positions), formed
   options its architecture's ``add_args`` defines; memory settings aside). Two candidates
   for one checkpoint are an error that asks for ``--pairs``.
 
-A system is named by the ``--names`` name of its model with positions, else from its
-configuration (Transformer, Transformer MMA, Transformer DC, + the joint attention
-strategy). A checkpoint left without a counterpart is reported alone: its row says so, the
-figure draws it hollow with no drop, and a warning names the closest checkpoint of the other
+A system is named by the ``--names`` name of its model with positions, else from its configuration (Transformer,
+Transformer MMA, Transformer DC, + the joint attention strategy). A checkpoint left without a counterpart is reported
+alone: its row says so, the figure draws it hollow with no drop, and a warning names the closest checkpoint of the other
 kind and the options they differ in.
 
     python -m fairseq_ext.analysis.word_order \\

@@ -1,13 +1,12 @@
-"""Word-translation accuracy of every encoder and decoder layer (Xu et al. 2020, "Analyzing
-Word Translation of Transformer Layers", Sec. 2-3, Tables 1, 3 and 5).
+"""Word-translation accuracy of every encoder and decoder layer (Xu et al. 2020, "Analyzing Word Translation of
+Transformer Layers", Sec. 2-3, Tables 1, 3 and 5).
 
-The trained model is frozen. For each analysed layer a d x d linear projection without
-bias (initialised to the identity) is trained to map the layer's output into the model's own
-classifier (``decoder.output_layer``: the tied output embedding, after the model's
-pre-classifier projection if it has one); the only trained parameters are the projections and
-the alignment weights w. Layers are analysed independently (each has its own projection
-and w; they are trained side by side on the same batches, which is the same as training them
-one after another since no parameter is shared).
+The trained model is frozen. For each analysed layer a d x d linear projection without bias (initialised to the
+identity) is trained to map the layer's output into the model's own classifier (``decoder.output_layer``: the tied
+output embedding, after the model's pre-classifier projection if it has one); the only trained parameters are the
+projections and the alignment weights w. Layers are analysed independently (each has its own projection and w; they are
+trained side by side on the same batches, which is the same as training them one after another since no parameter is
+shared).
 
 - Decoder layer l (0 = the target embeddings): its output at target position t, given the
   gold prefix y_<t (teacher forcing, the shifted target), predicts y_t. In a pre-norm model
@@ -25,13 +24,12 @@ one after another since no parameter is shared).
   the FFN as usual; the layers below are unchanged. (Serial multi-source / multi-layer
   models: only the top cross-attention sublayer, ``encoder_attn``, is bypassed and read.)
 
-Accuracy: the argmax of the classifier over the whole vocabulary equals y_t, counted over
-every target token of the split including the end-of-sentence token (padding excluded).
-The projections (and w) are trained with cross-entropy on ``--train-split``; after every
-``--validate-interval`` updates and every epoch each probe's accuracy on ``--valid-split``
-is measured and its best parameters kept (early stopping per probe); the table reports
-``--split``. Delta is the gain over the layer below (Table 1's "Delta"); for the bypassed
-sublayers it is the loss against the same layer computed in full.
+Accuracy: the argmax of the classifier over the whole vocabulary equals y_t, counted over every target token of the
+split including the end-of-sentence token (padding excluded). The projections (and w) are trained with cross-entropy on
+``--train-split``; after every ``--validate-interval`` updates and every epoch each probe's accuracy on
+``--valid-split`` is measured and its best parameters kept (early stopping per probe); the table reports ``--split``.
+Delta is the gain over the layer below (Table 1's "Delta"); for the bypassed sublayers it is the loss against the same
+layer computed in full.
 
     python -m fairseq_ext.analysis.word_translation --checkpoint base/checkpoint_best.pt \\
         --data data-bin/wmt14.en-de --split test --out analysis/wt [--max-train-sentences 200000]

@@ -90,8 +90,7 @@ def side_tokenizer(env: Dict[str, str], side: str = "src"):
     if not env:
         return None
     options = RECIPE_TOKENIZER.get(env.get("recipe", ""), {})
-    return moses.moses_tokenizer(env.get(side, "en"), escape=True, lowercase=env.get("lowercase") == "1",
-                                  **options)
+    return moses.moses_tokenizer(env.get(side, "en"), escape=True, lowercase=env.get("lowercase") == "1", **options)
 
 
 def within_positions(ids: "torch.Tensor", max_positions: Optional[int]) -> "torch.Tensor":

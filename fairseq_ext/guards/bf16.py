@@ -1,10 +1,9 @@
 """``--bf16`` trains on the GPU (and the CPU) instead of failing for want of a TPU (docs/trust.md).
 
-fairseq 0.12's ``options.parse_args_and_arch`` turns every ``--bf16`` into ``--tpu``, although its
-trainer and ``FP16Optimizer`` handle bf16 on any device. This guard wraps the namespace-to-config
-conversion of the argparse commands (``convert_namespace_to_omegaconf``, also as
-``fairseq_cli.train`` imported it) and clears that ``tpu`` when no ``--tpu`` was given and no
-``torch_xla`` can run it."""
+fairseq 0.12's ``options.parse_args_and_arch`` turns every ``--bf16`` into ``--tpu``, although its trainer and
+``FP16Optimizer`` handle bf16 on any device. This guard wraps the namespace-to-config conversion of the argparse
+commands (``convert_namespace_to_omegaconf``, also as ``fairseq_cli.train`` imported it) and clears that ``tpu`` when no
+``--tpu`` was given and no ``torch_xla`` can run it."""
 import importlib.util
 import sys
 

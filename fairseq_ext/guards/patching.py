@@ -21,10 +21,8 @@ _reinstalling = False
 
 
 class GuardedModule(types.ModuleType):
-    """The class of a fairseq module whose attributes (or whose classes' attributes) a guard replaced.
-    ``importlib.reload`` gives the module a new ``__spec__`` and runs its code again, which binds fairseq's originals in
-    place of the wrappers; the next read of any of its attributes finds that and installs the guards again before it
-    returns, so that the module's own functions, which call each other through its namespace, meet the wrappers too."""
+    """A fairseq module a guard patched. ``importlib.reload`` (a new ``__spec__``) binds fairseq's originals again: the
+    next read of any of its attributes puts the guards back first, so its own functions meet the wrappers too."""
 
     def __getattribute__(self, name):
         global _reinstalling

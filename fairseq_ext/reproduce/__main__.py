@@ -1,13 +1,12 @@
 """Reproduce a results table of the papers: one command per table.
 
-    fairseq-ext reproduce --list                         # every table: data sets, rows, metrics
-    fairseq-ext reproduce --list thesis-3.2              # its rows, flags and printed numbers
-    fairseq-ext reproduce thesis-3.2 --dry-run           # the exact commands, row by row
-    fairseq-ext reproduce thesis-3.2 --rows transformer,m-10 --nproc 8     # at paper scale on 8 GPUs
-    fairseq-ext reproduce thesis-4.6 --smoke --budget 200                  # CPU smoke run
-    fairseq-ext reproduce thesis-3.5 --cpu-scale --rows s-agg,iter-s-agg   # models that translate, on a CPU
-    fairseq-ext reproduce thesis-3.2 --report                              # only the side-by-side table
-    fairseq-ext reproduce thesis-3.2 --smoke --seeds 1,2,3                 # each row once per seed: mean ± sd
+fairseq-ext reproduce --list                         # every table: data sets, rows, metrics fairseq-ext reproduce
+--list thesis-3.2              # its rows, flags and printed numbers fairseq-ext reproduce thesis-3.2 --dry-run
+# the exact commands, row by row fairseq-ext reproduce thesis-3.2 --rows transformer,m-10 --nproc 8     # at paper scale
+on 8 GPUs fairseq-ext reproduce thesis-4.6 --smoke --budget 200                  # CPU smoke run fairseq-ext reproduce
+thesis-3.5 --cpu-scale --rows s-agg,iter-s-agg   # models that translate, on a CPU fairseq-ext reproduce thesis-3.2
+--report                              # only the side-by-side table fairseq-ext reproduce thesis-3.2 --smoke --seeds
+1,2,3                 # each row once per seed: mean ± sd
 
 (also: python -m fairseq_ext.reproduce ...). For each row and data set: prepare the data if
 missing, train (fairseq-ext train), average the last checkpoints where the paper did,

@@ -1,9 +1,8 @@
-"""The marks of the BLEU column: the test of every row's BLEU against its reference row's
-(``--test``), Holm's correction over the comparisons with one reference row (``--correction``),
-and the legend's sentences on them. :func:`per_run` (``bootstrap``, ``thesis``) writes
-``significance.json`` into each tested run; :func:`pooled_ar` (``ar``, over seeds) writes
-``significance-ar.json`` beside the row's run of its first seed; both reused while their inputs
-are the same."""
+"""The marks of the BLEU column: the test of every row's BLEU against its reference row's (``--test``), Holm's
+correction over the comparisons with one reference row (``--correction``), and the legend's sentences on them.
+:func:`per_run` (``bootstrap``, ``thesis``) writes ``significance.json`` into each tested run; :func:`pooled_ar`
+(``ar``, over seeds) writes ``significance-ar.json`` beside the row's run of its first seed; both reused while their
+inputs are the same."""
 import hashlib
 import json
 import os

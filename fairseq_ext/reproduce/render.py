@@ -1,7 +1,6 @@
-"""The table's files, side by side: Markdown (printed too: per data set its scale, the rows, the
-adversarial evaluations, the legend), CSV (a line per record), JSON (the records as they are) and
-LaTeX (booktabs). A printed difference ("30.78 (+0.17)") that the paper's own numbers contradict
-is said on the page."""
+"""The table's files, side by side: Markdown (printed too: per data set its scale, the rows, the adversarial
+evaluations, the legend), CSV (a line per record), JSON (the records as they are) and LaTeX (booktabs). A printed
+difference ("30.78 (+0.17)") that the paper's own numbers contradict is said on the page."""
 import csv
 import io
 import itertools

@@ -1,8 +1,5 @@
-"""A table's runs over one machine's devices (``--devices``, at most ``--per-device`` trainings at once on each): the
-runs start in the planned order, each as soon as a slot is free; a failed run is said in one line and the others go on.
-``--plan`` simulates the same placement with the measured rates (:func:`rates`): the packaged measurements
-(configs/benchmarks/device-rates.yaml) and every finished run of the work dir (its result.json), so that a table's first
-runs time the rest. Beyond one machine, :func:`write_slurm_array` hands the same runs to Slurm, one a task."""
+"""A table's runs over one machine's devices, ``--per-device`` at once on each, in the planned order; ``--plan``'s
+simulation of it with the measured rates (:func:`rates`); beyond one machine, a Slurm job array of one run a task."""
 import glob
 import heapq
 import json
@@ -46,8 +43,7 @@ def parse_devices(text: Optional[str], cpu: bool) -> List[str]:
 
 
 def training_of(plan: RunPlan) -> Tuple[str, Optional[int], int]:
-    """(what a rate is measured for: the training config and the scale, planned updates or None when the budget is
-    time, --max-tokens) of a run, from its command after its config file's flags."""
+    """(the training config and scale, updates or None for a time budget, --max-tokens) of a run's command."""
     config = plan.train[plan.train.index("--config") + 1]
     flags = config_flags(config) + plan.train
     updates = None if last_flag(plan.train, "--stop-time-hours") else int(last_flag(flags, "--max-update") or 0)
@@ -55,7 +51,7 @@ def training_of(plan: RunPlan) -> Tuple[str, Optional[int], int]:
 
 
 def rates(work_dir: Optional[str] = None) -> List[dict]:
-    """The packaged measurements, then one per finished run under ``work_dir`` (result.json's ``rate``)."""
+    """configs/benchmarks/device-rates.yaml, then each finished run's under ``work_dir`` (result.json's ``rate``)."""
     with open(RATES, encoding="utf-8") as f:
         found = yaml.safe_load(f)
     for path in sorted(glob.glob(os.path.join(work_dir or "", "*", "*", "*", "result.json"))) if work_dir else []:
@@ -70,8 +66,7 @@ def rates(work_dir: Optional[str] = None) -> List[dict]:
 
 
 def rate_for(measured: List[dict], device: str, config: str, max_tokens: int, at_once: int) -> Optional[dict]:
-    """The mean of the measurements of that device, training and batch with ``at_once`` runs at once; else one run alone
-    on another device (said in its ``source``); else None."""
+    """The mean rate measured there with ``at_once`` runs at once; else one run alone on another device; else None."""
     for same_device in (True, False):
         hits = [m for m in measured if m["config"] == config and m["max_tokens"] == max_tokens
                 and m["at_once"] == (at_once if same_device else 1) and (m["device"] == device) == same_device]
@@ -116,8 +111,7 @@ def place(durations: List[float], devices: List[str], per_device: int) -> Tuple[
 
 def fitting(plans: List[RunPlan], devices: List[str], per_device: int, seconds: float,
             measured: List[dict]) -> List[RunPlan]:
-    """The runs, in order, up to the first that would not end within ``seconds`` on the slots by its estimate (a
-    run without one fits: nothing says otherwise)."""
+    """The runs up to the first that would not end within ``seconds`` by its estimate (none: it fits)."""
     name = device_name("cpu" if plans and plans[0].cpu else devices[0] or "0")
     load = per_device * len(devices) if name.startswith("cpu") else per_device
     times = [estimate(p, measured, name, load)[0] or 0.0 for p in plans]
@@ -159,8 +153,7 @@ def run_on_slots(plans: List[RunPlan], devices: List[str], per_device: int,
 
 
 def write_slurm_array(directory: str, argv: List[str], plans: List[RunPlan], gpus: int, parallel: int) -> str:
-    """An sbatch script of a job array over ``plans`` (one run a task: ``fairseq-ext reproduce ARGV --array-task
-    $SLURM_ARRAY_TASK_ID`` on ``gpus`` GPUs) and ``tasks.tsv`` (task, row, data set, seed, run directory)."""
+    """DIR/reproduce-array.sbatch, one run a task (``fairseq-ext reproduce ARGV --array-task K``), and tasks.tsv."""
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "tasks.tsv"), "w", encoding="utf-8") as f:
         f.write("task\trow\tdataset\tseed\trun_dir\n")

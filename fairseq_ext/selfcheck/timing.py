@@ -124,10 +124,9 @@ SYNC_OPS = {"aten._local_scalar_dense", "aten.nonzero", "aten.masked_select", "a
 
 
 def dispatch_counts(fn) -> tuple:
-    """(operators dispatched, host syncs) of ``fn()``: every aten operator, forward and backward, that
-    computes (a kernel on a GPU; views, which only describe memory, are not counted), and of all
-    operators :data:`SYNC_OPS`, plus each ``.tolist()`` and ``.cpu()`` (no operator on a CPU tensor;
-    a copy the host waits for on a GPU)."""
+    """(operators dispatched, host syncs) of ``fn()``: every aten operator, forward and backward, that computes (a
+    kernel on a GPU; views, which only describe memory, are not counted), and of all operators :data:`SYNC_OPS`, plus
+    each ``.tolist()`` and ``.cpu()`` (no operator on a CPU tensor; a copy the host waits for on a GPU)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     counts = [0, 0]

@@ -1,11 +1,10 @@
 #!/usr/bin/env python3
-"""sacreBLEU in the four flavours the papers use, with signatures (evaluation's scorer), and
-chrF, chrF++ and TER on the text of the reported flavour (:func:`more_metrics`).
+"""sacreBLEU in the four flavours the papers use, with signatures (evaluation's scorer), and chrF, chrF++ and TER on the
+text of the reported flavour (:func:`more_metrics`).
 
-  detok  cased : detokenized text, tokenize 13a, case-sensitive   (WMT'14, En-Vi, Multi30k)
-  detok  lc    : the same, lowercased (-lc)
-  tok    cased : Moses-tokenized text, --tokenize none             (multi-bleu.perl style:
-  tok    lc    : the same, lowercased                              Es-En, Fr, Ro; De-En lc)
+detok  cased : detokenized text, tokenize 13a, case-sensitive   (WMT'14, En-Vi, Multi30k) detok  lc    : the same,
+lowercased (-lc) tok    cased : Moses-tokenized text, --tokenize none             (multi-bleu.perl style: tok    lc    :
+the same, lowercased                              Es-En, Fr, Ro; De-En lc)
 
 Usage:
   bleu.py --hyp-detok H --ref-detok R [--hyp-tok H --ref-tok R] [--json OUT]

@@ -1,10 +1,9 @@
 #!/usr/bin/env python3
 """How many CPU threads a CPU training run should use, given what else the machine is doing.
 
-torch's default, one OpenMP thread per core, collapses when another process competes for the
-cores (measured in docs/performance.md, "CPU threads"). So a run takes the cores that are idle
-when it starts (sampled from /proc/stat over half a second, on the cores this process may use),
-at least one thread per process:
+torch's default, one OpenMP thread per core, collapses when another process competes for the cores (measured in
+docs/performance.md, "CPU threads"). So a run takes the cores that are idle when it starts (sampled from /proc/stat over
+half a second, on the cores this process may use), at least one thread per process:
 
     python3 cpu.py threads [PROCESSES]   the thread count per process, then the reason (2 lines)
 

@@ -1,10 +1,9 @@
 #!/usr/bin/env python3
-"""The output-directory protocol: how every command of this package writes a directory (the
-data recipes, quickstart.sh, ``fairseq-ext evaluate``, ``fairseq-ext significance``), in one
-place; docs/trust.md ("Output directories") states the rules. The marker and its manifest
-(:func:`mark_output`), what may be replaced (:func:`check_replaceable`), one writer at a time
-(:class:`OutputLock`), a directory written atomically (:class:`StagedOutput`; common.sh's
-fsx_begin_output / fsx_finish_output in bash) and the temporary directories of killed runs.
+"""The output-directory protocol: how every command of this package writes a directory (the data recipes, quickstart.sh,
+``fairseq-ext evaluate``, ``fairseq-ext significance``), in one place; docs/trust.md ("Output directories") states the
+rules. The marker and its manifest (:func:`mark_output`), what may be replaced (:func:`check_replaceable`), one writer
+at a time (:class:`OutputLock`), a directory written atomically (:class:`StagedOutput`; common.sh's fsx_begin_output /
+fsx_finish_output in bash) and the temporary directories of killed runs.
 
 The bash recipes run this file as a plain file (it imports nothing outside standalone/)::
 
@@ -444,12 +443,11 @@ class StagedOutput:
             ... write into staged.stage (the future ``out``), scratch in staged.work ...
             staged.finish()                  # the marker, then ``out`` replaced by renames
 
-    ``out`` must be absent, or replaceable by ``prog`` (check_replaceable; without ``force`` an
-    existing one is an error). Everything is written under a temporary directory beside
-    ``out``; leaving the block without finish() (an error, an interrupt) removes it, and moves
-    the ``keep_on_failure`` files of the stage into ``out`` when no ``out`` is there. From the
-    start of the block to its end ``out``'s lock is held: a second writer is refused with one
-    line naming this one."""
+    ``out`` must be absent, or replaceable by ``prog`` (check_replaceable; without ``force`` an existing one is an
+    error). Everything is written under a temporary directory beside ``out``; leaving the block without finish() (an
+    error, an interrupt) removes it, and moves the ``keep_on_failure`` files of the stage into ``out`` when no ``out``
+    is there. From the start of the block to its end ``out``'s lock is held: a second writer is refused with one line
+    naming this one."""
 
     def __init__(self, out: str, *, prog: str, inputs: Iterable[str] = (), force: bool = True,
                  keep_on_failure: Sequence[str] = (), keep_tmp: bool = False, log=None):

@@ -1,9 +1,8 @@
 #!/usr/bin/env python3
 """SentencePiece for the data recipes (`--bpe sentencepiece`).
 
-  train --model-prefix P --vocab-size N FILE...   joint BPE-type SentencePiece model
-  encode --model P.model                          stdin -> space-separated pieces
-  decode --model P.model                          pieces -> text
+train --model-prefix P --vocab-size N FILE...   joint BPE-type SentencePiece model encode --model P.model
+stdin -> space-separated pieces decode --model P.model                          pieces -> text
 
 The recipes feed it the (Moses-tokenized where needed) training text of both sides, so a
 joint vocabulary results, as with subword-nmt.  fairseq-generate removes it with

@@ -1,11 +1,10 @@
-"""Compare two systems (``fairseq-ext significance``, or python -m fairseq_ext.tools.compare): paired
-bootstrap resampling (Koehn, 2004) of system B against system A with sacreBLEU (--paired-bs,
-1000 samples as in the papers; --paired-ar for approximate randomization), in the BLEU
-flavour of the compared files, plus compare-mt's (Neubig et al., 2019) analyses: BLEU by
-reference-length bucket (<10, 10-20, ..., >=50, as the thesis reports), word accuracy,
-n-grams. The p-value and mark come from sacreBLEU, the scorer of the BLEU they qualify
-(:mod:`fairseq_ext.tools.significance`); compare-mt's own BLEU treats a zero n-gram precision
-as 1 and can disagree (docs/evaluation.md of the source repository).
+"""Compare two systems (``fairseq-ext significance``, or python -m fairseq_ext.tools.compare): paired bootstrap
+resampling (Koehn, 2004) of system B against system A with sacreBLEU (--paired-bs, 1000 samples as in the papers;
+--paired-ar for approximate randomization), in the BLEU flavour of the compared files, plus compare-mt's (Neubig et al.,
+2019) analyses: BLEU by reference-length bucket (<10, 10-20, ..., >=50, as the thesis reports), word accuracy, n-grams.
+The p-value and mark come from sacreBLEU, the scorer of the BLEU they qualify (:mod:`fairseq_ext.tools.significance`);
+compare-mt's own BLEU treats a zero n-gram precision as 1 and can disagree (docs/evaluation.md of the source
+repository).
 
 The two ways to name the systems, the files written to --out and compare-mt's shim: docs/evaluation.md.
 """

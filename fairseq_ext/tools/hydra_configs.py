@@ -10,11 +10,10 @@ that fairseq-hydra-train loads the plugin::
     fairseq-hydra-train --config-dir "$(fairseq-ext config-dir)" --config-name iwslt \\
         task.data=data-bin/iwslt15.en-vi +model.joint_attention=m-10 checkpoint.save_dir=ckpt/m10
 
-A plugin option the YAML does not name is added with hydra's ``+`` (``+model.aux_decoder_layers=1``),
-one it names is overridden without (``model._name=multilayer_transformer_mlmha_iwslt``). The
-files are written from the ``.args`` files each time, so they never differ from what
-``fairseq-ext train --config NAME`` trains; the same options give the same model and the same
-losses either way (tests/models/test_hydra.py).
+A plugin option the YAML does not name is added with hydra's ``+`` (``+model.aux_decoder_layers=1``), one it names is
+overridden without (``model._name=multilayer_transformer_mlmha_iwslt``). The files are written from the ``.args`` files
+each time, so they never differ from what ``fairseq-ext train --config NAME`` trains; the same options give the same
+model and the same losses either way (tests/models/test_hydra.py).
 
     fairseq-ext config-dir [--out DIR]     write the YAML files (default: a cache directory), print DIR
 """

@@ -1,8 +1,7 @@
-"""METEOR without downloads, for the multi-source paper's tables (ms-1, ms-2): METEOR's formula
-computed here, with METEOR 1.5's parameters (Denkowski & Lavie, 2014), exact and stem stages
-(nltk's Snowball stemmer), on a beam-search alignment of its own (:func:`align`), statistics
-summed over the corpus. The stages, parameters, formula and the comparison with METEOR 1.5's
-jar: docs/reproduction.md, "METEOR". A language without METEOR 1.5 parameters raises
+"""METEOR without downloads, for the multi-source paper's tables (ms-1, ms-2): METEOR's formula computed here, with
+METEOR 1.5's parameters (Denkowski & Lavie, 2014), exact and stem stages (nltk's Snowball stemmer), on a beam-search
+alignment of its own (:func:`align`), statistics summed over the corpus. The stages, parameters, formula and the
+comparison with METEOR 1.5's jar: docs/reproduction.md, "METEOR". A language without METEOR 1.5 parameters raises
 :class:`MeteorUnavailable`.
 
     python -m fairseq_ext.tools.meteor --hyp hyp.detok --ref ref.detok --lang de

@@ -1,27 +1,25 @@
-"""Translate a raw test set and score it with sacreBLEU, as ``fairseq-ext evaluate`` scores a
-prepared split: one command, from raw source and raw reference to BLEU with signatures.
+"""Translate a raw test set and score it with sacreBLEU, as ``fairseq-ext evaluate`` scores a prepared split: one
+command, from raw source and raw reference to BLEU with signatures.
 
     fairseq-ext score --checkpoint CKPT --data DATA_BIN --src raw.en --ref raw.de
                       [--output hyp.de] [--headline FLAVOUR] [--beam 5] [--lenpen 1.0]
                       [--max-len-a 1.2 --max-len-b 10] [--cpu] [--strict] [--progress | --no-progress]
 
-The source is translated as ``fairseq-ext translate`` translates it (the data directory's
-prep.env: tokenization, lowercasing, BPE), with its warnings and its summary line: a source
-line that is not UTF-8 is skipped and scored as an empty hypothesis (--strict: an error), a
-line longer than the model's positions is cut. Then sacreBLEU in the four flavours of
-``fairseq-ext evaluate`` (fairseq_ext/standalone/bleu.py), each with its signature:
+The source is translated as ``fairseq-ext translate`` translates it (the data directory's prep.env: tokenization,
+lowercasing, BPE), with its warnings and its summary line: a source line that is not UTF-8 is skipped and scored as an
+empty hypothesis (--strict: an error), a line longer than the model's positions is cut. Then sacreBLEU in the four
+flavours of ``fairseq-ext evaluate`` (fairseq_ext/standalone/bleu.py), each with its signature:
 
   detok-cased, detok-lc  the detokenized translations against the raw reference (13a)
   tok-cased, tok-lc      the tokenized translations against the reference Moses-tokenized
                          as the recipe tokenized its data (lowercased where it lowercased),
                          --tokenize none
 
-then chrF2, chrF2++ and TER (sacreBLEU's, with their signatures) on the text of the reported
-flavour, with --comet-model COMET's system score on the raw source, the detokenized
-translations and the raw reference (lowercased for a lowercased flavour; COMET runs in the
-Python of --comet-python, docs/evaluation.md), and last the reported one: the flavour evaluate reports for the recipe in prep.env (a
-lowercased flavour on lowercased data), or --headline. Without prep.env the output is the
-model's tokens, and every flavour compares it with the reference as given.
+then chrF2, chrF2++ and TER (sacreBLEU's, with their signatures) on the text of the reported flavour, with --comet-model
+COMET's system score on the raw source, the detokenized translations and the raw reference (lowercased for a lowercased
+flavour; COMET runs in the Python of --comet-python, docs/evaluation.md), and last the reported one: the flavour
+evaluate reports for the recipe in prep.env (a lowercased flavour on lowercased data), or --headline. Without prep.env
+the output is the model's tokens, and every flavour compares it with the reference as given.
 
 The source and the reference must have as many lines; a reference line that is not UTF-8 is
 an error (a reference line cannot be skipped). Both are checked before the model loads.

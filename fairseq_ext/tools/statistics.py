@@ -63,14 +63,13 @@ def sentence_stats(refs: Sequence[str], hyps: Sequence[str], flavour) -> np.ndar
 
 
 def corpus_bleu(sums: np.ndarray) -> np.ndarray:
-    """sacreBLEU's corpus BLEU (exp smoothing, 4-grams) of summed statistics ``sums`` (..., 10),
-    for every leading index at once: the brevity penalty times the geometric mean of the
-    precisions, a precision with no match replaced by 100 / (2^k total) for its k-th such order,
-    0 when nothing matches or an order has no n-gram.
+    """sacreBLEU's corpus BLEU (exp smoothing, 4-grams) of summed statistics ``sums`` (..., 10), for every leading index
+    at once: the brevity penalty times the geometric mean of the precisions, a precision with no match replaced by 100 /
+    (2^k total) for its k-th such order, 0 when nothing matches or an order has no n-gram.
 
-    The arithmetic is sacreBLEU's, to the last bit: the precisions in the type of ``sums``
-    (float32 in sacreBLEU's bootstrap resamples, else float64), then ``math.log`` and ``math.exp``
-    in float64 (numpy's vectorised exp and log differ from them in the last bit)."""
+    The arithmetic is sacreBLEU's, to the last bit: the precisions in the type of ``sums`` (float32 in sacreBLEU's
+    bootstrap resamples, else float64), then ``math.log`` and ``math.exp`` in float64 (numpy's vectorised exp and log
+    differ from them in the last bit)."""
     sums = np.asarray(sums)
     kind = np.float32 if sums.dtype == np.float32 else np.float64
     sums = sums.astype(kind, copy=False)
@@ -135,11 +134,10 @@ def _total(stats: np.ndarray, score: Score) -> float:
 
 def paired_bs(baseline: np.ndarray, system: np.ndarray, score: Score = corpus_bleu, samples: int = 1000,
               seed: Optional[int] = 12345) -> dict:
-    """sacreBLEU's paired bootstrap (``--paired-bs``) of ``system`` against ``baseline``
-    (:func:`sentence_stats` of each): ``samples`` resamples of the n sentences, the same for both
-    (``default_rng(seed).choice(n, (samples, n))``). With d_i the |score difference| of resample i
-    and d the observed one, p = (#{i: d_i - mean(d) > d} + 1) / (samples + 1). Returns ``score``,
-    ``p_value`` and the system's bootstrap ``mean`` and 95% ``ci``."""
+    """sacreBLEU's paired bootstrap (``--paired-bs``) of ``system`` against ``baseline`` (:func:`sentence_stats` of
+    each): ``samples`` resamples of the n sentences, the same for both (``default_rng(seed).choice(n, (samples, n))``).
+    With d_i the |score difference| of resample i and d the observed one, p = (#{i: d_i - mean(d) > d} + 1) / (samples +
+    1). Returns ``score``, ``p_value`` and the system's bootstrap ``mean`` and 95% ``ci``."""
     idxs = _draw(len(baseline), samples, seed)
     scores_base, scores_sys = _resampled(baseline, idxs, score), _resampled(system, idxs, score)
     system_score = _total(system, score)
@@ -328,17 +326,16 @@ def paired_t(reference: Sequence[float], system: Sequence[float]) -> Optional[fl
 
 def across_seeds(reference: Dict[int, float], system: Dict[int, float], per_seed: Dict[int, dict],
                  marks: str = "thesis") -> dict:
-    """One row against the reference row over seeds, by the intersection-union rule (Berger
-    1982, Berger & Hsu 1996) of ``--test bootstrap`` and ``--test thesis``: marked at level alpha
-    only when the paired bootstrap gives p < alpha at every seed both rows ran and Δ has the same
-    sign at every such seed (docs/reproduction.md, "Several seeds": the rule and why).
+    """One row against the reference row over seeds, by the intersection-union rule (Berger 1982, Berger & Hsu 1996) of
+    ``--test bootstrap`` and ``--test thesis``: marked at level alpha only when the paired bootstrap gives p < alpha at
+    every seed both rows ran and Δ has the same sign at every such seed (docs/reproduction.md, "Several seeds": the rule
+    and why).
 
-    ``reference``, ``system``: seed -> BLEU. ``per_seed``: seed -> this system's paired bootstrap
-    entry against the reference system of the same seed, as
-    :func:`fairseq_ext.tools.significance.paired_significance` returns it (``p_value``, ``mark``
-    in the convention ``marks``), for every seed of both. Every mean and sd returned is over those
-    paired seeds; ``left_out``: seeds of only one of the two; ``p_max``: the largest per-seed p
-    (the IUT's p-value); ``p_t``: :func:`paired_t`; ``rule``: one sentence saying why the mark."""
+    ``reference``, ``system``: seed -> BLEU. ``per_seed``: seed -> this system's paired bootstrap entry against the
+    reference system of the same seed, as :func:`fairseq_ext.tools.significance.paired_significance` returns it
+    (``p_value``, ``mark`` in the convention ``marks``), for every seed of both. Every mean and sd returned is over
+    those paired seeds; ``left_out``: seeds of only one of the two; ``p_max``: the largest per-seed p (the IUT's
+    p-value); ``p_t``: :func:`paired_t`; ``rule``: one sentence saying why the mark."""
     mark(None, marks)  # refuses unknown marks
     reference = {int(k): float(v) for k, v in reference.items()}
     system = {int(k): float(v) for k, v in system.items()}

@@ -4,14 +4,12 @@
                           [--beam 5] [--lenpen 1.0] [--max-len-a 1.2 --max-len-b 10] [--cpu]
                           [--strict] [--progress | --no-progress]
 
-The data directory's ``prep.env`` (written by the data recipes) says how the training text
-was made, and each input line goes through the same steps: Moses tokenization with the
-recipe's options, lower-casing where the recipe lower-cased, subword-nmt BPE (DATA/code) or
-SentencePiece (DATA/spm.model), the dictionary. The best beam hypothesis comes out with its
-subword units joined and Moses-detokenized: plain text, comparable with a raw reference
-(``fairseq-ext score``, or ``sacrebleu REF -i OUT``). Without ``prep.env`` (data binarized
-with plain fairseq-preprocess) every line is taken as the model's tokens, and the output is
-tokens too.
+The data directory's ``prep.env`` (written by the data recipes) says how the training text was made, and each input line
+goes through the same steps: Moses tokenization with the recipe's options, lower-casing where the recipe lower-cased,
+subword-nmt BPE (DATA/code) or SentencePiece (DATA/spm.model), the dictionary. The best beam hypothesis comes out with
+its subword units joined and Moses-detokenized: plain text, comparable with a raw reference (``fairseq-ext score``, or
+``sacrebleu REF -i OUT``). Without ``prep.env`` (data binarized with plain fairseq-preprocess) every line is taken as
+the model's tokens, and the output is tokens too.
 
 Bad input never ends the run, and output line N always belongs to input line N:
 - an empty input line, or one with no words (only spaces, control or zero-width characters

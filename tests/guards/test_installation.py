@@ -26,7 +26,9 @@ GUARDED = {
     (data_utils, "batch_by_size"): "fairseq.data.data_utils",
     (distributed_utils, "_broadcast_object_slow"): "fairseq.distributed.utils",
     (checkpoint_utils, "PathManager"): "fairseq.file_io",
+    (checkpoint_utils, "torch_persistent_save"): "fairseq.checkpoint_utils",
     (checkpoint_utils, "load_checkpoint"): "fairseq.checkpoint_utils",
+    (checkpoint_utils, "verify_checkpoint_directory"): "fairseq.checkpoint_utils",
     (sys, "excepthook"): None,
     (JobReturn, "return_value"): None,  # hydra's property (fairseq-hydra-train's failed job)
     (fairseq_trainer.Trainer, "__init__"): "fairseq.trainer",
