@@ -10,7 +10,6 @@ thesis Eq. 4.4-4.7).
 """
 from typing import List
 
-import torch
 import torch.nn as nn
 from torch import Tensor
 
@@ -30,4 +29,4 @@ class AuxiliaryInformationFusion(nn.Module):
             raise ValueError(
                 f"AIF expects {len(self.projections)} auxiliary features, got {len(aux_features)}"
             )
-        return hidden + torch.stack([w(f) for w, f in zip(self.projections, aux_features)]).sum(dim=0)
+        return hidden + sum(w(f) for w, f in zip(self.projections, aux_features))
