@@ -331,8 +331,9 @@ def print_plan(todo: Reproduction, args, setups: dict) -> None:
               f"| [{sources.index(source) + 1}] |")
     unknown = sum(t is None for t, _ in runs)
     print("\n" + "\n".join(f"[{i + 1}] {source}" for i, source in enumerate(sources))
-          + f"\n\nWall clock {end / 3600:.1f} h ({end:.0f} s), {end * len(names) / 3600:.1f} device-hours"
-          + (f"; {unknown} run(s) not measured, counted as 0" if unknown else "") + ".")
+          + ("\n\nWall clock: not measured, no run's rate is known here (a first run measures it)" if unknown == len(runs)
+             else f"\n\nWall clock {end / 3600:.1f} h ({end:.0f} s), {end * len(names) / 3600:.1f} device-hours"
+             + (f"; {unknown} run(s) not measured, counted as 0" if unknown else "")) + ".")
     alternative = schedule.training_of(todo.plans[0])[0] == SHARE_RULE["config"] and not (todo.opts.budget or
                                                                                          scale_name(todo.opts))
     counts = [1] if name.startswith("cpu") else sorted({1, len(names) if len(names) > 1 else 4})
@@ -345,7 +346,7 @@ def print_plan(todo: Reproduction, args, setups: dict) -> None:
         for n in counts:
             at, runs = timed(other, args, name, measured, n)
             end = schedule.place([t or 0.0 for t, _ in runs], [str(i) for i in range(n)], at)[1]
-            cells.append(f"{end / 3600:.1f}, {end * n / 3600:.1f}")
+            cells.append(f"{end / 3600:.1f}, {end * n / 3600:.1f}" if any(t for t, _ in runs) else "not measured")
         label, unknown = other.plans[0].budget, sum(t is None for t, _ in runs)
         what = "the paper's schedule" if label == "paper" else f"budget {label}" if label[:1].isdigit() \
             and " " not in label else label
