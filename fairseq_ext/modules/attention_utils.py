@@ -52,9 +52,9 @@ def merge_heads(x: Tensor) -> Tensor:
 
 def scaled_logits(q: Tensor, k: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
     """(B x H x Z x D, B x H x J x D) -> B x H x Z x J logits, padded keys at -inf."""
-    logits = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.size(-1))
+    logits = torch.matmul(q, k.transpose(-1, -2)).div_(math.sqrt(q.size(-1)))  # in place: a step allocates less
     if key_padding_mask is not None:
-        logits = logits.masked_fill(key_padding_mask[:, None, None, :].to(torch.bool), float("-inf"))
+        logits.masked_fill_(key_padding_mask[:, None, None, :].to(torch.bool), float("-inf"))
     return logits
 
 
