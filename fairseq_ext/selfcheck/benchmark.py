@@ -13,8 +13,8 @@ For each configuration, against the stock model built from the same dictionary a
   reported with its interquartile range (IQR). Pairs are added until the IQR is under
   ``--spread`` or the time budget per configuration (``--seconds``) ends.
 * decoding on fixed work: the encoder once, then ``--steps`` incremental decoder steps for
-  ``--batch`` sentences x beam hypotheses (beam 1 and ``--beam``), with the cache reordered
-  every step as beam search does, so that models of different quality do the same work.
+  ``--batch`` sentences x beam hypotheses (beam 1 and ``--beam``), with the cache reordered every
+  step as beam search does (greedy, at beam 1: never), so that models of different quality do the same work.
 * generation: fairseq's SequenceGenerator at ``--beam`` with every hypothesis forced to
   ``--steps`` tokens: the whole decoding of a batch as fairseq-generate runs it (encoder,
   search, bookkeeping), the measure the thesis' decoding speeds compare with.
@@ -58,14 +58,13 @@ def train_step_fn(model, batch):
 
 
 def decode_fn(model, batch, beam, steps, state_out=None):
-    """The encoder once, then ``steps`` incremental decoder steps for B x beam hypotheses with fixed
-    tokens and a fixed reordering each step."""
+    """The encoder once, then ``steps`` incremental decoder steps for B x beam hypotheses with fixed tokens,
+    each step's reorder shuffling the hypotheses of every sentence (a copy); at beam 1 (greedy) none."""
     src, lengths, _ = batch
     bsz = src.size(0)
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(4, 100, (bsz * beam, steps + 1), generator=g).to(src.device)
     order = torch.arange(bsz).repeat_interleave(beam).to(src.device)
-    # each step keeps the hypotheses of one sentence but shuffles them (a reorder with a copy)
     perms = [(torch.arange(bsz * beam).view(bsz, beam)[:, torch.randperm(beam, generator=g)]).reshape(-1).to(src.device)
              for _ in range(steps)]
 
@@ -76,7 +75,8 @@ def decode_fn(model, batch, beam, steps, state_out=None):
             state = {}
             for t in range(steps):
                 model.decoder(tokens[:, : t + 1], encoder_out=enc, incremental_state=state)
-                model.decoder.reorder_incremental_state_scripting(state, perms[t])
+                if beam > 1:
+                    model.decoder.reorder_incremental_state_scripting(state, perms[t])
             if state_out is not None:
                 state_out.clear()
                 state_out.update(state)
