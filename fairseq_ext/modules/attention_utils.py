@@ -208,8 +208,8 @@ def _joined(prev: Tensor, new: Tensor, dim: int, order: Optional[Tensor]) -> Ten
     if prev.device.type != "cpu" or torch.is_grad_enabled() and (prev.requires_grad or new.requires_grad):
         return torch.cat([prev if order is None else prev.index_select(0, order), new], dim)
     length, total, room = prev.size(dim), prev.size(dim) + new.size(dim), prev._base
-    if (order is not None or room is None or room.dim() != prev.dim() or room.size(dim) < total or room.data_ptr()
-            != prev.data_ptr() or room.stride() != prev.stride() or room.narrow(dim, 0, length).shape != prev.shape):
+    if (order is not None or room is None or room.stride() != prev.stride() or room.data_ptr() != prev.data_ptr()
+            or room.size(dim) < total or prev.shape != room.shape[:dim] + (length,) + room.shape[dim + 1:]):
         room = new.new_empty(new.shape[:dim] + (total if order is not None else 2 * total,) + new.shape[dim + 1:])
         start = room.narrow(dim, 0, length)
         start.copy_(prev) if order is None else torch.index_select(prev, 0, order, out=start)
