@@ -31,8 +31,8 @@ def test_quickstart_then_translate_your_own_text(m30k_small, tmp_path):
 
     # README's warm start, as written, in the folder quickstart ran in
     with open(SCRIPTS.parent / "README.md", encoding="utf-8") as f:
-        readme = " ".join(f.read().split())
-    command = readme.split("After `make quickstart`, `", 1)[1].split("`", 1)[0]
+        block = f.read().split("**Start from a trained model.**", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    command = " ".join(block.replace("\\\n", " ").split())  # the block's lines joined as the shell does
     assert command.startswith("fairseq-ext train ") and "--init-from" in command, command
     res = run(shlex.split(command), cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
