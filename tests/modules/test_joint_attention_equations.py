@@ -211,6 +211,7 @@ def test_identical_row_groups_divides_every_run_of_equal_rows():
     assert identical_row_groups(torch.cat([a, a, b, b, c, c], dim=1)) == 2
     assert identical_row_groups(torch.cat([a, a, a, a, c, c], dim=1)) == 2  # equal neighbours merge runs
     assert identical_row_groups(torch.cat([a, a, b, c, c, c], dim=1)) == 1
+    assert identical_row_groups(torch.cat([a, b, b, c, c], dim=1)) == 1  # a first run of one row (greedy)
     assert identical_row_groups(torch.cat([a, a, a], dim=1)) == 3
     nan = torch.full((5, 1, 2, 3), float("nan"))
     assert identical_row_groups(torch.cat([nan, nan], dim=1)) == 1  # never claims NaN rows equal
