@@ -57,7 +57,7 @@ def run_child(cmd: List[str], **popen_kwargs) -> int:
     proc = subprocess.Popen(cmd, start_new_session=True, **popen_kwargs)
     _running[proc.pid] = proc
     code = proc.wait()  # (interrupted, it stays listed for stop_children)
-    del _running[proc.pid]
+    _running.pop(proc.pid, None)
     return code
 
 
@@ -74,6 +74,7 @@ def stop_children() -> None:
         except subprocess.TimeoutExpired:
             pass
         _signal_group(proc, signal.SIGKILL)
+        _running.pop(proc.pid, None)
 
 
 @contextlib.contextmanager
@@ -95,7 +96,8 @@ def children_die_with_the_runner():
         handler = handled[stopped.signum]
         if callable(handler):
             handler(stopped.signum, None)  # e.g. Python's SIGINT handler: KeyboardInterrupt
-        os.kill(os.getpid(), stopped.signum)
+        else:
+            os.kill(os.getpid(), stopped.signum)
         raise
     finally:
         for sig, handler in handled.items():
