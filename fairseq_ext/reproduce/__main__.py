@@ -260,22 +260,27 @@ def slots(todo: Reproduction, args) -> Tuple[List[Optional[str]], int]:
     if args.per_device:
         return devices, args.per_device
     config, _, max_tokens = schedule.training_of(todo.plans[0]) if todo.plans else ("", None, 0)
-    return devices, schedule.default_per_device(schedule.rates(todo.opts.work_dir), schedule.device_name(devices[0]),
-                                                config, max_tokens)
+    name = schedule.device_name("cpu" if todo.plans[0].cpu else devices[0])  # what the rates are measured on
+    return devices, schedule.default_per_device(schedule.rates(todo.opts.work_dir), name, config, max_tokens)
 
 
-def run_all(todo: Reproduction, args) -> List[str]:
-    """The data of every run (once each), every run over the devices' slots, then every analysis of a finished run;
-    the failed steps (said, and the others go on)."""
-    failed, unprepared = [], set()
-    for p in todo.plans:  # several trainings at once must not prepare one data set together
-        if p.prepare and p.data_dir not in unprepared and not os.path.exists(os.path.join(p.data_dir, "prep.env")):
+def prepare_data(todo: Reproduction) -> Dict[str, str]:
+    """Each data set the runs need, prepared once before any run starts; data dir -> why its preparation failed."""
+    failed = {}
+    for p in todo.plans:
+        if p.prepare and p.data_dir not in failed and not os.path.exists(os.path.join(p.data_dir, "prep.env")):
             try:
                 execute.run_command(p.prepare, os.path.join(p.run_dir, "prepare.log"), resources.command_environment())
             except ReproduceError as e:
                 print(f"{p.where} FAILED: {e}", file=sys.stderr, flush=True)
-                failed.append(f"data {p.data_key}: {e}")
-                unprepared.add(p.data_dir)
+                failed[p.data_dir] = f"data {p.data_key}: {e}"
+    return failed
+
+
+def run_all(todo: Reproduction, args) -> List[str]:
+    """The data, every run over the devices' slots, every analysis of a finished run; the failed steps (said)."""
+    unprepared = prepare_data(todo)
+    failed = list(unprepared.values())
     plans = [p for p in todo.plans if p.data_dir not in unprepared]
     devices, at_once = slots(todo, args)
     if args.time_limit is not None:
@@ -301,8 +306,7 @@ def run_all(todo: Reproduction, args) -> List[str]:
 
 
 def timed(todo: Reproduction, args, device: str, measured: List[dict], count: int):
-    """(trainings at once on each of ``count`` ``device``s, each run's (seconds or None, where its rate comes from));
-    on the CPU every slot of every device shares the one CPU."""
+    """(trainings at once on each of ``count`` devices, each run's (seconds or None, its rate's source))."""
     config, _, max_tokens = schedule.training_of(todo.plans[0])
     at_once = args.per_device or schedule.default_per_device(measured, device, config, max_tokens)
     load = at_once * count if device.startswith("cpu") else at_once
@@ -310,8 +314,7 @@ def timed(todo: Reproduction, args, device: str, measured: List[dict], count: in
 
 
 def print_plan(todo: Reproduction, args, setups: dict) -> None:
-    """--plan: every run with its device, slot and time from the measured rates; the device-hours of the table at the
-    thesis' schedule and at a share of it, on one GPU and on several."""
+    """--plan: each run's device, slot and time; the device-hours at the paper's schedule and a share, 1 GPU and N."""
     measured, (devices, _) = schedule.rates(todo.opts.work_dir), slots(todo, args)
     here = schedule.device_name("cpu" if todo.plans[0].cpu else devices[0] or "0")
     stored = todo.plans[0].cpu and not (todo.opts.cpu or scale_name(todo.opts))  # no GPU here: plan for the H200
@@ -331,7 +334,7 @@ def print_plan(todo: Reproduction, args, setups: dict) -> None:
               f"| [{sources.index(source) + 1}] |")
     unknown = sum(t is None for t, _ in runs)
     print("\n" + "\n".join(f"[{i + 1}] {source}" for i, source in enumerate(sources))
-          + ("\n\nWall clock: not measured, no run's rate is known here (a first run measures it)" if unknown == len(runs)
+          + ("\n\nWall clock: not measured, no rate is known here (a first run measures it)" if unknown == len(runs)
              else f"\n\nWall clock {end / 3600:.1f} h ({end:.0f} s), {end * len(names) / 3600:.1f} device-hours"
              + (f"; {unknown} run(s) not measured, counted as 0" if unknown else "")) + ".")
     alternative = schedule.training_of(todo.plans[0])[0] == SHARE_RULE["config"] and not (todo.opts.budget or
@@ -438,9 +441,9 @@ def slurm(todo: Reproduction, args, argv: List[str]) -> int:
                                   f"(0-{len(todo.plans) - 1})")
         execute.run(todo.plans[args.array_task])
         return 0
-    for p in todo.plans:  # once, before the tasks that share it start
-        if p.prepare and not os.path.exists(os.path.join(p.data_dir, "prep.env")):
-            execute.run_command(p.prepare, os.path.join(p.run_dir, "prepare.log"), resources.command_environment())
+    unprepared = prepare_data(todo)
+    if unprepared:
+        raise ReproduceError("no job array written: " + "; ".join(unprepared.values()))
     keep = [a for i, a in enumerate(argv) if a != "--slurm-array" and (i == 0 or argv[i - 1] != "--slurm-array")
             and not a.startswith("--slurm-array=")]
     script = schedule.write_slurm_array(os.path.abspath(args.slurm_array), keep, todo.plans, max(1, todo.opts.nproc),

@@ -79,9 +79,8 @@ def stop_children() -> None:
 
 @contextlib.contextmanager
 def children_die_with_the_runner():
-    """While the runner's main thread is inside: a SIGTERM or SIGINT stops every running command (module docstring),
-    then ends the runner the way the signal would have (SIGINT: KeyboardInterrupt). An ignored signal (nohup) stays
-    ignored, a handler not set from Python alone."""
+    """While the main thread is inside, SIGTERM or SIGINT stops every running command, then ends the runner as the
+    signal would have (SIGINT: KeyboardInterrupt); an ignored signal (nohup) or a non-Python handler is left alone."""
     main = threading.current_thread() is threading.main_thread()
     handled = {sig: signal.getsignal(sig) for sig in SIGNALS if main and signal.getsignal(sig) not in
                (None, signal.SIG_IGN)}
@@ -182,8 +181,7 @@ def read_record(path: str, where: str) -> Optional[dict]:
 
 
 def portable(key: dict) -> dict:
-    """A run's result key with its run and data directories as placeholders: a run made on another machine, or in
-    another work dir, with the same settings, compares equal (copied into the work dir, it joins the table)."""
+    """A result key with its run and data directories as placeholders: a run made elsewhere with the same settings."""
     text = json.dumps(key)
     for name in ("run_dir", "data_dir"):
         if key.get(name):
@@ -239,8 +237,7 @@ def run_on_worker_node(plan: RunPlan, wait_seconds: int = 6 * 3600) -> None:
 
 
 def run(plan: RunPlan, device: Optional[str] = None, at_once: int = 1) -> dict:
-    """Data, train, average, evaluate, measure, unless it finished before; on GPU ``device`` alone (an index) when
-    given, as one of ``at_once`` trainings there (the CPU's threads shared among them)."""
+    """Data, train, average, evaluate, measure, unless it finished before; on ``device``, one of ``at_once`` there."""
     done = finished(plan)
     if done is not None:
         print(f"{plan.where} finished before: reused ({plan.run_dir})")
