@@ -100,6 +100,31 @@ def test_flat_equations(n):
     torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-6)
 
 
+def test_flat_is_fairseqs_attention_over_the_sources_side_by_side():
+    """flat is stock fairseq's attention over the n sources concatenated along the length axis,
+    with flat's projections: in a full forward and step by step (docs/performance.md times flat's
+    greedy decoding against stock fairseq doing this work)."""
+    from fairseq.modules import MultiheadAttention
+
+    n = 3
+    attn = perturb(build_cross_attention("flat", n).double().eval(), seed=1, scale=0.5)
+    stock = MultiheadAttention(16, 4, kdim=16, vdim=16, encoder_decoder_attention=True).double().eval()
+    for mine, theirs in ((attn.q_proj, stock.q_proj), (attn.k_proj[0], stock.k_proj),
+                         (attn.v_proj[0], stock.v_proj), (attn.out_proj, stock.out_proj)):
+        theirs.load_state_dict(mine.state_dict())
+    sources, pad, query = random_sources(n)
+    stacked, side_by_side, side_by_side_pad = torch.stack(sources, dim=2), torch.cat(sources), torch.cat([pad] * n, 1)
+    expected, _ = stock(query, side_by_side, side_by_side, key_padding_mask=side_by_side_pad, static_kv=True)
+    torch.testing.assert_close(attn(query, stacked, key_padding_mask=pad)[0], expected, atol=1e-12, rtol=0)
+    mine_state, stock_state = {}, {}
+    for t in range(query.size(0)):
+        step, _ = attn(query[t:t + 1], stacked, key_padding_mask=pad, incremental_state=mine_state)
+        stock_step, _ = stock(query[t:t + 1], side_by_side, side_by_side, key_padding_mask=side_by_side_pad,
+                              incremental_state=stock_state, static_kv=True)
+        torch.testing.assert_close(step, stock_step, atol=1e-12, rtol=0)
+        torch.testing.assert_close(step, expected[t:t + 1], atol=1e-12, rtol=0)
+
+
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_hierarchical_equations(n):
     torch.manual_seed(0)
