@@ -83,6 +83,7 @@ MAIN = textwrap.dedent("""
     import sys
     from fairseq_ext.reproduce import __main__ as reproduce, execute
     execute.run = lambda plan, *_: execute.run_command([sys.executable, "-c", sys.argv[1], sys.argv[2]], sys.argv[3])
+    reproduce.prepare_data = lambda todo: {}  # the command stands in for the run: no data to prepare
     sys.exit(reproduce.main(["thesis-3.3", "--smoke", "--rows", "transformer", "--datasets", "iwslt15-en-vi",
                              "--work-dir", sys.argv[4], "--data-root", sys.argv[4]]))
 """)
