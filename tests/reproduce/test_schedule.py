@@ -7,6 +7,7 @@ import re
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -176,8 +177,8 @@ def _files(folder):
 @pytest.mark.slow
 @pytest.mark.release
 def test_runs_on_slots_are_timed_by_the_plan_and_resume_after_a_kill(smoke_data_root, tmp_path):
-    """Smoke-scale runs on two CPU slots: the plan of the next seeds, timed by the finished runs' rates, is within 30%
-    of their measured time; a SIGKILL of the runner and everything it started, mid-run, then the same command: the
+    """Smoke-scale runs on two CPU slots: the plan of the next seeds is the finished runs' rates' arithmetic, and
+    within a factor 2 of their measured time; a SIGKILL of the runner and everything it started, mid-run, then the same command: the
     finished run's files are unchanged and the killed run resumes from its checkpoint."""
     shutil.copytree(smoke_data_root, tmp_path / "data", symlinks=True)
 
@@ -193,9 +194,19 @@ def test_runs_on_slots_are_timed_by_the_plan_and_resume_after_a_kill(smoke_data_
         return res.stdout
 
     assert "2 run(s) ended in" in run(reproduce("1,2"))  # the rates of the next runs
-    planned = float(re.search(r"Wall clock [0-9.]+ h \((\d+) s\)", run(reproduce("3,4", "--plan"))).group(1))
+    results = sorted((tmp_path / "runs").glob("*/*/*/result.json"))
+    rates = [json.loads(p.read_text())["rate"] for p in results]
+    assert len(rates) == 2 and all(r["at_once"] == 2 for r in rates)
+    mean = lambda key: statistics.mean(r[key] for r in rates)  # noqa: E731
+    plan = run(reproduce("3,4", "--plan"))
+    planned = float(re.search(r"Wall clock [0-9.]+ h \((\d+) s\)", plan).group(1))
+    # both runs at once on the two slots, each start + updates / rate + evaluation, by the finished runs' mean rate
+    assert planned == round(mean("start_s") + 60 / mean("updates_per_s") + mean("evaluate_s")), plan
+    sources = re.search(r"^\[1\] (.*)$", plan, re.M).group(1).split("; ")  # the rates' source: the two runs
+    assert sorted(sources) == [str(p.parent.relative_to(tmp_path / "runs")) for p in results], plan
     measured = float(re.search(r"2 run\(s\) ended in (\d+) s", run(reproduce("3,4"))).group(1))
-    assert abs(planned - measured) <= 0.3 * measured, (planned, measured)
+    # the same runs again take about as long; a loose bound, as the other tests share the cores
+    assert measured / 2 <= planned <= measured * 2, (planned, measured)
 
     runs = tmp_path / "runs" / "thesis-3.3" / "transformer"
     first, second = (runs / f"iwslt15-en-vi.multi30k-en-de.smoke.60.seed{s}" for s in (5, 6))
