@@ -4,9 +4,10 @@ Eq. 13-16; Figs. 3.8-3.12 / 5-9).
 For head h of encoder layer l, with w^h_ij the weight of token i on token j of a sentence x (padding excluded), over the
 sentences X of the split:
 
-D^l_h = sum_x sum_i sum_j w^h_ij d(i, j) / sum_x sum_i sum_j w^h_ij        (Eq. 13) D^l   = mean_h D^l_h
-(Eq. 14) E^l_h(x_i) = - sum_j w^h_ij log w^h_ij,  averaged over the tokens of X      (Eq. 15) E^l   = mean_h E^l_h
-(Eq. 16)
+    D^l_h = sum_x sum_i sum_j w^h_ij d(i, j) / sum_x sum_i sum_j w^h_ij        (Eq. 13)
+    D^l   = mean_h D^l_h                                                        (Eq. 14)
+    E^l_h(x_i) = - sum_j w^h_ij log w^h_ij,  averaged over the tokens of X      (Eq. 15)
+    E^l   = mean_h E^l_h                                                        (Eq. 16)
 
 ``--span all`` (default) sums over every key with d = |i - j|: the encoder attends both ways, and a head's distance is
 then how far its weight lies from the query, whichever side. ``--span left`` sums over j <= i with d = i - j, the

@@ -1,8 +1,8 @@
 """Dual Contextual layers: how far the local and the global Feature Interaction units attend differently (thesis Sec.
 5.6.2, Fig. 5.4). Per encoder layer l with DC:
 
-dv_l = JS(alpha_g || alpha_l) = 0.5 KL(alpha_g || m) + 0.5 KL(alpha_l || m),  m = (alpha_g + alpha_l) / 2 Ed   = (1 / L)
-sum_l dv_l
+    dv_l = JS(alpha_g || alpha_l) = 0.5 KL(alpha_g || m) + 0.5 KL(alpha_l || m),  m = (alpha_g + alpha_l) / 2
+    Ed   = (1 / L) sum_l dv_l
 
 with alpha_g / alpha_l the attention distributions of each query token over the sentence in the global unit (keys r) and
 the local unit (keys = the local context l_c of each position), averaged over the query tokens of the split (natural

@@ -1,27 +1,25 @@
 """Reproduce a results table of the papers: one command per table.
 
-fairseq-ext reproduce --list                         # every table: data sets, rows, metrics fairseq-ext reproduce
---list thesis-3.2              # its rows, flags and printed numbers fairseq-ext reproduce thesis-3.2 --dry-run
-# the exact commands, row by row fairseq-ext reproduce thesis-3.2 --rows transformer,m-10 --nproc 8     # at paper scale
-on 8 GPUs fairseq-ext reproduce thesis-4.6 --smoke --budget 200                  # CPU smoke run fairseq-ext reproduce
-thesis-3.5 --cpu-scale --rows s-agg,iter-s-agg   # models that translate, on a CPU fairseq-ext reproduce thesis-3.2
---report                              # only the side-by-side table fairseq-ext reproduce thesis-3.2 --smoke --seeds
-1,2,3                 # each row once per seed: mean ± sd
+    fairseq-ext reproduce --list                         # every table: data sets, rows, metrics
+    fairseq-ext reproduce --list thesis-3.2              # its rows, flags and printed numbers
+    fairseq-ext reproduce thesis-3.2 --dry-run           # the exact commands, row by row
+    fairseq-ext reproduce thesis-3.2 --rows transformer,m-10 --nproc 8     # at paper scale on 8 GPUs
+    fairseq-ext reproduce thesis-4.6 --smoke --budget 200                  # CPU smoke run
+    fairseq-ext reproduce thesis-3.5 --cpu-scale --rows s-agg,iter-s-agg   # models that translate, on a CPU
+    fairseq-ext reproduce thesis-3.2 --report                              # only the side-by-side table
+    fairseq-ext reproduce thesis-3.2 --smoke --seeds 1,2,3                 # each row once per seed: mean ± sd
 
-(also: python -m fairseq_ext.reproduce ...). For each row and data set: prepare the data if
-missing, train (fairseq-ext train), average the last checkpoints where the paper did,
-evaluate (fairseq-ext evaluate) with the table's BLEU flavour, count the parameters, read the
-training and decoding speed; then run the analyses the table's columns read (python -m
-fairseq_ext.analysis.NAME, METEOR), test every row's BLEU against its reference row
-(sacreBLEU paired bootstrap, 1000 samples) and print every printed column of the paper next
-to ours, with the scale of our runs. Finished runs and analyses are reused. The table goes to
-WORK/TABLE/table[.SCALE].{md,csv,json,tex}, replaced only by a complete run of every row and
-data set; a subset (--rows, --datasets) writes table[.SCALE].rows-.../datasets-..., a run
-with failures or missing numbers ....partial. With --seeds each row is trained once per seed
-and the table (table[.SCALE].seeds-1-2-3...) shows mean ± sd over the seeds each row shares
-with its reference row, marked by the stratified approximate randomization over those seeds
-(--test ar; --test bootstrap: only where every seed's bootstrap agrees). --correction holm
-corrects the marks for the number of rows tested against one reference row.
+(also: python -m fairseq_ext.reproduce ...). For each row and data set: prepare the data if missing, train (fairseq-ext
+train), average the last checkpoints where the paper did, evaluate (fairseq-ext evaluate) with the table's BLEU flavour,
+count the parameters, read the training and decoding speed; then run the analyses the table's columns read (python -m
+fairseq_ext.analysis.NAME, METEOR), test every row's BLEU against its reference row (sacreBLEU paired bootstrap, 1000
+samples) and print every printed column of the paper next to ours, with the scale of our runs. Finished runs and
+analyses are reused. The table goes to WORK/TABLE/table[.SCALE].{md,csv,json,tex}, replaced only by a complete run of
+every row and data set; a subset (--rows, --datasets) writes table[.SCALE].rows-.../datasets-..., a run with failures or
+missing numbers ....partial. With --seeds each row is trained once per seed and the table (table[.SCALE].seeds-1-2-3...)
+shows mean ± sd over the seeds each row shares with its reference row, marked by the stratified approximate
+randomization over those seeds (--test ar; --test bootstrap: only where every seed's bootstrap agrees). --correction
+holm corrects the marks for the number of rows tested against one reference row.
 """
 import argparse
 import dataclasses

@@ -1,13 +1,14 @@
 """``fairseq-ext selfcheck``: does the plugin work on this device, and what does each technique cost here? Each stage
 writes OUT/STAGE.json and OUT/STAGE.md (and OUT/README.md, the index) and prints its summary.
 
-fairseq-ext selfcheck --out selfcheck --stage env fairseq-ext selfcheck --out selfcheck --stage tests            # the
-model tests on the GPU fairseq-ext selfcheck --out selfcheck --stage bench            # fp16 and bf16 against stock
-fairseq-ext selfcheck --out selfcheck --stage train --data PACK/data   # again: resumes IWSLT fairseq-ext selfcheck
---out selfcheck --stage paper --data PACK/data   # 2 of thesis Table 3.3's rows fairseq-ext selfcheck --out selfcheck
---stage paper --data PACK/data --rows m-01,s-agg --seed 2 fairseq-ext selfcheck --out selfcheck --stage paper --data
-PACK/data --table thesis-5.3 --datasets iwslt15-vi-en fairseq-ext selfcheck --out /tmp/sc --device cpu --quick --stage
-all --data PACK/data
+    fairseq-ext selfcheck --out selfcheck --stage env
+    fairseq-ext selfcheck --out selfcheck --stage tests            # the model tests on the GPU
+    fairseq-ext selfcheck --out selfcheck --stage bench            # fp16 and bf16 against stock
+    fairseq-ext selfcheck --out selfcheck --stage train --data PACK/data   # again: resumes IWSLT
+    fairseq-ext selfcheck --out selfcheck --stage paper --data PACK/data   # 2 of thesis Table 3.3's rows
+    fairseq-ext selfcheck --out selfcheck --stage paper --data PACK/data --rows m-01,s-agg --seed 2
+    fairseq-ext selfcheck --out selfcheck --stage paper --data PACK/data --table thesis-5.3 --datasets iwslt15-vi-en
+    fairseq-ext selfcheck --out /tmp/sc --device cpu --quick --stage all --data PACK/data
 
 Stages: env (device, driver, versions), tests (tests/models/test_on_device.py with
 ``pytest --device``), bench (the benchmark's rows beside the thesis' overheads), train
