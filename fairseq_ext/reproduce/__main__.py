@@ -258,7 +258,7 @@ def slots(todo: Reproduction, args) -> Tuple[List[Optional[str]], int]:
     if args.per_device:
         return devices, args.per_device
     config, _, max_tokens = schedule.training_of(todo.plans[0]) if todo.plans else ("", None, 0)
-    name = schedule.device_name("cpu" if todo.plans[0].cpu else devices[0])  # what the rates are measured on
+    name = schedule.device_name(devices[0], todo.plans[0].cpu)  # what the rates are measured on
     return devices, schedule.default_per_device(schedule.rates(todo.opts.work_dir), name, config, max_tokens)
 
 
@@ -314,7 +314,7 @@ def timed(todo: Reproduction, args, device: str, measured: List[dict], count: in
 def print_plan(todo: Reproduction, args, setups: dict) -> None:
     """--plan: each run's device, slot and time; the device-hours at the paper's schedule and a share, 1 GPU and N."""
     measured, (devices, _) = schedule.rates(todo.opts.work_dir), slots(todo, args)
-    here = schedule.device_name("cpu" if todo.plans[0].cpu else devices[0] or "0")
+    here = schedule.device_name(devices[0], todo.plans[0].cpu)
     stored = todo.plans[0].cpu and not (todo.opts.cpu or scale_name(todo.opts))  # no GPU here: plan for the H200
     name = args.plan_device or ("NVIDIA H200" if stored else here)
     names = devices if name == here else [str(i) for i in range(len(devices) if args.devices else 1)]

@@ -279,7 +279,7 @@ def run(plan: RunPlan, device: Optional[str] = None, at_once: int = 1) -> dict:
         result["adversarial"] = adversarial
     config, _, max_tokens = schedule.training_of(plan)
     if result.get("train_ups") and result.get("updates") and not resumed:  # a measurement for --plan
-        result["rate"] = {"device": schedule.device_name("cpu" if plan.cpu else device or "0"), "config": config,
+        result["rate"] = {"device": schedule.device_name(device, plan.cpu), "config": config,
                           "max_tokens": max_tokens, "at_once": at_once, "updates_per_s": result["train_ups"],
                           "start_s": max(0.0, train_seconds - result["updates"] / result["train_ups"]),
                           "evaluate_s": round(evaluate_seconds, 1)}

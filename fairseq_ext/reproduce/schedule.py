@@ -21,13 +21,13 @@ RATES = os.path.join(resources.CONFIG_DIR, "benchmarks", "device-rates.yaml")
 UNMEASURED_START_S, UNMEASURED_EVALUATE_S = 60.0, 60.0  # for a run whose budget is time, not updates
 
 
-def device_name(device: str) -> str:
-    """What a rate is measured on: the GPU's name (torch's), or "cpu (N cores)"."""
-    if device == "cpu":
+def device_name(device: Optional[str], cpu: bool = False) -> str:
+    """What a rate is measured on: "cpu (N cores)" for a CPU run or device, else GPU ``device``'s (0's) name."""
+    if cpu or device == "cpu":
         return f"cpu ({os.cpu_count()} cores)"
     import torch
 
-    return torch.cuda.get_device_name(int(device)) if torch.cuda.is_available() else f"GPU {device}"
+    return torch.cuda.get_device_name(int(device or 0)) if torch.cuda.is_available() else f"GPU {device or 0}"
 
 
 def parse_devices(text: Optional[str], cpu: bool) -> List[str]:
@@ -112,7 +112,7 @@ def place(durations: List[float], devices: List[str], per_device: int) -> Tuple[
 def fitting(plans: List[RunPlan], devices: List[str], per_device: int, seconds: float,
             measured: List[dict]) -> List[RunPlan]:
     """The runs up to the first that would not end within ``seconds`` by its estimate (none: it fits)."""
-    name = device_name("cpu" if plans and plans[0].cpu else devices[0] or "0")
+    name = device_name(devices[0], bool(plans) and plans[0].cpu)
     load = per_device * len(devices) if name.startswith("cpu") else per_device
     times = [estimate(p, measured, name, load)[0] or 0.0 for p in plans]
     placed, _ = place(times, [d or "0" for d in devices], per_device)
