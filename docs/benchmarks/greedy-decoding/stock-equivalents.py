@@ -22,12 +22,10 @@ import statistics
 import time
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 import fairseq_ext.modules.multi_source_attention as flat_module
-
 from fairseq_ext.model_builder import build_model, make_dictionary
-from fairseq_ext.selfcheck.timing import ROWS, SIZES
+from fairseq_ext.selfcheck.timing import ROWS, SIZES, flops, quartiles
 
 
 def main():
@@ -88,15 +86,9 @@ def main():
         "MS-1+AIF": (model(arch, ROWS["MS-1+AIF"].split()), lambda: decode(stock, with_second=True)),
     }
 
-    def flops(fn):
-        with FlopCounterMode(display=False) as counter:
-            fn()
-        return counter.get_total_flops()
-
-    def summary(ratios):
-        ordered = sorted(ratios)
-        return {"median": statistics.median(ratios), "q1": ordered[len(ordered) // 4],
-                "q3": ordered[3 * len(ordered) // 4], "pairs": ratios}
+    def summary(ratios):  # the median and its quartiles, as the benchmark takes them
+        q1, q3 = quartiles(ratios)
+        return {"median": statistics.median(ratios), "q1": q1, "q3": q3, "pairs": ratios}
 
     stock_flops = flops(lambda: decode(stock))
     results = {"threads": cli.threads, "pairs": cli.pairs, "torch": torch.__version__, "rows": {}}
