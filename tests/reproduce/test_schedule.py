@@ -178,8 +178,8 @@ def _files(folder):
 @pytest.mark.release
 def test_runs_on_slots_are_timed_by_the_plan_and_resume_after_a_kill(smoke_data_root, tmp_path):
     """Smoke-scale runs on two CPU slots: the plan of the next seeds is the finished runs' rates' arithmetic, and
-    within a factor 2 of their measured time; a SIGKILL of the runner and everything it started, mid-run, then the same command: the
-    finished run's files are unchanged and the killed run resumes from its checkpoint."""
+    within a factor 2 of their measured time; a SIGKILL of the runner and everything it started, mid-run, then the
+    same command: the finished run's files are unchanged and the killed run resumes from its checkpoint."""
     shutil.copytree(smoke_data_root, tmp_path / "data", symlinks=True)
 
     def reproduce(seeds, *more, devices="0,1"):
