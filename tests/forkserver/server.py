@@ -1,0 +1,230 @@
+"""The suite's fork server: ``python server.py SOCKET`` imports torch and fairseq once, then, for each command a
+test process hands it (tests/forkserver/sitecustomize.py), forks a copy of itself that becomes that command as a new
+interpreter would run it: the command's standard streams, working directory, umask, environment, arguments, sys.path
+and signal dispositions, fresh random seeds, ``__main__`` run as a script or with runpy as ``-m`` does, and Python's own
+ending (exit status, traceback, KeyboardInterrupt as SIGINT). About 3.5 CPU seconds of imports saved per command:
+most of what the suite's fairseq commands cost on a 2-core machine.
+
+A command is run only where a new interpreter would have the same state at start: the same Python and sys.path, the
+same sys.flags, and the same PYTHON*, thread-count and locale variables; otherwise the client is told to run it itself.
+The copy is its own process group, killed when its client process ends first (killed with SIGKILL, say); the server
+ends with the pytest worker that started it."""
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+
+SERVER = sys.argv[1]
+del sys.path[0]  # this folder: a command's own sys.path[0] is set per command
+BASE_PATH = list(sys.path)
+STATE = ("PYTHON", "OMP_", "MKL_", "KMP_", "OPENBLAS", "TORCH_", "CUDA", "LC_", "LANG")
+
+
+def state(env):
+    """The variables that shape an interpreter's start and its imports (PYTHONPATH: compared as sys.path; $PYTHON is the
+    recipes' own; torchrun's TORCH_NCCL_* are read when NCCL starts)."""
+    return {key: value for key, value in env.items()
+            if key.startswith(STATE) and key not in ("PYTHON", "PYTHONPATH") and not key.startswith("TORCH_NCCL_")}
+
+
+STATE_AT_START = state(os.environ)
+ENV_AT_START = dict(os.environ)
+import fairseq  # noqa: E402, F401  (torch, numpy and fairseq's registries: what every fairseq command imports first)
+import fairseq.checkpoint_utils  # noqa: E402, F401
+import fairseq.options  # noqa: E402, F401
+import fairseq.sequence_generator  # noqa: E402, F401
+import fairseq.trainer  # noqa: E402, F401
+
+FLAGS = list(sys.flags)
+SET_BY_IMPORTS = {key: value for key, value in os.environ.items() if key not in ENV_AT_START}  # scikit-learn's KMP_*
+
+
+def refusal(request):
+    """Why the command cannot run in a copy of this process exactly as in a new interpreter (None: it can)."""
+    if request["executable"] != sys.executable:
+        return "another Python"
+    extra = request["path"][:max(0, len(request["path"]) - len(BASE_PATH))]
+    if request["path"][len(extra):] != BASE_PATH:
+        return "another sys.path"
+    imported = {name for name in sys.modules if "." not in name}
+    for folder in extra:  # PYTHONPATH entries before this one's: fine unless they hold a module imported here
+        names = {entry.split(".")[0] for entry in os.listdir(folder)} if os.path.isdir(folder) else set()
+        if names & imported:
+            return f"{folder} on PYTHONPATH holds {', '.join(sorted(names & imported))}"
+    if request["flags"] != FLAGS:
+        return "other interpreter flags"
+    theirs = state(request["env"])
+    if theirs != STATE_AT_START:
+        return "other " + ", ".join(sorted(key for key, _ in set(theirs.items()) ^ set(STATE_AT_START.items())))
+    return None
+
+
+def serve():
+    """Serve until a fork: returns (request, fds) in the forked copy; never returns in the server."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(SERVER + ".new")
+    listener.listen(64)
+    os.rename(SERVER + ".new", SERVER)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    selector.register(wake_r, selectors.EVENT_READ)
+    clients = {}  # the forked copy's pid -> its client's connection (None once the client has gone)
+    parent = os.getppid()
+    while os.getppid() == parent:
+        for key, _ in selector.select(1.0):
+            if key.fileobj is wake_r:
+                os.read(wake_r, 4096)
+            elif key.fileobj is listener:
+                conn, _ = listener.accept()
+                try:
+                    message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+                    request = json.loads(message)
+                except (OSError, ValueError):
+                    conn.close()
+                    continue
+                why = refusal(request) if len(fds) == 3 else "no standard streams"
+                print("refused" if why else "runs", " ".join(request["orig_argv"][1:4]), why or "", file=sys.stderr)
+                if why:
+                    conn.send(json.dumps({"refused": why}).encode())
+                    conn.close()
+                    for fd in fds:
+                        os.close(fd)
+                    continue
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    selector.close()
+                    for fd in (wake_r, wake_w):
+                        os.close(fd)
+                    for other in list(clients.values()) + [listener]:
+                        if other is not None:
+                            other.close()
+                    conn.close()
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    return request, fds
+                for fd in fds:
+                    os.close(fd)
+                conn.send(json.dumps({"pid": pid}).encode())
+                clients[pid] = conn
+                selector.register(conn, selectors.EVENT_READ, pid)
+            else:  # a client's connection: it ended before its command (nothing else is ever sent)
+                selector.unregister(key.fileobj)
+                key.fileobj.close()
+                clients[key.data] = None
+                try:
+                    os.killpg(key.data, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        while clients:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            conn = clients.pop(pid, None)
+            if conn is not None:
+                selector.unregister(conn)
+                try:
+                    conn.send(json.dumps({"status": status}).encode())
+                except OSError:
+                    pass
+                conn.close()
+    for pid in clients:  # the pytest worker has gone: so do the commands it started
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    sys.exit(0)
+
+
+def become(request, fds):
+    """Turn this forked copy into the command of ``request``, as ``python -m MODULE`` or ``python SCRIPT`` starts."""
+    import builtins
+    import importlib.machinery
+    import random
+    import runpy
+    import types
+
+    import numpy
+
+    os.setpgid(0, 0)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"):
+        number = getattr(signal, name)
+        default = signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL
+        signal.signal(number, signal.SIG_IGN if name in request["ignored"] else default)
+    for number, fd in enumerate(fds):
+        os.dup2(fd, number)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.umask(request["umask"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    for key, value in SET_BY_IMPORTS.items():
+        os.environ.setdefault(key, value)
+    random.seed()
+    numpy.random.seed()
+    sys.orig_argv = request["orig_argv"]
+    kind, target, args = request["target"]
+    main = types.ModuleType("__main__")
+    main.__builtins__ = builtins
+    sys.modules["__main__"] = main
+    if kind == "module":
+        sys.argv = ["-m", *args]
+        sys.path[:] = [os.getcwd()] + request["path"]
+        runpy._run_module_as_main(target, alter_argv=True)
+    else:
+        sys.argv = [target, *args]
+        sys.path[:] = [os.path.dirname(os.path.realpath(target))] + request["path"]
+        main.__file__ = os.path.abspath(target)  # as Python 3.9 on sets it
+        main.__cached__ = None
+        main.__loader__ = importlib.machinery.SourceFileLoader("__main__", main.__file__)
+        with open(target, "rb") as f:
+            code = compile(f.read(), main.__file__, "exec")
+        exec(code, main.__dict__)
+
+
+def end(code, signalled=None):
+    """End as Python ends, up to its teardown of the modules: non-daemon threads joined, atexit handlers run, standard
+    streams flushed; then exit with ``code`` (or die of ``signalled``). The teardown itself (0.8 s of torch's and
+    fairseq's modules) is left out: nothing a command writes waits for it."""
+    import atexit
+    import threading
+
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            code = code or 120
+    if signalled is not None:
+        signal.signal(signalled, signal.SIG_DFL)
+        os.kill(os.getpid(), signalled)
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    forked = serve()
+    try:
+        become(*forked)
+    except SystemExit as stop:  # as Python reads SystemExit's code
+        if stop.code is None or isinstance(stop.code, int):
+            end(stop.code or 0)
+        print(stop.code, file=sys.stderr)
+        end(1)
+    except BaseException as error:  # as Python ends on an uncaught exception, without this file's two frames
+        traceback = error.__traceback__.tb_next
+        error.__traceback__ = traceback.tb_next or traceback
+        sys.excepthook(type(error), error, error.__traceback__)
+        interrupted = isinstance(error, KeyboardInterrupt) and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        end(1, signal.SIGINT if interrupted else None)
+    end(0)
