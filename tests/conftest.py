@@ -60,9 +60,10 @@ def forkserver(tmp_path_factory):
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, os.environ.get("PYTHONPATH")]))
     os.environ.pop("FAIRSEQ_EXT_TEST_FORKSERVER", None)
     base = tmp_path_factory.getbasetemp()
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONWARNINGS"}  # set per command
     with open(base / "forkserver.log", "w") as log:
         server = subprocess.Popen([sys.executable, os.path.join(folder, "server.py"), str(base / "forkserver.sock")],
-                                  stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+                                  env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     os.environ["FAIRSEQ_EXT_TEST_FORKSERVER"] = str(base / "forkserver.sock")
     yield server
     server.kill()

@@ -10,11 +10,13 @@ same sys.flags, and the same PYTHON*, thread-count and locale variables; otherwi
 The copy is its own process group, killed when its client process ends first (killed with SIGKILL, say); the server
 ends with the pytest worker that started it."""
 import json
+import logging
 import os
 import selectors
 import signal
 import socket
 import sys
+import warnings
 
 SERVER = sys.argv[1]
 del sys.path[0]  # this folder: a command's own sys.path[0] is set per command
@@ -24,13 +26,14 @@ STATE = ("PYTHON", "OMP_", "MKL_", "KMP_", "OPENBLAS", "TORCH_", "CUDA", "LC_", 
 
 def state(env):
     """The variables that shape an interpreter's start and its imports (PYTHONPATH: compared as sys.path; $PYTHON is the
-    recipes' own; torchrun's TORCH_NCCL_* are read when NCCL starts)."""
+    recipes' own; PYTHONWARNINGS is set per command; torchrun's TORCH_NCCL_* are read when NCCL starts)."""
     return {key: value for key, value in env.items()
-            if key.startswith(STATE) and key not in ("PYTHON", "PYTHONPATH") and not key.startswith("TORCH_NCCL_")}
+            if key.startswith(STATE) and key not in ("PYTHON", "PYTHONPATH", "PYTHONWARNINGS") and not key.startswith("TORCH_NCCL_")}
 
 
 STATE_AT_START = state(os.environ)
 ENV_AT_START = dict(os.environ)
+FILTERS_AT_START = list(warnings.filters)  # started without PYTHONWARNINGS (conftest): Python's defaults
 import fairseq  # noqa: E402, F401  (torch, numpy and fairseq's registries: what every fairseq command imports first)
 import fairseq.checkpoint_utils  # noqa: E402, F401
 import fairseq.options  # noqa: E402, F401
@@ -38,6 +41,14 @@ import fairseq.sequence_generator  # noqa: E402, F401
 import fairseq.trainer  # noqa: E402, F401
 
 FLAGS = list(sys.flags)
+# fairseq's import runs logging.basicConfig(level=DEBUG) (fairseq/models/wav2vec/wav2vec2_classification.py): a no-op
+# where the command configured logging first (fairseq_cli.train and .preprocess, to stdout), the root logger's handler
+# where it did not. A command starts with Python's root logger and gets that call at its first import of fairseq.
+_root = logging.getLogger()
+assert len(_root.handlers) == 1 and _root.handlers[0].stream is sys.stderr and _root.level == logging.DEBUG, \
+    "fairseq's import no longer configures logging as the fork server expects"
+FILTERS_BY_IMPORTS = warnings.filters[:len(warnings.filters) - len(FILTERS_AT_START)]
+assert warnings.filters[len(FILTERS_BY_IMPORTS):] == FILTERS_AT_START, "an import removed a warnings filter"
 SET_BY_IMPORTS = {key: value for key, value in os.environ.items() if key not in ENV_AT_START}  # scikit-learn's KMP_*
 
 
@@ -170,6 +181,26 @@ def become(request, fds):
     os.environ.update(request["env"])
     for key, value in SET_BY_IMPORTS.items():
         os.environ.setdefault(key, value)
+    options = [option for option in os.environ.get("PYTHONWARNINGS", "").split(",") if option]
+    if options:  # the filters in the order a new interpreter has them: the imports', PYTHONWARNINGS', Python's
+        warnings.filters[:] = FILTERS_AT_START
+        sys.warnoptions[:] = options
+        warnings._processoptions(options)
+        warnings.filters[:0] = FILTERS_BY_IMPORTS
+        warnings._filters_mutated()
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.setLevel(logging.WARNING)
+    importing = builtins.__import__
+
+    def first_import_of_fairseq(name, globals=None, locals=None, fromlist=(), level=0):
+        if level == 0 and (name == "fairseq" or name.startswith("fairseq.")):
+            builtins.__import__ = importing
+            logging.basicConfig(level=logging.DEBUG)
+        return importing(name, globals, locals, fromlist, level)
+
+    builtins.__import__ = first_import_of_fairseq
     random.seed()
     numpy.random.seed()
     sys.orig_argv = request["orig_argv"]
