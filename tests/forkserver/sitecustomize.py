@@ -1,7 +1,8 @@
 """The client half of the suite's fork server (tests/forkserver/server.py), imported by every Python process that the
 tests start (conftest puts this folder on PYTHONPATH). A process started as ``python -m MODULE ...`` or ``python
 SCRIPT ...`` (fairseq's console scripts, ``fairseq-ext``, the recipes' ``$PYTHON -m fairseq_ext``) hands its command,
-working directory, environment, signal dispositions and standard streams to the server, which forks a copy of itself
+working directory, environment, signal dispositions and open file descriptors (the standard streams, a lock a
+recipe holds) to the server, which forks a copy of itself
 that has torch and fairseq imported already and runs the command there; this process forwards the signals it gets to
 that copy and ends as it ended (exit status or signal). Anything the server cannot run exactly as a new interpreter
 would (other interpreter options, another Python, other PYTHON*/thread/locale variables, no server yet) runs here as
@@ -25,15 +26,24 @@ def _hand_over(server):
 
     forwarded = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
     ignored = [name for name in forwarded if signal.getsignal(getattr(signal, name)) == signal.SIG_IGN]
+    inherited = []
+    for fd in sorted(map(int, os.listdir("/proc/self/fd"))):  # the listing's own descriptor is closed by now
+        try:
+            os.fstat(fd)
+            inherited.append(fd)
+        except OSError:
+            pass
+    if len(inherited) > 250:  # more than one message carries
+        return
     umask = os.umask(0)
     os.umask(umask)
     request = {"target": target, "orig_argv": argv, "executable": sys.executable, "path": sys.path,
                "flags": list(sys.flags), "cwd": os.getcwd(), "umask": umask, "env": dict(os.environ),
-               "ignored": ignored, "pid": os.getpid()}
+               "ignored": ignored, "fds": inherited}
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         sock.connect(server)
-        socket.send_fds(sock, [json.dumps(request).encode()], [0, 1, 2])
+        socket.send_fds(sock, [json.dumps(request).encode()], inherited)
         reply = json.loads(sock.recv(1 << 16) or b"{}")
     except (OSError, ValueError):
         sock.close()

@@ -16,6 +16,7 @@ SHOW = """import os, sys
 print(sys.argv, __file__, __name__, sys.path[0], sys.path[1:] == {path!r}, os.getcwd(), os.environ.get("SEEN"))
 print(sys.stdin.read().upper(), flush=True)
 print("to stderr", file=sys.stderr)
+print(sorted(map(int, os.listdir("/proc/self/fd")))[:-1], os.write(int(os.environ["FD"]), b"via a descriptor"))
 print("served:", "fairseq" in sys.modules, file=sys.stderr)
 sys.exit(int(os.environ.get("STATUS", "0")))
 """
@@ -34,13 +35,13 @@ def server_ready():
     pytest.fail(f"the fork server did not start: no {server} after 60 s")
 
 
-def both(command, cwd, stdin="", **env):
+def both(command, cwd, stdin="", pass_fds=(), **env):
     """(new interpreter, fork server) results of ``command``: return code, stdout, stderr."""
     results = []
     for fresh in ("1", ""):
         environment = dict(clean_env(), FAIRSEQ_EXT_TEST_FRESH_PYTHON=fresh, **env)
         done = subprocess.run(command, cwd=cwd, env=environment, input=stdin, capture_output=True, text=True,
-                              timeout=120)
+                              timeout=120, pass_fds=pass_fds)
         results.append((done.returncode, done.stdout, done.stderr))
     return results
 
@@ -57,7 +58,11 @@ def test_a_command_sees_what_a_new_interpreter_sees(server_ready, tmp_path, form
                                env=clean_env(), capture_output=True, text=True, check=True).stdout
     script(tmp_path, "shown.py", SHOW.format(path=__import__("json").loads(base_path)))
     command = [sys.executable, "shown.py", "a", "b"] if form == "script" else [sys.executable, "-m", "shown", "a"]
-    fresh, served = both(command, tmp_path, stdin="read me\n", SEEN="yes", STATUS="3")
+    with open(tmp_path / "written", "wb") as held:  # a descriptor the command inherits, as a recipe's lock
+        os.set_inheritable(held.fileno(), True)
+        fresh, served = both(command, tmp_path, stdin="read me\n", pass_fds=(held.fileno(),), SEEN="yes", STATUS="3",
+                             FD=str(held.fileno()))
+    assert (tmp_path / "written").read_text() == "via a descriptor" * 2
     assert fresh[2].endswith("served: False\n") and served[2].endswith("served: True\n")
     assert served[:2] == fresh[:2] and served[0] == 3
     assert served[2].replace("True", "False") == fresh[2]
@@ -72,6 +77,9 @@ def test_an_uncaught_exception_ends_as_in_a_new_interpreter(server_ready, tmp_pa
     script(tmp_path, "stops.py", "import sys\nsys.exit('stopped')\n")
     message = both([sys.executable, "stops.py"], tmp_path)
     assert message[0] == message[1] == (1, "", "stopped\n")
+    script(tmp_path, "closes.py", "import io, sys\nio.TextIOWrapper(sys.stdout.buffer).write('closed')\n")
+    closed = both([sys.executable, "closes.py"], tmp_path)  # the wrapper closes sys.stdout: Python ends as usual
+    assert closed[0] == closed[1] == (0, "closed", "")
 
 
 def test_signals_reach_the_command_and_it_dies_with_its_process(server_ready, tmp_path):
