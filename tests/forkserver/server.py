@@ -157,6 +157,26 @@ def serve():
     sys.exit(0)
 
 
+def standard_stream(old, fd):
+    """sys.stdin, stdout or stderr made anew over descriptor ``fd``, as Python's create_stdio makes it (the encoding,
+    errors and buffering are this process's: the same flags and variables; stdout's line buffering follows the
+    terminal): a stream made over the server's own descriptor caches what it found there (a seekable /dev/null)."""
+    import io
+
+    if old is None or not os.path.exists(f"/proc/self/fd/{fd}"):
+        return None
+    writing = fd > 0
+    raw = io.FileIO(fd, "wb" if writing else "rb", closefd=False)
+    raw.name = old.buffer.raw.name if hasattr(old.buffer, "raw") else old.buffer.name
+    unbuffered = writing and isinstance(old.buffer, io.FileIO)  # -u or PYTHONUNBUFFERED
+    buffer = raw if unbuffered else (io.BufferedWriter if writing else io.BufferedReader)(raw)
+    stream = io.TextIOWrapper(buffer, encoding=old.encoding, errors=old.errors, newline="\n",
+                              line_buffering=raw.isatty() if fd == 1 else old.line_buffering,
+                              write_through=unbuffered)
+    stream.mode = old.mode
+    return stream
+
+
 def become(request, fds):
     """Turn this forked copy into the command of ``request``, as ``python -m MODULE`` or ``python SCRIPT`` starts."""
     import builtins
@@ -184,6 +204,9 @@ def become(request, fds):
     for number, fd in zip(request["fds"], held):
         os.dup2(fd, number)
         os.close(fd)
+    for name, fd in (("stdin", 0), ("stdout", 1), ("stderr", 2)):  # new streams over the command's descriptors
+        setattr(sys, name, standard_stream(getattr(sys, name), fd))
+        setattr(sys, f"__{name}__", getattr(sys, name))
     os.chdir(request["cwd"])
     os.umask(request["umask"])
     os.environ.clear()
