@@ -86,7 +86,8 @@ def test_signals_reach_the_command_and_it_dies_with_its_process(server_ready, tm
     script(tmp_path, "waits.py", "import os, sys, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)\n")
     for sent, status, last in ((signal.SIGINT, -signal.SIGINT, "KeyboardInterrupt"), (signal.SIGTERM, -signal.SIGTERM, None)):
         process = subprocess.Popen([sys.executable, "waits.py"], cwd=tmp_path, env=clean_env(), text=True,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,  # pytest-xdist's workers ignore it
+                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         process.stdout.readline()
         process.send_signal(sent)
         _, err = process.communicate(timeout=30)
