@@ -62,11 +62,11 @@ def forkserver(tmp_path_factory):
     base = tmp_path_factory.getbasetemp()
     env = {key: value for key, value in os.environ.items() if key != "PYTHONWARNINGS"}  # set per command
     with open(base / "forkserver.log", "w") as log:
-        server = subprocess.Popen([sys.executable, os.path.join(folder, "server.py"), str(base / "forkserver.sock")],
-                                  env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        server = subprocess.Popen([sys.executable, os.path.join(folder, "server.py"), str(base / "forkserver.sock"),
+                                   " " * 8192], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     os.environ["FAIRSEQ_EXT_TEST_FORKSERVER"] = str(base / "forkserver.sock")
     yield server
-    server.kill()
+    server.terminate()  # its commands end with it
     server.wait()
 
 

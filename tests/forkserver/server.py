@@ -9,6 +9,7 @@ A command is run only where a new interpreter would have the same state at start
 same sys.flags, and the same PYTHON*, thread-count and locale variables; otherwise the client is told to run it itself.
 The copy is its own process group, killed when its client process ends first (killed with SIGKILL, say); the server
 ends with the pytest worker that started it."""
+import ctypes
 import json
 import logging
 import os
@@ -18,7 +19,8 @@ import socket
 import sys
 import warnings
 
-SERVER = sys.argv[1]
+SERVER = sys.argv[1]  # sys.argv[2]: padding, the room a copy's command line is written in
+PR_SET_NAME, PR_SET_PDEATHSIG = 15, 1
 del sys.path[0]  # this folder: a command's own sys.path[0] is set per command
 BASE_PATH = list(sys.path)
 STATE = ("PYTHON", "OMP_", "MKL_", "KMP_", "OPENBLAS", "TORCH_", "CUDA", "LC_", "LANG")
@@ -87,7 +89,9 @@ def serve():
     selector.register(wake_r, selectors.EVENT_READ)
     clients = {}  # the forked copy's pid -> its client's connection (None once the client has gone)
     parent = os.getppid()
-    while os.getppid() == parent:
+    ending = []
+    signal.signal(signal.SIGTERM, lambda *_: ending.append(True))
+    while os.getppid() == parent and not ending:
         for key, _ in selector.select(1.0):
             if key.fileobj is wake_r:
                 os.read(wake_r, 4096)
@@ -109,6 +113,7 @@ def serve():
                     continue
                 sys.stdout.flush()
                 sys.stderr.flush()
+                request["server"] = os.getpid()
                 pid = os.fork()
                 if pid == 0:
                     selector.close()
@@ -120,6 +125,7 @@ def serve():
                     conn.close()
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
                     return request, fds
                 for fd in fds:
                     os.close(fd)
@@ -149,12 +155,22 @@ def serve():
                 except OSError:
                     pass
                 conn.close()
-    for pid in clients:  # the pytest worker has gone: so do the commands it started
+    for pid in clients:  # the pytest worker has gone, or ended the server: so do the commands it started
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     sys.exit(0)
+
+
+def set_command_line(argv):
+    """/proc/PID/cmdline (ps, pgrep -f, the holder line of a lock) shows ``argv``: written over this process's own
+    argument area, which the server's long padding argument makes room for (cut where it does not fit)."""
+    with open("/proc/self/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end (fields 48 and 49 of proc(5))
+    text = b"\0".join(word.encode("utf-8", "surrogateescape") for word in argv)[:end - start - 1]
+    ctypes.memmove(start, text.ljust(end - start, b"\0"), end - start)
 
 
 def standard_stream(old, fd):
@@ -189,6 +205,12 @@ def become(request, fds):
     import numpy
 
     os.setpgid(0, 0)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the copy dies with the server, whatever ends it
+    if os.getppid() != request["server"]:
+        os._exit(70)
+    libc.prctl(PR_SET_NAME, request["comm"].encode()[:15])  # ps, pgrep and /proc/PID/comm show the command's name
+    set_command_line(request["orig_argv"])
     for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"):
         number = getattr(signal, name)
         default = signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL

@@ -35,11 +35,13 @@ def _hand_over(server):
             pass
     if len(inherited) > 250:  # more than one message carries
         return
+    with open("/proc/self/comm") as f:
+        comm = f.read().strip()
     umask = os.umask(0)
     os.umask(umask)
     request = {"target": target, "orig_argv": argv, "executable": sys.executable, "path": sys.path,
                "flags": list(sys.flags), "cwd": os.getcwd(), "umask": umask, "env": dict(os.environ),
-               "ignored": ignored, "fds": inherited}
+               "ignored": ignored, "fds": inherited, "comm": comm}
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         sock.connect(server)

@@ -96,7 +96,8 @@ def test_the_rerun_of_a_killed_two_process_run_is_refused_in_one_line(tiny_train
     command = ["bash", os.path.join(REPO, "scripts", "train.sh"), bin_dir, str(save_dir), "--nproc", "2", "--",
                "--arch", "multilayer_transformer", *[f for f in TINY_TRAIN_FLAGS if f != "--cpu"], "--max-update",
                "100000"]
-    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=clean_env(),
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             env=dict(clean_env(), FAIRSEQ_EXT_TEST_FRESH_PYTHON="1"),  # its process tree, as a user's
                              start_new_session=True)
     workers = []
     try:

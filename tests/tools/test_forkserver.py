@@ -96,7 +96,10 @@ def test_signals_reach_the_command_and_it_dies_with_its_process(server_ready, tm
     process = subprocess.Popen([sys.executable, "waits.py"], cwd=tmp_path, env=clean_env(), text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     pid = int(process.stdout.readline())
-    assert pid != process.pid  # served: the command runs in a fork of the server
+    assert pid != process.pid  # served: the command runs in a fork of the server, which ps shows as the command
+    with open(f"/proc/{pid}/cmdline") as cmdline, open(f"/proc/{pid}/comm") as comm:
+        assert cmdline.read().rstrip("\0").split("\0") == [sys.executable, "waits.py"]
+        assert comm.read() == os.path.basename(sys.executable)[:15] + "\n"
     process.kill()
     process.wait()
     for _ in range(100):
