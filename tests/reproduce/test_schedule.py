@@ -210,7 +210,8 @@ def test_runs_on_slots_are_timed_by_the_plan_and_resume_after_a_kill(smoke_data_
 
     runs = tmp_path / "runs" / "thesis-3.3" / "transformer"
     first, second = (runs / f"iwslt15-en-vi.multi30k-en-de.smoke.60.seed{s}" for s in (5, 6))
-    proc = subprocess.Popen(reproduce("5,6", devices="0"), cwd=tmp_path, env=clean_env(), stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(reproduce("5,6", devices="0"), cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            env=dict(clean_env(), FAIRSEQ_EXT_TEST_FRESH_PYTHON="1"),  # killed by its process tree
                             stderr=subprocess.DEVNULL)
     deadline = time.time() + 600
     while not (second / "checkpoints" / "checkpoint_last.pt").exists():  # the first finished, the second saved
