@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -61,10 +62,13 @@ def forkserver(tmp_path_factory):
     os.environ.pop("FAIRSEQ_EXT_TEST_FORKSERVER", None)
     base = tmp_path_factory.getbasetemp()
     env = {key: value for key, value in os.environ.items() if key != "PYTHONWARNINGS"}  # set per command
-    with open(base / "forkserver.log", "w") as log:
-        server = subprocess.Popen([sys.executable, os.path.join(folder, "server.py"), str(base / "forkserver.sock"),
-                                   " " * 8192], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-    os.environ["FAIRSEQ_EXT_TEST_FORKSERVER"] = str(base / "forkserver.sock")
+    sock = str(base / "forkserver.sock")
+    if len(sock) > 100:  # past what a Unix socket's path holds (a long --basetemp)
+        sock = os.path.join(tempfile.mkdtemp(prefix="fork"), "sock")
+    with open(base / "forkserver.log", "w") as log:  # the padding: room for a copy's command line (server.py)
+        server = subprocess.Popen([sys.executable, os.path.join(folder, "server.py"), sock, " " * 8192], env=env,
+                                  stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    os.environ["FAIRSEQ_EXT_TEST_FORKSERVER"] = sock
     yield server
     server.terminate()  # its commands end with it
     server.wait()
