@@ -1,14 +1,16 @@
-"""The suite's fork server: ``python server.py SOCKET`` imports torch and fairseq once, then, for each command a
-test process hands it (tests/forkserver/sitecustomize.py), forks a copy of itself that becomes that command as a new
-interpreter would run it: the command's open file descriptors (at their numbers, and no others), working directory, umask, environment, arguments, sys.path
-and signal dispositions, fresh random seeds, ``__main__`` run as a script or with runpy as ``-m`` does, and Python's own
-ending (exit status, traceback, KeyboardInterrupt as SIGINT). About 3.5 CPU seconds of imports saved per command:
-most of what the suite's fairseq commands cost on a 2-core machine.
+"""The suite's fork server: ``python server.py SOCKET PADDING`` imports torch and fairseq once; then, for each command
+that a test's process hands it (tests/forkserver/sitecustomize.py), it forks a copy of itself that becomes the command
+as a new interpreter would run it: the command's open file descriptors (at their numbers, and no others), standard
+streams made anew over them, working directory, umask, environment, arguments, sys.path, signal dispositions, warnings
+filters, Python's own root logger, fresh random seeds, its name and command line in /proc, ``__main__`` run as a
+script or with runpy as ``-m`` does, and Python's own ending (exit status, traceback, KeyboardInterrupt as SIGINT).
+Saved per fairseq command: about 3.5 CPU seconds of imports and 0.8 s of the interpreter's teardown.
 
-A command is run only where a new interpreter would have the same state at start: the same Python and sys.path, the
-same sys.flags, and the same PYTHON*, thread-count and locale variables; otherwise the client is told to run it itself.
-The copy is its own process group, killed when its client process ends first (killed with SIGKILL, say); the server
-ends with the pytest worker that started it."""
+A command is run only where a new interpreter would start in the same state: the same Python and sys.path (PYTHONPATH
+entries before the server's may be added unless they hold a module imported here), the same sys.flags, and the same
+PYTHON*, thread-count, locale and torch variables; otherwise the client is told to run it itself. The copy leads its
+own process group, which is killed when its client ends first (killed with SIGKILL, say); copies die with the server,
+and the server ends with the pytest worker that started it, or when that worker sends it SIGTERM."""
 import ctypes
 import json
 import logging
@@ -29,8 +31,8 @@ STATE = ("PYTHON", "OMP_", "MKL_", "KMP_", "OPENBLAS", "TORCH_", "CUDA", "LC_", 
 def state(env):
     """The variables that shape an interpreter's start and its imports (PYTHONPATH: compared as sys.path; $PYTHON is the
     recipes' own; PYTHONWARNINGS is set per command; torchrun's TORCH_NCCL_* are read when NCCL starts)."""
-    return {key: value for key, value in env.items()
-            if key.startswith(STATE) and key not in ("PYTHON", "PYTHONPATH", "PYTHONWARNINGS") and not key.startswith("TORCH_NCCL_")}
+    return {key: value for key, value in env.items() if key.startswith(STATE)
+            and key not in ("PYTHON", "PYTHONPATH", "PYTHONWARNINGS") and not key.startswith("TORCH_NCCL_")}
 
 
 STATE_AT_START = state(os.environ)
@@ -312,6 +314,7 @@ if __name__ == "__main__":
         traceback = error.__traceback__.tb_next
         error.__traceback__ = traceback.tb_next or traceback
         sys.excepthook(type(error), error, error.__traceback__)
-        interrupted = isinstance(error, KeyboardInterrupt) and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        interrupted = (isinstance(error, KeyboardInterrupt)
+                       and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
         end(1, signal.SIGINT if interrupted else None)
     end(0)
