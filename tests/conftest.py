@@ -59,9 +59,10 @@ def forkserver(tmp_path_factory):
         return
     folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "forkserver")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, os.environ.get("PYTHONPATH")]))
-    os.environ.pop("FAIRSEQ_EXT_TEST_FORKSERVER", None)
     base = tmp_path_factory.getbasetemp()
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONWARNINGS"}  # set per command
+    # the server's own start is never handed to a server; PYTHONWARNINGS is set per command
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("FAIRSEQ_EXT_TEST_FORKSERVER", "PYTHONWARNINGS")}
     sock = str(base / "forkserver.sock")
     if len(sock) > 100:  # past what a Unix socket's path holds (a long --basetemp)
         sock = os.path.join(tempfile.mkdtemp(prefix="fork"), "sock")

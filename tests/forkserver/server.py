@@ -22,6 +22,7 @@ import sys
 import warnings
 
 SERVER = sys.argv[1]  # sys.argv[2]: padding, the room a copy's command line is written in
+SERVER_PID = os.getpid()
 PR_SET_NAME, PR_SET_PDEATHSIG = 15, 1
 del sys.path[0]  # this folder: a command's own sys.path[0] is set per command
 BASE_PATH = list(sys.path)
@@ -115,7 +116,6 @@ def serve():
                     continue
                 sys.stdout.flush()
                 sys.stderr.flush()
-                request["server"] = os.getpid()
                 pid = os.fork()
                 if pid == 0:
                     selector.close()
@@ -209,14 +209,14 @@ def become(request, fds):
     os.setpgid(0, 0)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the copy dies with the server, whatever ends it
-    if os.getppid() != request["server"]:
+    if os.getppid() != SERVER_PID:  # the server ended before the line above
         os._exit(70)
     libc.prctl(PR_SET_NAME, request["comm"].encode()[:15])  # ps, pgrep and /proc/PID/comm show the command's name
     set_command_line(request["orig_argv"])
-    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"):
+    for name, ignored in request["signals"].items():  # those the client forwards, as a new interpreter has them
         number = getattr(signal, name)
         default = signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL
-        signal.signal(number, signal.SIG_IGN if name in request["ignored"] else default)
+        signal.signal(number, signal.SIG_IGN if ignored else default)
     # the command's file descriptors at their numbers, and no other: moved out of the way, the copy's own closed
     held = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 1024) for fd in fds]
     for fd in map(int, os.listdir("/proc/self/fd")):

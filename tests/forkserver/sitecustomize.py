@@ -1,12 +1,12 @@
 """The client half of the suite's fork server (tests/forkserver/server.py), imported by every Python process that the
 tests start (conftest puts this folder on PYTHONPATH). A process started as ``python -m MODULE ...`` or ``python
-SCRIPT ...`` (fairseq's console scripts, ``fairseq-ext``, the recipes' ``$PYTHON -m fairseq_ext``) hands its command,
-working directory, environment, signal dispositions and open file descriptors (the standard streams, a lock a
-recipe holds) to the server, which forks a copy of itself
-that has torch and fairseq imported already and runs the command there; this process forwards the signals it gets to
-that copy and ends as it ended (exit status or signal). Anything the server cannot run exactly as a new interpreter
-would (other interpreter options, another Python, other PYTHON*/thread/locale variables, no server yet) runs here as
-usual. FAIRSEQ_EXT_TEST_FRESH_PYTHON=1 in a command's environment keeps it in a new interpreter."""
+SCRIPT ...`` (fairseq's console scripts, ``fairseq-ext``, the recipes' ``$PYTHON -m fairseq_ext``) hands its
+command, working directory, environment, signal dispositions and open file descriptors (the standard streams, a lock
+a recipe holds) to the server, which forks a copy of itself that has torch and fairseq imported already and runs the
+command there; this process forwards the signals it gets to that copy and ends as it ended (exit status or signal).
+Anything the server cannot run exactly as a new interpreter would (other interpreter options, another Python, other
+PYTHON*/thread/locale variables, no server yet) runs here as usual. FAIRSEQ_EXT_TEST_FRESH_PYTHON=1 in a command's
+environment keeps it in a new interpreter."""
 import os
 
 
@@ -24,8 +24,9 @@ def _hand_over(server):
     import signal
     import socket
 
-    forwarded = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
-    ignored = [name for name in forwarded if signal.getsignal(getattr(signal, name)) == signal.SIG_IGN]
+    # the signals forwarded to the copy, each with whether this process ignores it (inherited: the copy does too)
+    ignored = {name: signal.getsignal(getattr(signal, name)) == signal.SIG_IGN
+               for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")}
     inherited = []
     for fd in sorted(map(int, os.listdir("/proc/self/fd"))):  # the listing's own descriptor is closed by now
         try:
@@ -41,7 +42,7 @@ def _hand_over(server):
     os.umask(umask)
     request = {"target": target, "orig_argv": argv, "executable": sys.executable, "path": sys.path,
                "flags": list(sys.flags), "cwd": os.getcwd(), "umask": umask, "env": dict(os.environ),
-               "ignored": ignored, "fds": inherited, "comm": comm}
+               "signals": ignored, "fds": inherited, "comm": comm}
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         sock.connect(server)
@@ -61,8 +62,8 @@ def _hand_over(server):
         except ProcessLookupError:
             pass
 
-    for name in forwarded:
-        if name not in ignored:
+    for name, ignoring in ignored.items():
+        if not ignoring:
             signal.signal(getattr(signal, name), forward)
     message = sock.recv(1 << 16)
     if not message:  # the server ended before the command did

@@ -1,6 +1,7 @@
 """The suite's fork server (tests/forkserver) against a new interpreter: a command run in a fork of the server must see
 and do what it sees and does as a new process (arguments, __file__, sys.path, working directory, environment, standard
 streams, exit status, traceback, signals), and must die with the process that started it."""
+import json
 import os
 import signal
 import subprocess
@@ -56,10 +57,9 @@ def script(tmp_path, name, text):
 def test_a_command_sees_what_a_new_interpreter_sees(server_ready, tmp_path, form):
     base_path = subprocess.run([sys.executable, "-c", "import sys, json; print(json.dumps(sys.path[1:]))"],
                                env=clean_env(), capture_output=True, text=True, check=True).stdout
-    script(tmp_path, "shown.py", SHOW.format(path=__import__("json").loads(base_path)))
+    script(tmp_path, "shown.py", SHOW.format(path=json.loads(base_path)))
     command = [sys.executable, "shown.py", "a", "b"] if form == "script" else [sys.executable, "-m", "shown", "a"]
     with open(tmp_path / "written", "wb") as held:  # a descriptor the command inherits, as a recipe's lock
-        os.set_inheritable(held.fileno(), True)
         fresh, served = both(command, tmp_path, stdin="read me\n", pass_fds=(held.fileno(),), SEEN="yes", STATUS="3",
                              FD=str(held.fileno()))
     assert (tmp_path / "written").read_text() == "via a descriptor" * 2
